@@ -1,0 +1,7 @@
+"""python -m memvault: same as the memvault command."""
+
+import sys
+
+from memvault.cli import main
+
+sys.exit(main())

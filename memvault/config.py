@@ -1,0 +1,159 @@
+"""Settings: every MEMVAULT_* variable, read once, passed down explicitly."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memvault.errors import InvalidArgument
+
+WRITEBACK_MODES = ("day", "always", "never")
+TOOL_GROUPS = ("memories", "recall", "sessions", "graph")
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One documented setting: its environment name, default and meaning (for README and --help)."""
+
+    env: str
+    default: str
+    help: str
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    root: Path = Path("memories")
+    host: str = "127.0.0.1"
+    port: int = 3000
+    allowed_hosts: tuple[str, ...] = ()
+    tokens_file: Path | None = None
+    max_body_bytes: int = 1024 * 1024
+    max_content_chars: int = 100_000
+    max_reply_chars: int = 20_000
+    ttl_p1_days: float = 90.0
+    ttl_p2_days: float = 30.0
+    capacity: int = 50
+    evict_interval_hours: float = 24.0
+    access_writeback: str = "day"
+    dedupe_window_seconds: float = 300.0
+    watch: bool = True
+    poll_interval_seconds: float = 2.0
+    tools: tuple[str, ...] = TOOL_GROUPS
+    log_level: str = "info"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def token_dir(self, token: str) -> Path:
+        return self.root / token
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> Settings:
+        """Build settings from MEMVAULT_* variables; explicit overrides (CLI flags) win."""
+        values: dict[str, Any] = {}
+        for name, spec in SETTINGS.items():
+            raw = environ.get(spec.env)
+            if raw is None or raw == "":
+                continue
+            values[name] = _parse(name, spec.env, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if self.access_writeback not in WRITEBACK_MODES:
+            raise InvalidArgument(
+                f"MEMVAULT_ACCESS_WRITEBACK must be one of {', '.join(WRITEBACK_MODES)}, "
+                f"not {self.access_writeback!r}."
+            )
+        unknown = [g for g in self.tools if g not in TOOL_GROUPS]
+        if unknown:
+            raise InvalidArgument(
+                f"MEMVAULT_TOOLS has unknown group(s) {', '.join(unknown)}; "
+                f"choose from {', '.join(TOOL_GROUPS)}."
+            )
+        for name in ("max_body_bytes", "max_content_chars", "max_reply_chars", "capacity"):
+            if getattr(self, name) < 1:
+                raise InvalidArgument(f"MEMVAULT_{name.upper()} must be at least 1.")
+        if not 0 < self.port < 65536:
+            raise InvalidArgument("MEMVAULT_PORT must be between 1 and 65535.")
+
+
+SETTINGS: dict[str, Setting] = {
+    "root": Setting("MEMVAULT_ROOT", "./memories", "Folder holding one sub-folder per token."),
+    "host": Setting("MEMVAULT_HOST", "127.0.0.1", "Address to listen on (0.0.0.0 in Docker)."),
+    "port": Setting("MEMVAULT_PORT", "3000", "Port to listen on."),
+    "allowed_hosts": Setting(
+        "MEMVAULT_ALLOWED_HOSTS",
+        "(empty)",
+        "Extra Host header values accepted, comma-separated (e.g. `mybox:3000`, `mybox:*`); "
+        "localhost and 127.0.0.1 on any port are always accepted. `*` turns the check off.",
+    ),
+    "tokens_file": Setting(
+        "MEMVAULT_TOKENS_FILE", "(unset)", "File with one allowed token per line; others are refused."
+    ),
+    "max_body_bytes": Setting("MEMVAULT_MAX_BODY_BYTES", "1048576", "Largest HTTP request body (413 above)."),
+    "max_content_chars": Setting(
+        "MEMVAULT_MAX_CONTENT_CHARS", "100000", "Largest content of one memory, in characters."
+    ),
+    "max_reply_chars": Setting(
+        "MEMVAULT_MAX_REPLY_CHARS", "20000", "Largest tool reply; longer replies say what was left out."
+    ),
+    "ttl_p1_days": Setting("MEMVAULT_TTL_P1_DAYS", "90", "P1 memories not accessed this long are archived."),
+    "ttl_p2_days": Setting("MEMVAULT_TTL_P2_DAYS", "30", "P2 memories not accessed this long are archived."),
+    "capacity": Setting("MEMVAULT_CAPACITY", "50", "Most hot memories per token after a sweep."),
+    "evict_interval_hours": Setting(
+        "MEMVAULT_EVICT_INTERVAL_HOURS", "24", "Least time between two automatic sweeps of one token."
+    ),
+    "access_writeback": Setting(
+        "MEMVAULT_ACCESS_WRITEBACK",
+        "day",
+        "When a read writes `lastAccessedAt` into the file: `day` (once per UTC day), `always`, `never`.",
+    ),
+    "dedupe_window_seconds": Setting(
+        "MEMVAULT_DEDUPE_WINDOW_SECONDS",
+        "300",
+        "The same title and content written again within this window returns the existing file.",
+    ),
+    "watch": Setting("MEMVAULT_WATCH", "true", "Watch the vault for hand edits (false: poll only)."),
+    "poll_interval_seconds": Setting(
+        "MEMVAULT_POLL_INTERVAL_SECONDS", "2", "Rescan interval when the file watcher is unavailable."
+    ),
+    "tools": Setting(
+        "MEMVAULT_TOOLS", "memories,recall,sessions,graph", "Tool groups to offer, comma-separated."
+    ),
+    "log_level": Setting("MEMVAULT_LOG_LEVEL", "info", "debug, info, warning or error."),
+}
+
+_INTS = {"port", "max_body_bytes", "max_content_chars", "max_reply_chars", "capacity"}
+_FLOATS = {"ttl_p1_days", "ttl_p2_days", "evict_interval_hours", "dedupe_window_seconds", "poll_interval_seconds"}
+_BOOLS = {"watch"}
+_LISTS = {"allowed_hosts", "tools"}
+_PATHS = {"root", "tokens_file"}
+
+
+def _parse(name: str, env: str, raw: str) -> Any:
+    try:
+        if name in _INTS:
+            return int(raw)
+        if name in _FLOATS:
+            return float(raw)
+    except ValueError:
+        raise InvalidArgument(f"{env} must be a number, not {raw!r}.") from None
+    if name in _BOOLS:
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise InvalidArgument(f"{env} must be true or false, not {raw!r}.")
+    if name in _LISTS:
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
+    if name in _PATHS:
+        return Path(raw).expanduser()
+    return raw.strip()

@@ -1,0 +1,81 @@
+"""Errors memvault raises on purpose, each with a message an agent can act on.
+
+    MemvaultError
+     ├── NotFound(id)               no such memory (hot or archived)
+     ├── InvalidName(value, why)    a filename argument that is unsafe or malformed
+     ├── InvalidArgument(why)       any other bad argument (empty title, bad priority, ...)
+     ├── TooLarge(what, limit)      content or request over a configured cap
+     ├── Conflict(id)               file holds git conflict markers; a person must resolve it
+     └── TokenRefused(why)          a token not allowed by the allowlist
+
+Messages never hold absolute paths, stack traces or another token. They are mapped to
+tool errors in one place (``tools.py``) and to HTTP responses in one place (``app.py``).
+"""
+
+from __future__ import annotations
+
+
+class MemvaultError(Exception):
+    """Root of all deliberate memvault errors; ``str(err)`` is safe to show a client."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class NotFound(MemvaultError):
+    def __init__(self, id: str, *, archived: bool = False) -> None:
+        self.id = id
+        self.archived = archived
+        if archived:
+            hint = "Call search_archive to find archived memories."
+            super().__init__(f"No archived memory named '{id}'. {hint}")
+        else:
+            hint = "Call list_memory_titles to see the names."
+            super().__init__(f"No memory named '{id}'. {hint}")
+
+
+class InvalidName(MemvaultError):
+    def __init__(self, value: str, why: str) -> None:
+        self.value = value
+        self.why = why
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        super().__init__(
+            f"Invalid filename {shown!r}: {why}. Use a name from list_memory_titles, "
+            "e.g. 'note-one.md' or 'projects/alpha.md'."
+        )
+
+
+class InvalidArgument(MemvaultError):
+    def __init__(self, why: str) -> None:
+        self.why = why
+        super().__init__(why)
+
+
+class TooLarge(MemvaultError):
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        self.what = what
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"{what} is {size:,} characters; the limit is {limit:,}. "
+            "Split it into several smaller memories."
+        )
+
+
+class Conflict(MemvaultError):
+    def __init__(self, id: str) -> None:
+        self.id = id
+        super().__init__(
+            f"'{id}' holds git merge conflict markers (<<<<<<<, =======, >>>>>>>), so the server "
+            "will not write it. Ask the user to resolve the conflict in an editor and commit; "
+            "until then the memory can still be read."
+        )
+
+
+class TokenRefused(MemvaultError):
+    def __init__(self) -> None:
+        super().__init__("This token is not allowed on this server.")

@@ -1,0 +1,510 @@
+"""In-memory search index of one token's memories: inverted postings, BM25 ranking, typo and prefix matching."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from rapidfuzz import fuzz, process
+from rapidfuzz.distance import OSA
+
+__all__ = ["Hit", "Index", "tokenize"]
+
+# --- tokenization ------------------------------------------------------------------------------
+
+# Scripts written without spaces between words; they are indexed as overlapping character bigrams.
+# U+30FB (katakana middle dot) is punctuation and stays out.
+_CJK = (
+    "\u1100-\u11ff\u3005-\u3007\u3040-\u30fa\u30fc-\u30ff\u3130-\u318f\u31f0-\u31ff"
+    "\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
+)
+_TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
+_ASCII_WORD_RE = re.compile(r"[a-z0-9]+")
+_WORD_RE = re.compile(r"[^\W_]+")
+_CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
+
+_VOWELS = frozenset("aeiouy")
+_STEM_CACHE: dict[str, str] = {}
+_STEM_CACHE_MAX = 500_000
+
+
+def _stem_uncached(word: str) -> str:
+    # A deliberately tiny suffix stripper, applied alike to documents and queries, so that
+    # "deploys"/"deployed"/"deploying" meet "deploy"; prefix and typo matching cover the rest.
+    if len(word) <= 4 or not word.isalpha():
+        return word
+    if word.endswith("ies"):
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        return word[:-2]
+    if word.endswith(("xes", "ches", "shes", "zzes")):
+        return word[:-2]
+    if word.endswith("s"):
+        return word if word.endswith(("ss", "us", "is")) else word[:-1]
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix):
+            stem = word[: -len(suffix)]
+            if len(stem) < 4 or not _VOWELS.intersection(stem):
+                return word
+            if stem[-1] == stem[-2] and stem[-1] not in "lsz":  # "stopped" -> "stop"
+                stem = stem[:-1]
+            return stem
+    return word
+
+
+def _stem(word: str) -> str:
+    stem = _STEM_CACHE.get(word)
+    if stem is None:
+        if len(_STEM_CACHE) >= _STEM_CACHE_MAX:
+            _STEM_CACHE.clear()
+        stem = _STEM_CACHE[word] = _stem_uncached(word)
+    return stem
+
+
+def _bigrams(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def tokenize(text: str) -> list[str]:
+    """The index terms of ``text`` in reading order, duplicates kept.
+
+    NFKC + casefold; words are runs of letters/digits (underscore splits), lightly stemmed;
+    CJK runs become overlapping character bigrams (a lone character stays as it is).
+    """
+    if text.isascii():
+        return [_stem(w) for w in _ASCII_WORD_RE.findall(text.lower())]
+    text = unicodedata.normalize("NFKC", text).casefold()
+    out: list[str] = []
+    for match in _TOKEN_RE.finditer(text):
+        cjk, word = match.groups()
+        if cjk is not None:
+            out.extend(_bigrams(cjk))
+        else:
+            out.append(_stem(word))
+    return out
+
+
+def _normalize_title(text: str) -> str:
+    """Words of ``text`` (unstemmed) joined by single spaces, for whole-title similarity."""
+    return " ".join(_WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold()))
+
+
+def _name_text(id: str) -> str:
+    return id[:-3] if id.lower().endswith(".md") else id
+
+
+_STOP_WORDS = frozenset(
+    _stem(w)
+    for w in (
+        "a an and are as at be been but by do does did for from had has have he her his how i if in "
+        "into is it its me my of on or our she so than that the their them then there these they "
+        "this those to us was we were what when where which who why will with would you your"
+    ).split()
+)
+
+
+def _is_cjk_char(ch: str) -> bool:
+    return _CJK_CHAR_RE.match(ch) is not None
+
+
+def _char_mask(term: str) -> int:
+    """A 64-bit set of the characters in ``term``; hash collisions only weaken the filter."""
+    mask = 0
+    for ch in term:
+        o = ord(ch)
+        if 97 <= o <= 122:  # a-z
+            bit = o - 97
+        elif 48 <= o <= 57:  # 0-9
+            bit = o - 48 + 26
+        else:
+            bit = 36 + o % 28
+        mask |= 1 << bit
+    return mask
+
+
+# --- scoring constants -------------------------------------------------------------------------
+
+_K1 = 1.2
+_B = 0.75
+_TITLE_BOOST = 2.5  # added to the body's BM25 term factor (which lies in (0, 2.2))
+_NAME_TAG_BOOST = 1.5
+_PREFIX_WEIGHT = 0.75
+_FUZZY_WEIGHT = {1: 0.6, 2: 0.45}
+_CJK_PARTIAL_WEIGHT = 0.75
+_TITLE_SIMILARITY = 90.0  # whole-title similarity (0-100) that puts a memory first
+_TITLE_POOL = 64  # best-scoring candidates whose titles are compared with the query
+_MIN_PREFIX = 3
+_PREFIX_KEY = 3
+_EXPANSION_CACHE_MAX = 4096
+
+# Low byte of a posting: tf (capped at 31) << 3 | field flags.
+_F_TITLE = 1
+_F_NAME = 2
+_F_TAG = 4
+_TF_MAX = 31
+_DOC_LIMIT = 1 << 24  # doc numbers share a uint32 with the low byte
+
+if array("I").itemsize != 4:  # pragma: no cover - every mainstream platform has 4-byte unsigned int
+    raise ImportError("memvault.index needs a 4-byte array('I')")
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    id: str  # memory id, e.g. "projects/alpha.md"
+    score: float  # higher is better
+    matched_all: bool  # True if every query term matched
+
+
+_FloatArray = npt.NDArray[np.float32]
+
+
+class Index:
+    """Inverted index over title, filename, tags and body of each memory.
+
+    Postings are compact: per term an ``array('I')`` of ``docno << 8 | tf << 3 | fields``, and
+    per document an ``array('Q')`` of ``termid << 8 | low byte`` so it can be removed without
+    its text. The body itself is not kept. Not thread-safe: callers serialise access.
+    """
+
+    def __init__(self) -> None:
+        # documents
+        self._docno: dict[str, int] = {}
+        self._ids_by_no: list[str | None] = []
+        self._free_docnos: list[int] = []
+        self._doc_terms: list[array[int] | None] = []
+        self._titles: list[str] = []  # normalized titles, by docno
+        self._dl: _FloatArray = np.zeros(64, dtype=np.float32)  # body lengths, by docno
+        self._total_len = 0
+        # vocabulary
+        self._termid: dict[str, int] = {}
+        self._terms: list[str] = []  # "" for a freed id
+        self._free_tids: list[int] = []
+        self._postings: list[array[int]] = []
+        self._tlen: npt.NDArray[np.int16] = np.zeros(1024, dtype=np.int16)  # 0 for freed ids
+        self._tmask: npt.NDArray[np.uint64] = np.zeros(1024, dtype=np.uint64)
+        self._by_prefix: dict[str, set[str]] = {}
+        self._cjk_bigrams: dict[str, set[str]] = {}  # CJK char -> bigrams holding it
+        # query-term expansions, valid while the vocabulary is unchanged
+        self._vocab_version = 0
+        self._cache_version = 0
+        self._expansions: dict[str, list[tuple[int, float]]] = {}
+
+    # --- documents -----------------------------------------------------------------------------
+
+    def __contains__(self, id: str) -> bool:
+        return id in self._docno
+
+    def __len__(self) -> int:
+        return len(self._docno)
+
+    def ids(self) -> list[str]:
+        """Ids of all indexed memories, in the order they were first added."""
+        return list(self._docno)
+
+    def upsert(self, id: str, *, title: str, body: str, tags: Sequence[str] = ()) -> None:
+        """Add the memory ``id``, or replace everything indexed for it."""
+        if isinstance(tags, str):
+            raise TypeError("tags must be a sequence of strings, not a string")
+        docno = self._docno.get(id)
+        if docno is None:
+            docno = self._new_docno(id)
+        else:
+            self._drop_doc_terms(docno)
+
+        body_tokens = tokenize(body)
+        counts = Counter(body_tokens)
+        flags: dict[str, int] = {}
+        for term in tokenize(title):
+            flags[term] = _F_TITLE
+        for term in tokenize(_name_text(id)):
+            flags[term] = flags.get(term, 0) | _F_NAME
+        for tag in tags:
+            for term in tokenize(tag):
+                flags[term] = flags.get(term, 0) | _F_TAG
+
+        entries = array("Q")
+        high = docno << 8
+        termid = self._termid
+        postings = self._postings
+        for term in counts.keys() | flags.keys():
+            tid = termid.get(term)
+            if tid is None:
+                tid = self._new_term(term)
+            low = min(counts.get(term, 0), _TF_MAX) << 3 | flags.get(term, 0)
+            postings[tid].append(high | low)
+            entries.append(tid << 8 | low)
+
+        self._doc_terms[docno] = entries
+        self._titles[docno] = _normalize_title(title)
+        self._dl[docno] = len(body_tokens)
+        self._total_len += len(body_tokens)
+
+    def remove(self, id: str) -> None:
+        """Forget the memory ``id``; nothing happens if it is not indexed."""
+        docno = self._docno.pop(id, None)
+        if docno is None:
+            return
+        self._drop_doc_terms(docno)
+        self._ids_by_no[docno] = None
+        self._titles[docno] = ""
+        self._free_docnos.append(docno)
+
+    def _new_docno(self, id: str) -> int:
+        if self._free_docnos:
+            docno = self._free_docnos.pop()
+            self._ids_by_no[docno] = id
+        else:
+            docno = len(self._ids_by_no)
+            if docno >= _DOC_LIMIT:
+                raise OverflowError(f"the index holds at most {_DOC_LIMIT} memories")
+            self._ids_by_no.append(id)
+            self._doc_terms.append(None)
+            self._titles.append("")
+            if docno >= len(self._dl):
+                self._dl = np.concatenate([self._dl, np.zeros(len(self._dl), dtype=np.float32)])
+        self._docno[id] = docno
+        return docno
+
+    def _drop_doc_terms(self, docno: int) -> None:
+        entries = self._doc_terms[docno]
+        if entries is None:
+            return
+        high = docno << 8
+        for entry in entries:
+            tid = entry >> 8
+            plist = self._postings[tid]
+            i = plist.index(high | (entry & 0xFF))
+            last = plist.pop()
+            if i < len(plist):
+                plist[i] = last  # swap-remove: postings are unordered
+            elif not plist:
+                self._free_term(tid)
+        self._doc_terms[docno] = None
+        self._total_len -= int(self._dl[docno])
+        self._dl[docno] = 0
+
+    # --- vocabulary ----------------------------------------------------------------------------
+
+    def _new_term(self, term: str) -> int:
+        if self._free_tids:
+            tid = self._free_tids.pop()
+            self._terms[tid] = term
+        else:
+            tid = len(self._terms)
+            self._terms.append(term)
+            self._postings.append(array("I"))
+            if tid >= len(self._tlen):
+                grow = len(self._tlen)
+                self._tlen = np.concatenate([self._tlen, np.zeros(grow, dtype=np.int16)])
+                self._tmask = np.concatenate([self._tmask, np.zeros(grow, dtype=np.uint64)])
+        self._termid[term] = tid
+        self._tlen[tid] = min(len(term), 32767)
+        self._tmask[tid] = _char_mask(term)
+        if len(term) >= _PREFIX_KEY:
+            self._by_prefix.setdefault(term[:_PREFIX_KEY], set()).add(term)
+        elif len(term) == 2 and _is_cjk_char(term[0]) and _is_cjk_char(term[1]):
+            for ch in set(term):
+                self._cjk_bigrams.setdefault(ch, set()).add(term)
+        self._vocab_version += 1
+        return tid
+
+    def _free_term(self, tid: int) -> None:
+        term = self._terms[tid]
+        del self._termid[term]
+        self._terms[tid] = ""
+        self._tlen[tid] = 0
+        self._tmask[tid] = 0
+        self._free_tids.append(tid)
+        if len(term) >= _PREFIX_KEY:
+            _discard(self._by_prefix, term[:_PREFIX_KEY], term)
+        elif len(term) == 2:
+            for ch in set(term):
+                _discard(self._cjk_bigrams, ch, term)
+        self._vocab_version += 1
+
+    def _expand(self, term: str) -> list[tuple[int, float]]:
+        """Vocabulary terms that count as a match for query term ``term``, with their weights."""
+        if self._cache_version != self._vocab_version or len(self._expansions) >= _EXPANSION_CACHE_MAX:
+            self._expansions.clear()
+            self._cache_version = self._vocab_version
+        cached = self._expansions.get(term)
+        if cached is not None:
+            return cached
+
+        weights: dict[str, float] = {}
+        if len(term) >= _MIN_PREFIX:
+            for other in self._by_prefix.get(term[:_PREFIX_KEY], ()):
+                if other.startswith(term):
+                    weights[other] = _PREFIX_WEIGHT
+        elif len(term) == 1 and _is_cjk_char(term):
+            # A one-character CJK query: the documents only hold bigrams of longer runs.
+            for other in self._cjk_bigrams.get(term, ()):
+                weights[other] = _CJK_PARTIAL_WEIGHT
+        for other, distance in self._typo_variants(term):
+            weights.setdefault(other, _FUZZY_WEIGHT[distance])
+        if term in self._termid:
+            weights[term] = 1.0
+        result = [(self._termid[t], w) for t, w in weights.items()]
+        self._expansions[term] = result
+        return result
+
+    def _typo_variants(self, term: str) -> list[tuple[str, int]]:
+        size = len(term)
+        if size < 4 or size > 64 or not term.isalpha():  # short words and numbers are not fuzzed
+            return []
+        max_distance = 1 if size <= 7 else 2
+        n = len(self._terms)
+        if n == 0:
+            return []
+        # Cheap vectorised filter over the whole vocabulary before rapidfuzz: a term within
+        # distance d differs in length by <= d, and each side lacks <= d of the other's characters.
+        lengths = self._tlen[:n]
+        masks = self._tmask[:n]
+        qmask = np.uint64(_char_mask(term))
+        keep = np.abs(lengths - np.int16(size)) <= max_distance
+        keep &= np.bitwise_count(masks & ~qmask) <= max_distance
+        keep &= np.bitwise_count(~masks & qmask) <= max_distance
+        candidates = [self._terms[tid] for tid in np.flatnonzero(keep).tolist()]
+        # OSA rather than plain Levenshtein: a swap of neighbours ("postgers") is one typo.
+        found = process.extract(
+            term, candidates, scorer=OSA.distance, score_cutoff=max_distance, limit=None
+        )
+        return [(other, int(distance)) for other, distance, _ in found if distance > 0]
+
+    # --- search --------------------------------------------------------------------------------
+
+    def search(self, query: str, *, limit: int | None = None) -> tuple[list[Hit], int]:
+        """Returns (hits ranked best-first, truncated to limit; total number of matching docs).
+
+        Documents matching every query term come first (``matched_all``); only when there are
+        none, documents matching any term, more matched terms first. A query that is nearly a
+        memory's whole title puts that memory first.
+        """
+        terms = list(dict.fromkeys(tokenize(query)))
+        content = [t for t in terms if t not in _STOP_WORDS]
+        if content:
+            terms = content
+        if not terms or not self._docno:
+            return [], 0
+
+        ndocs = len(self._ids_by_no)
+        n_live = len(self._docno)
+        avgdl = max(self._total_len / n_live, 1.0)
+        # BM25 length normalisation per docno, shared by all terms of this query.
+        norm = _K1 * (1.0 - _B + _B * self._dl[:ndocs] / np.float32(avgdl))
+        total = np.zeros(ndocs, dtype=np.float32)
+        matched = np.zeros(ndocs, dtype=np.int16)
+        for term in terms:
+            term_score = self._term_scores(term, ndocs, n_live, norm)
+            if term_score is not None:
+                total += term_score
+                matched += term_score > 0
+
+        nterms = len(terms)
+        any_docs = np.flatnonzero(matched)
+        if any_docs.size == 0:
+            return [], 0
+        all_docs = np.flatnonzero(matched == nterms)
+        if all_docs.size:
+            chosen = all_docs
+            key = total.astype(np.float64)
+        else:
+            chosen = any_docs
+            # More matched terms first, then score: count * (max score + 1) + score.
+            key = matched.astype(np.float64) * (float(total.max()) + 1.0) + total
+
+        near = self._near_titles(query, any_docs, key)
+        near_set = set(near)
+        extra = sum(1 for docno in near if matched[docno] != nterms) if all_docs.size else 0
+        count = int(chosen.size) + extra
+
+        want = count if limit is None else max(0, min(limit, count))
+        ranked = near[:want]
+        rest = want - len(ranked)
+        if rest > 0:
+            ranked += [d for d in _top(chosen, key, rest + len(near)) if d not in near_set][:rest]
+
+        hits = []
+        for docno in ranked:
+            doc_id = self._ids_by_no[docno]
+            assert doc_id is not None
+            hits.append(Hit(doc_id, float(total[docno]), bool(matched[docno] == nterms)))
+        return hits, count
+
+    def _term_scores(
+        self, term: str, ndocs: int, n_live: int, norm: _FloatArray
+    ) -> _FloatArray | None:
+        """Per-docno score of one query term (0 where it does not match), via the postings."""
+        expansion = self._expand(term)
+        if not expansion:
+            return None
+        lists = [self._postings[tid] for tid, _ in expansion]
+        sizes = np.fromiter((len(p) for p in lists), dtype=np.int64, count=len(lists))
+        # idf (BM25, always > 0) times the match-kind weight, repeated over each term's postings.
+        idf = np.log1p((n_live - sizes + 0.5) / (sizes + 0.5))
+        weight = np.fromiter((w for _, w in expansion), dtype=np.float64, count=len(expansion))
+        factor = np.repeat((idf * weight).astype(np.float32), sizes)
+        # concatenate copies, so no numpy view keeps exporting an array('I') buffer (which would
+        # stop the array from growing later).
+        packed = np.concatenate([np.frombuffer(p, dtype=np.uint32) for p in lists])
+        docs = packed >> 8
+        tf = ((packed >> 3) & _TF_MAX).astype(np.float32)
+        fields = packed & 7
+        score = tf * np.float32(_K1 + 1.0) / (tf + norm[docs])
+        score += np.where(fields & _F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
+        score += np.where(fields & (_F_NAME | _F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
+        score *= factor
+        term_score = np.zeros(ndocs, dtype=np.float32)
+        if len(lists) == 1:
+            term_score[docs] = score  # docnos are unique within one postings list
+        else:
+            np.maximum.at(term_score, docs, score)  # best way this doc matches the term
+        return term_score
+
+    def _near_titles(
+        self, query: str, candidates: npt.NDArray[np.intp], key: npt.NDArray[np.float64]
+    ) -> list[int]:
+        """Docnos among the best candidates whose whole title is nearly the query, best first."""
+        wanted = _normalize_title(query)
+        if not wanted:
+            return []
+        scored = []
+        for docno in _top(candidates, key, _TITLE_POOL):
+            title = self._titles[docno]
+            if not title:
+                continue
+            similarity = max(fuzz.ratio(wanted, title), fuzz.token_sort_ratio(wanted, title))
+            if similarity >= _TITLE_SIMILARITY:
+                scored.append((-similarity, -float(key[docno]), docno))
+        scored.sort()
+        return [docno for _, _, docno in scored]
+
+
+def _top(docs: npt.NDArray[np.intp], key: npt.NDArray[np.float64], k: int) -> list[int]:
+    """The ``k`` docnos of ``docs`` with the highest ``key``, best first (ties: lower docno)."""
+    if k <= 0 or docs.size == 0:
+        return []
+    values = key[docs]
+    if k < docs.size:
+        part = np.argpartition(-values, k - 1)[:k]
+        docs, values = docs[part], values[part]
+    order = np.lexsort((docs, -values))
+    result: list[int] = docs[order].tolist()
+    return result
+
+
+def _discard(buckets: dict[str, set[str]], key: str, term: str) -> None:
+    bucket = buckets.get(key)
+    if bucket is not None:
+        bucket.discard(term)
+        if not bucket:
+            del buckets[key]
+

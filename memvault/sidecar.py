@@ -1,0 +1,382 @@
+"""The per-token SQLite sidecar: access statistics, small state, the file-stat cache and search counts."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+
+logger = logging.getLogger(__name__)
+
+SIDECAR_DIR = ".memvault"
+DB_NAME = "sidecar.sqlite3"
+GITIGNORE_TEXT = "*\n"
+BUSY_TIMEOUT_MS = 5000
+
+# Schema migrations, applied in order; migration i (0-based) brings user_version to i + 1.
+# Each migration is a sequence of statements run in one BEGIN IMMEDIATE transaction together
+# with the user_version bump. Never edit a shipped migration: append a new one.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: access statistics, key/value state, file-stat cache, search counters.
+    (
+        """CREATE TABLE IF NOT EXISTS access (
+            id TEXT PRIMARY KEY,
+            last_access TEXT NOT NULL,
+            access_count INT NOT NULL DEFAULT 0,
+            hit_count INT NOT NULL DEFAULT 0
+        ) WITHOUT ROWID""",
+        "CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+        """CREATE TABLE IF NOT EXISTS file_stat (
+            id TEXT PRIMARY KEY,
+            mtime_ns INT NOT NULL,
+            size INT NOT NULL,
+            hash TEXT NOT NULL
+        ) WITHOUT ROWID""",
+        """CREATE TABLE IF NOT EXISTS search_stats (
+            one INT PRIMARY KEY CHECK (one = 1),
+            searches INT NOT NULL,
+            misses INT NOT NULL
+        )""",
+        "INSERT OR IGNORE INTO search_stats (one, searches, misses) VALUES (1, 0, 0)",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+# SQLite primary result codes that mean "this file is not a usable database". Anything else
+# (locked, busy, cannot open, read-only) is an environment problem and must not cost the
+# user their sidecar, so it is raised as it is.
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+_CORRUPT_CODES = frozenset({_SQLITE_CORRUPT, _SQLITE_NOTADB})
+
+# Keep well below SQLite's host-parameter limit (999 on builds before 3.32).
+_CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class FileStat:
+    """What the index last saw of one file, so a restart re-parses only what changed."""
+
+    id: str
+    mtime_ns: int
+    size: int
+    hash: str
+
+
+def sidecar_path(token_dir: Path) -> Path:
+    """Where the sidecar database of a token folder lives (whether or not it exists yet)."""
+    return token_dir / SIDECAR_DIR / DB_NAME
+
+
+def format_time(at: datetime) -> str:
+    """An aware datetime as UTC ISO-8601 with milliseconds and ``Z``; sorts as text in time order."""
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError("sidecar times must be timezone-aware")
+    return at.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def parse_time(text: str) -> datetime:
+    """The inverse of :func:`format_time`: an aware UTC datetime."""
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and (code & 0xFF) in _CORRUPT_CODES
+
+
+def _check_ids(ids: Sequence[str]) -> None:
+    # A str is a Sequence[str]: record_access("a.md") would otherwise count 'a', '.', 'm', 'd'.
+    if isinstance(ids, str):
+        raise TypeError("pass a sequence of ids, not a single string")
+
+
+def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
+def _write_gitignore(folder: Path) -> None:
+    """Write ``.memvault/.gitignore`` with ``*`` atomically, unless one is already there."""
+    target = folder / ".gitignore"
+    if target.exists():
+        return
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(GITIGNORE_TEXT)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _move_aside(db: Path) -> Path:
+    """Rename a corrupt database (and its WAL/SHM/journal files) to ``<name>.corrupt-<time>``."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = db.with_name(f"{db.name}.corrupt-{stamp}")
+    n = 1
+    while base.exists():
+        n += 1
+        base = db.with_name(f"{db.name}.corrupt-{stamp}-{n}")
+    os.replace(db, base)
+    for suffix in ("-wal", "-shm", "-journal"):
+        extra = db.with_name(db.name + suffix)
+        if extra.exists():
+            os.replace(extra, base.with_name(base.name + suffix))
+    return base
+
+
+def _connect(db: Path) -> sqlite3.Connection:
+    """Open, configure and migrate the database; close the connection again on any failure."""
+    # isolation_level=None: the sqlite3 module starts no transactions of its own; every write
+    # below opens BEGIN IMMEDIATE itself, so a writer takes the lock up front instead of failing
+    # on upgrade from a read lock (which busy_timeout cannot retry).
+    conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            logger.warning("sidecar %s: journal_mode is %s, not WAL; concurrent use will be slower", db, mode)
+        conn.execute("PRAGMA synchronous = NORMAL")
+        _migrate(conn, db)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection, db: Path) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version >= SCHEMA_VERSION:
+        if version > SCHEMA_VERSION:
+            # A newer memvault wrote this file. Its extra tables are additive, so keep going.
+            logger.warning("sidecar %s: schema version %d is newer than %d", db, version, SCHEMA_VERSION)
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Read again under the write lock: another process may have migrated meanwhile.
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        for number in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[number - 1]:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+class Sidecar:
+    """One token's sidecar database: a single connection, used by one thread at a time.
+
+    Thread-safe: every call takes the instance lock, so worker threads can share one
+    instance. Other processes may open the same file; WAL and the busy timeout let them
+    take turns.
+    """
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, token_dir: Path) -> Sidecar:
+        """Open (creating if needed) the sidecar of ``token_dir`` and bring its schema up to date.
+
+        Creates ``token_dir/.memvault/`` with a ``.gitignore`` of ``*``. A database file that
+        SQLite reports as corrupt or not a database is moved aside and replaced by a fresh one:
+        everything in it is derived from the markdown files.
+        """
+        folder = token_dir / SIDECAR_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        _write_gitignore(folder)
+        db = folder / DB_NAME
+        try:
+            conn = _connect(db)
+        except sqlite3.DatabaseError as exc:
+            if not _is_corruption(exc):
+                raise
+            moved = _move_aside(db)
+            logger.warning(
+                "sidecar %s is unreadable (%s); moved it to %s and started fresh", db, exc, moved.name
+            )
+            conn = _connect(db)
+        return cls(db, conn)
+
+    def close(self) -> None:
+        """Close the connection; further calls fail. Closing twice is harmless."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._conn.execute("PRAGMA optimize")
+            except sqlite3.Error:
+                pass  # only a planner hint; never keep the connection open over it
+            finally:
+                self._conn.close()
+
+    def __enter__(self) -> Sidecar:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("sidecar is closed")
+            yield self._conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One short BEGIN IMMEDIATE transaction; rolled back if the body raises."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("sidecar is closed")
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    # -- access statistics ---------------------------------------------------------------
+
+    def record_access(self, ids: Sequence[str], at: datetime, *, hit: bool = True) -> None:
+        """Count one access of each id at ``at``; last access only ever moves forward."""
+        _check_ids(ids)
+        if not ids:
+            return
+        stamp = format_time(at)
+        hits = 1 if hit else 0
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT INTO access (id, last_access, access_count, hit_count) VALUES (?, ?, 1, ?) "
+                "ON CONFLICT (id) DO UPDATE SET "
+                "last_access = max(access.last_access, excluded.last_access), "
+                "access_count = access.access_count + 1, "
+                "hit_count = access.hit_count + excluded.hit_count",
+                [(id_, stamp, hits) for id_ in ids],
+            )
+
+    def last_access(self, ids: Sequence[str] | None = None) -> dict[str, datetime]:
+        """Last recorded access per id; ids never accessed are absent. ``None`` means all."""
+        if ids is None:
+            with self._read() as conn:
+                rows = conn.execute("SELECT id, last_access FROM access").fetchall()
+        else:
+            _check_ids(ids)
+            rows = []
+            with self._read() as conn:
+                for chunk in _chunks(ids):
+                    marks = ",".join("?" * len(chunk))
+                    rows += conn.execute(
+                        f"SELECT id, last_access FROM access WHERE id IN ({marks})", tuple(chunk)
+                    ).fetchall()
+        return {id_: parse_time(text) for id_, text in rows}
+
+    def access_counts(self) -> dict[str, tuple[int, int]]:
+        """``id -> (access_count, hit_count)`` for every id with recorded access."""
+        with self._read() as conn:
+            rows = conn.execute("SELECT id, access_count, hit_count FROM access").fetchall()
+        return {id_: (count, hits) for id_, count, hits in rows}
+
+    def rename_access(self, old_id: str, new_id: str) -> None:
+        """Move the statistics of a memory that moved (archive/restore) to its new id.
+
+        Any stale record already under ``new_id`` is dropped: the moved memory brings its own
+        history. If ``old_id`` has none, ``new_id`` ends up with none.
+        """
+        if old_id == new_id:
+            return
+        with self._write() as conn:
+            conn.execute("DELETE FROM access WHERE id = ?", (new_id,))
+            conn.execute("UPDATE access SET id = ? WHERE id = ?", (new_id, old_id))
+
+    def forget(self, ids: Sequence[str]) -> None:
+        """Drop access statistics and file stats of deleted memories."""
+        _check_ids(ids)
+        if not ids:
+            return
+        params = [(id_,) for id_ in ids]
+        with self._write() as conn:
+            conn.executemany("DELETE FROM access WHERE id = ?", params)
+            conn.executemany("DELETE FROM file_stat WHERE id = ?", params)
+
+    # -- key/value state -----------------------------------------------------------------
+
+    def get_state(self, key: str) -> str | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_state(self, key: str, value: str) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO state (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    # -- file-stat cache -----------------------------------------------------------------
+
+    def file_stats(self) -> dict[str, FileStat]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT id, mtime_ns, size, hash FROM file_stat").fetchall()
+        return {row[0]: FileStat(*row) for row in rows}
+
+    def put_file_stats(self, stats: Sequence[FileStat]) -> None:
+        """Insert or replace the given file stats in one transaction."""
+        if not stats:
+            return
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT INTO file_stat (id, mtime_ns, size, hash) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET "
+                "mtime_ns = excluded.mtime_ns, size = excluded.size, hash = excluded.hash",
+                [(s.id, s.mtime_ns, s.size, s.hash) for s in stats],
+            )
+
+    def delete_file_stats(self, ids: Sequence[str]) -> None:
+        _check_ids(ids)
+        if not ids:
+            return
+        with self._write() as conn:
+            conn.executemany("DELETE FROM file_stat WHERE id = ?", [(id_,) for id_ in ids])
+
+    # -- search statistics ---------------------------------------------------------------
+
+    def record_search(self, found: bool) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE search_stats SET searches = searches + 1, misses = misses + ? WHERE one = 1",
+                (0 if found else 1,),
+            )
+
+    def search_counts(self) -> tuple[int, int]:
+        """``(total searches, searches that found nothing)``."""
+        with self._read() as conn:
+            row = conn.execute("SELECT searches, misses FROM search_stats WHERE one = 1").fetchone()
+        return (0, 0) if row is None else (int(row[0]), int(row[1]))

@@ -1,0 +1,643 @@
+"""Loaded tokens and the memory operations the tools and the CLI share: locks, index, access, eviction."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+from filelock import FileLock
+
+from memvault import eviction
+from memvault.config import Settings
+from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound, TooLarge
+from memvault.index import Hit, Index
+from memvault.sidecar import Sidecar
+from memvault.vault import (
+    ARCHIVE,
+    PRIORITIES,
+    STATE_DIR,
+    Memory,
+    Vault,
+    check_id,
+    clean_tags,
+    is_memory_path,
+    parse_memory,
+    utcnow,
+    valid_token,
+)
+
+log = logging.getLogger("memvault")
+
+Clock = Callable[[], datetime]
+MAX_TITLE_CHARS = 200
+LAST_EVICTION = "last_eviction"
+
+
+@dataclass
+class Area:
+    """The memories of one folder (hot or archive) and their search index."""
+
+    memories: dict[str, Memory] = field(default_factory=dict)
+    index: Index = field(default_factory=Index)
+
+    def put(self, memory: Memory) -> None:
+        self.memories[memory.id] = memory
+        self.index.upsert(memory.id, title=memory.title, body=memory.content, tags=memory.tags)
+
+    def drop(self, id: str) -> Memory | None:
+        self.index.remove(id)
+        return self.memories.pop(id, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Evicted:
+    id: str
+    reason: str
+    archived_as: str | None  # None on a dry run
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    memories: list[Memory]
+    total: int
+    matched_all: bool
+    missing: tuple[str, ...] = ()  # names asked for by filenames= that do not exist
+
+
+class TokenState:
+    """Everything memvault holds for one token. ``mem_lock`` guards the dicts and indexes."""
+
+    def __init__(self, token: str, settings: Settings) -> None:
+        self.token = token
+        self.vault = Vault(settings.token_dir(token))
+        self.hot = Area()
+        self.archive = Area()
+        self.lock = asyncio.Lock()  # serialises this token's mutations within the process
+        self.mem_lock = threading.Lock()
+        self.sidecar: Sidecar | None = None
+        self.loaded = False
+        self.load_lock = asyncio.Lock()
+        self.recent_writes: dict[str, tuple[str, datetime]] = {}
+        self.evicting = False
+
+    @property
+    def dir(self) -> Path:
+        return self.vault.dir
+
+    def file_lock(self) -> FileLock:
+        """Cross-process lock (CLI and server, or two servers); creates the token folder."""
+        self.ensure_sidecar()
+        return FileLock(str(self.dir / STATE_DIR / "lock"), timeout=30)
+
+    def ensure_sidecar(self) -> Sidecar:
+        if self.sidecar is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.sidecar = Sidecar.open(self.dir)
+        return self.sidecar
+
+    def area(self, archived: bool) -> Area:
+        return self.archive if archived else self.hot
+
+
+class Store:
+    """The tokens this process has loaded, and the operations on their memories."""
+
+    def __init__(self, settings: Settings, *, clock: Clock = utcnow) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.tokens: dict[str, TokenState] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self.limits = eviction.Limits(
+            ttl_p1_days=settings.ttl_p1_days, ttl_p2_days=settings.ttl_p2_days, capacity=settings.capacity
+        )
+
+    # ------------------------------------------------------------------ loading
+
+    async def state(self, token: str) -> TokenState:
+        if not valid_token(token):
+            raise InvalidName(token, "not a valid token")
+        state = self.tokens.get(token)
+        if state is None:
+            state = self.tokens.setdefault(token, TokenState(token, self.settings))
+        if not state.loaded:
+            async with state.load_lock:
+                if not state.loaded:
+                    await anyio.to_thread.run_sync(self._load, state)
+        return state
+
+    def _load(self, state: TokenState) -> None:
+        hot, archive = Area(), Area()
+        if state.dir.is_dir():
+            state.ensure_sidecar()
+            for id, archived, st in state.vault.scan():
+                memory = self._parse_file(state, id, archived)
+                if memory is not None:
+                    (archive if archived else hot).put(memory)
+        with state.mem_lock:
+            state.hot, state.archive = hot, archive
+            state.loaded = True
+        problems = [m.id for m in hot.memories.values() if m.problem]
+        if problems:
+            log.warning("token %s: %d file(s) with broken frontmatter, indexed as text", "*", len(problems))
+
+    def _parse_file(self, state: TokenState, id: str, archived: bool) -> Memory | None:
+        path = state.vault.area(archived) / id
+        try:
+            with open(path, "rb") as handle:
+                st = os.fstat(handle.fileno())
+                raw = handle.read()
+        except OSError:
+            return None
+        return parse_memory(raw, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size)
+
+    # ------------------------------------------------------------------ reading
+
+    async def list_hot(self, token: str) -> list[tuple[Memory, datetime | None]]:
+        state = await self.state(token)
+        memories = await anyio.to_thread.run_sync(self._snapshot, state)
+        result = [(m, self._last_access(state, m, stats)) for m, stats in memories]
+        self._maybe_sweep(state)
+        return result
+
+    def _snapshot(self, state: TokenState) -> list[tuple[Memory, datetime | None]]:
+        with state.mem_lock:
+            memories = sorted(state.hot.memories.values(), key=lambda m: m.id)
+        recorded = state.sidecar.last_access() if state.sidecar else {}
+        return [(m, recorded.get(m.id)) for m in memories]
+
+    @staticmethod
+    def _last_access(state: TokenState, memory: Memory, recorded: datetime | None) -> datetime | None:
+        times = [t for t in (recorded, memory.last_accessed_at) if t is not None]
+        return max(times) if times else (memory.updated_at or memory.created_at)
+
+    async def find(
+        self,
+        token: str,
+        *,
+        query: str | None = None,
+        filenames: Sequence[str] | None = None,
+        limit: int | None = None,
+        archived: bool = False,
+    ) -> Found:
+        """Search (or fetch by name, or list) memories; reading hot ones counts as access."""
+        if limit is not None and limit < 1:
+            raise InvalidArgument("limit must be at least 1.")
+        state = await self.state(token)
+        if filenames:
+            ids = [check_id(name) for name in filenames]
+            found = await anyio.to_thread.run_sync(self._by_ids, state, ids, archived)
+        elif query is not None and query.strip():
+            found = await anyio.to_thread.run_sync(self._search, state, query, limit, archived)
+        else:
+            found = await anyio.to_thread.run_sync(self._all, state, limit, archived)
+        return found
+
+    def _by_ids(self, state: TokenState, ids: list[str], archived: bool) -> Found:
+        area = state.area(archived)
+        out: list[Memory] = []
+        missing: list[str] = []
+        for id in dict.fromkeys(ids):
+            state.vault.path_of(id, archived=archived)  # validates links and archive escapes
+            memory = self._fresh(state, area, id, archived)
+            if memory is None:
+                missing.append(id)
+            else:
+                out.append(memory)
+        if missing and not out:
+            raise NotFound(missing[0], archived=archived)
+        return Found(out, len(out), True, tuple(missing))
+
+    def _fresh(self, state: TokenState, area: Area, id: str, archived: bool) -> Memory | None:
+        """The memory as it is on disk now (the watcher may not have caught up yet)."""
+        path = state.vault.area(archived) / id
+        try:
+            st = path.stat()
+        except OSError:
+            with state.mem_lock:
+                area.drop(id)
+            return None
+        with state.mem_lock:
+            known = area.memories.get(id)
+        if known is not None and known.mtime_ns == st.st_mtime_ns and known.size == st.st_size:
+            return known
+        memory = self._parse_file(state, id, archived)
+        with state.mem_lock:
+            if memory is None:
+                area.drop(id)
+            else:
+                area.put(memory)
+        return memory
+
+    def _search(self, state: TokenState, query: str, limit: int | None, archived: bool) -> Found:
+        area = state.area(archived)
+        with state.mem_lock:
+            hits, total = area.index.search(query, limit=limit or 10)
+        memories = [m for m in (self._fresh(state, area, h.id, archived) for h in hits) if m is not None]
+        matched_all = bool(hits) and all(h.matched_all for h in hits)
+        if state.sidecar is not None and not archived:
+            state.sidecar.record_search(found=bool(hits))
+        return Found(memories, total, matched_all)
+
+    def _all(self, state: TokenState, limit: int | None, archived: bool) -> Found:
+        area = state.area(archived)
+        with state.mem_lock:
+            memories = list(area.memories.values())
+        order = {p: i for i, p in enumerate(PRIORITIES)}
+        memories.sort(key=lambda m: (order.get(m.priority, 2), -(m.updated_at or m.created_at or _EPOCH).timestamp()))
+        total = len(memories)
+        return Found(memories[:limit] if limit else memories, total, True)
+
+    async def touch(self, token: str, memories: Sequence[Memory], *, hit: bool = True) -> None:
+        """Record access to hot memories: always in the sidecar, in the file per the writeback policy."""
+        state = await self.state(token)
+        hot = [m for m in memories if not m.archived]
+        if not hot or not state.dir.is_dir():
+            return
+        now = self.clock()
+        await anyio.to_thread.run_sync(lambda: state.ensure_sidecar().record_access([m.id for m in hot], now, hit=hit))
+        due = [m for m in hot if self._needs_file_write(m, now)]
+        if due:
+            async with state.lock:
+                await anyio.to_thread.run_sync(self._write_access, state, due, now)
+        self._maybe_sweep(state)
+
+    def _needs_file_write(self, memory: Memory, now: datetime) -> bool:
+        if memory.conflicted or memory.problem is not None:
+            return False
+        if not memory.has_frontmatter:
+            return True  # legacy file: migrated once, on first access
+        mode = self.settings.access_writeback
+        if mode == "never":
+            return False
+        if mode == "always":
+            return True
+        last = memory.last_accessed_at
+        return last is None or last.date() != now.date()
+
+    def _write_access(self, state: TokenState, memories: Sequence[Memory], now: datetime) -> None:
+        with state.file_lock():
+            for memory in memories:
+                fields: dict[str, Any] = {}
+                if self.settings.access_writeback != "never":
+                    fields["lastAccessedAt"] = now
+                if not memory.has_frontmatter:
+                    fields = {
+                        "priority": memory.priority,
+                        "createdAt": memory.created_at or now,
+                        "updatedAt": memory.updated_at or memory.created_at or now,
+                        **fields,
+                    }
+                try:
+                    updated = state.vault.update(memory.id, fields, expect_hash=memory.hash)
+                except (NotFound, Conflict, InvalidArgument, InvalidName):
+                    continue  # changed or removed under us; the watcher will catch up
+                with state.mem_lock:
+                    state.hot.put(updated)
+
+    # ------------------------------------------------------------------ writing
+
+    async def write(
+        self,
+        token: str,
+        *,
+        title: str,
+        content: str,
+        priority: str | None = None,
+        tags: Sequence[str] | None = None,
+        importance: float | None = None,
+    ) -> tuple[Memory, bool]:
+        """Create a memory. Returns (memory, True) when an identical recent write was reused."""
+        title = self._check_title(title)
+        content = self._check_content(content)
+        prio = self._check_priority(priority) or "P2"
+        tag_tuple = clean_tags(tags)
+        self._check_importance(importance)
+        state = await self.state(token)
+        async with state.lock:
+            return await anyio.to_thread.run_sync(
+                self._write_sync, state, title, content, prio, tag_tuple, importance
+            )
+
+    def _write_sync(
+        self,
+        state: TokenState,
+        title: str,
+        content: str,
+        priority: str,
+        tags: tuple[str, ...],
+        importance: float | None,
+    ) -> tuple[Memory, bool]:
+        now = self.clock()
+        key = hashlib.blake2b(f"{title}\x00{content.strip()}".encode(), digest_size=16).hexdigest()
+        with state.file_lock():
+            recent = state.recent_writes.get(key)
+            if recent is not None and now - recent[1] <= timedelta(seconds=self.settings.dedupe_window_seconds):
+                existing = self._fresh(state, state.hot, recent[0], False)
+                if existing is not None and existing.title == title and existing.content == content.strip():
+                    return existing, True
+            fields: dict[str, Any] = {
+                "priority": priority,
+                "createdAt": now,
+                "updatedAt": now,
+                "lastAccessedAt": now,
+                "tags": list(tags),
+                "importance": importance,
+            }
+            memory = state.vault.create(title, content, fields)
+            with state.mem_lock:
+                state.hot.put(memory)
+            state.recent_writes = {
+                k: v for k, v in state.recent_writes.items()
+                if now - v[1] <= timedelta(seconds=self.settings.dedupe_window_seconds)
+            }
+            state.recent_writes[key] = (memory.id, now)
+            state.ensure_sidecar().record_access([memory.id], now, hit=False)
+        return memory, False
+
+    async def update(
+        self,
+        token: str,
+        filename: str,
+        *,
+        title: str | None = None,
+        content: str | None = None,
+        priority: str | None = None,
+        tags: Sequence[str] | None = None,
+        importance: float | None = None,
+    ) -> Memory:
+        id = check_id(filename)
+        if title is not None:
+            title = self._check_title(title)
+        if content is not None:
+            content = self._check_content(content)
+        prio = self._check_priority(priority)
+        self._check_importance(importance)
+        fields: dict[str, Any] = {}
+        if prio is not None:
+            fields["priority"] = prio
+        if tags is not None:
+            fields["tags"] = list(clean_tags(tags))
+        if importance is not None:
+            fields["importance"] = importance
+        state = await self.state(token)
+        async with state.lock:
+            return await anyio.to_thread.run_sync(self._update_sync, state, id, fields, title, content)
+
+    def _update_sync(
+        self, state: TokenState, id: str, fields: dict[str, Any], title: str | None, content: str | None
+    ) -> Memory:
+        state.vault.path_of(id)
+        if not (state.vault.dir / id).is_file():
+            raise NotFound(id)
+        now = self.clock()
+        with state.file_lock():
+            current = state.vault.read(id)
+            if current.conflicted:
+                raise Conflict(id)
+            fields = {**fields, "updatedAt": now, "lastAccessedAt": now}
+            if not current.has_frontmatter:
+                fields = {"priority": current.priority, "createdAt": current.created_at or now, **fields}
+            memory = state.vault.update(id, fields, title=title, content=content)
+            with state.mem_lock:
+                state.hot.put(memory)
+            state.ensure_sidecar().record_access([id], now, hit=False)
+        return memory
+
+    async def delete(self, token: str, filename: str) -> str:
+        id = check_id(filename)
+        state = await self.state(token)
+        async with state.lock:
+            return await anyio.to_thread.run_sync(self._delete_sync, state, id)
+
+    def _delete_sync(self, state: TokenState, id: str) -> str:
+        state.vault.path_of(id)
+        if not (state.vault.dir / id).is_file():
+            raise NotFound(id)
+        with state.file_lock():
+            current = state.vault.read(id)
+            if current.conflicted:
+                raise Conflict(id)
+            state.vault.delete(id)
+            with state.mem_lock:
+                state.hot.drop(id)
+            state.ensure_sidecar().forget([id])
+        return id
+
+    async def restore(self, token: str, filename: str) -> str:
+        id = check_id(filename)
+        state = await self.state(token)
+        async with state.lock:
+            return await anyio.to_thread.run_sync(self._restore_sync, state, id)
+
+    def _restore_sync(self, state: TokenState, id: str) -> str:
+        state.vault.path_of(id, archived=True)
+        if not (state.vault.archive_dir / id).is_file():
+            raise NotFound(id, archived=True)
+        now = self.clock()
+        with state.file_lock():
+            new_id = state.vault.move(id, to_archive=False)
+            memory = self._parse_file(state, new_id, False)
+            with state.mem_lock:
+                state.archive.drop(id)
+                if memory is not None:
+                    state.hot.put(memory)
+            sidecar = state.ensure_sidecar()
+            sidecar.rename_access(f"{ARCHIVE}/{id}", new_id)
+            # Restoring is an access: without it the next sweep would archive it again at once.
+            sidecar.record_access([new_id], now, hit=False)
+        return new_id
+
+    # ------------------------------------------------------------------ eviction
+
+    async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
+        state = await self.state(token)
+        if not state.dir.is_dir():
+            return []
+        async with state.lock:
+            return await anyio.to_thread.run_sync(self._evict_sync, state, dry_run)
+
+    def _evict_sync(self, state: TokenState, dry_run: bool) -> list[Evicted]:
+        now = self.clock()
+        with state.file_lock():
+            sidecar = state.ensure_sidecar()
+            recorded = sidecar.last_access()
+            with state.mem_lock:
+                memories = list(state.hot.memories.values())
+            candidates = [
+                eviction.Candidate(
+                    id=m.id,
+                    priority=m.priority,
+                    last_access=self._last_access(state, m, recorded.get(m.id)) or now,
+                    importance=m.importance,
+                    pinned=m.conflicted,
+                )
+                for m in memories
+            ]
+            plan = eviction.plan(candidates, now, self.limits)
+            if dry_run:
+                return [Evicted(e.id, e.reason, None) for e in plan]
+            done: list[Evicted] = []
+            for item in plan:
+                try:
+                    new_id = state.vault.move(item.id, to_archive=True)
+                except (NotFound, InvalidName, OSError) as exc:
+                    log.warning("eviction skipped a memory: %s", type(exc).__name__)
+                    continue
+                archived = self._parse_file(state, new_id, True)
+                with state.mem_lock:
+                    state.hot.drop(item.id)
+                    if archived is not None:
+                        state.archive.put(archived)
+                sidecar.rename_access(item.id, f"{ARCHIVE}/{new_id}")
+                done.append(Evicted(item.id, item.reason, new_id))
+            sidecar.set_state(LAST_EVICTION, now.isoformat())
+            return done
+
+    def _maybe_sweep(self, state: TokenState) -> None:
+        """Lazy eviction: after a read, at most once per interval, in the background."""
+        if state.evicting or state.sidecar is None:
+            return
+        raw = state.sidecar.get_state(LAST_EVICTION)
+        last = datetime.fromisoformat(raw) if raw else None
+        if not eviction.sweep_due(last, self.clock(), self.settings.evict_interval_hours):
+            return
+        state.evicting = True
+
+        async def sweep() -> None:
+            try:
+                evicted = await self.evict(state.token)
+                if evicted:
+                    log.info("archived %d stale memories", len(evicted))
+            except Exception:
+                log.exception("background eviction failed")
+            finally:
+                state.evicting = False
+
+        task = asyncio.get_running_loop().create_task(sweep())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def idle(self) -> None:
+        """Wait for background work (eviction sweeps) to finish; used by tests and shutdown."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # ------------------------------------------------------------------ outside changes
+
+    def apply_changes(self, token: str, paths: Iterable[Path], rescan: bool) -> int:
+        """Bring a loaded token in line with files changed outside the server (worker thread).
+
+        Returns how many memories changed. Our own writes are recognised by mtime and size and
+        cost a stat each.
+        """
+        state = self.tokens.get(token)
+        if state is None or not state.loaded:
+            return 0
+        if rescan:
+            return self._rescan(state)
+        changed = 0
+        for path in paths:
+            located = self._locate(state, path)
+            if located is None:
+                continue
+            id, archived = located
+            area = state.area(archived)
+            with state.mem_lock:
+                before = area.memories.get(id)
+            after = self._fresh(state, area, id, archived)
+            if before is not after:
+                changed += 1
+        return changed
+
+    def _locate(self, state: TokenState, path: Path) -> tuple[str, bool] | None:
+        try:
+            rel = path.relative_to(state.dir)
+        except ValueError:
+            return None
+        parts = rel.parts
+        archived = bool(parts) and parts[0] == ARCHIVE
+        if archived:
+            parts = parts[1:]
+        if not is_memory_path(parts):
+            return None
+        return "/".join(parts), archived
+
+    def _rescan(self, state: TokenState) -> int:
+        seen: set[tuple[str, bool]] = set()
+        changed = 0
+        for id, archived, st in state.vault.scan():
+            seen.add((id, archived))
+            area = state.area(archived)
+            with state.mem_lock:
+                known = area.memories.get(id)
+            if known is not None and known.mtime_ns == st.st_mtime_ns and known.size == st.st_size:
+                continue
+            memory = self._parse_file(state, id, archived)
+            if memory is not None:
+                with state.mem_lock:
+                    area.put(memory)
+                changed += 1
+        for archived in (False, True):
+            area = state.area(archived)
+            with state.mem_lock:
+                gone = [id for id in area.memories if (id, archived) not in seen]
+                for id in gone:
+                    area.drop(id)
+            changed += len(gone)
+        return changed
+
+    # ------------------------------------------------------------------ checks
+
+    def _check_title(self, title: str) -> str:
+        title = (title or "").strip()
+        if not title:
+            raise InvalidArgument("title is empty; give the memory a short title.")
+        if "\n" in title or "\r" in title:
+            raise InvalidArgument("title must be one line; put details in content.")
+        if len(title) > MAX_TITLE_CHARS:
+            raise TooLarge("title", len(title), MAX_TITLE_CHARS)
+        return title
+
+    def _check_content(self, content: str) -> str:
+        if content is None or not content.strip():
+            raise InvalidArgument("content is empty; say what the memory should hold.")
+        if len(content) > self.settings.max_content_chars:
+            raise TooLarge("content", len(content), self.settings.max_content_chars)
+        return content
+
+    @staticmethod
+    def _check_priority(priority: str | None) -> str | None:
+        if priority is None:
+            return None
+        value = priority.strip().upper()
+        if value not in PRIORITIES:
+            raise InvalidArgument(
+                f"priority must be P0 (permanent), P1 (90 days) or P2 (30 days), not {priority!r}."
+            )
+        return value
+
+    @staticmethod
+    def _check_importance(importance: float | None) -> None:
+        if importance is not None and not 0.0 <= importance <= 1.0:
+            raise InvalidArgument("importance must be between 0 and 1.")
+
+    async def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*list(self._background), return_exceptions=True)
+        for state in self.tokens.values():
+            if state.sidecar is not None:
+                state.sidecar.close()
+                state.sidecar = None
+
+
+_EPOCH = datetime.fromtimestamp(0, UTC)

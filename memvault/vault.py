@@ -1,0 +1,651 @@
+"""The markdown files: parse and render memories, safe names, atomic writes, archive moves."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import tempfile
+import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import frontmatter
+import yaml
+
+from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound
+
+PRIORITIES = ("P0", "P1", "P2")
+DEFAULT_PRIORITY = "P2"
+ARCHIVE = "archive"
+STATE_DIR = ".memvault"
+MAX_NAME_CHARS = 255
+MAX_ID_CHARS = 1024
+SLUG_MAX = 80
+
+# Keys the server owns; every other frontmatter key is kept verbatim on rewrite.
+OWNED_KEYS = ("priority", "createdAt", "updatedAt", "lastAccessedAt", "tags", "importance")
+
+_YAML = frontmatter.YAMLHandler()  # python-frontmatter, on PyYAML's C loader when built with libyaml
+_FM_OPEN = re.compile(r"\A---[ \t]*\r?\n")
+_FM_CLOSE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
+_FOOTER = re.compile(r"\n+---[ \t]*\n+\*Created: [^*\n]*\*[ \t]*\n*\Z")
+_FOOTER_CREATED = re.compile(r"^\*Created: ([^*\n]+)\*[ \t]*$", re.MULTILINE)
+_HEADING = re.compile(r"\A[ \t]*\n*# (.+?)[ \t]*(?:\n|\Z)")
+_CONFLICT_START = re.compile(r"^<<<<<<<(?: |$)", re.MULTILINE)
+_CONFLICT_END = re.compile(r"^>>>>>>>(?: |$)", re.MULTILINE)
+_SLUG_DROP = re.compile(r"[^\w]+|_+")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def format_time(at: datetime) -> str:
+    """UTC ISO-8601 with milliseconds and Z, as mem-mcp writes them."""
+    at = at.astimezone(UTC)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+
+
+def parse_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if isinstance(value, str) and value.strip():
+        text = value.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    return None
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One memory as read from its file. ``id`` is relative to the hot or archive folder."""
+
+    id: str
+    title: str
+    content: str
+    priority: str = DEFAULT_PRIORITY
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    last_accessed_at: datetime | None = None
+    tags: tuple[str, ...] = ()
+    importance: float | None = None
+    archived: bool = False
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    has_frontmatter: bool = True
+    problem: str | None = None  # broken frontmatter, unreadable bytes, ...: reported, never fatal
+    conflicted: bool = False
+    mtime_ns: int = 0
+    size: int = 0
+    hash: str = ""
+
+    @property
+    def path_id(self) -> str:
+        """Id relative to the token folder (archived ones under ``archive/``)."""
+        return f"{ARCHIVE}/{self.id}" if self.archived else self.id
+
+    @property
+    def writable(self) -> bool:
+        return not self.conflicted and self.problem is None
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    fm_text: str | None  # YAML between the fences, None without a frontmatter block
+    body: str
+    broken: str | None  # why the frontmatter could not be used
+
+
+def _split(text: str) -> _Split:
+    if not _FM_OPEN.match(text):
+        return _Split(None, text, None)
+    start = _FM_OPEN.match(text)
+    assert start is not None
+    close = _FM_CLOSE.search(text, start.end() - 1)
+    # The closing fence must come after the opening line.
+    while close is not None and close.start() < start.end():
+        close = _FM_CLOSE.search(text, close.end())
+    if close is None:
+        return _Split(None, text, "frontmatter has no closing '---' line")
+    fm_text = text[start.end() : close.start()]
+    body = text[close.end() :]
+    if body.startswith("\n"):
+        body = body[1:]
+    return _Split(fm_text, body, None)
+
+
+def _normalise(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def has_conflict_markers(text: str) -> bool:
+    return bool(_CONFLICT_START.search(text) and _CONFLICT_END.search(text))
+
+
+def _title_and_content(body: str, meta: Mapping[str, Any], stem: str) -> tuple[str, str]:
+    content = _FOOTER.sub("", body.rstrip() + "\n").strip("\n")
+    heading = _HEADING.match(content)
+    meta_title = meta.get("title")
+    if heading:
+        content = content[heading.end() :].lstrip("\n")
+    if isinstance(meta_title, str) and meta_title.strip():
+        title = meta_title.strip()
+    elif heading:
+        title = heading.group(1).strip()
+    else:
+        title = stem
+    return title, content.rstrip()
+
+
+def parse_memory(
+    raw: bytes, id: str, *, archived: bool = False, mtime_ns: int = 0, size: int | None = None
+) -> Memory:
+    """Parse a memory file tolerantly: never raises for bad content, records the problem instead."""
+    text = _normalise(raw)
+    stem = id.rsplit("/", 1)[-1]
+    stem = stem[:-3] if stem.lower().endswith(".md") else stem
+    split = _split(text)
+    meta: dict[str, Any] = {}
+    problem = split.broken
+    if split.fm_text is not None:
+        try:
+            loaded = _YAML.load(split.fm_text) if split.fm_text.strip() else {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 2})" if mark is not None else ""
+            problem = f"invalid YAML in frontmatter{where}"
+            loaded = None
+        if loaded is None:
+            loaded = {}
+        if isinstance(loaded, dict):
+            meta = {str(k): v for k, v in loaded.items()}
+        elif problem is None:
+            problem = "frontmatter is not a mapping of keys to values"
+    conflicted = has_conflict_markers(text)
+    body = split.body if split.fm_text is not None and problem is None else text
+    title, content = _title_and_content(body, meta, stem)
+    created = parse_time(meta.get("createdAt"))
+    if created is None:
+        footer = _FOOTER_CREATED.search(text)
+        created = parse_time(footer.group(1)) if footer else None
+    mtime = datetime.fromtimestamp(mtime_ns / 1e9, UTC) if mtime_ns else None
+    created = created or mtime
+    priority = str(meta.get("priority", DEFAULT_PRIORITY)).strip().upper()
+    if priority not in PRIORITIES:
+        priority = DEFAULT_PRIORITY
+    importance = meta.get("importance")
+    try:
+        importance_value = None if importance is None else min(1.0, max(0.0, float(importance)))
+    except (TypeError, ValueError):
+        importance_value = None
+    return Memory(
+        id=id,
+        title=title,
+        content=content,
+        priority=priority,
+        created_at=created,
+        updated_at=parse_time(meta.get("updatedAt")) or created,
+        last_accessed_at=parse_time(meta.get("lastAccessedAt")),
+        tags=_tags(meta.get("tags")),
+        importance=importance_value,
+        archived=archived,
+        meta=meta,
+        has_frontmatter=split.fm_text is not None or split.broken is not None,
+        problem=problem,
+        conflicted=conflicted,
+        mtime_ns=mtime_ns,
+        size=len(raw) if size is None else size,
+        hash=content_hash(raw),
+    )
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        items: list[Any] = [part for part in re.split(r"[,\s]+", value) if part]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        return ()
+    return tuple(dict.fromkeys(str(item).strip() for item in items if str(item).strip()))
+
+
+def clean_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
+    if not tags:
+        return ()
+    cleaned = _tags(list(tags))
+    for tag in cleaned:
+        if len(tag) > 100 or "\n" in tag:
+            raise InvalidArgument(f"Tag {tag[:40]!r} is too long or has a line break; use short words.")
+    return cleaned
+
+
+# ---------------------------------------------------------------------------- rendering
+
+
+def _yaml_scalar(value: Any) -> str:
+    if isinstance(value, datetime):
+        return format_time(value)
+    dumped = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000)
+    return dumped.strip().removesuffix("...").strip()
+
+
+def _owned_lines(fields: Mapping[str, Any]) -> dict[str, str]:
+    lines: dict[str, str] = {}
+    for key in OWNED_KEYS:
+        if key not in fields:
+            continue
+        value = fields[key]
+        if value is None or (key == "tags" and not value):
+            lines[key] = ""
+        else:
+            lines[key] = f"{key}: {_yaml_scalar(list(value) if key == 'tags' else value)}"
+    return lines
+
+
+def render_new(title: str, content: str, fields: Mapping[str, Any]) -> str:
+    """A new file in mem-mcp's layout: frontmatter, '# Title', content, created footer."""
+    lines = [line for line in _owned_lines(fields).values() if line]
+    created = fields.get("createdAt")
+    footer = f"\n\n---\n*Created: {_yaml_scalar(created)}*\n" if created else "\n"
+    return "---\n" + "\n".join(lines) + "\n---\n" + f"# {title}\n\n{content.strip()}" + footer
+
+
+def edit_frontmatter(fm_text: str, fields: Mapping[str, Any]) -> str:
+    """Change only the given owned keys in a frontmatter block; every other byte stays as it was.
+
+    A key's value may span continuation lines (a block list of tags); those go with it.
+    ``None`` (or empty tags) removes the key.
+    """
+    wanted = _owned_lines(fields)
+    out: list[str] = []
+    lines = fm_text.split("\n") if fm_text else []
+    done: set[str] = set()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        key = line.split(":", 1)[0] if ":" in line and not line[:1].isspace() else None
+        if key in wanted:
+            i += 1
+            while i < len(lines) and (lines[i][:1] in (" ", "\t") or lines[i].startswith("- ")):
+                i += 1
+            if wanted[key] and key not in done:
+                out.append(wanted[key])
+            done.add(key)
+            continue
+        out.append(line)
+        i += 1
+    missing = [wanted[k] for k in wanted if k not in done and wanted[k]]
+    if missing:
+        # Insert before trailing blank lines so the block keeps its shape.
+        tail = 0
+        while tail < len(out) and out[len(out) - 1 - tail] == "":
+            tail += 1
+        out[len(out) - tail : len(out) - tail] = missing
+    return "\n".join(out)
+
+
+def rewrite(raw_text: str, fields: Mapping[str, Any], *, title: str | None, content: str | None) -> str:
+    """New text of an existing file with some owned fields and optionally title/content replaced.
+
+    Unknown keys, key order, line endings (CRLF kept) and untouched body bytes are preserved.
+    """
+    bom = "\ufeff" if raw_text.startswith("\ufeff") else ""
+    text = raw_text[len(bom) :]
+    crlf = "\r\n" in text
+    if crlf:
+        text = text.replace("\r\n", "\n")
+    split = _split(text)
+    if split.fm_text is None:
+        # Legacy file: the whole original text becomes the body, under a new frontmatter block.
+        fm_text, body = "", text
+    else:
+        fm_text, body = split.fm_text, split.body
+    new_fm = edit_frontmatter(fm_text, fields)
+    if title is not None or content is not None:
+        body = _replace_body(body, title, content)
+    out = "---\n" + (new_fm + "\n" if new_fm and not new_fm.endswith("\n") else new_fm) + "---\n" + body
+    if crlf:
+        out = out.replace("\n", "\r\n")
+    return bom + out
+
+
+def _replace_body(body: str, title: str | None, content: str | None) -> str:
+    footer_match = _FOOTER.search(body.rstrip() + "\n")
+    footer = footer_match.group(0) if footer_match else "\n"
+    main = body.rstrip() + "\n"
+    if footer_match:
+        main = main[: footer_match.start()]
+    heading = _HEADING.match(main)
+    old_title = heading.group(1).strip() if heading else None
+    old_content = main[heading.end() :].strip("\n") if heading else main.strip("\n")
+    new_title = title if title is not None else old_title
+    new_content = content.strip() if content is not None else old_content
+    head = f"# {new_title}\n\n" if new_title else ""
+    return head + new_content + (footer if footer.strip() else "\n")
+
+
+# ---------------------------------------------------------------------------- names
+
+
+def slugify(title: str) -> str:
+    """Readable filename stem: NFKC, lowercase, letters and digits kept, other runs to '-'."""
+    text = unicodedata.normalize("NFKC", title).lower()
+    slug = _SLUG_DROP.sub("-", text).strip("-")
+    slug = slug[:SLUG_MAX].rstrip("-")
+    return slug or "memory"
+
+
+def check_id(name: str) -> str:
+    """Validate a memory name from a client and return its id (with '.md'). Raises InvalidName."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidName(str(name), "it is empty")
+    value = name.strip()
+    if "\x00" in value:
+        raise InvalidName(value.replace("\x00", "\\0"), "it contains a NUL character")
+    if "\\" in value:
+        raise InvalidName(value, "backslashes are not allowed; use '/' between folders")
+    if value.startswith("/") or re.match(r"^[A-Za-z]:", value) or value.startswith("~"):
+        raise InvalidName(value, "it must be relative to your vault, not an absolute path")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidName(value, f"it is longer than {MAX_ID_CHARS} characters")
+    if not value.lower().endswith(".md"):
+        value += ".md"
+    parts = value.split("/")
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise InvalidName(name, "empty, '.' or '..' path segments are not allowed")
+        if part.startswith("."):
+            raise InvalidName(name, "names starting with '.' are hidden files, not memories")
+        if len(part.encode("utf-8")) > MAX_NAME_CHARS:
+            raise InvalidName(name, f"a path segment is longer than {MAX_NAME_CHARS} bytes")
+        if any(ord(ch) < 32 for ch in part):
+            raise InvalidName(name, "control characters are not allowed")
+    return value
+
+
+def is_memory_path(rel_parts: Sequence[str]) -> bool:
+    """A file (parts relative to the hot or archive folder) that counts as a memory."""
+    return bool(rel_parts) and rel_parts[-1].endswith(".md") and not any(p.startswith(".") for p in rel_parts)
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> None:
+    """Temp file in the same folder, fsync, then replace (or link, to never overwrite), fsync folder.
+
+    With ``overwrite=False`` an existing file raises FileExistsError and is left untouched.
+    """
+    parent = path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            _link_no_overwrite(Path(tmp), path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(parent)
+
+
+def _link_no_overwrite(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)  # atomic and refuses an existing name, even across processes
+    except FileExistsError:
+        raise
+    except OSError:
+        # File systems without hard links: we hold the token's file lock, so check-then-rename is safe.
+        if dst.exists():
+            raise FileExistsError(dst) from None
+        os.replace(src, dst)
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def move_no_overwrite(src: Path, dst: Path) -> Path:
+    """Move src to dst, adding -2, -3, ... to the stem if dst exists. Returns the final path."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    for candidate in _numbered(dst):
+        try:
+            _link_no_overwrite_or_rename(src, candidate)
+        except FileExistsError:
+            continue
+        fsync_dir(candidate.parent)
+        fsync_dir(src.parent)
+        return candidate
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _link_no_overwrite_or_rename(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        raise
+    except OSError:
+        if dst.exists():
+            raise FileExistsError(dst) from None
+        os.replace(src, dst)
+        return
+    os.unlink(src)
+
+
+def _numbered(path: Path) -> Iterator[Path]:
+    yield path
+    stem, suffix = path.name[: -len(path.suffix)] if path.suffix else path.name, path.suffix
+    n = 2
+    while True:
+        yield path.with_name(f"{stem}-{n}{suffix}")
+        n += 1
+
+
+class Vault:
+    """The files of one token. Synchronous: callers run it in a worker thread, under the token lock."""
+
+    def __init__(self, token_dir: Path) -> None:
+        self.dir = token_dir
+        self.archive_dir = token_dir / ARCHIVE
+
+    # ---- names and paths
+
+    def area(self, archived: bool) -> Path:
+        return self.archive_dir if archived else self.dir
+
+    def path_of(self, id: str, *, archived: bool = False) -> Path:
+        """The file for a validated id; refuses anything that resolves outside the token folder."""
+        id = check_id(id)
+        if not archived and id.split("/", 1)[0] == ARCHIVE:
+            raise InvalidName(id, "that is an archived memory; call restore_memory to bring it back first")
+        path = self.area(archived) / id
+        root = self.dir.resolve()
+        try:
+            resolved = path.resolve()
+        except (OSError, RuntimeError):
+            raise InvalidName(id, "it cannot be resolved (a link loop?)") from None
+        if not resolved.is_relative_to(root):
+            raise InvalidName(id, "it points outside your vault")
+        if not archived and resolved.is_relative_to(self.archive_dir.resolve()):
+            raise InvalidName(id, "it points into the archive; call restore_memory first")
+        return path
+
+    def scan(self) -> Iterator[tuple[str, bool, os.stat_result]]:
+        """Every memory file: (id, archived, stat). Skips dot-files/folders and links out of the vault."""
+        if not self.dir.is_dir():
+            return
+        root = self.dir.resolve()
+        yield from self._walk(self.dir, (), False, root)
+
+    def _walk(
+        self, folder: Path, rel: tuple[str, ...], archived: bool, root: Path
+    ) -> Iterator[tuple[str, bool, os.stat_result]]:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                continue
+            if is_dir:
+                if entry.is_symlink() and not Path(entry.path).resolve().is_relative_to(root):
+                    continue
+                if not rel and not archived and name == ARCHIVE:
+                    yield from self._walk(Path(entry.path), (), True, root)
+                else:
+                    yield from self._walk(Path(entry.path), (*rel, name), archived, root)
+            elif name.endswith(".md"):
+                if entry.is_symlink() and not Path(entry.path).resolve().is_relative_to(root):
+                    continue
+                try:
+                    st = entry.stat()
+                except OSError:
+                    continue
+                yield "/".join((*rel, name)), archived, st
+
+    # ---- reading
+
+    def read(self, id: str, *, archived: bool = False) -> Memory:
+        path = self.path_of(id, archived=archived)
+        try:
+            with open(path, "rb") as handle:
+                st = os.fstat(handle.fileno())
+                raw = handle.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise NotFound(check_id(id), archived=archived) from None
+        return parse_memory(raw, check_id(id), archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size)
+
+    def read_raw(self, id: str, *, archived: bool = False) -> tuple[bytes, os.stat_result]:
+        path = self.path_of(id, archived=archived)
+        try:
+            with open(path, "rb") as handle:
+                return handle.read(), os.fstat(handle.fileno())
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise NotFound(check_id(id), archived=archived) from None
+
+    # ---- writing (callers hold the token lock)
+
+    def create(self, title: str, content: str, fields: Mapping[str, Any], *, folder: str = "") -> Memory:
+        """Write a new memory named after its title; never overwrites (adds -2, -3, ...)."""
+        stem = slugify(title)
+        base = f"{folder.strip('/')}/{stem}.md" if folder else f"{stem}.md"
+        data = render_new(title, content, fields).encode("utf-8")
+        target = self.path_of(base)
+        for candidate in _numbered(target):
+            try:
+                atomic_write(candidate, data, overwrite=False)
+            except FileExistsError:
+                continue
+            id = candidate.relative_to(self.dir).as_posix()
+            st = candidate.stat()
+            return parse_memory(data, id, mtime_ns=st.st_mtime_ns, size=st.st_size)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def update(
+        self,
+        id: str,
+        fields: Mapping[str, Any],
+        *,
+        title: str | None = None,
+        content: str | None = None,
+        archived: bool = False,
+        expect_hash: str | None = None,
+    ) -> Memory:
+        """Rewrite owned fields (and title/content) in place, preserving everything else."""
+        raw, _ = self.read_raw(id, archived=archived)
+        id = check_id(id)
+        current = parse_memory(raw, id, archived=archived)
+        if current.conflicted:
+            raise Conflict(id)
+        if current.problem is not None:
+            raise InvalidArgument(
+                f"'{id}' has a broken frontmatter block ({current.problem}), so the server will not "
+                "rewrite it. Ask the user to fix the YAML between the '---' lines, or write a new memory."
+            )
+        if expect_hash is not None and current.hash != expect_hash:
+            raise InvalidArgument(f"'{id}' changed on disk while being updated; read it again and retry.")
+        text = rewrite(raw.decode("utf-8", errors="replace"), fields, title=title, content=content)
+        data = text.encode("utf-8")
+        path = self.path_of(id, archived=archived)
+        atomic_write(path, data)
+        st = path.stat()
+        return parse_memory(data, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size)
+
+    def delete(self, id: str, *, archived: bool = False) -> None:
+        path = self.path_of(id, archived=archived)
+        try:
+            path.unlink()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise NotFound(check_id(id), archived=archived) from None
+        fsync_dir(path.parent)
+        self._prune_empty(path.parent)
+
+    def move(self, id: str, *, to_archive: bool) -> str:
+        """Move a memory between hot and archive; returns the new id (suffixed on collision)."""
+        src = self.path_of(id, archived=not to_archive)
+        if not src.is_file():
+            raise NotFound(check_id(id), archived=not to_archive)
+        dst = self.area(to_archive) / check_id(id)
+        final = move_no_overwrite(src, dst)
+        self._prune_empty(src.parent)
+        return final.relative_to(self.area(to_archive)).as_posix()
+
+    def _prune_empty(self, folder: Path) -> None:
+        """Remove folders the server emptied, up to (not including) the hot or archive root."""
+        stops = {self.dir.resolve(), self.archive_dir.resolve()}
+        while folder.resolve() not in stops and folder.resolve().is_relative_to(self.dir.resolve()):
+            try:
+                folder.rmdir()
+            except OSError:
+                return
+            folder = folder.parent
+
+
+# ---------------------------------------------------------------------------- tokens
+
+TOKEN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def valid_token(token: str) -> bool:
+    """Tokens name a folder: a strict pattern, never only dots, checked before any file access."""
+    return bool(TOKEN_RE.fullmatch(token)) and token.strip(".") != "" and token != STATE_DIR

@@ -1,0 +1,163 @@
+"""Watches the vault for changes made outside the server and hands them, coalesced, to the store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+from watchdog.observers.polling import PollingObserver
+
+from memvault.vault import valid_token
+
+log = logging.getLogger("memvault")
+
+QUIET_SECONDS = 0.05  # a batch closes after this much silence ...
+MAX_BATCH_SECONDS = 0.25  # ... or this long after its first event, whichever comes first
+
+ApplyFn = Callable[[str, set[Path], bool], int]
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: Watcher) -> None:
+        self.watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        # Runs on the watchdog thread: hand the event to the loop and return at once.
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        if event.is_directory and event.event_type == "modified":
+            return
+        loop = self.watcher.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.watcher.push, event)
+
+
+class Watcher:
+    """Observer on the root; events are grouped per token and applied in batches off the loop.
+
+    ``mode`` is "inotify" (native events), "polling" (fallback when native watching fails) or
+    "off" (disabled by settings); /healthz reports it.
+    """
+
+    def __init__(self, root: Path, apply: ApplyFn, *, enabled: bool = True, poll_interval: float = 2.0) -> None:
+        self.root = root
+        self.apply = apply
+        self.enabled = enabled
+        self.poll_interval = poll_interval
+        self.mode = "off"
+        self.observer: BaseObserver | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pending: dict[str, set[Path]] = {}
+        self.rescan: set[str] = set()
+        self.batches = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[Any] | None = None
+        self._busy = False
+
+    async def start(self, *, force_polling: bool = False) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._task = self.loop.create_task(self._run())
+        if not self.enabled:
+            self.mode = "polling"
+            force_polling = True
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not force_polling:
+            try:
+                self.observer = self._start(Observer())
+                self.mode = "inotify"
+                return
+            except OSError as exc:
+                log.warning(
+                    "file watcher could not start (%s); falling back to polling every %.1fs. "
+                    "Raise fs.inotify.max_user_watches to fix.",
+                    exc.strerror or type(exc).__name__,
+                    self.poll_interval,
+                )
+        self.observer = self._start(PollingObserver(timeout=self.poll_interval))
+        self.mode = "polling"
+
+    def _start(self, observer: BaseObserver) -> BaseObserver:
+        observer.schedule(_Handler(self), str(self.root), recursive=True)
+        observer.start()
+        return observer
+
+    def state(self) -> str:
+        if self.observer is not None and not self.observer.is_alive():
+            return "failed"
+        return self.mode
+
+    async def stop(self) -> None:
+        if self.observer is not None:
+            observer, self.observer = self.observer, None
+            observer.stop()
+            await anyio.to_thread.run_sync(observer.join, 5)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    # ---- on the event loop
+
+    def push(self, event: FileSystemEvent) -> None:
+        paths = [event.src_path]
+        if event.event_type == "moved":
+            paths.append(event.dest_path)
+        for raw in paths:
+            path = Path(raw.decode() if isinstance(raw, bytes) else raw)
+            try:
+                rel = path.relative_to(self.root)
+            except ValueError:
+                continue
+            if not rel.parts or not valid_token(rel.parts[0]):
+                continue
+            token = rel.parts[0]
+            if any(part.startswith(".") for part in rel.parts[1:-1]):
+                continue  # .memvault/, .git/ and other dot-folders are never memories
+            if event.is_directory or len(rel.parts) == 1:
+                # A folder moved, added or removed: its children send no events of their own.
+                self.rescan.add(token)
+            elif not rel.parts[-1].startswith("."):
+                self.pending.setdefault(token, set()).add(path)
+        self._wake.set()
+
+    @property
+    def idle(self) -> bool:
+        return not self.pending and not self.rescan and not self._busy
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            started = loop.time()
+            # Coalesce: wait for a short silence (editor saves, a git pull's burst), bounded.
+            while True:
+                self._wake.clear()
+                remaining = MAX_BATCH_SECONDS - (loop.time() - started)
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(self._wake.wait(), min(QUIET_SECONDS, remaining))
+                except TimeoutError:
+                    break
+            pending, self.pending = self.pending, {}
+            rescan, self.rescan = self.rescan, set()
+            self._busy = True
+            try:
+                for token in set(pending) | rescan:
+                    await anyio.to_thread.run_sync(self.apply, token, pending.get(token, set()), token in rescan)
+            except Exception:
+                log.exception("applying file changes failed; the next change or restart will retry")
+            finally:
+                self._busy = False
+                self.batches += 1
