@@ -132,7 +132,7 @@ def plan(candidates: Sequence[Candidate], now: datetime, limits: Limits) -> list
                 f"{_rank(candidate.priority)}, last accessed {_date(candidate.last_access)}",
             )
         )
-        pass
+        hot -= 1
     return evictions
 
 
