@@ -47,6 +47,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "INSERT OR IGNORE INTO search_stats (one, searches, misses) VALUES (1, 0, 0)",
     ),
+    # 2: the parsed form of each file beside its stat, so a restart re-parses only what changed.
+    ("ALTER TABLE file_stat ADD COLUMN parsed TEXT",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -69,6 +71,7 @@ class FileStat:
     mtime_ns: int
     size: int
     hash: str
+    parsed: str | None = None  # the store's serialised parse of the file (JSON), if cached
 
 
 def sidecar_path(token_dir: Path) -> Path:
@@ -344,7 +347,7 @@ class Sidecar:
 
     def file_stats(self) -> dict[str, FileStat]:
         with self._read() as conn:
-            rows = conn.execute("SELECT id, mtime_ns, size, hash FROM file_stat").fetchall()
+            rows = conn.execute("SELECT id, mtime_ns, size, hash, parsed FROM file_stat").fetchall()
         return {row[0]: FileStat(*row) for row in rows}
 
     def put_file_stats(self, stats: Sequence[FileStat]) -> None:
@@ -353,10 +356,10 @@ class Sidecar:
             return
         with self._write() as conn:
             conn.executemany(
-                "INSERT INTO file_stat (id, mtime_ns, size, hash) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (id) DO UPDATE SET "
-                "mtime_ns = excluded.mtime_ns, size = excluded.size, hash = excluded.hash",
-                [(s.id, s.mtime_ns, s.size, s.hash) for s in stats],
+                "INSERT INTO file_stat (id, mtime_ns, size, hash, parsed) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET mtime_ns = excluded.mtime_ns, size = excluded.size, "
+                "hash = excluded.hash, parsed = excluded.parsed",
+                [(s.id, s.mtime_ns, s.size, s.hash, s.parsed) for s in stats],
             )
 
     def delete_file_stats(self, ids: Sequence[str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import os
@@ -20,7 +21,7 @@ from memvault import eviction
 from memvault.config import Settings
 from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound, TooLarge
 from memvault.index import Hit, Index
-from memvault.sidecar import Sidecar
+from memvault.sidecar import FileStat, Sidecar
 from memvault.vault import (
     ARCHIVE,
     PRIORITIES,
@@ -29,8 +30,11 @@ from memvault.vault import (
     Vault,
     check_id,
     clean_tags,
+    content_hash,
+    from_cache,
     is_memory_path,
     parse_memory,
+    to_cache,
     utcnow,
     valid_token,
 )
@@ -115,6 +119,7 @@ class Store:
         self.settings = settings
         self.clock = clock
         self.tokens: dict[str, TokenState] = {}
+        self.parses = 0  # files parsed (not served from the cache); tests count them
         self._background: set[asyncio.Task[Any]] = set()
         self.limits = eviction.Limits(
             ttl_p1_days=settings.ttl_p1_days, ttl_p2_days=settings.ttl_p2_days, capacity=settings.capacity
@@ -135,21 +140,41 @@ class Store:
         return state
 
     def _load(self, state: TokenState) -> None:
+        """Read a token's folder, re-parsing only files whose bytes differ from the sidecar's cache."""
         hot, archive = Area(), Area()
         if state.dir.is_dir():
-            state.ensure_sidecar()
+            sidecar = state.ensure_sidecar()
+            cache = sidecar.file_stats()
+            refreshed: list[FileStat] = []
+            seen: set[str] = set()
             for id, archived, st in state.vault.scan():
-                memory = self._parse_file(state, id, archived)
-                if memory is not None:
-                    (archive if archived else hot).put(memory)
+                key = f"{ARCHIVE}/{id}" if archived else id
+                seen.add(key)
+                cached = cache.get(key)
+                memory = None
+                if cached is not None and cached.parsed and (cached.mtime_ns, cached.size) == (st.st_mtime_ns, st.st_size):
+                    memory = from_cache(
+                        cached.parsed, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size, hash=cached.hash
+                    )
+                if memory is None:
+                    memory = self._read_file(state, id, archived, cached)
+                    if memory is None:
+                        continue
+                    refreshed.append(_file_stat(memory))
+                (archive if archived else hot).put(memory)
+            sidecar.put_file_stats(refreshed)
+            sidecar.delete_file_stats([key for key in cache if key not in seen])
         with state.mem_lock:
             state.hot, state.archive = hot, archive
             state.loaded = True
-        problems = [m.id for m in hot.memories.values() if m.problem]
+        problems = sum(1 for m in hot.memories.values() if m.problem)
         if problems:
-            log.warning("token %s: %d file(s) with broken frontmatter, indexed as text", "*", len(problems))
+            log.warning("%d file(s) with broken frontmatter, indexed as plain text (memvault check lists them)", problems)
 
-    def _parse_file(self, state: TokenState, id: str, archived: bool) -> Memory | None:
+    def _read_file(
+        self, state: TokenState, id: str, archived: bool, previous: Memory | FileStat | None = None
+    ) -> Memory | None:
+        """Read one file; parse it unless its bytes equal the previous parse (git touches mtimes)."""
         path = state.vault.area(archived) / id
         try:
             with open(path, "rb") as handle:
@@ -157,7 +182,32 @@ class Store:
                 raw = handle.read()
         except OSError:
             return None
+        if previous is not None and previous.size == len(raw) and previous.hash == content_hash(raw):
+            if isinstance(previous, Memory):
+                return dataclasses.replace(previous, mtime_ns=st.st_mtime_ns, size=st.st_size)
+            if previous.parsed:
+                memory = from_cache(
+                    previous.parsed, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size, hash=previous.hash
+                )
+                if memory is not None:
+                    return memory
+        self.parses += 1
         return parse_memory(raw, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size)
+
+    @staticmethod
+    def _remember(state: TokenState, memory: Memory) -> None:
+        """Index a memory the server just wrote or read, and cache its parse."""
+        with state.mem_lock:
+            state.area(memory.archived).put(memory)
+        if state.sidecar is not None:
+            state.sidecar.put_file_stats([_file_stat(memory)])
+
+    @staticmethod
+    def _drop(state: TokenState, id: str, archived: bool) -> None:
+        with state.mem_lock:
+            state.area(archived).drop(id)
+        if state.sidecar is not None:
+            state.sidecar.delete_file_stats([f"{ARCHIVE}/{id}" if archived else id])
 
     # ------------------------------------------------------------------ reading
 
@@ -202,12 +252,11 @@ class Store:
         return found
 
     def _by_ids(self, state: TokenState, ids: list[str], archived: bool) -> Found:
-        area = state.area(archived)
         out: list[Memory] = []
         missing: list[str] = []
         for id in dict.fromkeys(ids):
             state.vault.path_of(id, archived=archived)  # validates links and archive escapes
-            memory = self._fresh(state, area, id, archived)
+            memory = self._fresh(state, id, archived)
             if memory is None:
                 missing.append(id)
             else:
@@ -216,32 +265,31 @@ class Store:
             raise NotFound(missing[0], archived=archived)
         return Found(out, len(out), True, tuple(missing))
 
-    def _fresh(self, state: TokenState, area: Area, id: str, archived: bool) -> Memory | None:
+    def _fresh(self, state: TokenState, id: str, archived: bool) -> Memory | None:
         """The memory as it is on disk now (the watcher may not have caught up yet)."""
         path = state.vault.area(archived) / id
+        with state.mem_lock:
+            known = state.area(archived).memories.get(id)
         try:
             st = path.stat()
         except OSError:
-            with state.mem_lock:
-                area.drop(id)
+            if known is not None:
+                self._drop(state, id, archived)
             return None
-        with state.mem_lock:
-            known = area.memories.get(id)
         if known is not None and known.mtime_ns == st.st_mtime_ns and known.size == st.st_size:
             return known
-        memory = self._parse_file(state, id, archived)
-        with state.mem_lock:
-            if memory is None:
-                area.drop(id)
-            else:
-                area.put(memory)
+        memory = self._read_file(state, id, archived, known)
+        if memory is None:
+            self._drop(state, id, archived)
+        else:
+            self._remember(state, memory)
         return memory
 
     def _search(self, state: TokenState, query: str, limit: int | None, archived: bool) -> Found:
         area = state.area(archived)
         with state.mem_lock:
             hits, total = area.index.search(query, limit=limit or 10)
-        memories = [m for m in (self._fresh(state, area, h.id, archived) for h in hits) if m is not None]
+        memories = [m for m in (self._fresh(state, h.id, archived) for h in hits) if m is not None]
         matched_all = bool(hits) and all(h.matched_all for h in hits)
         if state.sidecar is not None and not archived:
             state.sidecar.record_search(found=bool(hits))
@@ -300,8 +348,7 @@ class Store:
                     updated = state.vault.update(memory.id, fields, expect_hash=memory.hash)
                 except (NotFound, Conflict, InvalidArgument, InvalidName):
                     continue  # changed or removed under us; the watcher will catch up
-                with state.mem_lock:
-                    state.hot.put(updated)
+                self._remember(state, updated)
 
     # ------------------------------------------------------------------ writing
 
@@ -341,7 +388,7 @@ class Store:
         with state.file_lock():
             recent = state.recent_writes.get(key)
             if recent is not None and now - recent[1] <= timedelta(seconds=self.settings.dedupe_window_seconds):
-                existing = self._fresh(state, state.hot, recent[0], False)
+                existing = self._fresh(state, recent[0], False)
                 if existing is not None and existing.title == title and existing.content == content.strip():
                     return existing, True
             fields: dict[str, Any] = {
@@ -353,8 +400,7 @@ class Store:
                 "importance": importance,
             }
             memory = state.vault.create(title, content, fields)
-            with state.mem_lock:
-                state.hot.put(memory)
+            self._remember(state, memory)
             state.recent_writes = {
                 k: v for k, v in state.recent_writes.items()
                 if now - v[1] <= timedelta(seconds=self.settings.dedupe_window_seconds)
@@ -407,8 +453,7 @@ class Store:
             if not current.has_frontmatter:
                 fields = {"priority": current.priority, "createdAt": current.created_at or now, **fields}
             memory = state.vault.update(id, fields, title=title, content=content)
-            with state.mem_lock:
-                state.hot.put(memory)
+            self._remember(state, memory)
             state.ensure_sidecar().record_access([id], now, hit=False)
         return memory
 
@@ -427,8 +472,7 @@ class Store:
             if current.conflicted:
                 raise Conflict(id)
             state.vault.delete(id)
-            with state.mem_lock:
-                state.hot.drop(id)
+            self._drop(state, id, False)
             state.ensure_sidecar().forget([id])
         return id
 
@@ -445,11 +489,10 @@ class Store:
         now = self.clock()
         with state.file_lock():
             new_id = state.vault.move(id, to_archive=False)
-            memory = self._parse_file(state, new_id, False)
-            with state.mem_lock:
-                state.archive.drop(id)
-                if memory is not None:
-                    state.hot.put(memory)
+            memory = self._read_file(state, new_id, False)
+            self._drop(state, id, True)
+            if memory is not None:
+                self._remember(state, memory)
             sidecar = state.ensure_sidecar()
             sidecar.rename_access(f"{ARCHIVE}/{id}", new_id)
             # Restoring is an access: without it the next sweep would archive it again at once.
@@ -492,11 +535,10 @@ class Store:
                 except (NotFound, InvalidName, OSError) as exc:
                     log.warning("eviction skipped a memory: %s", type(exc).__name__)
                     continue
-                archived = self._parse_file(state, new_id, True)
-                with state.mem_lock:
-                    state.hot.drop(item.id)
-                    if archived is not None:
-                        state.archive.put(archived)
+                archived = self._read_file(state, new_id, True)
+                self._drop(state, item.id, False)
+                if archived is not None:
+                    self._remember(state, archived)
                 sidecar.rename_access(item.id, f"{ARCHIVE}/{new_id}")
                 done.append(Evicted(item.id, item.reason, new_id))
             sidecar.set_state(LAST_EVICTION, now.isoformat())
@@ -550,10 +592,9 @@ class Store:
             if located is None:
                 continue
             id, archived = located
-            area = state.area(archived)
             with state.mem_lock:
-                before = area.memories.get(id)
-            after = self._fresh(state, area, id, archived)
+                before = state.area(archived).memories.get(id)
+            after = self._fresh(state, id, archived)
             if before is not after:
                 changed += 1
         return changed
@@ -574,24 +615,17 @@ class Store:
     def _rescan(self, state: TokenState) -> int:
         seen: set[tuple[str, bool]] = set()
         changed = 0
-        for id, archived, st in state.vault.scan():
+        for id, archived, _ in state.vault.scan():
             seen.add((id, archived))
-            area = state.area(archived)
             with state.mem_lock:
-                known = area.memories.get(id)
-            if known is not None and known.mtime_ns == st.st_mtime_ns and known.size == st.st_size:
-                continue
-            memory = self._parse_file(state, id, archived)
-            if memory is not None:
-                with state.mem_lock:
-                    area.put(memory)
+                before = state.area(archived).memories.get(id)
+            if self._fresh(state, id, archived) is not before:
                 changed += 1
         for archived in (False, True):
-            area = state.area(archived)
             with state.mem_lock:
-                gone = [id for id in area.memories if (id, archived) not in seen]
-                for id in gone:
-                    area.drop(id)
+                gone = [id for id in state.area(archived).memories if (id, archived) not in seen]
+            for id in gone:
+                self._drop(state, id, archived)
             changed += len(gone)
         return changed
 
@@ -641,3 +675,7 @@ class Store:
 
 
 _EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+def _file_stat(memory: Memory) -> FileStat:
+    return FileStat(memory.path_id, memory.mtime_ns, memory.size, memory.hash, to_cache(memory))

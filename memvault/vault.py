@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import tempfile
@@ -649,3 +650,52 @@ TOKEN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 def valid_token(token: str) -> bool:
     """Tokens name a folder: a strict pattern, never only dots, checked before any file access."""
     return bool(TOKEN_RE.fullmatch(token)) and token.strip(".") != "" and token != STATE_DIR
+
+
+# ---------------------------------------------------------------------------- parse cache
+
+
+def to_cache(memory: Memory) -> str:
+    """The parsed form of a file as JSON, for the sidecar's file-stat cache (meta is not kept)."""
+    return json.dumps(
+        [
+            memory.title,
+            memory.content,
+            memory.priority,
+            *(format_time(t) if t else None for t in (memory.created_at, memory.updated_at, memory.last_accessed_at)),
+            list(memory.tags),
+            memory.importance,
+            memory.has_frontmatter,
+            memory.problem,
+            memory.conflicted,
+        ],
+        ensure_ascii=False,
+    )
+
+
+def from_cache(data: str, id: str, *, archived: bool, mtime_ns: int, size: int, hash: str) -> Memory | None:
+    """Inverse of to_cache; None if the cached form is unusable (then the file is parsed again)."""
+    try:
+        (title, content, priority, created, updated, accessed, tags, importance, has_fm, problem, conflicted) = (
+            json.loads(data)
+        )
+        return Memory(
+            id=id,
+            title=title,
+            content=content,
+            priority=priority,
+            created_at=parse_time(created),
+            updated_at=parse_time(updated),
+            last_accessed_at=parse_time(accessed),
+            tags=tuple(tags),
+            importance=importance,
+            archived=archived,
+            has_frontmatter=has_fm,
+            problem=problem,
+            conflicted=conflicted,
+            mtime_ns=mtime_ns,
+            size=size,
+            hash=hash,
+        )
+    except (ValueError, TypeError):
+        return None
