@@ -1,4 +1,4 @@
-"""The command line: memvault serve | evict."""
+"""The command line: memvault serve | evict | check | reindex."""
 
 from __future__ import annotations
 
@@ -30,6 +30,14 @@ def _parser() -> argparse.ArgumentParser:
     evict.add_argument("--root", type=Path, help="vault folder (default ./memories)")
     evict.add_argument("--token", help="only this token (default: every token in the vault)")
     evict.add_argument("--dry-run", action="store_true", help="only report what would be archived")
+
+    check = sub.add_parser("check", help="report files to fix: broken frontmatter, conflicts, duplicate titles")
+    check.add_argument("--root", type=Path, help="vault folder (default ./memories)")
+    check.add_argument("--token", help="only this token (default: every token in the vault)")
+
+    reindex = sub.add_parser("reindex", help="rebuild the derived state (parse cache) from the files")
+    reindex.add_argument("--root", type=Path, help="vault folder (default ./memories)")
+    reindex.add_argument("--token", help="only this token (default: every token in the vault)")
     return parser
 
 
@@ -49,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(settings)
     if args.command == "evict":
         return asyncio.run(evict(settings, args.token, args.dry_run))
+    if args.command == "check":
+        return check(settings, args.token)
+    if args.command == "reindex":
+        return reindex(settings, args.token)
     return 2  # pragma: no cover - argparse requires a command
 
 
@@ -67,18 +79,76 @@ def serve(settings: Settings) -> int:
     return 0
 
 
+def _tokens(settings: Settings, token: str | None) -> list[str] | None:
+    """The tokens a command works on; None (after a message) for an invalid --token."""
+    if token is not None:
+        if not valid_token(token):
+            print(f"memvault: {token!r} is not a valid token.", file=sys.stderr)
+            return None
+        return [token]
+    if not settings.root.is_dir():
+        return []
+    return sorted(p.name for p in settings.root.iterdir() if p.is_dir() and valid_token(p.name))
+
+
+def check(settings: Settings, token: str | None) -> int:
+    from memvault.check import check_vault
+    from memvault.vault import Vault
+
+    tokens = _tokens(settings, token)
+    if tokens is None:
+        return 2
+    problems = 0
+    for name in tokens:
+        for finding in check_vault(Vault(settings.token_dir(name))):
+            print(f"{name}/{finding.id}: {finding.problem}")
+            problems += 1
+    print(f"{problems} problem(s) in {len(tokens)} token(s).", file=sys.stderr)
+    return 1 if problems else 0
+
+
+class _Progress:
+    """A one-line progress counter on a terminal; silent otherwise."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.count = 0
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, step: int) -> None:
+        self.count += step
+        if self.tty and self.count % 500 == 0:
+            print(f"\r{self.label}: {self.count:,} files", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.tty:
+            print(f"\r{self.label}: {self.count:,} files", file=sys.stderr)
+
+
+def reindex(settings: Settings, token: str | None) -> int:
+    from memvault.store import Store
+
+    tokens = _tokens(settings, token)
+    if tokens is None:
+        return 2
+    store = Store(settings)
+    try:
+        for name in tokens:
+            progress = _Progress(name)
+            count = store.reindex(name, progress)
+            progress.done()
+            print(f"{name}: reindexed {count} memories")
+    finally:
+        asyncio.run(store.close())
+    return 0
+
+
 async def evict(settings: Settings, token: str | None, dry_run: bool) -> int:
     from memvault.store import Store
 
-    if token is not None and not valid_token(token):
-        print(f"memvault: {token!r} is not a valid token.", file=sys.stderr)
+    tokens = _tokens(settings, token)
+    if tokens is None:
         return 2
-    if token is not None:
-        tokens = [token]
-    elif settings.root.is_dir():
-        tokens = sorted(p.name for p in settings.root.iterdir() if p.is_dir() and valid_token(p.name))
-    else:
-        tokens = []
     store = Store(settings)
     try:
         for name in tokens:

@@ -41,6 +41,7 @@ class Settings:
     dedupe_window_seconds: float = 300.0
     watch: bool = True
     poll_interval_seconds: float = 2.0
+    max_loaded_tokens: int = 100
     tools: tuple[str, ...] = TOOL_GROUPS
     log_level: str = "info"
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -77,7 +78,7 @@ class Settings:
                 f"MEMVAULT_TOOLS has unknown group(s) {', '.join(unknown)}; "
                 f"choose from {', '.join(TOOL_GROUPS)}."
             )
-        for name in ("max_body_bytes", "max_content_chars", "max_reply_chars", "capacity"):
+        for name in ("max_body_bytes", "max_content_chars", "max_reply_chars", "capacity", "max_loaded_tokens"):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"MEMVAULT_{name.upper()} must be at least 1.")
         if not 0 < self.port < 65536:
@@ -124,13 +125,16 @@ SETTINGS: dict[str, Setting] = {
     "poll_interval_seconds": Setting(
         "MEMVAULT_POLL_INTERVAL_SECONDS", "2", "Rescan interval when the file watcher is unavailable."
     ),
+    "max_loaded_tokens": Setting(
+        "MEMVAULT_MAX_LOADED_TOKENS", "100", "Most token indexes kept in memory; the least recently used unload."
+    ),
     "tools": Setting(
         "MEMVAULT_TOOLS", "memories,recall,sessions,graph", "Tool groups to offer, comma-separated."
     ),
     "log_level": Setting("MEMVAULT_LOG_LEVEL", "info", "debug, info, warning or error."),
 }
 
-_INTS = {"port", "max_body_bytes", "max_content_chars", "max_reply_chars", "capacity"}
+_INTS = {"port", "max_body_bytes", "max_content_chars", "max_reply_chars", "capacity", "max_loaded_tokens"}
 _FLOATS = {"ttl_p1_days", "ttl_p2_days", "evict_interval_hours", "dedupe_window_seconds", "poll_interval_seconds"}
 _BOOLS = {"watch"}
 _LISTS = {"allowed_hosts", "tools"}

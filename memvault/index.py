@@ -80,7 +80,8 @@ def tokenize(text: str) -> list[str]:
     CJK runs become overlapping character bigrams (a lone character stays as it is).
     """
     if text.isascii():
-        return [_stem(w) for w in _ASCII_WORD_RE.findall(text.lower())]
+        cached = _STEM_CACHE.get
+        return [cached(w) or _stem(w) for w in _ASCII_WORD_RE.findall(text.lower())]
     text = unicodedata.normalize("NFKC", text).casefold()
     out: list[str] = []
     for match in _TOKEN_RE.finditer(text):
@@ -115,19 +116,22 @@ def _is_cjk_char(ch: str) -> bool:
     return _CJK_CHAR_RE.match(ch) is not None
 
 
-def _char_mask(term: str) -> int:
-    """A 64-bit set of the characters in ``term``; hash collisions only weaken the filter."""
-    mask = 0
-    for ch in term:
-        o = ord(ch)
-        if 97 <= o <= 122:  # a-z
-            bit = o - 97
-        elif 48 <= o <= 57:  # 0-9
-            bit = o - 48 + 26
-        else:
-            bit = 36 + o % 28
-        mask |= 1 << bit
-    return mask
+def _char_masks(terms: list[str]) -> npt.NDArray[np.uint64]:
+    """Per term, a 64-bit set of its characters (a-z, 0-9 exact, the rest hashed into 28 bits).
+
+    Hash collisions only make the typo filter let more candidates through, never fewer.
+    Every term must be non-empty.
+    """
+    codes = np.frombuffer("".join(terms).encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    bits = np.where(
+        (codes >= 97) & (codes <= 122),
+        codes - 97,
+        np.where((codes >= 48) & (codes <= 57), codes - 48 + 26, 36 + codes % 28),
+    )
+    flags = np.left_shift(np.uint64(1), bits.astype(np.uint64))
+    starts = np.zeros(len(terms), dtype=np.int64)
+    np.cumsum([len(t) for t in terms[:-1]], out=starts[1:])
+    return np.bitwise_or.reduceat(flags, starts)
 
 
 # --- scoring constants -------------------------------------------------------------------------
@@ -188,8 +192,11 @@ class Index:
         self._terms: list[str] = []  # "" for a freed id
         self._free_tids: list[int] = []
         self._postings: list[array[int]] = []
-        self._tlen: npt.NDArray[np.int16] = np.zeros(1024, dtype=np.int16)  # 0 for freed ids
+        # Length and character set of each term id, for the typo filter; 0 for freed ids. New
+        # ids are queued and filled in one vectorised pass before the next typo lookup.
+        self._tlen: npt.NDArray[np.int16] = np.zeros(1024, dtype=np.int16)
         self._tmask: npt.NDArray[np.uint64] = np.zeros(1024, dtype=np.uint64)
+        self._unmasked: list[int] = []
         self._by_prefix: dict[str, set[str]] = {}
         self._cjk_bigrams: dict[str, set[str]] = {}  # CJK char -> bigrams holding it
         # query-term expansions, valid while the vocabulary is unchanged
@@ -230,19 +237,28 @@ class Index:
             for term in tokenize(tag):
                 flags[term] = flags.get(term, 0) | _F_TAG
 
-        entries = array("Q")
+        # The hot loop of a bulk load: locals and no helper calls for terms already known.
+        entries: list[int] = []
         high = docno << 8
         termid = self._termid
         postings = self._postings
-        for term in counts.keys() | flags.keys():
+        flag_of = flags.get
+        for term, tf in counts.items():
             tid = termid.get(term)
             if tid is None:
                 tid = self._new_term(term)
-            low = min(counts.get(term, 0), _TF_MAX) << 3 | flags.get(term, 0)
+            low = (tf if tf < _TF_MAX else _TF_MAX) << 3 | flag_of(term, 0)
             postings[tid].append(high | low)
             entries.append(tid << 8 | low)
+        for term, flag in flags.items():
+            if term not in counts:
+                tid = termid.get(term)
+                if tid is None:
+                    tid = self._new_term(term)
+                postings[tid].append(high | flag)
+                entries.append(tid << 8 | flag)
 
-        self._doc_terms[docno] = entries
+        self._doc_terms[docno] = array("Q", entries)
         self._titles[docno] = _normalize_title(title)
         self._dl[docno] = len(body_tokens)
         self._total_len += len(body_tokens)
@@ -301,13 +317,8 @@ class Index:
             tid = len(self._terms)
             self._terms.append(term)
             self._postings.append(array("I"))
-            if tid >= len(self._tlen):
-                grow = len(self._tlen)
-                self._tlen = np.concatenate([self._tlen, np.zeros(grow, dtype=np.int16)])
-                self._tmask = np.concatenate([self._tmask, np.zeros(grow, dtype=np.uint64)])
         self._termid[term] = tid
-        self._tlen[tid] = min(len(term), 32767)
-        self._tmask[tid] = _char_mask(term)
+        self._unmasked.append(tid)
         if len(term) >= _PREFIX_KEY:
             self._by_prefix.setdefault(term[:_PREFIX_KEY], set()).add(term)
         elif len(term) == 2 and _is_cjk_char(term[0]) and _is_cjk_char(term[1]):
@@ -320,8 +331,9 @@ class Index:
         term = self._terms[tid]
         del self._termid[term]
         self._terms[tid] = ""
-        self._tlen[tid] = 0
-        self._tmask[tid] = 0
+        if tid < len(self._tlen):
+            self._tlen[tid] = 0
+            self._tmask[tid] = 0
         self._free_tids.append(tid)
         if len(term) >= _PREFIX_KEY:
             _discard(self._by_prefix, term[:_PREFIX_KEY], term)
@@ -329,6 +341,20 @@ class Index:
             for ch in set(term):
                 _discard(self._cjk_bigrams, ch, term)
         self._vocab_version += 1
+
+    def _fill_term_masks(self) -> None:
+        n = len(self._terms)
+        if n > len(self._tlen):
+            grow = max(n, 2 * len(self._tlen)) - len(self._tlen)
+            self._tlen = np.concatenate([self._tlen, np.zeros(grow, dtype=np.int16)])
+            self._tmask = np.concatenate([self._tmask, np.zeros(grow, dtype=np.uint64)])
+        # A queued id may have been freed (term "") or freed and reused since: use its term now.
+        tids = [tid for tid in dict.fromkeys(self._unmasked) if self._terms[tid]]
+        self._unmasked.clear()
+        if tids:
+            terms = [self._terms[tid] for tid in tids]
+            self._tlen[tids] = np.minimum([len(t) for t in terms], 32767)
+            self._tmask[tids] = _char_masks(terms)
 
     def _expand(self, term: str) -> list[tuple[int, float]]:
         """Vocabulary terms that count as a match for query term ``term``, with their weights."""
@@ -361,14 +387,13 @@ class Index:
         if size < 4 or size > 64 or not term.isalpha():  # short words and numbers are not fuzzed
             return []
         max_distance = 1 if size <= 7 else 2
+        self._fill_term_masks()
         n = len(self._terms)
-        if n == 0:
-            return []
         # Cheap vectorised filter over the whole vocabulary before rapidfuzz: a term within
         # distance d differs in length by <= d, and each side lacks <= d of the other's characters.
         lengths = self._tlen[:n]
         masks = self._tmask[:n]
-        qmask = np.uint64(_char_mask(term))
+        qmask = _char_masks([term])[0]
         keep = np.abs(lengths - np.int16(size)) <= max_distance
         keep &= np.bitwise_count(masks & ~qmask) <= max_distance
         keep &= np.bitwise_count(~masks & qmask) <= max_distance

@@ -8,6 +8,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -92,6 +93,7 @@ class TokenState:
         self.load_lock = asyncio.Lock()
         self.recent_writes: dict[str, tuple[str, datetime]] = {}
         self.evicting = False
+        self.last_used = 0.0
 
     @property
     def dir(self) -> Path:
@@ -120,6 +122,7 @@ class Store:
         self.clock = clock
         self.tokens: dict[str, TokenState] = {}
         self.parses = 0  # files parsed (not served from the cache); tests count them
+        self.unloads = 0
         self._background: set[asyncio.Task[Any]] = set()
         self.limits = eviction.Limits(
             ttl_p1_days=settings.ttl_p1_days, ttl_p2_days=settings.ttl_p2_days, capacity=settings.capacity
@@ -133,13 +136,46 @@ class Store:
         state = self.tokens.get(token)
         if state is None:
             state = self.tokens.setdefault(token, TokenState(token, self.settings))
+        state.last_used = time.monotonic()
         if not state.loaded:
             async with state.load_lock:
                 if not state.loaded:
                     await anyio.to_thread.run_sync(self._load, state)
+                    self._unload_idle()
         return state
 
-    def _load(self, state: TokenState) -> None:
+    def _unload_idle(self) -> None:
+        """Keep at most MEMVAULT_MAX_LOADED_TOKENS indexes in memory; the least recently used go.
+
+        An unloaded token keeps its sidecar open (small) and reloads from its parse cache on
+        the next request. A token in the middle of a mutation is never unloaded.
+        """
+        loaded = [s for s in self.tokens.values() if s.loaded]
+        excess = len(loaded) - self.settings.max_loaded_tokens
+        if excess <= 0:
+            return
+        for state in sorted(loaded, key=lambda s: s.last_used)[:excess]:
+            if state.lock.locked() or state.evicting:
+                continue
+            with state.mem_lock:
+                state.hot, state.archive = Area(), Area()
+                state.loaded = False
+            self.unloads += 1
+
+    def reindex(self, token: str, progress: Callable[[int], None] | None = None) -> int:
+        """Rebuild a token's derived state from its files (worker thread or CLI). Returns files read."""
+        state = self.tokens.get(token) or self.tokens.setdefault(token, TokenState(token, self.settings))
+        if not state.dir.is_dir():
+            return 0
+        with state.file_lock():
+            sidecar = state.ensure_sidecar()
+            sidecar.delete_file_stats(list(sidecar.file_stats()))
+            with state.mem_lock:
+                state.loaded = False
+            self._load(state, progress)
+        return len(state.hot.memories) + len(state.archive.memories)
+
+    def _load(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
         """Read a token's folder, re-parsing only files whose bytes differ from the sidecar's cache."""
         hot, archive = Area(), Area()
         if state.dir.is_dir():
@@ -162,6 +198,8 @@ class Store:
                         continue
                     refreshed.append(_file_stat(memory))
                 (archive if archived else hot).put(memory)
+                if progress is not None:
+                    progress(1)
             sidecar.put_file_stats(refreshed)
             sidecar.delete_file_stats([key for key in cache if key not in seen])
         with state.mem_lock:

@@ -1,0 +1,43 @@
+"""`memvault check`: find files a person has to fix (broken frontmatter, conflicts, duplicates)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from memvault.vault import ARCHIVE, Vault, parse_memory
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    id: str  # relative to the token folder (archived ones under archive/)
+    problem: str
+
+
+def check_vault(vault: Vault) -> Iterator[Finding]:
+    """Every problem in one token's folder, in path order. Reads files; never writes."""
+    titles: dict[str, list[str]] = defaultdict(list)
+    for id, archived, st in sorted(vault.scan(), key=lambda item: (item[1], item[0])):
+        path_id = f"{ARCHIVE}/{id}" if archived else id
+        try:
+            raw = (vault.area(archived) / id).read_bytes()
+        except OSError as exc:
+            yield Finding(path_id, f"cannot be read ({exc.strerror or type(exc).__name__})")
+            continue
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            yield Finding(path_id, "is not valid UTF-8 (shown with replacement characters)")
+        memory = parse_memory(raw, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size)
+        if memory.conflicted:
+            yield Finding(path_id, "holds git conflict markers; resolve them, then commit")
+        if memory.problem:
+            yield Finding(path_id, f"broken frontmatter: {memory.problem}")
+        if not archived:
+            titles[memory.title.strip().casefold()].append(path_id)
+    for ids in titles.values():
+        if len(ids) > 1:
+            for id in ids:
+                others = ", ".join(other for other in ids if other != id)
+                yield Finding(id, f"duplicate title (also {others})")
