@@ -11,7 +11,7 @@ import tempfile
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ STATE_DIR = ".memvault"
 MAX_NAME_CHARS = 255
 MAX_ID_CHARS = 1024
 SLUG_MAX = 80
+SLUG_MAX_BYTES = 240  # leaves room for "-NNNN.md" under the usual 255-byte file name limit
 
 # Keys the server owns; every other frontmatter key is kept verbatim on rewrite.
 OWNED_KEYS = ("priority", "createdAt", "updatedAt", "lastAccessedAt", "tags", "importance")
@@ -39,7 +40,9 @@ _FOOTER_CREATED = re.compile(r"^\*Created: ([^*\n]+)\*[ \t]*$", re.MULTILINE)
 _HEADING = re.compile(r"\A[ \t]*\n*# (.+?)[ \t]*(?:\n|\Z)")
 _CONFLICT_START = re.compile(r"^<<<<<<<(?: |$)", re.MULTILINE)
 _CONFLICT_END = re.compile(r"^>>>>>>>(?: |$)", re.MULTILINE)
-_SLUG_DROP = re.compile(r"[^\w]+|_+")
+_SLUG_DROP = re.compile(r"[\W_]+")
+# An owned key at the start of a frontmatter line: plain or quoted, then ":" and a space or the end.
+_FM_KEY = re.compile(r"""^(["']?)([A-Za-z_]\w*)\1[ \t]*:(?:[ \t]|$)""")
 
 
 def utcnow() -> datetime:
@@ -64,6 +67,8 @@ def parse_time(value: Any) -> datetime | None:
         except ValueError:
             return None
         return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    if isinstance(value, date):  # a hand-written `createdAt: 2026-01-15` (YAML date): midnight UTC
+        return datetime(value.year, value.month, value.day, tzinfo=UTC)
     return None
 
 
@@ -146,7 +151,8 @@ _YAML_SPECIAL = frozenset(
 
 def _fast_value(text: str) -> tuple[bool, Any]:
     if _FAST_TIME.fullmatch(text):
-        return True, parse_time(text)
+        value = parse_time(text)  # None for a non-date like 2026-02-30: YAML decides (a problem)
+        return value is not None, value
     if _FAST_NUMBER.fullmatch(text):
         return True, float(text) if "." in text else int(text)
     if _FAST_WORD.fullmatch(text) and text.lower() not in _YAML_SPECIAL:
@@ -163,9 +169,11 @@ def _fast_value(text: str) -> tuple[bool, Any]:
 def _load_frontmatter(fm_text: str) -> Any:
     meta: dict[str, Any] = {}
     for line in fm_text.split("\n"):
+        if not line:
+            continue  # blank lines, including the one the closing fence leaves, mean nothing to YAML
         match = _FAST_LINE.fullmatch(line)
-        if match is None or match.group(1) in meta:
-            return _YAML.load(fm_text)
+        if match is None or match.group(1) in meta or match.group(1).lower() in _YAML_SPECIAL:
+            return _YAML.load(fm_text)  # `on:` / `null:` keys are a bool / None to YAML
         ok, value = _fast_value(match.group(2))
         if not ok:
             return _YAML.load(fm_text)
@@ -217,6 +225,11 @@ def parse_memory(
             where = f" (line {mark.line + 2})" if mark is not None else ""
             problem = f"invalid YAML in frontmatter{where}"
             loaded = None
+        except Exception as exc:
+            # PyYAML lets constructor errors escape as ValueError etc. (`createdAt: 2026-02-30`,
+            # `!!int abc`, very deep nesting); a hand edit must never make the file unreadable.
+            problem = f"invalid value in frontmatter ({type(exc).__name__})"
+            loaded = None
         if loaded is None:
             loaded = {}
         if isinstance(loaded, dict):
@@ -226,6 +239,12 @@ def parse_memory(
     conflicted = has_conflict_markers(text)
     body = split.body if split.fm_text is not None and problem is None else text
     title, content = _title_and_content(body, meta, stem)
+    if problem is None:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            # Read with replacement characters, but never written back: that would destroy the bytes.
+            problem = "file is not valid UTF-8; the server will not rewrite it"
     created = parse_time(meta.get("createdAt"))
     if created is None:
         footer = _FOOTER_CREATED.search(text)
@@ -327,10 +346,13 @@ def edit_frontmatter(fm_text: str, fields: Mapping[str, Any]) -> str:
     i = 0
     while i < len(lines):
         line = lines[i]
-        key = line.split(":", 1)[0] if ":" in line and not line[:1].isspace() else None
+        match = _FM_KEY.match(line)
+        key = match.group(2) if match else None
         if key in wanted:
             i += 1
-            while i < len(lines) and (lines[i][:1] in (" ", "\t") or lines[i].startswith("- ")):
+            while i < len(lines) and (
+                lines[i][:1] in (" ", "\t") or lines[i].startswith("- ") or lines[i].rstrip() == "-"
+            ):
                 i += 1
             if wanted[key] and key not in done:
                 out.append(wanted[key])
@@ -395,7 +417,10 @@ def slugify(title: str) -> str:
     """Readable filename stem: NFKC, lowercase, letters and digits kept, other runs to '-'."""
     text = unicodedata.normalize("NFKC", title).lower()
     slug = _SLUG_DROP.sub("-", text).strip("-")
-    slug = slug[:SLUG_MAX].rstrip("-")
+    slug = slug[:SLUG_MAX]
+    while len(slug.encode("utf-8")) > SLUG_MAX_BYTES:  # 4-byte letters (CJK extension B) x 80
+        slug = slug[:-1]
+    slug = slug.rstrip("-")
     return slug or "memory"
 
 
@@ -488,26 +513,15 @@ def move_no_overwrite(src: Path, dst: Path) -> Path:
     dst.parent.mkdir(parents=True, exist_ok=True)
     for candidate in _numbered(dst):
         try:
-            _link_no_overwrite_or_rename(src, candidate)
+            _link_no_overwrite(src, candidate)
         except FileExistsError:
             continue
+        with contextlib.suppress(FileNotFoundError):  # gone already if the fallback renamed it
+            os.unlink(src)
         fsync_dir(candidate.parent)
         fsync_dir(src.parent)
         return candidate
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _link_no_overwrite_or_rename(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except FileExistsError:
-        raise
-    except OSError:
-        if dst.exists():
-            raise FileExistsError(dst) from None
-        os.replace(src, dst)
-        return
-    os.unlink(src)
 
 
 def _numbered(path: Path) -> Iterator[Path]:
@@ -613,8 +627,11 @@ class Vault:
         stem = slugify(title)
         base = f"{folder.strip('/')}/{stem}.md" if folder else f"{stem}.md"
         data = render_new(title, content, fields).encode("utf-8")
-        target = self.path_of(base)
+        target = self.dir / check_id(base)
         for candidate in _numbered(target):
+            if candidate.is_symlink():
+                continue  # a hand-made link holds this name (perhaps pointing out of the vault): take the next
+            self.path_of(candidate.relative_to(self.dir).as_posix())  # still refuses folders leading out
             try:
                 atomic_write(candidate, data, overwrite=False)
             except FileExistsError:
@@ -642,8 +659,9 @@ class Vault:
             raise Conflict(id)
         if current.problem is not None:
             raise InvalidArgument(
-                f"'{id}' has a broken frontmatter block ({current.problem}), so the server will not "
-                "rewrite it. Ask the user to fix the YAML between the '---' lines, or write a new memory."
+                f"'{id}' has a problem ({current.problem}), so the server will not rewrite it. Ask the "
+                "user to fix the file (the YAML between the '---' lines, or its encoding), or write a "
+                "new memory."
             )
         if expect_hash is not None and current.hash != expect_hash:
             raise InvalidArgument(f"'{id}' changed on disk while being updated; read it again and retry.")
