@@ -94,23 +94,9 @@ class TokenGuard:
             if owner is not None and owner != token:
                 await _error(404, "Session not found for this token; start a new session.")(scope, receive, send)
                 return
-        await self.app(scope, self._capped(receive, limit), self._binding(send, token))
-
-    @staticmethod
-    def _capped(receive: Receive, limit: int) -> Receive:
-        seen = 0
-
-        async def wrapped() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    # A chunked body past the cap: end it here; the SDK then rejects the truncated JSON.
-                    return {"type": "http.disconnect"}
-            return message
-
-        return wrapped
+        # A chunked body past the cap is answered 413 by the SDK's RequestBodyLimitMiddleware (both
+        # transports get the same limit in create_app); cutting the stream here turned it into a 500.
+        await self.app(scope, receive, self._binding(send, token))
 
     def _binding(self, send: Send, token: str) -> Send:
         async def wrapped(message: Message) -> None:
