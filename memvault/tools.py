@@ -92,7 +92,7 @@ def render_memory(memory: Memory) -> str:
     if memory.conflicted:
         facts.append("HAS GIT CONFLICT MARKERS (read-only until resolved)")
     if memory.problem:
-        facts.append(f"broken frontmatter: {memory.problem}")
+        facts.append(f"read-only until fixed: {memory.problem}")
     return f"## {memory.title}\n[{' | '.join(facts)}]\n{memory.content}\n"
 
 
@@ -191,7 +191,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
             if memory.conflicted:
                 line += "|CONFLICT: git conflict markers, read-only until a person resolves them"
             elif memory.problem:
-                line += f"|BROKEN FRONTMATTER: {memory.problem}"
+                line += f"|NEEDS FIXING: {memory.problem}"
             if not reply.add(line):
                 break
             shown += 1

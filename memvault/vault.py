@@ -630,7 +630,7 @@ class Vault:
         target = self.dir / check_id(base)
         for candidate in _numbered(target):
             if candidate.is_symlink():
-                continue  # a hand-made link holds this name (perhaps pointing out of the vault): take the next
+                continue  # a hand-made link holds this name (maybe pointing out of the vault): next one
             self.path_of(candidate.relative_to(self.dir).as_posix())  # still refuses folders leading out
             try:
                 atomic_write(candidate, data, overwrite=False)
@@ -715,10 +715,15 @@ def valid_token(token: str) -> bool:
 # ---------------------------------------------------------------------------- parse cache
 
 
+# Bump when parse_memory's result for the same bytes changes: older cache entries are parsed again.
+PARSER_VERSION = 2
+
+
 def to_cache(memory: Memory) -> str:
     """The parsed form of a file as JSON, for the sidecar's file-stat cache (meta is not kept)."""
     return json.dumps(
         [
+            PARSER_VERSION,
             memory.title,
             memory.content,
             memory.priority,
@@ -736,9 +741,11 @@ def to_cache(memory: Memory) -> str:
 def from_cache(data: str, id: str, *, archived: bool, mtime_ns: int, size: int, hash: str) -> Memory | None:
     """Inverse of to_cache; None if the cached form is unusable (then the file is parsed again)."""
     try:
-        (title, content, priority, created, updated, accessed, tags, importance, has_fm, problem, conflicted) = (
+        (version, title, content, priority, created, updated, accessed, tags, importance, has_fm, problem, conflicted) = (
             json.loads(data)
         )
+        if version != PARSER_VERSION:
+            return None
         return Memory(
             id=id,
             title=title,

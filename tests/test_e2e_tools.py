@@ -599,7 +599,7 @@ async def test_odd_files_are_listed_searchable_and_never_double_fronted(server_f
         assert set(rows) == {"crlf.md", "bom.md", "partial.md", "broken.md", "legacy-bom.md"}, text
         assert rows["crlf.md"].startswith("crlf.md|Windows note|P1|"), rows
         assert rows["bom.md"].startswith("bom.md|Bom note|P0|"), rows
-        assert "BROKEN FRONTMATTER" in rows["partial.md"] and "BROKEN FRONTMATTER" in rows["broken.md"]
+        assert "NEEDS FIXING" in rows["partial.md"] and "NEEDS FIXING" in rows["broken.md"]
 
         for _ in range(2):
             for word, title in [
