@@ -120,7 +120,8 @@ class Reply:
         return "\n".join(self.parts)
 
 
-def render_found(found: Found, settings: Settings, *, what: str, query: str | None) -> str:
+def render_found(found: Found, settings: Settings, *, what: str, query: str | None) -> tuple[str, int]:
+    """The reply text, and how many of found.memories it shows in full (the rest were left out)."""
     if not found.memories:
         where = "archive" if what == "archived" else "hot memories"
         hint = (
@@ -128,7 +129,7 @@ def render_found(found: Found, settings: Settings, *, what: str, query: str | No
             if what != "archived"
             else " Try other words, or read_memory for hot memories."
         )
-        return f"No {where} match {query!r}.{hint}" if query else f"No {where} yet."
+        return (f"No {where} match {query!r}.{hint}" if query else f"No {where} yet."), 0
     reply = Reply(settings.max_reply_chars)
     head = f"{found.total} {what} memor{'y' if found.total == 1 else 'ies'}"
     if query:
@@ -156,7 +157,7 @@ def render_found(found: Found, settings: Settings, *, what: str, query: str | No
         room = settings.max_reply_chars - len(reply.text()) - 60
         missing = _fit(found.missing, room)
         reply.parts.append(f"[Not found: {missing}. Call list_memory_titles for names.]")
-    return reply.text()
+    return reply.text(), shown
 
 
 def _fit(names: Sequence[str], room: int) -> str:
@@ -227,8 +228,9 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
         """
         token = token_of(ctx)
         found = await store.find(token, query=query, filenames=filenames, limit=limit)
-        reply = render_found(found, settings, what="hot", query=query)
-        await store.touch(token, found.memories, hit=not filenames)
+        reply, shown = render_found(found, settings, what="hot", query=query)
+        # Only what the agent actually saw counts as an access.
+        await store.touch(token, found.memories[:shown], hit=not filenames)
         return text(reply)
 
     @server.tool(annotations=CREATES, structured_output=False)
@@ -293,7 +295,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     ) -> CallToolResult:
         """Search memories that were archived as stale. Bring one back with restore_memory."""
         found = await store.find(token_of(ctx), query=query, limit=limit, archived=True)
-        return text(render_found(found, settings, what="archived", query=query))
+        return text(render_found(found, settings, what="archived", query=query)[0])
 
     @server.tool(annotations=MOVES, structured_output=False)
     @handles_errors
