@@ -1,9 +1,10 @@
-"""The command line: memvault serve | evict | check | reindex."""
+"""The command line: memvault serve | evict | check | reindex | export | import."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -38,6 +39,16 @@ def _parser() -> argparse.ArgumentParser:
     reindex = sub.add_parser("reindex", help="rebuild the derived state (parse cache) from the files")
     reindex.add_argument("--root", type=Path, help="vault folder (default ./memories)")
     reindex.add_argument("--token", help="only this token (default: every token in the vault)")
+
+    export = sub.add_parser("export", help="write session summaries and knowledge graphs as JSON lines")
+    export.add_argument("--root", type=Path, help="vault folder (default ./memories)")
+    export.add_argument("--token", help="only this token (default: every token in the vault)")
+    export.add_argument("--out", type=Path, help="write to this file instead of stdout")
+
+    load = sub.add_parser("import", help="load an export back (idempotent: what is there already stays)")
+    load.add_argument("--root", type=Path, help="vault folder (default ./memories)")
+    load.add_argument("--token", help="load every line into this token (default: the token on each line)")
+    load.add_argument("file", type=Path, help="the file written by memvault export ('-' for stdin)")
     return parser
 
 
@@ -61,6 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check(settings, args.token)
     if args.command == "reindex":
         return reindex(settings, args.token)
+    if args.command == "export":
+        return export(settings, args.token, args.out)
+    if args.command == "import":
+        return import_(settings, args.token, args.file)
     return 2  # pragma: no cover - argparse requires a command
 
 
@@ -162,6 +177,85 @@ async def evict(settings: Settings, token: str | None, dry_run: bool) -> int:
         return 1
     finally:
         await store.close()
+    return 0
+
+
+def export(settings: Settings, token: str | None, out: Path | None) -> int:
+    """Sessions and graphs as JSON lines: per token, entities, relations, then session versions, sorted."""
+    from memvault.graph import KnowledgeGraph
+    from memvault.sessions import Sessions
+    from memvault.sidecar import Sidecar, sidecar_path
+    from memvault.vault import atomic_write
+
+    tokens = _tokens(settings, token)
+    if tokens is None:
+        return 2
+    lines: list[str] = []
+    for name in tokens:
+        if not sidecar_path(settings.token_dir(name)).is_file():
+            continue  # nothing stored yet; exporting must not create a folder
+        with Sidecar.open(settings.token_dir(name)) as sidecar:
+            rows = KnowledgeGraph(sidecar, max_chars=settings.max_content_chars).export_rows()
+            rows += Sessions(sidecar, max_chars=settings.max_content_chars).export_rows()
+        lines += [json.dumps({"token": name, **row}, ensure_ascii=False) for row in rows]
+    text = "".join(line + "\n" for line in lines)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        atomic_write(out, text.encode("utf-8"))
+        print(f"wrote {len(lines)} line(s) to {out}", file=sys.stderr)
+    return 0
+
+
+def import_(settings: Settings, token: str | None, file: Path) -> int:
+    """Load an export; every row already present is left as it is, so importing twice changes nothing."""
+    from memvault.graph import KnowledgeGraph
+    from memvault.sessions import Sessions
+    from memvault.sidecar import Sidecar
+
+    if token is not None and not valid_token(token):
+        print(f"memvault: {token!r} is not a valid token.", file=sys.stderr)
+        return 2
+    try:
+        text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"memvault: cannot read {file}: {exc}", file=sys.stderr)
+        return 2
+    by_token: dict[str, list[dict[str, object]]] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict) or row.get("kind") not in ("entity", "relation", "session"):
+            print(f"memvault: line {number} is not a memvault export line.", file=sys.stderr)
+            return 1
+        name = token or row.get("token")
+        if not isinstance(name, str) or not valid_token(name):
+            print(f"memvault: line {number} has no valid token; pass --token.", file=sys.stderr)
+            return 1
+        by_token.setdefault(name, []).append(row)
+    try:
+        for name, rows in sorted(by_token.items()):
+            with Sidecar.open(settings.token_dir(name)) as sidecar:
+                graph = KnowledgeGraph(sidecar, max_chars=settings.max_content_chars)
+                g = graph.import_rows([r for r in rows if r["kind"] != "session"])
+                sessions = Sessions(sidecar, max_chars=settings.max_content_chars)
+                s = sessions.import_rows([r for r in rows if r["kind"] == "session"])
+            report = (
+                f"{name}: added {g.entities} entities, {g.observations} observations, "
+                f"{g.relations} relations, {s.added} session versions ({s.unchanged} already there)"
+            )
+            if s.conflicts:
+                report += f"; kept {s.conflicts} existing versions that differ from the file"
+            if g.skipped_relations:
+                report += f"; skipped {g.skipped_relations} relations to missing entities"
+            print(report)
+    except MemvaultError as exc:
+        print(f"memvault: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ from memvault.errors import InvalidArgument
 
 WRITEBACK_MODES = ("day", "always", "never")
 TOOL_GROUPS = ("memories", "recall", "sessions", "graph")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,9 @@ class Settings:
     poll_interval_seconds: float = 2.0
     max_loaded_tokens: int = 100
     tools: tuple[str, ...] = TOOL_GROUPS
+    graph_max_path_len: int = 4
+    graph_entries_per_term: int = 5
+    graph_max_results: int = 50
     log_level: str = "info"
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -81,8 +86,29 @@ class Settings:
         for name in ("max_body_bytes", "max_content_chars", "max_reply_chars", "capacity", "max_loaded_tokens"):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"MEMVAULT_{name.upper()} must be at least 1.")
+        for name in ("graph_entries_per_term", "graph_max_results"):
+            if getattr(self, name) < 1:
+                raise InvalidArgument(f"MEMVAULT_{name.upper()} must be at least 1.")
+        if self.graph_max_path_len < 0:
+            raise InvalidArgument("MEMVAULT_GRAPH_MAX_PATH_LEN must be 0 (no connecting paths) or more.")
         if not 0 < self.port < 65536:
             raise InvalidArgument("MEMVAULT_PORT must be between 1 and 65535.")
+        # Durations: 0 is meaningful (no TTL grace, sweep on every read, no dedupe); negative or nan is not.
+        for name in ("ttl_p1_days", "ttl_p2_days", "evict_interval_hours", "dedupe_window_seconds"):
+            value = getattr(self, name)
+            if math.isnan(value) or value < 0:
+                raise InvalidArgument(
+                    f"MEMVAULT_{name.upper()} must be 0 or more (inf: never), not {value!r}."
+                )
+        if not 0 < self.poll_interval_seconds < math.inf:  # 0 would spin the polling observer
+            raise InvalidArgument(
+                "MEMVAULT_POLL_INTERVAL_SECONDS must be a positive number of seconds, "
+                f"not {self.poll_interval_seconds!r}."
+            )
+        if self.log_level not in LOG_LEVELS:  # uvicorn looks the name up as given and fails late
+            raise InvalidArgument(
+                f"MEMVAULT_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}."
+            )
 
 
 SETTINGS: dict[str, Setting] = {
@@ -131,10 +157,24 @@ SETTINGS: dict[str, Setting] = {
     "tools": Setting(
         "MEMVAULT_TOOLS", "memories,recall,sessions,graph", "Tool groups to offer, comma-separated."
     ),
+    "graph_max_path_len": Setting(
+        "MEMVAULT_GRAPH_MAX_PATH_LEN",
+        "4",
+        "search_nodes: most relations on a path joining the matches of two query terms (0: no paths).",
+    ),
+    "graph_entries_per_term": Setting(
+        "MEMVAULT_GRAPH_ENTRIES_PER_TERM",
+        "5",
+        "search_nodes: best matches per query term, where connecting paths start.",
+    ),
+    "graph_max_results": Setting(
+        "MEMVAULT_GRAPH_MAX_RESULTS", "50", "search_nodes: most entities in one result."
+    ),
     "log_level": Setting("MEMVAULT_LOG_LEVEL", "info", "debug, info, warning or error."),
 }
 
 _INTS = {"port", "max_body_bytes", "max_content_chars", "max_reply_chars", "capacity", "max_loaded_tokens"}
+_INTS |= {"graph_max_path_len", "graph_entries_per_term", "graph_max_results"}
 _FLOATS = {"ttl_p1_days", "ttl_p2_days", "evict_interval_hours", "dedupe_window_seconds", "poll_interval_seconds"}
 _BOOLS = {"watch"}
 _LISTS = {"allowed_hosts", "tools"}
@@ -160,4 +200,6 @@ def _parse(name: str, env: str, raw: str) -> Any:
         return tuple(part.strip() for part in raw.split(",") if part.strip())
     if name in _PATHS:
         return Path(raw).expanduser()
+    if name == "log_level":
+        return raw.strip().lower()
     return raw.strip()

@@ -6,7 +6,9 @@
      ├── InvalidArgument(why)       any other bad argument (empty title, bad priority, ...)
      ├── TooLarge(what, limit)      content or request over a configured cap
      ├── Conflict(id)               file holds git conflict markers; a person must resolve it
-     └── TokenRefused(why)          a token not allowed by the allowlist
+     ├── TokenRefused(why)          a token not allowed by the allowlist
+     ├── UnknownSession(id)         no session summary under that session id
+     └── UnknownEntity(name)        no knowledge-graph entity of that name
 
 Messages never hold absolute paths, stack traces or another token. They are mapped to
 tool errors in one place (``tools.py``) and to HTTP responses in one place (``app.py``).
@@ -79,3 +81,23 @@ class Conflict(MemvaultError):
 class TokenRefused(MemvaultError):
     def __init__(self) -> None:
         super().__init__("This token is not allowed on this server.")
+
+
+class UnknownSession(MemvaultError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        shown = session_id if len(session_id) <= 80 else session_id[:77] + "..."
+        super().__init__(
+            f"No session {shown!r}. Call list_summaries to see the session ids, "
+            "or upsert_summary to start this session."
+        )
+
+
+class UnknownEntity(MemvaultError):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        shown = name if len(name) <= 80 else name[:77] + "..."
+        super().__init__(
+            f"No entity named {shown!r}; nothing was changed. Create it with create_entities first, "
+            "or call search_nodes to find the exact name."
+        )

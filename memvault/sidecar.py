@@ -1,4 +1,4 @@
-"""The per-token SQLite sidecar: access statistics, small state, the file-stat cache and search counts."""
+"""The per-token SQLite sidecar: access stats, state, file-stat cache, search counts, sessions and graph."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sqlite3
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,6 +49,38 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # 2: the parsed form of each file beside its stat, so a restart re-parses only what changed.
     ("ALTER TABLE file_stat ADD COLUMN parsed TEXT",),
+    # 3: session summaries (every version kept) and the knowledge graph (canonical, not derived).
+    (
+        """CREATE TABLE IF NOT EXISTS session_versions (
+            session_id TEXT NOT NULL,
+            version INT NOT NULL,
+            ts TEXT NOT NULL,
+            title TEXT,
+            tags TEXT NOT NULL DEFAULT '[]',
+            summary TEXT NOT NULL,
+            PRIMARY KEY (session_id, version)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE IF NOT EXISTS entities (
+            name TEXT PRIMARY KEY,
+            entity_type TEXT NOT NULL,
+            created TEXT NOT NULL,
+            updated TEXT NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS observations (
+            entity TEXT NOT NULL,
+            position INT NOT NULL,
+            text TEXT NOT NULL,
+            PRIMARY KEY (entity, position),
+            UNIQUE (entity, text)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE IF NOT EXISTS relations (
+            from_entity TEXT NOT NULL,
+            to_entity TEXT NOT NULL,
+            relation_type TEXT NOT NULL,
+            UNIQUE (from_entity, to_entity, relation_type)
+        )""",
+        "CREATE INDEX IF NOT EXISTS relations_to ON relations (to_entity)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -202,8 +234,8 @@ class Sidecar:
         """Open (creating if needed) the sidecar of ``token_dir`` and bring its schema up to date.
 
         Creates ``token_dir/.memvault/`` with a ``.gitignore`` of ``*``. A database file that
-        SQLite reports as corrupt or not a database is moved aside and replaced by a fresh one:
-        everything in it is derived from the markdown files.
+        SQLite reports as corrupt or not a database is moved aside (kept, for the sessions and
+        graph in it) and replaced by a fresh one; the rest of it is derived from the markdown files.
         """
         folder = token_dir / SIDECAR_DIR
         folder.mkdir(parents=True, exist_ok=True)
@@ -264,6 +296,23 @@ class Sidecar:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+
+    # -- for the modules that keep their own tables (sessions, graph) ---------------------
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction, so several SELECTs see the same state (WAL: never waits on a writer)."""
+        with self._read() as conn:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One short BEGIN IMMEDIATE transaction; rolled back if the body raises."""
+        return self._write()
 
     # -- access statistics ---------------------------------------------------------------
 

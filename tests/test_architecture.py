@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).parents[1] / "memvault"
 MODULES = sorted(p.stem for p in PACKAGE.glob("*.py"))
 
 # Core modules know nothing of MCP or the HTTP layer; store sits between tools and the core.
-NO_MCP_NO_UPPER_LAYERS = ("vault", "index", "eviction", "sidecar", "config", "errors", "check", "watcher")
+NO_MCP_NO_UPPER_LAYERS = ("vault", "index", "eviction", "sidecar", "config", "errors", "check", "watcher", "sessions", "graph")
 FORBIDDEN = {
     **{name: ("memvault.app", "memvault.tools", "mcp") for name in NO_MCP_NO_UPPER_LAYERS},
     "store": ("memvault.app", "memvault.tools"),

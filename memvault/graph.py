@@ -1,0 +1,574 @@
+"""The knowledge graph: entities with observations and typed relations, and a search that joins paths."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from memvault.errors import InvalidArgument, UnknownEntity
+from memvault.sidecar import Sidecar, format_time, parse_time
+
+Clock = Callable[[], datetime]
+
+# Search limits (defaults of the MEMVAULT_GRAPH_* settings).
+MAX_PATH_LEN = 4  # most relations on a path joining two entry entities
+MAX_ENTRY_PER_TERM = 5  # most entry entities one query term picks
+MAX_RESULT_ENTITIES = 50  # most entities one search returns
+MAX_TERMS = 16
+MAX_QUERY_CHARS = 2048  # as the official server
+ENTRY_RATIO = 0.5  # an entry entity scores at least this share of its term's best score
+MAX_NAME_CHARS = 500
+
+_CHUNK = 500  # below SQLite's host-parameter limit
+_INSERT_ENTITY = "INSERT OR IGNORE INTO entities (name, entity_type, created, updated) VALUES (?, ?, ?, ?)"
+_INSERT_RELATION = "INSERT OR IGNORE INTO relations (from_entity, to_entity, relation_type) VALUES (?, ?, ?)"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    name: str
+    entity_type: str
+    observations: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "entityType": self.entity_type, "observations": list(self.observations)}
+
+
+@dataclass(frozen=True, slots=True)
+class Relation:
+    source: str  # "from" on the wire
+    target: str  # "to"
+    relation_type: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"from": self.source, "to": self.target, "relationType": self.relation_type}
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    entities: tuple[Entity, ...] = ()
+    relations: tuple[Relation, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "entities": [e.to_json() for e in self.entities],
+            "relations": [r.to_json() for r in self.relations],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """An entity with its last change time, for ranking by recency."""
+
+    entity: Entity
+    updated: str
+
+
+@dataclass(frozen=True, slots=True)
+class SearchLimits:
+    max_path_len: int = MAX_PATH_LEN
+    entries_per_term: int = MAX_ENTRY_PER_TERM
+    max_results: int = MAX_RESULT_ENTITIES
+
+
+@dataclass(frozen=True, slots=True)
+class Imported:
+    entities: int
+    observations: int
+    relations: int
+    skipped_relations: int  # an endpoint is neither in the file nor in the graph
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+def _check_name(name: str, what: str = "entity name") -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidArgument(f"An {what} is empty; every entity needs a name.")
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidArgument(f"An {what} is longer than {MAX_NAME_CHARS} characters; use a short name.")
+    return name
+
+
+def _check_observation(text: str, limit: int) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidArgument("An observation is empty; each observation is one fact as a sentence.")
+    if len(text) > limit:
+        raise InvalidArgument(
+            f"An observation is {len(text):,} characters; the limit is {limit:,}. Split it into short facts."
+        )
+    return text
+
+
+def _check_relation(relation: Relation) -> Relation:
+    _check_name(relation.source, "relation's 'from'")
+    _check_name(relation.target, "relation's 'to'")
+    if not isinstance(relation.relation_type, str) or not relation.relation_type.strip():
+        raise InvalidArgument("A relationType is empty; name the relation in active voice, e.g. 'works_at'.")
+    return relation
+
+
+# ---------------------------------------------------------------------------- search (pure)
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct, case-folded whitespace-separated terms of a query, in order."""
+    return list(dict.fromkeys(t.casefold() for t in query.split()))[:MAX_TERMS]
+
+
+def _word_start(text: str, term: str) -> bool:
+    start = text.find(term)
+    while start >= 0:
+        if start == 0 or not text[start - 1].isalnum():
+            return True
+        start = text.find(term, start + 1)
+    return False
+
+
+def term_score(term: str, entity: Entity) -> float:
+    """How well one (case-folded) term matches an entity: name above type above observations."""
+    name = entity.name.casefold()
+    kind = entity.entity_type.casefold()
+    score = 0.0
+    if name == term:
+        score += 10
+    elif _word_start(name, term):
+        score += 6
+    elif term in name:
+        score += 4
+    if kind == term:
+        score += 3
+    elif term in kind:
+        score += 1
+    # Term frequency in the observations, capped so one chatty entity cannot drown a name match.
+    score += min(5, sum(o.casefold().count(term) for o in entity.observations))
+    return score
+
+
+def _ranked(
+    names: Iterable[str], score: Mapping[str, float], degree: Mapping[str, int], updated: Mapping[str, str]
+) -> list[str]:
+    out = sorted(names)
+    out.sort(key=lambda n: updated[n], reverse=True)  # recency breaks ties ...
+    out.sort(key=lambda n: (-score[n], -degree[n]))  # ... after score and connectedness
+    return out
+
+
+def _shortest_paths(
+    source: str, targets: set[str], adjacency: Mapping[str, Sequence[str]], max_len: int
+) -> dict[str, list[str]]:
+    """Breadth-first from ``source`` (at most ``max_len`` relations): the path to each reachable target."""
+    parent: dict[str, str | None] = {source: None}
+    frontier = deque([(source, 0)])
+    found: dict[str, list[str]] = {}
+    while frontier and len(found) < len(targets):
+        node, depth = frontier.popleft()
+        if node in targets and node != source and node not in found:
+            path = [node]
+            while (step := parent[path[-1]]) is not None:
+                path.append(step)
+            found[node] = path[::-1]
+        if depth == max_len:
+            continue
+        for nxt in adjacency.get(node, ()):
+            if nxt not in parent:
+                parent[nxt] = node
+                frontier.append((nxt, depth + 1))
+    return found
+
+
+def search(nodes: Sequence[Node], relations: Sequence[Relation], query: str, limits: SearchLimits) -> Graph:
+    """Entities matching the query, ranked, plus the entities on short paths joining the terms' best matches.
+
+    Each term picks its entry entities: its best matches (name, type, observations; scored by
+    :func:`term_score`, then connectedness, then recency), at most ``entries_per_term``, each
+    scoring at least half of the term's best. The shortest path (relations read both ways, at
+    most ``max_path_len`` long) between entry entities of different terms is added, so a query
+    for two concepts also returns what connects them. Then come entities matching every term,
+    then those matching some term. An entity that matches no term and joins nothing is left out.
+    Relations returned are those among the result entities.
+    """
+    terms = query_terms(query)
+    by_name = {n.entity.name: n for n in nodes}
+    adjacency: dict[str, set[str]] = {}
+    for r in relations:
+        if r.source != r.target and r.source in by_name and r.target in by_name:
+            adjacency.setdefault(r.source, set()).add(r.target)
+            adjacency.setdefault(r.target, set()).add(r.source)
+    degree = {name: len(adjacency.get(name, ())) for name in by_name}
+    updated = {name: n.updated for name, n in by_name.items()}
+    ordered_adjacency = {name: sorted(near) for name, near in adjacency.items()}
+
+    per_term: list[dict[str, float]] = []
+    for term in terms:
+        scores = {name: s for name, n in by_name.items() if (s := term_score(term, n.entity)) > 0}
+        per_term.append(scores)
+
+    entries: list[list[str]] = []
+    for scores in per_term:
+        ranked = _ranked(scores, scores, degree, updated)
+        best = scores[ranked[0]] if ranked else 0.0
+        entries.append([n for n in ranked if scores[n] >= best * ENTRY_RATIO][: limits.entries_per_term])
+
+    result: dict[str, None] = {}
+    for group in entries:
+        result.update(dict.fromkeys(group))
+
+    # Connecting paths between the entry entities of different terms.
+    if limits.max_path_len > 0:
+        for i, group in enumerate(entries):
+            later = {n for other in entries[i + 1 :] for n in other} - set(group)
+            if not later:
+                continue
+            for source in group:
+                paths = _shortest_paths(source, later, ordered_adjacency, limits.max_path_len)
+                for target in sorted(paths):
+                    result.update(dict.fromkeys(paths[target]))
+
+    total = {name: sum(scores.get(name, 0.0) for scores in per_term) for name in by_name}
+    if per_term:
+        every = [n for n in by_name if all(n in scores for scores in per_term)]
+        some = [n for n in by_name if any(n in scores for scores in per_term)]
+        result.update(dict.fromkeys(_ranked(every, total, degree, updated)))
+        result.update(dict.fromkeys(_ranked(some, total, degree, updated)))
+
+    chosen = list(result)[: limits.max_results]
+    keep = set(chosen)
+    return Graph(
+        tuple(by_name[name].entity for name in chosen),
+        tuple(r for r in relations if r.source in keep and r.target in keep),
+    )
+
+
+# ---------------------------------------------------------------------------- storage
+
+
+def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
+class KnowledgeGraph:
+    """One token's knowledge graph in its sidecar, with the official memory server's semantics.
+
+    Every write is one BEGIN IMMEDIATE transaction, so a failed call (a missing entity) changes
+    nothing, and two processes cannot interleave. Names are exact and case-sensitive.
+    """
+
+    def __init__(
+        self,
+        sidecar: Sidecar | Callable[[], Sidecar],
+        *,
+        max_chars: int,
+        clock: Clock = _utcnow,
+        limits: SearchLimits | None = None,
+    ) -> None:
+        self._source = sidecar
+        self.max_chars = max_chars
+        self.clock = clock
+        self.limits = limits or SearchLimits()
+
+    @property
+    def sidecar(self) -> Sidecar:
+        """The sidecar, opened on first use: arguments are checked before a token folder is created."""
+        if not isinstance(self._source, Sidecar):
+            self._source = self._source()
+        return self._source
+
+    def _now(self) -> str:
+        return format_time(self.clock())
+
+    # ------------------------------------------------------------------ writing
+
+    def create_entities(self, entities: Sequence[Entity]) -> list[Entity]:
+        """Create entities; names that exist (or repeat in the batch) are skipped. Returns the new ones."""
+        cleaned = []
+        for entity in entities:
+            _check_name(entity.name)
+            if not isinstance(entity.entity_type, str):
+                raise InvalidArgument("entityType must be text.")
+            observations = tuple(
+                dict.fromkeys(_check_observation(o, self.max_chars) for o in entity.observations)
+            )
+            cleaned.append(Entity(entity.name, entity.entity_type, observations))
+        now = self._now()
+        created: list[Entity] = []
+        with self.sidecar.transaction() as conn:
+            for entity in cleaned:
+                cur = conn.execute(
+                    _INSERT_ENTITY,
+                    (entity.name, entity.entity_type, now, now),
+                )
+                if cur.rowcount != 1:
+                    continue
+                conn.executemany(
+                    "INSERT INTO observations (entity, position, text) VALUES (?, ?, ?)",
+                    [(entity.name, i, text) for i, text in enumerate(entity.observations)],
+                )
+                created.append(entity)
+        return created
+
+    def create_relations(self, relations: Sequence[Relation]) -> list[Relation]:
+        """Create relations between existing entities; duplicates are skipped. Returns the new ones.
+
+        A relation naming a missing entity fails the whole call (as the official server does).
+        """
+        for relation in relations:
+            _check_relation(relation)
+        created: list[Relation] = []
+        with self.sidecar.transaction() as conn:
+            names = list(dict.fromkeys(n for r in relations for n in (r.source, r.target)))
+            missing = [n for n in names if n not in _existing(conn, names)]
+            if missing:
+                raise UnknownEntity(missing[0])
+            for relation in relations:
+                cur = conn.execute(
+                    _INSERT_RELATION,
+                    (relation.source, relation.target, relation.relation_type),
+                )
+                if cur.rowcount == 1:
+                    created.append(relation)
+        return created
+
+    def add_observations(self, additions: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[str, list[str]]]:
+        """Add observations to existing entities, skipping ones they already have.
+
+        A missing entity fails the whole call. Returns each entity with the observations added.
+        """
+        checked = [
+            (_check_name(name), [_check_observation(o, self.max_chars) for o in contents])
+            for name, contents in additions
+        ]
+        now = self._now()
+        results: list[tuple[str, list[str]]] = []
+        with self.sidecar.transaction() as conn:
+            for name, contents in checked:
+                if conn.execute("SELECT 1 FROM entities WHERE name = ?", (name,)).fetchone() is None:
+                    raise UnknownEntity(name)
+                added = _append_observations(conn, name, contents)
+                if added:
+                    conn.execute("UPDATE entities SET updated = ? WHERE name = ?", (now, name))
+                results.append((name, added))
+        return results
+
+    def delete_entities(self, names: Sequence[str]) -> tuple[list[str], list[str]]:
+        """Delete entities with their observations and every relation from or to them.
+
+        Returns (deleted, not found); names not found are not an error.
+        """
+        deleted: list[str] = []
+        not_found: list[str] = []
+        with self.sidecar.transaction() as conn:
+            for name in dict.fromkeys(names):
+                cur = conn.execute("DELETE FROM entities WHERE name = ?", (name,))
+                if cur.rowcount != 1:
+                    not_found.append(name)
+                    continue
+                deleted.append(name)
+                conn.execute("DELETE FROM observations WHERE entity = ?", (name,))
+                conn.execute("DELETE FROM relations WHERE from_entity = ? OR to_entity = ?", (name, name))
+        return deleted, not_found
+
+    def delete_observations(self, deletions: Sequence[tuple[str, Sequence[str]]]) -> tuple[int, list[str]]:
+        """Delete the given observations. Returns (how many were deleted, entities not found)."""
+        now = self._now()
+        count = 0
+        missing: list[str] = []
+        with self.sidecar.transaction() as conn:
+            for name, observations in deletions:
+                if conn.execute("SELECT 1 FROM entities WHERE name = ?", (name,)).fetchone() is None:
+                    missing.append(name)
+                    continue
+                removed = 0
+                for text in dict.fromkeys(observations):
+                    removed += conn.execute(
+                        "DELETE FROM observations WHERE entity = ? AND text = ?", (name, text)
+                    ).rowcount
+                if removed:
+                    conn.execute("UPDATE entities SET updated = ? WHERE name = ?", (now, name))
+                count += removed
+        return count, list(dict.fromkeys(missing))
+
+    def delete_relations(self, relations: Sequence[Relation]) -> int:
+        """Delete exactly matching relations; returns how many were deleted."""
+        count = 0
+        with self.sidecar.transaction() as conn:
+            for r in dict.fromkeys(relations):
+                count += conn.execute(
+                    "DELETE FROM relations WHERE from_entity = ? AND to_entity = ? AND relation_type = ?",
+                    (r.source, r.target, r.relation_type),
+                ).rowcount
+        return count
+
+    # ------------------------------------------------------------------ reading
+
+    def read_graph(self) -> Graph:
+        with self.sidecar.snapshot() as conn:
+            nodes, relations = _load(conn)
+        return Graph(tuple(n.entity for n in nodes), tuple(relations))
+
+    def open_nodes(self, names: Sequence[str]) -> Graph:
+        """The named entities, and every relation from or to one of them (as the official server)."""
+        wanted = list(dict.fromkeys(n for n in names if isinstance(n, str)))
+        with self.sidecar.snapshot() as conn:
+            found = set(_existing(conn, wanted))
+            nodes, relations = _load(conn, only=found)
+        return Graph(
+            tuple(n.entity for n in nodes if n.entity.name in found),
+            tuple(r for r in relations if r.source in found or r.target in found),
+        )
+
+    def search_nodes(self, query: str) -> Graph:
+        if not isinstance(query, str):
+            raise InvalidArgument("query must be text.")
+        if len(query) > MAX_QUERY_CHARS:
+            raise InvalidArgument(f"query is longer than {MAX_QUERY_CHARS} characters; use a few words.")
+        with self.sidecar.snapshot() as conn:
+            nodes, relations = _load(conn)
+        if not query_terms(query):
+            # An empty query matches everything, as a substring search would (the official server).
+            return Graph(tuple(n.entity for n in nodes), tuple(relations))
+        return search(nodes, relations, query, self.limits)
+
+    # ------------------------------------------------------------------ export / import
+
+    def export_rows(self) -> list[dict[str, Any]]:
+        """Entities (sorted by name) then relations (sorted), as plain dicts for JSON lines."""
+        with self.sidecar.snapshot() as conn:
+            nodes, relations = _load(conn)
+            created = dict(conn.execute("SELECT name, created FROM entities").fetchall())
+        rows: list[dict[str, Any]] = [
+            {"kind": "entity", **n.entity.to_json(), "created": created[n.entity.name], "updated": n.updated}
+            for n in sorted(nodes, key=lambda n: n.entity.name)
+        ]
+        rows += [
+            {"kind": "relation", **r.to_json()}
+            for r in sorted(relations, key=lambda r: (r.source, r.target, r.relation_type))
+        ]
+        return rows
+
+    def import_rows(self, rows: Iterable[Mapping[str, Any]]) -> Imported:
+        """Load exported entities and relations; what is already there stays, so a second import is a no-op.
+
+        An existing entity keeps its type and gains only the observations it lacks.
+        """
+        entities: list[tuple[Entity, str, str]] = []
+        relations: list[Relation] = []
+        for row in rows:
+            try:
+                if row.get("kind") == "entity":
+                    entity = Entity(row["name"], row["entityType"], tuple(row.get("observations") or ()))
+                    _check_name(entity.name)
+                    if not isinstance(entity.entity_type, str):
+                        raise InvalidArgument("entityType must be text")
+                    if not all(isinstance(o, str) and o.strip() for o in entity.observations):
+                        raise InvalidArgument("observations must be non-empty text")
+                    created = format_time(parse_time(row.get("created") or self._now()))
+                    updated = format_time(parse_time(row.get("updated") or created))
+                    entities.append((entity, created, updated))
+                elif row.get("kind") == "relation":
+                    relations.append(_check_relation(Relation(row["from"], row["to"], row["relationType"])))
+                else:
+                    raise InvalidArgument(f"unknown kind {row.get('kind')!r}")
+            except (KeyError, ValueError, TypeError, InvalidArgument) as exc:
+                raise InvalidArgument(f"Cannot import graph row {dict(row)!r:.200}: {exc}.") from None
+        new_entities = new_observations = new_relations = skipped = 0
+        with self.sidecar.transaction() as conn:
+            for entity, created, updated in entities:
+                cur = conn.execute(
+                    _INSERT_ENTITY,
+                    (entity.name, entity.entity_type, created, updated),
+                )
+                new_entities += cur.rowcount
+                added = _append_observations(conn, entity.name, entity.observations)
+                new_observations += len(added)
+                if added and cur.rowcount != 1:
+                    conn.execute(
+                        "UPDATE entities SET updated = max(updated, ?) WHERE name = ?", (updated, entity.name)
+                    )
+            names = list(dict.fromkeys(n for r in relations for n in (r.source, r.target)))
+            present = set(_existing(conn, names))
+            for r in relations:
+                if r.source not in present or r.target not in present:
+                    skipped += 1
+                    continue
+                new_relations += conn.execute(
+                    _INSERT_RELATION,
+                    (r.source, r.target, r.relation_type),
+                ).rowcount
+        return Imported(new_entities, new_observations, new_relations, skipped)
+
+
+def _existing(conn: sqlite3.Connection, names: Sequence[str]) -> list[str]:
+    found: list[str] = []
+    for chunk in _chunks(list(names)):
+        marks = ",".join("?" * len(chunk))
+        found += [
+            row[0] for row in conn.execute(f"SELECT name FROM entities WHERE name IN ({marks})", tuple(chunk))
+        ]
+    return found
+
+
+def _append_observations(conn: sqlite3.Connection, name: str, contents: Iterable[str]) -> list[str]:
+    """Add the observations an entity lacks at the end of its list; returns those added."""
+    have = {row[0] for row in conn.execute("SELECT text FROM observations WHERE entity = ?", (name,))}
+    position = conn.execute(
+        "SELECT coalesce(max(position) + 1, 0) FROM observations WHERE entity = ?", (name,)
+    ).fetchone()[0]
+    added: list[str] = []
+    for text in contents:
+        if text in have:
+            continue
+        conn.execute(
+            "INSERT INTO observations (entity, position, text) VALUES (?, ?, ?)", (name, position, text)
+        )
+        have.add(text)
+        added.append(text)
+        position += 1
+    return added
+
+
+def _load(conn: sqlite3.Connection, only: set[str] | None = None) -> tuple[list[Node], list[Relation]]:
+    """Entities (in creation order) with their observations, and relations (in creation order)."""
+    observations: dict[str, list[str]] = {}
+    if only is None:
+        rows = conn.execute("SELECT name, entity_type, updated FROM entities ORDER BY rowid").fetchall()
+        for entity, text in conn.execute("SELECT entity, text FROM observations ORDER BY entity, position"):
+            observations.setdefault(entity, []).append(text)
+        relation_rows = conn.execute(
+            "SELECT from_entity, to_entity, relation_type FROM relations ORDER BY rowid"
+        ).fetchall()
+    else:
+        rows = []
+        relation_rows = []
+        names = sorted(only)
+        for chunk in _chunks(names):
+            marks = ",".join("?" * len(chunk))
+            params = tuple(chunk)
+            rows += conn.execute(
+                f"SELECT name, entity_type, updated, rowid FROM entities WHERE name IN ({marks})", params
+            ).fetchall()
+            for entity, text in conn.execute(
+                f"SELECT entity, text FROM observations WHERE entity IN ({marks}) ORDER BY entity, position",
+                params,
+            ):
+                observations.setdefault(entity, []).append(text)
+            relation_rows += conn.execute(
+                "SELECT from_entity, to_entity, relation_type, rowid FROM relations "
+                f"WHERE from_entity IN ({marks}) OR to_entity IN ({marks})",
+                params + params,
+            ).fetchall()
+        rows = [row[:3] for row in sorted(rows, key=lambda row: row[3])]
+        relation_rows = [row[:3] for row in sorted(set(relation_rows), key=lambda row: row[3])]
+    nodes = [
+        Node(Entity(name, kind, tuple(observations.get(name, ()))), updated) for name, kind, updated in rows
+    ]
+    return nodes, [Relation(*row) for row in relation_rows]
