@@ -1,0 +1,797 @@
+#!/usr/bin/env python
+"""Read and write latency of memvault over MCP streamable HTTP, against a naive scan-all-files search.
+
+    python bench/bench_read.py --memories 10000 [--locomo ../shared/data/locomo] [--out bench/RESULTS.md]
+
+Builds a vault of N memories for one token in a temporary folder (LoCoMo turns, or synthetic prose
+from a fixed-seed word generator), starts the real server in this process (memvault.app.create_app
+under uvicorn on a free loopback port), drives it with the official MCP client, and in the same
+process runs a mem-mcp-like baseline that reads and parses every file for every query.
+
+The client and the server share one process and one event loop, so each latency below includes
+the client's own work (JSON-RPC framing, pydantic validation) as well as the server's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import math
+import os
+import platform
+import random
+import re
+import shlex
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import frontmatter
+import uvicorn
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from rapidfuzz import fuzz
+
+from memvault import __version__
+from memvault.app import create_app
+from memvault.config import Settings
+from memvault.tools import render_found
+from memvault.vault import render_new, slugify
+
+TOKEN = "bench"
+EMPTY_TOKEN = "bench-empty"
+KINDS = ("title word", "body word", "typo", "two words")
+DF_MIN, DF_MAX = 5, 200
+STOP = frozenset(
+    "a an and are as at be been but by do does did for from had has have he her his how i if in into is it "
+    "its me my of on or our she so than that the their them then there these they this those to us was we "
+    "were what when where which who why will with would you your just really yeah also about like that's "
+    "it's i'm you're don't can't been being some very much more most".split()
+)
+WORD_RE = re.compile(r"[a-z]+")
+MARK_START = "<!-- bench_read:start -->"
+MARK_END = "<!-- bench_read:end -->"
+
+
+# ---------------------------------------------------------------------------- corpus
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    title: str
+    content: str
+
+
+def shift_year(date: str, years: int) -> str:
+    """'1:56 pm on 8 May, 2023' moved on by some years (later passes over the data)."""
+    return re.sub(r"(\d{4})\s*$", lambda m: str(int(m.group(1)) + years), date)
+
+
+def locomo_docs(path: Path, n: int) -> list[Doc]:
+    """LoCoMo turns, cycling over files and sessions until n; later passes shift the year and
+    mark the title, so no two memories are identical."""
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    convs: list[tuple[str, list[tuple[str, list[dict[str, Any]]]]]] = []
+    for file in files:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        numbers = sorted(int(m.group(1)) for k in data if (m := re.fullmatch(r"session_(\d+)", k)))
+        sessions = [(str(data.get(f"session_{k}_date_time", "")), data[f"session_{k}"]) for k in numbers]
+        convs.append((file.stem, sessions))
+    if not any(turns for _, sessions in convs for _, turns in sessions):
+        raise SystemExit(f"no LoCoMo turns found under {path}")
+    docs: list[Doc] = []
+    seen: set[str] = set()
+    serial = 0
+    for cycle in itertools.count():
+        for conv, sessions in convs:
+            for date, turns in sessions:
+                shifted = shift_year(date, cycle)
+                for turn in turns:
+                    speaker, dia, text = (
+                        turn.get("speaker", "?"),
+                        turn.get("dia_id", "?"),
+                        turn.get("text", ""),
+                    )
+                    words = re.findall(r"[A-Za-z0-9']+", text)
+                    if serial % 3 == 0 or len(words) < 3:
+                        title = f"{speaker} {dia} conv {conv}"
+                    else:
+                        title = " ".join(words[:6])
+                    if cycle:
+                        title += f" ({cycle + 1})"
+                    base, k = title, 2
+                    while title.lower() in seen:
+                        title, k = f"{base} #{k}", k + 1
+                    seen.add(title.lower())
+                    content = f"{shifted}: {speaker} said: {text}"
+                    if turn.get("blip_caption"):
+                        content += f" [shares a photo: {turn['blip_caption']}]"
+                    docs.append(Doc(title, content))
+                    serial += 1
+                    if len(docs) >= n:
+                        return docs
+    raise AssertionError("unreachable")
+
+
+FUNCTION_WORDS = (
+    "the of and to a in is that it for on was with as at by this be from or have an they which one "
+    "you were her all she there would their we him been has when who will more no if out so said what "
+    "up its about into than them can only other new some could time these two may then do first any"
+).split()
+SYLLABLES = (
+    "ka lo mi ter an vel dor pri su ne tal ro ben cas fi gu hem jo lin mor nat pel quo ris sta tor ul "
+    "ven wex yar zen bra cle dru fen gra hol ist kor lum mar nor ope pra que ret sil tur ura vis"
+).split()
+
+
+def synthetic_docs(n: int, seed: int) -> list[Doc]:
+    """English-like prose: function words plus a Zipf-distributed vocabulary of pseudo-words."""
+    rng = random.Random(seed)
+    vocab: list[str] = []
+    seen: set[str] = set(FUNCTION_WORDS)
+    while len(vocab) < 30_000:
+        word = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
+        if word not in seen:
+            seen.add(word)
+            vocab.append(word)
+    words = FUNCTION_WORDS + vocab
+    cum = list(itertools.accumulate(1.0 / (rank + 1) ** 1.05 for rank in range(len(words))))
+    title_cum = list(itertools.accumulate(1.0 / (rank + 1) ** 0.9 for rank in range(len(vocab))))
+    docs: list[Doc] = []
+    titles: set[str] = set()
+    for _ in range(n):
+        sentences = []
+        for _ in range(rng.randint(1, 4)):
+            sentence = rng.choices(words, cum_weights=cum, k=rng.randint(6, 18))
+            sentences.append(" ".join(sentence).capitalize() + ".")
+        title = " ".join(rng.choices(vocab, cum_weights=title_cum, k=rng.randint(3, 6))).capitalize()
+        base, k = title, 2
+        while title.lower() in titles:
+            title, k = f"{base} {k}", k + 1
+        titles.add(title.lower())
+        docs.append(Doc(title, " ".join(sentences)))
+    return docs
+
+
+def write_vault(folder: Path, docs: Sequence[Doc], seed: int) -> None:
+    """Files in mem-mcp's format, mostly P1, created in the last 60 days, accessed today."""
+    rng = random.Random(seed + 1)
+    folder.mkdir(parents=True)
+    now = datetime.now(UTC)
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    used: set[str] = set()
+    for doc in docs:
+        created = now - timedelta(days=rng.uniform(1, 60))
+        updated = created + (now - created) * rng.random() * 0.5
+        # Accessed earlier today: the default writeback policy ('day') then leaves files alone on read.
+        accessed = today + (now - today) * rng.random()
+        r = rng.random()
+        priority = "P0" if r < 0.05 else "P2" if r < 0.15 else "P1"
+        fields = {
+            "priority": priority,
+            "createdAt": created,
+            "updatedAt": updated,
+            "lastAccessedAt": accessed,
+        }
+        stem = slugify(doc.title)
+        name, k = f"{stem}.md", 2
+        while name in used:
+            name, k = f"{stem}-{k}.md", k + 1
+        used.add(name)
+        (folder / name).write_text(render_new(doc.title, doc.content, fields), encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------- queries
+
+
+def pick_queries(docs: Sequence[Doc], count: int, seed: int) -> dict[str, list[str]]:
+    """Per query kind, `count` queries (distinct where the data allows) matching a modest number
+    of memories: words with a document frequency between DF_MIN and DF_MAX."""
+    rng = random.Random(seed + 2)
+    df: Counter[str] = Counter()
+    title_df: Counter[str] = Counter()
+    doc_words: list[list[str]] = []
+    for doc in docs:
+        tw = set(WORD_RE.findall(doc.title.lower()))
+        bw = set(WORD_RE.findall(doc.content.lower()))
+        title_df.update(tw)
+        df.update(tw | bw)
+        doc_words.append(sorted(bw))
+
+    def modest(w: str) -> bool:
+        return len(w) >= 4 and w not in STOP and DF_MIN <= df[w] <= DF_MAX
+
+    title_words = sorted(w for w in title_df if modest(w))
+    body_words = sorted(w for w in df if modest(w) and title_df[w] == 0)
+    long_words = [w for w in body_words if len(w) >= 6]
+    vocab = set(df)
+
+    def sample(pool: list[str]) -> list[str]:
+        if not pool:
+            raise SystemExit("no query words in the modest frequency range; use more memories")
+        if len(pool) >= count:
+            return rng.sample(pool, count)
+        return [rng.choice(pool) for _ in range(count)]
+
+    def typo(word: str) -> str:
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        for _ in range(100):
+            i = rng.randrange(1, len(word) - 1)  # keep the first letter, as most typos do
+            op = rng.choice(("sub", "del", "ins", "swap"))
+            if op == "sub":
+                out = word[:i] + rng.choice(letters.replace(word[i], "")) + word[i + 1 :]
+            elif op == "del":
+                out = word[:i] + word[i + 1 :]
+            elif op == "ins":
+                out = word[:i] + rng.choice(letters) + word[i:]
+            else:
+                out = word[:i] + word[i + 1] + word[i] + word[i + 2 :]
+            if out != word and out not in vocab:
+                return out
+        return word[:-1] + ("x" if word[-1] != "x" else "z")
+
+    pairs: list[str] = []
+    seen_pairs: set[str] = set()
+    for _ in range(count * 200):
+        if len(pairs) >= count:
+            break
+        words = [w for w in doc_words[rng.randrange(len(doc_words))] if modest(w)]
+        if len(words) < 2:
+            continue
+        a, b = rng.sample(words, 2)
+        query = f"{a} {b}"
+        if query not in seen_pairs:
+            seen_pairs.add(query)
+            pairs.append(query)
+    if not pairs:
+        raise SystemExit("no two-word queries found; use more memories")
+    while len(pairs) < count:
+        pairs.append(rng.choice(pairs))
+    return {
+        "title word": sample(title_words),
+        "body word": sample(body_words),
+        "typo": [typo(w) for w in sample(long_words)],
+        "two words": pairs,
+    }
+
+
+# ---------------------------------------------------------------------------- baseline
+
+
+def naive_search(folder: Path, query: str) -> str:
+    """What mem-mcp does for one query: read and parse every file, match, return every match in full.
+
+    A memory matches when every query word occurs in its title + content (case-insensitive
+    substring), or, like a Fuse.js search anchored at the start of the text, when the query is
+    a close partial match (rapidfuzz partial_ratio >= 80) of the first 100 characters.
+    """
+    q = query.lower()
+    words = q.split()
+    out: list[str] = []
+    for path in sorted(folder.glob("*.md")):
+        raw = path.read_text(encoding="utf-8")
+        post = frontmatter.loads(raw)
+        text = post.content.lower()
+        if all(w in text for w in words) or fuzz.partial_ratio(q, text[:100]) >= 80:
+            out.append(raw)
+    return "\n\n".join(out)
+
+
+# ---------------------------------------------------------------------------- server and client
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class AsgiTimer:
+    """Wraps the server's ASGI app and times each POST from its arrival to the hand-over of the last
+    non-empty chunk of its response body (the SSE stream may close later): the server's share of a
+    call, everything but uvicorn's HTTP parsing and the client."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.last = 0.0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+
+        async def timed_send(message: Any) -> None:
+            # Set before the bytes go out, so the figure is there by the time the client has them.
+            if message["type"] == "http.response.body" and message.get("body"):
+                self.last = time.perf_counter() - start
+            await send(message)
+
+        await self.app(scope, receive, timed_send)
+
+
+@dataclass
+class Server:
+    url: str
+    app: Any
+    timer: AsgiTimer
+
+
+@contextlib.asynccontextmanager
+async def serve(settings: Settings) -> AsyncIterator[Server]:
+    port = free_port()
+    settings = settings.replace(port=port)
+    app = create_app(settings)
+    timer = AsgiTimer(app)
+    server = uvicorn.Server(
+        uvicorn.Config(timer, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    task = asyncio.create_task(server.serve())
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("server exited before it started")
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not start within 20 s")
+            await asyncio.sleep(0.01)
+        yield Server(f"http://127.0.0.1:{port}", app, timer)
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 30)
+
+
+@contextlib.asynccontextmanager
+async def client(url: str) -> AsyncIterator[ClientSession]:
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+async def call(session: ClientSession, tool: str, args: dict[str, Any]) -> tuple[float, str]:
+    start = time.perf_counter()
+    result = await session.call_tool(tool, args)
+    elapsed = time.perf_counter() - start
+    text = "\n".join(getattr(c, "text", "") for c in getattr(result, "content", []))
+    if getattr(result, "is_error", False):
+        raise RuntimeError(f"{tool}({args}) failed: {text[:300]}")
+    return elapsed, text
+
+
+# ---------------------------------------------------------------------------- stats
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def ms(seconds: float) -> str:
+    value = seconds * 1000
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
+
+
+@dataclass
+class Results:
+    n: int
+    source: str
+    build_s: float = 0.0
+    raw_read_s: float = 0.0
+    init_s: float = 0.0
+    cold_s: float = 0.0
+    reads: dict[str, list[float]] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)  # process CPU seconds per call, client + server
+    direct: dict[str, list[float]] = field(default_factory=dict)
+    server: dict[str, list[float]] = field(default_factory=dict)  # ASGI time of each timed call
+    reply_chars: dict[str, list[int]] = field(default_factory=dict)
+    hits: dict[str, int] = field(default_factory=dict)
+    writes: list[float] = field(default_factory=list)
+    floor: list[float] = field(default_factory=list)
+    titles_s: float = 0.0
+    titles_chars: int = 0
+    titles_lines: int = 0
+    base_times: list[float] = field(default_factory=list)
+    base_chars: list[int] = field(default_factory=list)
+    base_ours_chars: list[int] = field(default_factory=list)
+    base_ours_times: list[float] = field(default_factory=list)
+    fsync: list[float] = field(default_factory=list)
+    load: list[tuple[float, float, float]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+async def run(args: argparse.Namespace, vault_root: Path, docs: list[Doc], res: Results) -> None:
+    """All measures of one run. Timed calls go round-robin over the measures (one call of each per
+    round), so a burst of load from elsewhere on a shared machine hits every measure alike."""
+    queries = pick_queries(docs, args.calls + args.warmup, args.seed)
+    folder = vault_root / TOKEN
+    settings = Settings(root=vault_root, capacity=10**9, log_level="warning")
+
+    # Time to merely read every file once (page cache warm: the files were just written).
+    start = time.perf_counter()
+    for entry in os.scandir(folder):
+        with open(entry.path, "rb") as handle:
+            handle.read()
+    res.raw_read_s = time.perf_counter() - start
+
+    async with serve(settings) as srv:
+        store = srv.app.state.store
+        url = f"{srv.url}/mcp/{TOKEN}"
+        async with client(url) as session, client(f"{srv.url}/mcp/{EMPTY_TOKEN}") as empty:
+            first = queries["title word"][0]
+            res.cold_s, _ = await call(session, "read_memory", {"query": first})
+            await store.idle()  # the first read starts the lazy eviction sweep
+
+            async def tool_body(q: str) -> None:
+                # The read_memory tool's body without MCP: store.find + render + touch.
+                found = await store.find(TOKEN, query=q)
+                render_found(found, settings, what="hot", query=q)
+                await store.touch(TOKEN, found.memories, hit=True)
+
+            sizes: dict[str, list[int]] = {kind: [] for kind in KINDS}
+            hits = dict.fromkeys(KINDS, 0)
+            floor_cpu: list[float] = []
+            read_cpu: dict[str, list[float]] = {kind: [] for kind in KINDS}
+            for kind in (*KINDS, "floor", "write"):
+                res.reads[kind], res.direct[kind], res.server[kind] = [], [], []
+            for i in range(args.warmup + args.calls):
+                timed = i >= args.warmup
+                for kind in KINDS:
+                    q = queries[kind][i]
+                    cpu = time.process_time()
+                    elapsed, text = await call(session, "read_memory", {"query": q})
+                    cpu = time.process_time() - cpu
+                    asgi = srv.timer.last
+                    start = time.perf_counter()
+                    await tool_body(q)
+                    body = time.perf_counter() - start
+                    if timed:
+                        res.reads[kind].append(elapsed)
+                        res.server[kind].append(asgi)
+                        read_cpu[kind].append(cpu)
+                        res.direct[kind].append(body)
+                        sizes[kind].append(len(text))
+                        hits[kind] += not text.startswith("No hot memories")
+                # Per-call floor: a trivial tool on an empty token (no files, nothing to search).
+                cpu = time.process_time()
+                elapsed, _ = await call(empty, "list_memory_titles", {})
+                if timed:
+                    res.floor.append(elapsed)
+                    res.server["floor"].append(srv.timer.last)
+                    floor_cpu.append(time.process_time() - cpu)
+            for kind in KINDS:
+                res.cpu[kind] = statistics.mean(read_cpu[kind])
+            res.cpu["floor"] = statistics.mean(floor_cpu)
+            res.reply_chars, res.hits = sizes, hits
+
+            if args.profile:
+                await profile_reads(session, queries["body word"][args.warmup :], args.profile)
+
+            res.titles_s, text = await call(session, "list_memory_titles", {})
+            res.titles_chars, res.titles_lines = len(text), text.count("\n") + 1
+
+            # Baseline, same process: a few queries of each kind, each followed by memvault's answer.
+            per_kind = max(1, args.baseline_queries // len(KINDS))
+            base_queries = [q for kind in KINDS for q in queries[kind][args.warmup : args.warmup + per_kind]]
+            naive_search(folder, base_queries[0])  # warm-up
+            for q in base_queries:
+                start = time.perf_counter()
+                text = naive_search(folder, q)
+                res.base_times.append(time.perf_counter() - start)
+                res.base_chars.append(len(text))
+                elapsed, ours = await call(session, "read_memory", {"query": q})
+                res.base_ours_times.append(elapsed)
+                res.base_ours_chars.append(len(ours))
+
+            # Writes (distinct titles, prose bodies; each fsyncs the file and its folder), each
+            # followed by the disk's own floor for a durable create in the same folder.
+            rng = random.Random(args.seed + 3)
+            write_cpu: list[float] = []
+            for i in range(args.warmup + args.calls):
+                doc = docs[rng.randrange(len(docs))]
+                title = f"Bench write {i} {doc.title}"[:180]
+                cpu = time.process_time()
+                elapsed, _ = await call(
+                    session, "write_memory", {"title": title, "content": doc.content, "priority": "P1"}
+                )
+                cpu = time.process_time() - cpu
+                disk = fsync_once(folder, i)
+                if i >= args.warmup:
+                    res.writes.append(elapsed)
+                    res.server["write"].append(srv.timer.last)
+                    write_cpu.append(cpu)
+                    res.fsync.append(disk)
+            res.cpu["write"] = statistics.mean(write_cpu)
+
+        # Initialize time of a fresh session (the token is loaded by now).
+        start = time.perf_counter()
+        async with client(url):
+            res.init_s = time.perf_counter() - start
+
+
+def fsync_once(folder: Path, i: int) -> float:
+    """What the disk alone costs a durable create: write + fsync a temp file, link it, fsync the folder."""
+    tmp, final = folder / f".fsync-{i}.tmp", folder / f".fsync-floor-{i}"
+    start = time.perf_counter()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, b"x" * 600)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.link(tmp, final)
+    os.unlink(tmp)
+    dfd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    elapsed = time.perf_counter() - start
+    final.unlink()
+    return elapsed
+
+
+async def profile_reads(session: ClientSession, queries: Sequence[str], out: Path) -> None:
+    """cProfile of the event-loop thread (client, SDK, HTTP, tool glue) over a batch of reads.
+
+    The search itself runs in worker threads (anyio.to_thread), which cProfile does not see;
+    the "tool body only" figures cover it.
+    """
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for q in queries:
+        await call(session, "read_memory", {"query": q})
+    profiler.disable()
+    profiler.dump_stats(out)
+    stats = pstats.Stats(profiler, stream=sys.stderr)
+    print(f"profile of {len(queries)} read_memory calls (loop thread), saved to {out}:", file=sys.stderr)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(40)
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    ram = "unknown"
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                ram = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    nproc = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    import mcp
+
+    mcp_version = getattr(mcp, "__version__", None)
+    if mcp_version is None:
+        from importlib.metadata import version
+
+        mcp_version = version("mcp")
+    git = "unknown"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        root = Path(__file__).resolve().parent.parent
+        out = subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        git = out.stdout.strip() or "unknown"
+    return {
+        "git": git,
+        "nproc": nproc,
+        "cpu": cpu,
+        "ram": ram,
+        "python": platform.python_version(),
+        "os": f"{platform.system()} {platform.release()}",
+        "mcp": mcp_version,
+        "memvault": __version__,
+    }
+
+
+def fs_type(path: Path) -> str:
+    best, kind = "", "unknown"
+    with contextlib.suppress(OSError):
+        target = str(path.resolve())
+        for line in Path("/proc/mounts").read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and (target == parts[1] or target.startswith(parts[1].rstrip("/") + "/")):
+                if len(parts[1]) >= len(best):
+                    best, kind = parts[1], parts[2]
+    return kind
+
+
+def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) -> str:
+    info = machine()
+    base_p50 = statistics.median(res.base_times)
+    ours_p50 = statistics.median(res.base_ours_times)
+    all_reads = statistics.median([t for kind in KINDS for t in res.reads[kind]])
+    lines = [
+        f"## {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}: read_memory / write_memory, "
+        f"{res.n:,} memories ({res.source})",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {info['nproc']} CPUs ({info['cpu']}), {info['ram']} RAM, Python {info['python']}, "
+        f"{info['os']}, mcp {info['mcp']}, memvault {info['memvault']} (git {info['git']}); "
+        f"vault on {vault_fs}. "
+        "Client and server in one process (one event loop), over HTTP on 127.0.0.1. "
+        "Shared, noisy machine: compare medians and ratios. Timed calls go round-robin (one read of each "
+        "kind, one tool-body-only read of each kind, one floor call per round; one write then one disk-floor "
+        "create per round), so load from elsewhere hits every measure alike.",
+        "",
+        f"Vault: {res.n:,} memories in one token, written in {res.build_s:.1f} s; reading every file once "
+        f"(page cache warm) takes {ms(res.raw_read_s)} ms.",
+        "",
+        f"Load average (1 min) before / after the run: {res.load[0][0]:.2f} / {res.load[-1][0]:.2f} "
+        f"on {info['nproc']} CPUs. CPU ms/call is this process's CPU time (client + server, all threads) "
+        "divided by the calls: less sensitive to other load than wall-clock latency.",
+        "",
+        "| measure | p50 ms | p95 ms | CPU ms/call | target p50 | calls | mean reply chars "
+        "| non-empty replies |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind in KINDS:
+        t = res.reads[kind]
+        ok = "met" if statistics.median(t) <= 0.005 else "MISSED"
+        lines.append(
+            f"| read_memory, {kind} | {ms(statistics.median(t))} | {ms(pct(t, 0.95))} "
+            f"| {ms(res.cpu[kind])} | <= 5 ({ok}) | {len(t)} "
+            f"| {statistics.mean(res.reply_chars[kind]):,.0f} | {res.hits[kind]}/{len(t)} |"
+        )
+    w = res.writes
+    ok = "met" if statistics.median(w) <= 0.010 else "MISSED"
+    lines += [
+        f"| write_memory (fsync) | {ms(statistics.median(w))} | {ms(pct(w, 0.95))} "
+        f"| {ms(res.cpu['write'])} | <= 10 ({ok}) | {len(w)} | | |",
+        "| disk floor: write + fsync a file, link, fsync folder (no server) "
+        f"| {ms(statistics.median(res.fsync))} | {ms(pct(res.fsync, 0.95))} | | | {len(res.fsync)} | | |",
+        f"| call floor: list_memory_titles, empty token | {ms(statistics.median(res.floor))} | "
+        f"{ms(pct(res.floor, 0.95))} | {ms(res.cpu['floor'])} | | {len(res.floor)} | | |",
+        f"| list_memory_titles, {res.n:,} memories (once) | {ms(res.titles_s)} | | | | 1 | "
+        f"{res.titles_chars:,} ({res.titles_lines:,} lines) | |",
+        "",
+        "Cold load (first answer after start, empty sidecar: the first read_memory on the token, which "
+        f"loads and indexes all {res.n:,} files): **{res.cold_s:.2f} s**. "
+        f"A new client session (initialize) then takes {ms(res.init_s)} ms.",
+        "",
+        "Where a call's time goes (p50 ms): the whole call over HTTP as the client sees it; the server's "
+        "share (from the POST reaching the ASGI app to the last byte of its response: the MCP SDK, Starlette "
+        "and memvault, but not uvicorn's HTTP parsing nor the client); the tool's body called in this "
+        "process without MCP (store.find + render + touch, same queries, same rounds); and the difference "
+        "between the first and the third (MCP SDK, HTTP, client).",
+        "",
+        "| call | over HTTP | server only (ASGI) | tool body only | SDK + HTTP + client |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for kind in KINDS:
+        http, body = statistics.median(res.reads[kind]), statistics.median(res.direct[kind])
+        asgi = statistics.median(res.server[kind])
+        lines.append(f"| read_memory, {kind} | {ms(http)} | {ms(asgi)} | {ms(body)} | {ms(http - body)} |")
+    floor, asgi = statistics.median(res.floor), statistics.median(res.server["floor"])
+    lines.append(f"| call floor (empty token) | {ms(floor)} | {ms(asgi)} | | |")
+    write, asgi = statistics.median(res.writes), statistics.median(res.server["write"])
+    lines.append(f"| write_memory | {ms(write)} | {ms(asgi)} | | |")
+    lines += [
+        "",
+        f"Baseline (naive scan of every file, parsed with python-frontmatter, substring or near-start fuzzy "
+        f"match, every match returned in full), {len(res.base_times)} queries "
+        f"({len(res.base_times) // len(KINDS)} of each kind), same process:",
+        "",
+        "| | p50 ms | mean reply chars | max reply chars |",
+        "|---|---:|---:|---:|",
+        f"| naive scan | {ms(base_p50)} | {statistics.mean(res.base_chars):,.0f} | {max(res.base_chars):,} |",
+        f"| memvault read_memory, same queries | {ms(ours_p50)} "
+        f"| {statistics.mean(res.base_ours_chars):,.0f} | {max(res.base_ours_chars):,} |",
+        "",
+        f"Ratio of medians, baseline / memvault on the same queries: **{base_p50 / ours_p50:,.0f}x** "
+        "(each memvault call comes right after a scan, with caches cold, so this is the conservative "
+        f"figure); against the read p50 of all timed rounds ({ms(all_reads)} ms): "
+        f"{base_p50 / all_reads:,.0f}x.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def update_results(path: Path, section: str, command: str) -> None:
+    """Add this run's section; a previous section from the same command is replaced."""
+    header = "# Benchmark results\n\nSee bench/README.md for how to run each benchmark.\n"
+    text = path.read_text(encoding="utf-8") if path.exists() else header
+    block = f"{MARK_START}\n<!-- command: {command} -->\n{section}{MARK_END}\n"
+    pattern = re.compile(
+        re.escape(MARK_START)
+        + r"\n<!-- command: "
+        + re.escape(command)
+        + r" -->\n.*?"
+        + re.escape(MARK_END)
+        + r"\n",
+        re.DOTALL,
+    )
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text, count=1)
+    elif MARK_START in text:
+        i = text.index(MARK_START)
+        text = text[:i] + block + "\n" + text[i:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    path.write_text(text, encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--memories", type=int, default=10_000, help="memories in the vault (default 10000)")
+    parser.add_argument("--locomo", type=Path, help="a LoCoMo folder or .json file for realistic prose")
+    parser.add_argument("--out", type=Path, help="add the results to this markdown file (bench/RESULTS.md)")
+    parser.add_argument("--calls", type=int, default=200, help="timed calls per measure (default 200)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls before each measure (default 5)")
+    parser.add_argument("--baseline-queries", type=int, default=20, help="naive-scan queries (default 20)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--dir", type=Path, help="parent folder for the temporary vault (default: system temp)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the vault folder afterwards")
+    parser.add_argument("--profile", type=Path, help="also cProfile a batch of reads; pstats file to write")
+    args = parser.parse_args(argv)
+    # As `memvault serve` does, configure logging before the SDK would (its default is INFO, which
+    # here would also log every client request); warnings only, so the console costs nothing.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.memories < 50:
+        parser.error("--memories must be at least 50")
+    command = (
+        shlex.join(["python", *sys.argv])
+        if argv is None
+        else shlex.join(["python", "bench/bench_read.py", *argv])
+    )
+
+    source = f"LoCoMo turns from {args.locomo.name}/" if args.locomo else f"synthetic prose, seed {args.seed}"
+    start = time.perf_counter()
+    docs = (
+        locomo_docs(args.locomo, args.memories) if args.locomo else synthetic_docs(args.memories, args.seed)
+    )
+    root = Path(tempfile.mkdtemp(prefix="memvault-bench-", dir=args.dir))
+    res = Results(n=len(docs), source=source)
+    try:
+        write_vault(root / TOKEN, docs, args.seed)
+        res.build_s = time.perf_counter() - start
+        res.load.append(os.getloadavg())
+        asyncio.run(run(args, root, docs, res))
+        res.load.append(os.getloadavg())
+        section = report(res, args, command, fs_type(root))
+    finally:
+        if args.keep:
+            print(f"vault kept in {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print(section)
+    if args.out:
+        update_results(args.out, section, command)
+        print(f"written to {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
