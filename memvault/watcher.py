@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,19 +21,24 @@ log = logging.getLogger("memvault")
 
 QUIET_SECONDS = 0.05  # a batch closes after this much silence ...
 MAX_BATCH_SECONDS = 0.25  # ... or this long after its first event, whichever comes first
+HEALTH_CHECK_SECONDS = 1.0  # a quiet watcher checks this often that its observer still runs
 
 ApplyFn = Callable[[str, set[Path], bool], int]
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, watcher: Watcher) -> None:
+    def __init__(self, watcher: Watcher, *, polling: bool = False) -> None:
         self.watcher = watcher
+        self.polling = polling
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         # Runs on the watchdog thread: hand the event to the loop and return at once.
         if event.event_type in ("opened", "closed_no_write"):
             return
-        if event.is_directory and event.event_type == "modified":
+        if event.is_directory and event.event_type == "modified" and not self.polling:
+            # Native events report every entry's own change; a folder's mtime adds nothing. A
+            # poller only diffs two snapshots: a file that came and went between them (after a
+            # read or a rescan indexed it) shows only as its folder's change, so keep that one.
             return
         loop = self.watcher.loop
         if loop is not None and not loop.is_closed():
@@ -71,7 +77,7 @@ class Watcher:
         self.root.mkdir(parents=True, exist_ok=True)
         if not force_polling:
             try:
-                self.observer = self._start(Observer())
+                self.observer = self._start(Observer(), polling=False)
                 self.mode = "inotify"
                 return
             except OSError as exc:
@@ -81,18 +87,45 @@ class Watcher:
                     exc.strerror or type(exc).__name__,
                     self.poll_interval,
                 )
-        self.observer = self._start(PollingObserver(timeout=self.poll_interval))
+        self.observer = self._start(PollingObserver(timeout=self.poll_interval), polling=True)
         self.mode = "polling"
 
-    def _start(self, observer: BaseObserver) -> BaseObserver:
-        observer.schedule(_Handler(self), str(self.root), recursive=True)
+    def _start(self, observer: BaseObserver, *, polling: bool) -> BaseObserver:
+        observer.schedule(_Handler(self, polling=polling), str(self.root), recursive=True)
         observer.start()
         return observer
 
     def state(self) -> str:
-        if self.observer is not None and not self.observer.is_alive():
+        if self.observer is not None and not self._alive(self.observer):
             return "failed"
         return self.mode
+
+    @staticmethod
+    def _alive(observer: BaseObserver) -> bool:
+        # The dispatcher thread can outlive its emitter (the thread that reads inotify).
+        return observer.is_alive() and all(emitter.is_alive() for emitter in tuple(observer.emitters))
+
+    async def _check(self) -> None:
+        """If the native observer stopped, poll instead and rescan: its events since then are lost."""
+        dead = self.observer
+        if dead is None or self.mode != "inotify" or self._alive(dead):
+            return
+        self.observer = None
+        await anyio.to_thread.run_sync(dead.stop)
+        log.warning("file watcher stopped; falling back to polling every %.1fs", self.poll_interval)
+        try:
+            self.observer = self._start(PollingObserver(timeout=self.poll_interval), polling=True)
+        except OSError as exc:
+            self.mode = "failed"
+            log.error("polling could not start either (%s); hand edits reach search after a restart", exc)
+            return
+        self.mode = "polling"
+        try:
+            tokens = [e.name for e in os.scandir(self.root) if valid_token(e.name) and e.is_dir()]
+        except OSError:
+            tokens = []
+        self.rescan.update(tokens)
+        self._wake.set()
 
     async def stop(self) -> None:
         if self.observer is not None:
@@ -124,6 +157,8 @@ class Watcher:
             token = rel.parts[0]
             if any(part.startswith(".") for part in rel.parts[1:-1]):
                 continue  # .memvault/, .git/ and other dot-folders are never memories
+            if event.is_directory and rel.parts[-1].startswith(".") and len(rel.parts) > 1:
+                continue  # a dot-folder itself (.memvault/, .git/): it holds no memories
             if event.is_directory or len(rel.parts) == 1:
                 # A folder moved, added or removed: its children send no events of their own.
                 self.rescan.add(token)
@@ -138,7 +173,11 @@ class Watcher:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await self._wake.wait()
+            try:
+                await asyncio.wait_for(self._wake.wait(), HEALTH_CHECK_SECONDS)
+            except TimeoutError:
+                await self._check()
+                continue
             started = loop.time()
             # Coalesce: wait for a short silence (editor saves, a git pull's burst), bounded.
             while True:
@@ -161,3 +200,4 @@ class Watcher:
             finally:
                 self._busy = False
                 self.batches += 1
+            await self._check()

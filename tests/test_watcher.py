@@ -1,0 +1,557 @@
+"""Live index: changes made outside the server reach search, through a real watchdog observer.
+
+Every test edits real files under a running server's vault and waits (with a deadline) for the
+index to follow. Where the tool adds nothing, the checks look at the token's index directly:
+read_memory re-reads the files of its hits, which would hide a watcher that never ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import urllib.request
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import pytest
+from conftest import Running, wait_for
+
+import memvault.watcher
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "alice"
+DEADLINE = 5.0
+
+# Query words in these tests are made up and far apart, so typo tolerance never links two of them.
+NOW = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")  # fresh: no eviction sweep moves the files
+FRONTMATTER = f"---\npriority: P1\ncreatedAt: {NOW}\nupdatedAt: {NOW}\nlastAccessedAt: {NOW}\n---\n"
+
+
+def note(title: str, body: str, *, frontmatter: bool = True) -> str:
+    return (FRONTMATTER if frontmatter else "") + f"# {title}\n\n{body}\n"
+
+
+def put(path: Path, text: str) -> Path:
+    """A plain write by hand (what `echo > file` or a simple editor does)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def put_atomic(path: Path, text: str) -> Path:
+    """An editor-style save: a hidden temp file renamed over the target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def store_of(srv: Running) -> Any:
+    return srv.app.state.store
+
+
+def state_of(srv: Running) -> Any:
+    return store_of(srv).tokens[TOKEN]
+
+
+def hot_hits(srv: Running, query: str) -> set[str]:
+    """Ids the hot index returns for a query, without re-reading any file."""
+    state = state_of(srv)
+    with state.mem_lock:
+        hits, _ = state.hot.index.search(query, limit=None)
+    return {h.id for h in hits}
+
+
+def archive_hits(srv: Running, query: str) -> set[str]:
+    state = state_of(srv)
+    with state.mem_lock:
+        hits, _ = state.archive.index.search(query, limit=None)
+    return {h.id for h in hits}
+
+
+def hot_ids(srv: Running) -> set[str]:
+    state = state_of(srv)
+    with state.mem_lock:
+        return set(state.hot.memories)
+
+
+def archive_ids(srv: Running) -> set[str]:
+    state = state_of(srv)
+    with state.mem_lock:
+        return set(state.archive.memories)
+
+
+async def listed(srv: Running, session: Any) -> set[str]:
+    err, text = await srv.call(session, "list_memory_titles")
+    assert not err, text
+    if text.startswith("No memories yet"):
+        return set()
+    return {line.split("|", 1)[0] for line in text.splitlines() if "|" in line}
+
+
+async def healthz(srv: Running) -> dict[str, Any]:
+    def get() -> dict[str, Any]:
+        with urllib.request.urlopen(srv.url + "/healthz", timeout=5) as response:
+            assert response.status == 200
+            return json.loads(response.read())
+
+    return await anyio.to_thread.run_sync(get)
+
+
+@contextlib.asynccontextmanager
+async def live(
+    server_factory: Any, *, seed: bool = True, **changes: Any
+) -> AsyncIterator[tuple[Running, Any, Path]]:
+    """A running server with the token loaded (so the watcher applies changes to it)."""
+    changes.setdefault("capacity", 100_000)  # no background eviction moving files around
+    async with server_factory(**changes) as srv, srv.session(TOKEN) as session:
+        folder = srv.settings.token_dir(TOKEN)
+        if seed:
+            put(folder / "seed.md", note("Seed", "seed memory so the folder exists"))
+        err, text = await srv.call(session, "list_memory_titles")  # loads the token
+        assert not err, text
+        assert TOKEN in store_of(srv).tokens and state_of(srv).loaded
+        yield srv, session, folder
+
+
+# ---------------------------------------------------------------------------- new files
+
+
+async def test_new_files_by_hand_become_searchable(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        words = {
+            "plain.md": "quokkafern",  # with frontmatter
+            "legacy.md": "brontosaurmint",  # without frontmatter
+            "projects/deep/alpha.md": "zeppelinquartz",  # in a new subfolder
+            "My Notes About Things.md": "harpsichordlemon",  # spaces and capitals in the name
+        }
+        put(folder / "plain.md", note("Plain note", "the quokkafern grows here"))
+        put(folder / "legacy.md", "Just some text about brontosaurmint, no frontmatter at all.\n")
+        put(folder / "projects/deep/alpha.md", note("Alpha", "deep inside lies zeppelinquartz"))
+        put(folder / "My Notes About Things.md", note("Mixed Case", "capitals and spaces: harpsichordlemon"))
+        for name, word in words.items():
+            await wait_for(lambda name=name, word=word: hot_hits(srv, word) == {name}, DEADLINE)
+        # Through the tools too: listed, and found by a body word.
+        assert set(words) <= await listed(srv, s)
+        for name, word in words.items():
+            err, text = await srv.call(s, "read_memory", query=word)
+            assert not err and name in text and word in text, text
+
+
+async def test_new_token_folder_made_by_hand_after_load(server_factory):
+    """The token was loaded while its folder did not exist; a person then creates it."""
+    async with live(server_factory, seed=False) as (srv, s, folder):
+        assert not folder.exists()
+        put(folder / "first.md", note("First", "made by hand: ocelotbanjo"))
+        await wait_for(lambda: hot_hits(srv, "ocelotbanjo") == {"first.md"}, DEADLINE)
+        assert "first.md" in await listed(srv, s)
+
+
+# ---------------------------------------------------------------------------- edits
+
+
+async def test_edit_in_place_changes_search(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        path = put(folder / "edit.md", note("Edit me", "the answer is wombatcrayon"))
+        await wait_for(lambda: hot_hits(srv, "wombatcrayon") == {"edit.md"}, DEADLINE)
+
+        # Truncate and rewrite in place (same inode), as `>` or a simple editor does.
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(note("Edit me", "the answer is now flamingotuba"))
+        await wait_for(
+            lambda: hot_hits(srv, "flamingotuba") == {"edit.md"} and not hot_hits(srv, "wombatcrayon"),
+            DEADLINE,
+        )
+        # A same-size edit (only bytes differ, mtime moves) is seen too.
+        text = path.read_text(encoding="utf-8")
+        same = text.replace("flamingotuba", "pangolinharp")
+        assert len(same) == len(text)
+        path.write_text(same, encoding="utf-8")
+        await wait_for(
+            lambda: hot_hits(srv, "pangolinharp") == {"edit.md"} and not hot_hits(srv, "flamingotuba"),
+            DEADLINE,
+        )
+        err, reply = await srv.call(s, "read_memory", query="pangolinharp")
+        assert not err and "edit.md" in reply and "flamingotuba" not in reply, reply
+
+
+async def test_editor_temp_file_and_rename_over_is_picked_up(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        path = put(folder / "note.md", note("Note", "before the save: gazellepiano"))
+        await wait_for(lambda: hot_hits(srv, "gazellepiano") == {"note.md"}, DEADLINE)
+
+        # vim-like: a swap file appears while editing, the save writes a temp file and renames it over.
+        swap = folder / ".note.md.swp"
+        swap.write_bytes(b"b0VIM 9.0 swap junk tapirsaxophone")
+        put_atomic(path, note("Note", "after the save: tapirsaxophone"))
+        swap.unlink()
+        await wait_for(
+            lambda: hot_hits(srv, "tapirsaxophone") == {"note.md"} and not hot_hits(srv, "gazellepiano"),
+            DEADLINE,
+        )
+
+        # The other common pattern: the original renamed to a backup, a new file written, the backup removed.
+        backup = folder / "note.md~"
+        os.rename(path, backup)
+        put(path, note("Note", "third version: iguanacello"))
+        backup.unlink()
+        await wait_for(
+            lambda: hot_hits(srv, "iguanacello") == {"note.md"} and not hot_hits(srv, "tapirsaxophone"),
+            DEADLINE,
+        )
+        await wait_for(lambda: srv.app.state.watcher.idle, DEADLINE)
+        assert hot_ids(srv) == {"seed.md", "note.md"}
+        assert await listed(srv, s) == {"seed.md", "note.md"}
+
+
+# ---------------------------------------------------------------------------- deletes, renames, moves
+
+
+async def test_delete_disappears_from_search_and_list(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        path = put(folder / "doomed.md", note("Doomed", "soon gone: lemurtrombone"))
+        await wait_for(lambda: hot_hits(srv, "lemurtrombone") == {"doomed.md"}, DEADLINE)
+        assert "doomed.md" in await listed(srv, s)
+
+        path.unlink()
+        await wait_for(
+            lambda: "doomed.md" not in hot_ids(srv) and not hot_hits(srv, "lemurtrombone"), DEADLINE
+        )
+        assert "doomed.md" not in await listed(srv, s)
+        err, text = await srv.call(s, "read_memory", query="lemurtrombone")
+        assert not err and "doomed.md" not in text, text
+
+
+async def test_rename_is_picked_up_under_the_new_name(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        put(folder / "old name.md", note("Renamed", "a rename keeps narwhalkazoo"))
+        await wait_for(lambda: hot_hits(srv, "narwhalkazoo") == {"old name.md"}, DEADLINE)
+
+        os.rename(folder / "old name.md", folder / "New-Name.md")
+        await wait_for(lambda: hot_hits(srv, "narwhalkazoo") == {"New-Name.md"}, DEADLINE)
+        assert "old name.md" not in hot_ids(srv)
+
+        # Moved into a subfolder.
+        (folder / "topics").mkdir()
+        os.rename(folder / "New-Name.md", folder / "topics" / "New-Name.md")
+        await wait_for(lambda: hot_hits(srv, "narwhalkazoo") == {"topics/New-Name.md"}, DEADLINE)
+        assert "New-Name.md" not in hot_ids(srv)
+        names = await listed(srv, s)
+        assert "topics/New-Name.md" in names and "New-Name.md" not in names and "old name.md" not in names
+
+
+async def test_move_into_and_out_of_archive(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        put(folder / "stale.md", note("Stale", "archived by hand: axolotlbagpipe"))
+        await wait_for(lambda: hot_hits(srv, "axolotlbagpipe") == {"stale.md"}, DEADLINE)
+
+        (folder / "archive").mkdir()
+        os.rename(folder / "stale.md", folder / "archive" / "stale.md")
+        await wait_for(
+            lambda: (
+                archive_hits(srv, "axolotlbagpipe") == {"stale.md"} and not hot_hits(srv, "axolotlbagpipe")
+            ),
+            DEADLINE,
+        )
+        err, text = await srv.call(s, "search_archive", query="axolotlbagpipe")
+        assert not err and "stale.md" in text, text
+        err, text = await srv.call(s, "read_memory", query="axolotlbagpipe")
+        assert not err and "stale.md" not in text, text
+        assert "stale.md" not in await listed(srv, s)
+
+        os.rename(folder / "archive" / "stale.md", folder / "stale.md")
+        await wait_for(
+            lambda: (
+                hot_hits(srv, "axolotlbagpipe") == {"stale.md"} and not archive_hits(srv, "axolotlbagpipe")
+            ),
+            DEADLINE,
+        )
+        assert "stale.md" not in archive_ids(srv)
+        err, text = await srv.call(s, "read_memory", query="axolotlbagpipe")
+        assert not err and "stale.md" in text, text
+        err, text = await srv.call(s, "search_archive", query="axolotlbagpipe")
+        assert not err and "stale.md" not in text, text
+
+
+async def test_whole_folder_added_moved_and_removed(server_factory, tmp_path):
+    incoming = tmp_path / "incoming" / "team"
+    for i in range(20):
+        put(
+            incoming / f"member-{i:02d}.md",
+            note(f"Member {i}", f"team roster entry, shared word koalafiddle n{i}"),
+        )
+    names = {f"team/member-{i:02d}.md" for i in range(20)}
+
+    async with live(server_factory) as (srv, s, folder):
+        shutil.copytree(incoming, folder / "team")
+        await wait_for(lambda: hot_hits(srv, "koalafiddle") == names, DEADLINE)
+        assert names <= await listed(srv, s)
+
+        # A folder renamed: its children send no events of their own.
+        os.rename(folder / "team", folder / "crew")
+        moved = {n.replace("team/", "crew/", 1) for n in names}
+        await wait_for(lambda: hot_hits(srv, "koalafiddle") == moved, DEADLINE)
+        assert not names & hot_ids(srv)
+
+        shutil.rmtree(folder / "crew")
+        await wait_for(lambda: not hot_hits(srv, "koalafiddle") and hot_ids(srv) == {"seed.md"}, DEADLINE)
+        assert await listed(srv, s) == {"seed.md"}
+
+
+# ---------------------------------------------------------------------------- bursts
+
+
+async def test_thousand_file_burst_is_indexed_fast_in_few_batches(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        watcher = srv.app.state.watcher
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        batches = watcher.batches
+        names = {f"pull/{i // 100:02d}/file-{i:04d}.md" for i in range(1000)}
+        # As fast as possible, like a git pull or checkout.
+        for name in sorted(names):
+            put(
+                folder / name, note(f"Pulled {name}", f"pulled from a remote, shared word meerkatoboe {name}")
+            )
+        # Fully indexed within 2 s of the last write.
+        await wait_for(lambda: names <= hot_ids(srv), timeout=2.0)
+        await wait_for(lambda: watcher.idle, DEADLINE)  # the batch counter moves when a batch ends
+        state = state_of(srv)
+        with state.mem_lock:
+            _, total = state.hot.index.search("meerkatoboe", limit=5)
+        assert total == 1000
+        grown = watcher.batches - batches
+        assert 1 <= grown < 50, f"{grown} batches for a 1,000-file burst"
+        err, text = await srv.call(s, "read_memory", query="meerkatoboe", limit=1)
+        assert not err and "1000 hot memories" in text, text[:200]
+
+        # And the reverse: the checkout removes them all again.
+        batches = watcher.batches
+        shutil.rmtree(folder / "pull")
+        await wait_for(lambda: not names & hot_ids(srv), timeout=2.0)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        assert not hot_hits(srv, "meerkatoboe")
+        assert watcher.batches - batches < 50
+
+
+async def test_burst_of_edits_to_existing_files(server_factory):
+    """A checkout that rewrites 300 existing files (new inode each, like git does) ends consistent."""
+    async with live(server_factory) as (srv, _, folder):
+        names = [f"doc-{i:03d}.md" for i in range(300)]
+        for name in names:
+            put(folder / name, note(name, "version one: puffinmandolin"))
+        await wait_for(lambda: len(hot_hits(srv, "puffinmandolin")) == 300, DEADLINE)
+        watcher = srv.app.state.watcher
+        batches = watcher.batches
+        for name in names:
+            put_atomic(folder / name, note(name, "version two: walrusocarina"))
+        await wait_for(
+            lambda: len(hot_hits(srv, "walrusocarina")) == 300 and not hot_hits(srv, "puffinmandolin"),
+            timeout=2.0,
+        )
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        assert watcher.batches - batches < 50
+
+
+# ---------------------------------------------------------------------------- own writes, ignored files
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def test_own_writes_are_not_reparsed(server_factory):
+    clock = Clock()
+    async with live(server_factory, clock=clock) as (srv, s, folder):
+        store = store_of(srv)
+        watcher = srv.app.state.watcher
+        # A legacy file by hand, indexed (one parse) before counting starts.
+        put(folder / "legacy.md", "# Legacy\n\nno frontmatter yet: koudouorgan\n")
+        await wait_for(lambda: hot_hits(srv, "koudouorgan") == {"legacy.md"}, DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        parses = store.parses
+
+        err, text = await srv.call(
+            s, "write_memory", title="Own write", content="written by the server: yakbassoon"
+        )
+        assert not err, text
+        err, text = await srv.call(
+            s, "update_memory", filename="own-write.md", content="updated by the server: yakbassoon okapiharp"
+        )
+        assert not err, text
+        err, text = await srv.call(s, "write_memory", title="Short lived", content="deleted soon")
+        assert not err, text
+        err, text = await srv.call(s, "delete_memory", filename="short-lived.md")
+        assert not err, text
+        # Reads write too: the one-time migration of a legacy file, and the access time on a new day.
+        before = (folder / "legacy.md").read_bytes()
+        err, text = await srv.call(s, "read_memory", query="koudouorgan")
+        assert not err and "legacy.md" in text, text
+        assert (folder / "legacy.md").read_bytes() != before
+        clock.now += timedelta(days=1)
+        before = (folder / "own-write.md").read_bytes()
+        err, text = await srv.call(s, "read_memory", query="okapiharp")
+        assert not err and "own-write.md" in text, text
+        assert (folder / "own-write.md").read_bytes() != before
+        await store.idle()
+        assert store.parses == parses
+
+        # The events of those writes arrive before the sentinel's; once the sentinel is indexed and
+        # the watcher is idle, all of them have been handled.
+        put_atomic(folder / "sentinel.md", note("Sentinel", "hand written: dingoukulele"))
+        await wait_for(lambda: hot_hits(srv, "dingoukulele") == {"sentinel.md"}, DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        assert store.parses == parses + 1, (
+            "the server's own writes were parsed again when their events arrived"
+        )
+        assert hot_hits(srv, "okapiharp") == {"own-write.md"}
+        assert "short-lived.md" not in hot_ids(srv)
+
+
+async def test_dot_folders_and_other_files_are_never_indexed(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        put(folder / ".git" / "COMMIT_EDITMSG", "commit message with hyenaflute\n")
+        put(folder / ".git" / "notes.md", note("Git internal", "hyenaflute in a git folder"))
+        put(folder / ".obsidian" / "workspace.md", note("Obsidian", "hyenaflute in obsidian settings"))
+        put(folder / "projects" / ".hidden" / "deep.md", note("Hidden", "hyenaflute in a hidden subfolder"))
+        put(folder / ".hidden-note.md", note("Hidden note", "hyenaflute in a dot-file"))
+        put(folder / "todo.txt", "hyenaflute in a text file\n")
+        put(folder / "draft.md.bak", note("Backup", "hyenaflute in a backup"))
+        put(folder / "image.png", "hyenaflute png\n")
+        # A new folder makes the watcher rescan the token; the sentinel inside says it is done.
+        put_atomic(folder / "fresh" / "sentinel.md", note("Sentinel", "all seen: jackalzither"))
+        await wait_for(lambda: hot_hits(srv, "jackalzither") == {"fresh/sentinel.md"}, DEADLINE)
+        await wait_for(lambda: srv.app.state.watcher.idle, DEADLINE)
+
+        assert not hot_hits(srv, "hyenaflute")
+        assert not archive_hits(srv, "hyenaflute")
+        assert hot_ids(srv) == {"seed.md", "fresh/sentinel.md"}
+        err, text = await srv.call(s, "read_memory", query="hyenaflute")
+        assert not err and "No hot memories match" in text, text
+        assert await listed(srv, s) == {"seed.md", "fresh/sentinel.md"}
+
+
+# ---------------------------------------------------------------------------- polling fallback
+
+
+async def test_forced_polling_reports_and_still_sees_changes(server_factory):
+    async with live(server_factory, force_polling=True, poll_interval_seconds=0.2) as (srv, s, folder):
+        body = await healthz(srv)
+        assert body["watcher"] == "polling", body
+        put(folder / "polled.md", note("Polled", "seen by polling: bisonpiccolo"))
+        await wait_for(lambda: hot_hits(srv, "bisonpiccolo") == {"polled.md"}, DEADLINE)
+        err, text = await srv.call(s, "read_memory", query="bisonpiccolo")
+        assert not err and "polled.md" in text, text
+        (folder / "polled.md").unlink()
+        await wait_for(lambda: "polled.md" not in hot_ids(srv), DEADLINE)
+
+
+async def test_polling_forgets_a_file_deleted_between_two_polls(server_factory):
+    """A file the index learnt of between two polls (here: read by name) and deleted before the next.
+
+    The poller's two snapshots both lack it, so it reports no change for that file; the deletion
+    still changes the folder, and that must be enough to drop it (no ghost in list_memory_titles).
+    """
+    async with live(server_factory, force_polling=True, poll_interval_seconds=0.3) as (srv, s, folder):
+        watcher = srv.app.state.watcher
+        put(folder / "first.md", note("First", "the poller is running: gnuvibraphone"))
+        await wait_for(lambda: hot_hits(srv, "gnuvibraphone") == {"first.md"}, DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+
+        ghost = put(folder / "ghost.md", note("Ghost", "here for a moment: wraithbanjo"))
+        err, text = await srv.call(s, "read_memory", filenames=["ghost.md"])
+        assert not err and "wraithbanjo" in text, text
+        assert "ghost.md" in hot_ids(srv)
+        ghost.unlink()
+
+        # A later change proves a poll ran after the delete and its batch was applied.
+        put(folder / "later.md", note("Later", "after the ghost: tortoisedulcimer"))
+        await wait_for(lambda: hot_hits(srv, "tortoisedulcimer") == {"later.md"}, DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        assert "ghost.md" not in hot_ids(srv)
+        assert "ghost.md" not in await listed(srv, s)
+
+
+@pytest.mark.parametrize("what_dies", ["emitter", "observer"])
+async def test_native_watcher_dying_while_running_falls_back_to_polling(server_factory, what_dies, caplog):
+    """The inotify reader thread (or the whole observer) stops: say so, poll, and lose nothing."""
+    with caplog.at_level(logging.WARNING, logger="memvault"):
+        async with live(server_factory, poll_interval_seconds=0.2) as (srv, _, folder):
+            watcher = srv.app.state.watcher
+            assert (await healthz(srv))["watcher"] == "inotify"
+            observer = watcher.observer
+            if what_dies == "emitter":
+                for emitter in list(observer.emitters):
+                    emitter.stop()
+                    emitter.join(5)
+            else:
+                observer.stop()
+                observer.join(5)
+            # Changed while nothing is watching: must not be lost.
+            put(folder / "meanwhile.md", note("Meanwhile", "written while blind: manateeoboe"))
+            (folder / "seed.md").unlink()
+
+            async def polling() -> bool:
+                return (await healthz(srv))["watcher"] == "polling"
+
+            await wait_for(polling, DEADLINE, interval=0.1)
+            assert any("polling" in r.getMessage() for r in caplog.records), [
+                r.getMessage() for r in caplog.records
+            ]
+            await wait_for(lambda: hot_hits(srv, "manateeoboe") == {"meanwhile.md"}, DEADLINE)
+            await wait_for(lambda: "seed.md" not in hot_ids(srv), DEADLINE)
+            put(folder / "after.md", note("After", "written after the fallback: beluganocarina"))
+            await wait_for(lambda: hot_hits(srv, "beluganocarina") == {"after.md"}, DEADLINE)
+            assert (await healthz(srv))["status"] == "ok"
+
+
+class _NoInotify:
+    """Stands in for watchdog's native observer on a machine out of inotify watches."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def schedule(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def start(self) -> None:
+        raise OSError(28, "inotify watch limit reached")
+
+    def is_alive(self) -> bool:
+        return False
+
+    def stop(self) -> None:
+        pass
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+async def test_native_watcher_failing_to_start_falls_back_to_polling(server_factory, monkeypatch, caplog):
+    monkeypatch.setattr(memvault.watcher, "Observer", _NoInotify)
+    with caplog.at_level(logging.WARNING, logger="memvault"):
+        async with live(server_factory, poll_interval_seconds=0.2) as (srv, s, folder):
+            body = await healthz(srv)
+            assert body["watcher"] == "polling", body
+            assert body["status"] == "ok", body
+            assert any("polling" in r.getMessage() for r in caplog.records), [
+                r.getMessage() for r in caplog.records
+            ]
+
+            put(folder / "later.md", note("Later", "arrives anyway: camelbanjo"))
+            await wait_for(lambda: hot_hits(srv, "camelbanjo") == {"later.md"}, DEADLINE)
+            os.rename(folder / "later.md", folder / "renamed.md")
+            await wait_for(lambda: hot_hits(srv, "camelbanjo") == {"renamed.md"}, DEADLINE)
+            err, text = await srv.call(s, "read_memory", query="camelbanjo")
+            assert not err and "renamed.md" in text, text
