@@ -1,4 +1,4 @@
-"""In-memory search index of one token's memories: inverted postings, BM25 ranking, typo and prefix matching."""
+"""In-memory search index of one token's memories: inverted postings, BM25 ranking, typo and prefix match."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import re
 import unicodedata
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -31,7 +32,7 @@ _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
 
 _VOWELS = frozenset("aeiouy")
 _STEM_CACHE: dict[str, str] = {}
-_STEM_CACHE_MAX = 500_000
+_STEM_CACHE_MAX = 200_000
 
 
 def _stem_uncached(word: str) -> str:
@@ -80,8 +81,12 @@ def tokenize(text: str) -> list[str]:
     CJK runs become overlapping character bigrams (a lone character stays as it is).
     """
     if text.isascii():
+        # Only words of 5+ letters ending in s/d/g can change: skip the cache for the rest.
         cached = _STEM_CACHE.get
-        return [cached(w) or _stem(w) for w in _ASCII_WORD_RE.findall(text.lower())]
+        return [
+            w if len(w) < 5 or w[-1] not in "sdg" else cached(w) or _stem(w)
+            for w in _ASCII_WORD_RE.findall(text.lower())
+        ]
     text = unicodedata.normalize("NFKC", text).casefold()
     out: list[str] = []
     for match in _TOKEN_RE.finditer(text):
@@ -116,22 +121,28 @@ def _is_cjk_char(ch: str) -> bool:
     return _CJK_CHAR_RE.match(ch) is not None
 
 
+def _ascii_bits() -> npt.NDArray[np.int8]:
+    table = np.full(128, 36, dtype=np.int8)
+    table[97:123] = np.arange(26)  # a-z
+    table[48:58] = np.arange(26, 36)  # 0-9
+    return table
+
+
+_ASCII_BITS = _ascii_bits()
+_POW2 = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
+
+
 def _char_masks(terms: list[str]) -> npt.NDArray[np.uint64]:
-    """Per term, a 64-bit set of its characters (a-z, 0-9 exact, the rest hashed into 28 bits).
+    """Per term, a 64-bit set of its characters (a-z, 0-9 exact, the rest hashed into 16 bits).
 
     Hash collisions only make the typo filter let more candidates through, never fewer.
     Every term must be non-empty.
     """
-    codes = np.frombuffer("".join(terms).encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
-    bits = np.where(
-        (codes >= 97) & (codes <= 122),
-        codes - 97,
-        np.where((codes >= 48) & (codes <= 57), codes - 48 + 26, 36 + codes % 28),
-    )
-    flags = np.left_shift(np.uint64(1), bits.astype(np.uint64))
+    codes = np.frombuffer("".join(terms).encode("utf-32-le"), dtype=np.uint32)
+    bits = np.where(codes < 128, _ASCII_BITS[codes & 127], 48 + (codes & 15).astype(np.int8))
     starts = np.zeros(len(terms), dtype=np.int64)
     np.cumsum([len(t) for t in terms[:-1]], out=starts[1:])
-    return np.bitwise_or.reduceat(flags, starts)
+    return np.bitwise_or.reduceat(_POW2[bits], starts)
 
 
 # --- scoring constants -------------------------------------------------------------------------
@@ -146,8 +157,11 @@ _CJK_PARTIAL_WEIGHT = 0.75
 _TITLE_SIMILARITY = 90.0  # whole-title similarity (0-100) that puts a memory first
 _TITLE_POOL = 64  # best-scoring candidates whose titles are compared with the query
 _MIN_PREFIX = 3
+_MIN_STEM = 4  # an indexed word the query extends by up to _MAX_EXTRA_SUFFIX letters also matches
+_MAX_EXTRA_SUFFIX = 3
 _PREFIX_KEY = 3
 _EXPANSION_CACHE_MAX = 4096
+_MAX_QUERY_TERMS = 64
 
 # Low byte of a posting: tf (capped at 31) << 3 | field flags.
 _F_TITLE = 1
@@ -155,6 +169,9 @@ _F_NAME = 2
 _F_TAG = 4
 _TF_MAX = 31
 _DOC_LIMIT = 1 << 24  # doc numbers share a uint32 with the low byte
+_TERM_LIMIT = 1 << 24  # term ids too, in a document's term list
+_FLUSH_AT = 1 << 20  # queued postings appended once this many are waiting
+_MASK_CHUNK = 1 << 16
 
 if array("I").itemsize != 4:  # pragma: no cover - every mainstream platform has 4-byte unsigned int
     raise ImportError("memvault.index needs a 4-byte array('I')")
@@ -162,6 +179,8 @@ if array("I").itemsize != 4:  # pragma: no cover - every mainstream platform has
 
 @dataclass(frozen=True, slots=True)
 class Hit:
+    """One search result."""
+
     id: str  # memory id, e.g. "projects/alpha.md"
     score: float  # higher is better
     matched_all: bool  # True if every query term matched
@@ -174,8 +193,13 @@ class Index:
     """Inverted index over title, filename, tags and body of each memory.
 
     Postings are compact: per term an ``array('I')`` of ``docno << 8 | tf << 3 | fields``, and
-    per document an ``array('Q')`` of ``termid << 8 | low byte`` so it can be removed without
+    per document an ``array('I')`` of ``termid << 8 | low byte`` so it can be removed without
     its text. The body itself is not kept. Not thread-safe: callers serialise access.
+
+    A query term matches a vocabulary term exactly (weight 1), as a prefix (0.75, query term of
+    3+ characters), or within 1 typo (0.6; words of 4-7 letters) or 2 typos (0.45; 8+ letters).
+    Scores are BM25 over the body plus fixed boosts for title and filename/tag hits, all
+    computed from the postings with numpy; expansions are cached until the vocabulary changes.
     """
 
     def __init__(self) -> None:
@@ -183,7 +207,7 @@ class Index:
         self._docno: dict[str, int] = {}
         self._ids_by_no: list[str | None] = []
         self._free_docnos: list[int] = []
-        self._doc_terms: list[array[int] | None] = []
+        self._doc_terms: list[array[int] | None] = []  # termid << 8 | low byte of its posting
         self._titles: list[str] = []  # normalized titles, by docno
         self._dl: _FloatArray = np.zeros(64, dtype=np.float32)  # body lengths, by docno
         self._total_len = 0
@@ -192,12 +216,15 @@ class Index:
         self._terms: list[str] = []  # "" for a freed id
         self._free_tids: list[int] = []
         self._postings: list[array[int]] = []
+        # Postings of upserted documents not yet appended to self._postings: (term id, posting).
+        self._pending_tids: array[int] = array("I")
+        self._pending_postings: array[int] = array("I")
         # Length and character set of each term id, for the typo filter; 0 for freed ids. New
         # ids are queued and filled in one vectorised pass before the next typo lookup.
         self._tlen: npt.NDArray[np.int16] = np.zeros(1024, dtype=np.int16)
         self._tmask: npt.NDArray[np.uint64] = np.zeros(1024, dtype=np.uint64)
         self._unmasked: list[int] = []
-        self._by_prefix: dict[str, set[str]] = {}
+        self._by_prefix: dict[str, array[int]] = {}  # first letters -> term ids, for prefix matches
         self._cjk_bigrams: dict[str, set[str]] = {}  # CJK char -> bigrams holding it
         # query-term expansions, valid while the vocabulary is unchanged
         self._vocab_version = 0
@@ -220,45 +247,40 @@ class Index:
         """Add the memory ``id``, or replace everything indexed for it."""
         if isinstance(tags, str):
             raise TypeError("tags must be a sequence of strings, not a string")
+        # term -> low byte of its posting (tf << 3 | field flags). Bulk loads are dominated by this
+        # per-term work, so it is kept to comprehensions and a few small loops.
+        body_tokens = tokenize(body)
+        packed = {t: (tf if tf < _TF_MAX else _TF_MAX) << 3 for t, tf in Counter(body_tokens).items()}
+        for term in tokenize(title):
+            packed[term] = packed.get(term, 0) | _F_TITLE
+        for term in tokenize(_name_text(id)):
+            packed[term] = packed.get(term, 0) | _F_NAME
+        for tag in tags:
+            for term in tokenize(tag):
+                packed[term] = packed.get(term, 0) | _F_TAG
         docno = self._docno.get(id)
         if docno is None:
             docno = self._new_docno(id)
         else:
-            self._drop_doc_terms(docno)
-
-        body_tokens = tokenize(body)
-        counts = Counter(body_tokens)
-        flags: dict[str, int] = {}
-        for term in tokenize(title):
-            flags[term] = _F_TITLE
-        for term in tokenize(_name_text(id)):
-            flags[term] = flags.get(term, 0) | _F_NAME
-        for tag in tags:
-            for term in tokenize(tag):
-                flags[term] = flags.get(term, 0) | _F_TAG
-
-        # The hot loop of a bulk load: locals and no helper calls for terms already known.
-        entries: list[int] = []
+            # Words the new text keeps stay in the vocabulary, so the typo/prefix caches survive
+            # an edit that adds no new word.
+            self._drop_doc_terms(docno, keep=packed)
+        terms = list(packed)
+        lows = list(packed.values())
+        known = self._termid.get
+        found = [known(t) for t in terms]
+        tids = (
+            [self._new_term(t) if tid is None else tid for t, tid in zip(terms, found, strict=True)]
+            if None in found
+            else cast("list[int]", found)
+        )
+        # Postings are queued and appended term by term later (see _flush_postings).
         high = docno << 8
-        termid = self._termid
-        postings = self._postings
-        flag_of = flags.get
-        for term, tf in counts.items():
-            tid = termid.get(term)
-            if tid is None:
-                tid = self._new_term(term)
-            low = (tf if tf < _TF_MAX else _TF_MAX) << 3 | flag_of(term, 0)
-            postings[tid].append(high | low)
-            entries.append(tid << 8 | low)
-        for term, flag in flags.items():
-            if term not in counts:
-                tid = termid.get(term)
-                if tid is None:
-                    tid = self._new_term(term)
-                postings[tid].append(high | flag)
-                entries.append(tid << 8 | flag)
-
-        self._doc_terms[docno] = array("Q", entries)
+        self._pending_tids.fromlist(tids)
+        self._pending_postings.fromlist([high | low for low in lows])
+        self._doc_terms[docno] = array("I", [tid << 8 | low for tid, low in zip(tids, lows, strict=False)])
+        if len(self._pending_tids) >= _FLUSH_AT:
+            self._flush_postings()
         self._titles[docno] = _normalize_title(title)
         self._dl[docno] = len(body_tokens)
         self._total_len += len(body_tokens)
@@ -289,23 +311,43 @@ class Index:
         self._docno[id] = docno
         return docno
 
-    def _drop_doc_terms(self, docno: int) -> None:
+    def _drop_doc_terms(self, docno: int, keep: Container[str] = ()) -> None:
         entries = self._doc_terms[docno]
         if entries is None:
             return
+        self._flush_postings()
         high = docno << 8
         for entry in entries:
             tid = entry >> 8
             plist = self._postings[tid]
-            i = plist.index(high | (entry & 0xFF))
+            i = _position(plist, high | (entry & 0xFF))
             last = plist.pop()
             if i < len(plist):
                 plist[i] = last  # swap-remove: postings are unordered
-            elif not plist:
+            elif not plist and self._terms[tid] not in keep:
                 self._free_term(tid)
         self._doc_terms[docno] = None
         self._total_len -= int(self._dl[docno])
         self._dl[docno] = 0
+
+    def _flush_postings(self) -> None:
+        """Append queued postings, grouped by term: one Python step per term, not per posting."""
+        if not self._pending_tids:
+            return
+        tids = np.frombuffer(self._pending_tids, dtype=np.uint32)
+        order = np.argsort(tids, kind="stable")
+        sorted_tids = tids[order]
+        data = np.frombuffer(self._pending_postings, dtype=np.uint32)[order].tobytes()
+        del tids
+        self._pending_tids = array("I")
+        self._pending_postings = array("I")
+        cuts = (np.flatnonzero(sorted_tids[1:] != sorted_tids[:-1]) + 1).tolist()
+        starts = [0, *cuts]
+        ends = [*cuts, len(sorted_tids)]
+        view = memoryview(data)
+        postings = self._postings
+        for tid, start, end in zip(sorted_tids[starts].tolist(), starts, ends, strict=True):
+            postings[tid].frombytes(view[4 * start : 4 * end])
 
     # --- vocabulary ----------------------------------------------------------------------------
 
@@ -315,12 +357,18 @@ class Index:
             self._terms[tid] = term
         else:
             tid = len(self._terms)
+            if tid >= _TERM_LIMIT:
+                raise OverflowError(f"the index holds at most {_TERM_LIMIT} distinct words")
             self._terms.append(term)
             self._postings.append(array("I"))
         self._termid[term] = tid
         self._unmasked.append(tid)
         if len(term) >= _PREFIX_KEY:
-            self._by_prefix.setdefault(term[:_PREFIX_KEY], set()).add(term)
+            bucket = self._by_prefix.get(term[:_PREFIX_KEY])
+            if bucket is None:
+                self._by_prefix[term[:_PREFIX_KEY]] = array("I", (tid,))
+            else:
+                bucket.append(tid)
         elif len(term) == 2 and _is_cjk_char(term[0]) and _is_cjk_char(term[1]):
             for ch in set(term):
                 self._cjk_bigrams.setdefault(ch, set()).add(term)
@@ -336,7 +384,10 @@ class Index:
             self._tmask[tid] = 0
         self._free_tids.append(tid)
         if len(term) >= _PREFIX_KEY:
-            _discard(self._by_prefix, term[:_PREFIX_KEY], term)
+            bucket = self._by_prefix[term[:_PREFIX_KEY]]
+            bucket.remove(tid)
+            if not bucket:
+                del self._by_prefix[term[:_PREFIX_KEY]]
         elif len(term) == 2:
             for ch in set(term):
                 _discard(self._cjk_bigrams, ch, term)
@@ -351,10 +402,11 @@ class Index:
         # A queued id may have been freed (term "") or freed and reused since: use its term now.
         tids = [tid for tid in dict.fromkeys(self._unmasked) if self._terms[tid]]
         self._unmasked.clear()
-        if tids:
-            terms = [self._terms[tid] for tid in tids]
-            self._tlen[tids] = np.minimum([len(t) for t in terms], 32767)
-            self._tmask[tids] = _char_masks(terms)
+        for start in range(0, len(tids), _MASK_CHUNK):  # chunks bound the temporary arrays
+            chunk = tids[start : start + _MASK_CHUNK]
+            terms = [self._terms[tid] for tid in chunk]
+            self._tlen[chunk] = np.minimum([len(t) for t in terms], 32767)
+            self._tmask[chunk] = _char_masks(terms)
 
     def _expand(self, term: str) -> list[tuple[int, float]]:
         """Vocabulary terms that count as a match for query term ``term``, with their weights."""
@@ -367,9 +419,10 @@ class Index:
 
         weights: dict[str, float] = {}
         if len(term) >= _MIN_PREFIX:
-            for other in self._by_prefix.get(term[:_PREFIX_KEY], ()):
-                if other.startswith(term):
-                    weights[other] = _PREFIX_WEIGHT
+            vocabulary = self._terms
+            for tid in self._by_prefix.get(term[:_PREFIX_KEY], ()):
+                if vocabulary[tid].startswith(term):
+                    weights[vocabulary[tid]] = _PREFIX_WEIGHT
         elif len(term) == 1 and _is_cjk_char(term):
             # A one-character CJK query: the documents only hold bigrams of longer runs.
             for other in self._cjk_bigrams.get(term, ()):
@@ -378,6 +431,13 @@ class Index:
             weights.setdefault(other, _FUZZY_WEIGHT[distance])
         if term in self._termid:
             weights[term] = 1.0
+        elif term.isalpha():
+            # Stemming shortens indexed words ("staging" -> "stag"), so a half-typed or misspelt
+            # inflection ("stagin", "deployign") is neither a prefix nor a near neighbour of them:
+            # accept an indexed word that the query extends by a few letters.
+            for cut in range(1, _MAX_EXTRA_SUFFIX + 1):
+                if len(term) - cut >= _MIN_STEM and term[:-cut] in self._termid:
+                    weights.setdefault(term[:-cut], _FUZZY_WEIGHT[1])
         result = [(self._termid[t], w) for t, w in weights.items()]
         self._expansions[term] = result
         return result
@@ -399,9 +459,7 @@ class Index:
         keep &= np.bitwise_count(~masks & qmask) <= max_distance
         candidates = [self._terms[tid] for tid in np.flatnonzero(keep).tolist()]
         # OSA rather than plain Levenshtein: a swap of neighbours ("postgers") is one typo.
-        found = process.extract(
-            term, candidates, scorer=OSA.distance, score_cutoff=max_distance, limit=None
-        )
+        found = process.extract(term, candidates, scorer=OSA.distance, score_cutoff=max_distance, limit=None)
         return [(other, int(distance)) for other, distance, _ in found if distance > 0]
 
     # --- search --------------------------------------------------------------------------------
@@ -417,8 +475,10 @@ class Index:
         content = [t for t in terms if t not in _STOP_WORDS]
         if content:
             terms = content
+        del terms[_MAX_QUERY_TERMS:]  # a pasted document is not a query; bound the work
         if not terms or not self._docno:
             return [], 0
+        self._flush_postings()
 
         ndocs = len(self._ids_by_no)
         n_live = len(self._docno)
@@ -464,9 +524,7 @@ class Index:
             hits.append(Hit(doc_id, float(total[docno]), bool(matched[docno] == nterms)))
         return hits, count
 
-    def _term_scores(
-        self, term: str, ndocs: int, n_live: int, norm: _FloatArray
-    ) -> _FloatArray | None:
+    def _term_scores(self, term: str, ndocs: int, n_live: int, norm: _FloatArray) -> _FloatArray | None:
         """Per-docno score of one query term (0 where it does not match), via the postings."""
         expansion = self._expand(term)
         if not expansion:
@@ -513,6 +571,14 @@ class Index:
         return [docno for _, _, docno in scored]
 
 
+def _position(plist: array[int], value: int) -> int:
+    """Index of ``value`` in ``plist``; numpy scans long lists (array.index boxes every item)."""
+    if len(plist) < 512:
+        return plist.index(value)
+    found = np.flatnonzero(np.frombuffer(plist, dtype=np.uint32) == value)
+    return int(found[0])  # the temporary view is gone here, so plist may be resized again
+
+
 def _top(docs: npt.NDArray[np.intp], key: npt.NDArray[np.float64], k: int) -> list[int]:
     """The ``k`` docnos of ``docs`` with the highest ``key``, best first (ties: lower docno)."""
     if k <= 0 or docs.size == 0:
@@ -532,4 +598,3 @@ def _discard(buckets: dict[str, set[str]], key: str, term: str) -> None:
         bucket.discard(term)
         if not bucket:
             del buckets[key]
-
