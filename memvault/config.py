@@ -12,6 +12,7 @@ from typing import Any
 from memvault.errors import InvalidArgument
 
 WRITEBACK_MODES = ("day", "always", "never")
+EMBEDDER_KINDS = ("hash", "model2vec", "sentence-transformers", "openai")
 TOOL_GROUPS = ("memories", "recall", "sessions", "graph")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -48,6 +49,10 @@ class Settings:
     graph_max_path_len: int = 4
     graph_entries_per_term: int = 5
     graph_max_results: int = 50
+    embedder: str = "hash"
+    embed_url: str | None = None
+    embed_key: str | None = field(default=None, repr=False)
+    embed_model: str | None = None
     log_level: str = "info"
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -104,6 +109,12 @@ class Settings:
             raise InvalidArgument(
                 "MEMVAULT_POLL_INTERVAL_SECONDS must be a positive number of seconds, "
                 f"not {self.poll_interval_seconds!r}."
+            )
+        kind, _, target = self.embedder.partition(":")
+        if kind not in EMBEDDER_KINDS or (kind in ("model2vec", "sentence-transformers") and not target):
+            raise InvalidArgument(
+                "MEMVAULT_EMBEDDER must be hash, model2vec:<name-or-path>, "
+                f"sentence-transformers:<name-or-path> or openai, not {self.embedder!r}."
             )
         if self.log_level not in LOG_LEVELS:  # uvicorn looks the name up as given and fails late
             raise InvalidArgument(
@@ -169,6 +180,19 @@ SETTINGS: dict[str, Setting] = {
     ),
     "graph_max_results": Setting(
         "MEMVAULT_GRAPH_MAX_RESULTS", "50", "search_nodes: most entities in one result."
+    ),
+    "embedder": Setting(
+        "MEMVAULT_EMBEDDER",
+        "hash",
+        "Embeddings for `recall`: `hash` (built in, offline), `model2vec:<name-or-path>`, "
+        "`sentence-transformers:<name-or-path>` or `openai`; one that cannot load falls back to `hash`.",
+    ),
+    "embed_url": Setting(
+        "MEMVAULT_EMBED_URL", "https://api.openai.com/v1", "`openai` embedder: base URL of an OpenAI-compatible API."
+    ),
+    "embed_key": Setting("MEMVAULT_EMBED_KEY", "(unset)", "`openai` embedder: API key (sent as a bearer token)."),
+    "embed_model": Setting(
+        "MEMVAULT_EMBED_MODEL", "text-embedding-3-small", "`openai` embedder: model name."
     ),
     "log_level": Setting("MEMVAULT_LOG_LEVEL", "info", "debug, info, warning or error."),
 }

@@ -8,7 +8,7 @@ from array import array
 from collections import Counter
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -101,6 +101,13 @@ def tokenize(text: str) -> list[str]:
 def _normalize_title(text: str) -> str:
     """Words of ``text`` (unstemmed) joined by single spaces, for whole-title similarity."""
     return " ".join(_WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold()))
+
+
+def _uint32s(data: memoryview) -> array[int]:
+    """An array('I') of the given bytes (array's constructor would take each byte as one item)."""
+    out = array("I")
+    out.frombytes(data)
+    return out
 
 
 def _name_text(id: str) -> str:
@@ -349,6 +356,77 @@ class Index:
         for tid, start, end in zip(sorted_tids[starts].tolist(), starts, ends, strict=True):
             postings[tid].frombytes(view[4 * start : 4 * end])
 
+    # --- snapshot ------------------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[dict[str, Any], dict[str, npt.NDArray[Any]]]:
+        """The index as plain data (JSON-able strings and numpy arrays), for a fast restart.
+
+        Postings are not stored: they are rebuilt from each document's term list, which holds
+        the same information. Freed document numbers are compacted away.
+        """
+        self._flush_postings()
+        live = [(no, id) for no, id in enumerate(self._ids_by_no) if id is not None]
+        entries = [self._doc_terms[no] or array("I") for no, _ in live]
+        lengths = np.fromiter((len(e) for e in entries), dtype=np.int64, count=len(entries))
+        terms = b"".join(e.tobytes() for e in entries)
+        meta = {
+            "ids": [id for _, id in live],
+            "titles": [self._titles[no] for no, _ in live],
+            "terms": list(self._terms),
+            "total_len": self._total_len,
+        }
+        arrays = {
+            "dl": np.array([self._dl[no] for no, _ in live], dtype=np.float32),
+            "doc_term_counts": lengths,
+            "doc_terms": np.frombuffer(terms, dtype=np.uint32),
+        }
+        return meta, arrays
+
+    @classmethod
+    def from_snapshot(cls, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]]) -> Index:
+        """Inverse of snapshot(). Raises ValueError if the data do not fit together."""
+        index = cls()
+        ids: list[str] = list(meta["ids"])
+        terms: list[str] = list(meta["terms"])
+        counts = np.asarray(arrays["doc_term_counts"], dtype=np.int64)
+        flat = np.ascontiguousarray(arrays["doc_terms"], dtype=np.uint32)
+        dl = np.asarray(arrays["dl"], dtype=np.float32)
+        n = len(ids)
+        if not (len(counts) == len(dl) == len(meta["titles"]) == n) or int(counts.sum()) != len(flat):
+            raise ValueError("index snapshot is inconsistent")
+        tids = flat >> 8
+        if len(tids) and int(tids.max()) >= len(terms):
+            raise ValueError("index snapshot refers to unknown terms")
+        index._ids_by_no = list(ids)
+        index._docno = {id: no for no, id in enumerate(ids)}
+        index._titles = list(meta["titles"])
+        index._dl = np.concatenate([dl, np.zeros(max(64, n), dtype=np.float32)])
+        index._total_len = int(meta["total_len"])
+        bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        raw = memoryview(flat.tobytes())
+        index._doc_terms = [_uint32s(raw[4 * a : 4 * b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+        # Postings: docno << 8 | low byte, grouped by term id.
+        docnos = np.repeat(np.arange(n, dtype=np.uint32), counts)
+        postings = (docnos << np.uint32(8)) | (flat & np.uint32(0xFF))
+        order = np.argsort(tids, kind="stable")
+        data = memoryview(postings[order].tobytes())
+        per_term = np.bincount(tids, minlength=len(terms)).tolist()
+        index._postings = []
+        start = 0
+        for count in per_term:
+            index._postings.append(_uint32s(data[4 * start : 4 * (start + count)]))
+            start += count
+        index._terms = terms
+        for tid, term in enumerate(terms):
+            if not term:
+                index._free_tids.append(tid)
+                continue
+            index._termid[term] = tid
+            index._register_term(tid, term)
+        index._unmasked = [tid for tid, term in enumerate(terms) if term]
+        index._vocab_version += 1
+        return index
+
     # --- vocabulary ----------------------------------------------------------------------------
 
     def _new_term(self, term: str) -> int:
@@ -363,6 +441,12 @@ class Index:
             self._postings.append(array("I"))
         self._termid[term] = tid
         self._unmasked.append(tid)
+        self._register_term(tid, term)
+        self._vocab_version += 1
+        return tid
+
+    def _register_term(self, tid: int, term: str) -> None:
+        """Add a term to the prefix buckets or the CJK character map."""
         if len(term) >= _PREFIX_KEY:
             bucket = self._by_prefix.get(term[:_PREFIX_KEY])
             if bucket is None:
@@ -372,8 +456,6 @@ class Index:
         elif len(term) == 2 and _is_cjk_char(term[0]) and _is_cjk_char(term[1]):
             for ch in set(term):
                 self._cjk_bigrams.setdefault(ch, set()).add(term)
-        self._vocab_version += 1
-        return tid
 
     def _free_term(self, tid: int) -> None:
         term = self._terms[tid]

@@ -81,6 +81,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX IF NOT EXISTS relations_to ON relations (to_entity)",
     ),
+    # 4: one embedding per memory (derived): the model, its dimension, the hash of the embedded
+    # text and the float32 vector, so a restart embeds only what changed.
+    (
+        """CREATE TABLE IF NOT EXISTS vectors (
+            id TEXT PRIMARY KEY,
+            model TEXT NOT NULL,
+            dim INT NOT NULL,
+            hash TEXT NOT NULL,
+            vec BLOB NOT NULL
+        ) WITHOUT ROWID""",
+        "CREATE INDEX IF NOT EXISTS vectors_model_hash ON vectors (model, hash)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -432,3 +444,53 @@ class Sidecar:
         with self._read() as conn:
             row = conn.execute("SELECT searches, misses FROM search_stats WHERE one = 1").fetchone()
         return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+    # -- vectors (embeddings of memory texts; derived) -------------------------------------
+
+    def get_vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, int, str, bytes]]:
+        """``id -> (model, dim, text hash, float32 bytes)`` for the given ids that have a vector."""
+        _check_ids(ids)
+        rows = []
+        with self._read() as conn:
+            for chunk in _chunks(ids):
+                marks = ",".join("?" * len(chunk))
+                rows += conn.execute(
+                    f"SELECT id, model, dim, hash, vec FROM vectors WHERE id IN ({marks})", tuple(chunk)
+                ).fetchall()
+        return {row[0]: (row[1], int(row[2]), row[3], bytes(row[4])) for row in rows}
+
+    def vectors_by_hash(self, model: str, hashes: Sequence[str]) -> dict[str, bytes]:
+        """``text hash -> float32 bytes`` of any memory's vector from ``model`` with that text."""
+        _check_ids(hashes)
+        out: dict[str, bytes] = {}
+        with self._read() as conn:
+            for chunk in _chunks(list(dict.fromkeys(hashes))):
+                marks = ",".join("?" * len(chunk))
+                for digest, vec in conn.execute(
+                    f"SELECT hash, vec FROM vectors WHERE model = ? AND hash IN ({marks})", (model, *chunk)
+                ):
+                    out[digest] = bytes(vec)
+        return out
+
+    def put_vectors(self, rows: Sequence[tuple[str, str, int, str, bytes]]) -> None:
+        """Insert or replace ``(id, model, dim, text hash, float32 bytes)`` rows in one transaction."""
+        if not rows:
+            return
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT INTO vectors (id, model, dim, hash, vec) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET model = excluded.model, dim = excluded.dim, "
+                "hash = excluded.hash, vec = excluded.vec",
+                rows,
+            )
+
+    def delete_vectors(self, ids: Sequence[str]) -> None:
+        _check_ids(ids)
+        if not ids:
+            return
+        with self._write() as conn:
+            conn.executemany("DELETE FROM vectors WHERE id = ?", [(id_,) for id_ in ids])
+
+    def vector_count(self) -> int:
+        with self._read() as conn:
+            return int(conn.execute("SELECT count(*) FROM vectors").fetchone()[0])

@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import logging
+import json
 import os
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
+import numpy as np
 from filelock import FileLock
 
 from memvault import eviction
 from memvault.config import Settings
+from memvault.embeddings import Embeddings, TokenVectors
+from memvault.embeddings import from_settings as embeddings_from_settings
 from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound, TooLarge
 from memvault.index import Hit, Index
 from memvault.sidecar import FileStat, Sidecar
@@ -34,6 +40,8 @@ from memvault.vault import (
     content_hash,
     from_cache,
     is_memory_path,
+    memories_from_columns,
+    memories_to_columns,
     parse_memory,
     to_cache,
     utcnow,
@@ -45,6 +53,9 @@ log = logging.getLogger("memvault")
 Clock = Callable[[], datetime]
 MAX_TITLE_CHARS = 200
 LAST_EVICTION = "last_eviction"
+SNAPSHOT_FILE = "snapshot.npz"
+SNAPSHOT_VERSION = 1
+SNAPSHOT_MIN = 500  # smaller vaults load from their files fast enough
 
 
 @dataclass
@@ -88,12 +99,14 @@ class TokenState:
         self.archive = Area()
         self.lock = asyncio.Lock()  # serialises this token's mutations within the process
         self.mem_lock = threading.Lock()
+        self.vectors = TokenVectors()  # embeddings of hot and archived memories, filled in the background
         self.sidecar: Sidecar | None = None
         self.loaded = False
         self.load_lock = asyncio.Lock()
         self.recent_writes: dict[str, tuple[str, datetime]] = {}
         self.evicting = False
         self.last_used = 0.0
+        self.snapshot_stale = False
 
     @property
     def dir(self) -> Path:
@@ -127,6 +140,7 @@ class Store:
         self.limits = eviction.Limits(
             ttl_p1_days=settings.ttl_p1_days, ttl_p2_days=settings.ttl_p2_days, capacity=settings.capacity
         )
+        self.embeddings: Embeddings = embeddings_from_settings(settings)
 
     # ------------------------------------------------------------------ loading
 
@@ -142,6 +156,8 @@ class Store:
                 if not state.loaded:
                     await anyio.to_thread.run_sync(self._load, state)
                     self._unload_idle()
+                    if state.snapshot_stale:
+                        self._in_background(anyio.to_thread.run_sync(self.save_snapshot, state))
         return state
 
     def _unload_idle(self) -> None:
@@ -160,6 +176,7 @@ class Store:
             with state.mem_lock:
                 state.hot, state.archive = Area(), Area()
                 state.loaded = False
+            state.vectors.clear()
             self.unloads += 1
 
     def reindex(self, token: str, progress: Callable[[int], None] | None = None) -> int:
@@ -172,11 +189,22 @@ class Store:
             sidecar.delete_file_stats(list(sidecar.file_stats()))
             with state.mem_lock:
                 state.loaded = False
+            self._snapshot_path(state).unlink(missing_ok=True)
             self._load(state, progress)
         return len(state.hot.memories) + len(state.archive.memories)
 
     def _load(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
-        """Read a token's folder, re-parsing only files whose bytes differ from the sidecar's cache."""
+        """Read a token's folder: from the index snapshot plus what changed since, else from the files,
+        re-parsing only files whose bytes differ from the sidecar's parse cache."""
+        if state.dir.is_dir():
+            state.ensure_sidecar()
+            restored = self._load_snapshot(state)
+            if restored is not None:
+                with state.mem_lock:
+                    state.hot, state.archive = restored
+                self._rescan(state)  # what changed on disk since the snapshot was taken
+                self._publish(state, snapshot_stale=False)
+                return
         hot, archive = Area(), Area()
         if state.dir.is_dir():
             sidecar = state.ensure_sidecar()
@@ -204,10 +232,75 @@ class Store:
             sidecar.delete_file_stats([key for key in cache if key not in seen])
         with state.mem_lock:
             state.hot, state.archive = hot, archive
+        self._publish(state, snapshot_stale=len(hot.memories) + len(archive.memories) >= SNAPSHOT_MIN)
+
+    def _publish(self, state: TokenState, *, snapshot_stale: bool) -> None:
+        with state.mem_lock:
             state.loaded = True
-        problems = sum(1 for m in hot.memories.values() if m.problem)
+            state.snapshot_stale = snapshot_stale
+            everything = [*state.hot.memories.values(), *state.archive.memories.values()]
+        self.embeddings.attach(state.vectors, lambda: state.sidecar, everything)
+        problems = sum(1 for m in everything if m.problem and not m.archived)
         if problems:
             log.warning("%d file(s) with broken frontmatter, indexed as plain text (memvault check lists them)", problems)
+
+    # The index snapshot: the loaded memories and their index as plain data (JSON and numpy arrays,
+    # never pickle: the vault may be synced from elsewhere) in .memvault/, so a restart of a large
+    # vault does not re-tokenise every memory. Derived: deleting it costs only restart time.
+
+    @staticmethod
+    def _snapshot_path(state: TokenState) -> Path:
+        return state.dir / STATE_DIR / SNAPSHOT_FILE
+
+    def _load_snapshot(self, state: TokenState) -> tuple[Area, Area] | None:
+        path = self._snapshot_path(state)
+        if not path.is_file():
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+                if meta.get("version") != SNAPSHOT_VERSION:
+                    raise ValueError("snapshot version")
+                areas = []
+                for name, archived in (("hot", False), ("archive", True)):
+                    arrays = {key: data[f"{name}.{key}"] for key in ("dl", "doc_term_counts", "doc_terms")}
+                    index = Index.from_snapshot(meta[name]["index"], arrays)
+                    memories = memories_from_columns(meta[name]["memories"], archived=archived)
+                    area = Area({m.id: m for m in memories}, index)
+                    if len(area.memories) != len(index) or any(id not in index for id in area.memories):
+                        raise ValueError("snapshot memories and index differ")
+                    areas.append(area)
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            log.warning("index snapshot not usable (%s); reading the files instead", type(exc).__name__)
+            return None
+        return areas[0], areas[1]
+
+    def save_snapshot(self, state: TokenState) -> None:
+        """Write the token's snapshot (worker thread). Atomic; a failure only costs restart time."""
+        if not state.loaded or state.sidecar is None:
+            return
+        parts: dict[str, Any] = {}
+        meta: dict[str, Any] = {"version": SNAPSHOT_VERSION}
+        with state.mem_lock:
+            for name, area in (("hot", state.hot), ("archive", state.archive)):
+                index_meta, arrays = area.index.snapshot()
+                meta[name] = {"index": index_meta, "memories": memories_to_columns(list(area.memories.values()))}
+                parts.update({f"{name}.{key}": value for key, value in arrays.items()})
+            state.snapshot_stale = False
+        parts["meta"] = np.frombuffer(json.dumps(meta, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
+        path = self._snapshot_path(state)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                np.savez(handle, **parts)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("could not write the index snapshot (%s)", exc.strerror or type(exc).__name__)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
     def _read_file(
         self, state: TokenState, id: str, archived: bool, previous: Memory | FileStat | None = None
@@ -237,6 +330,7 @@ class Store:
         """Index a memory the server just wrote or read, and cache its parse."""
         with state.mem_lock:
             state.area(memory.archived).put(memory)
+        state.vectors.changed(memory)
         if state.sidecar is not None:
             state.sidecar.put_file_stats([_file_stat(memory)])
 
@@ -244,6 +338,7 @@ class Store:
     def _drop(state: TokenState, id: str, archived: bool) -> None:
         with state.mem_lock:
             state.area(archived).drop(id)
+        state.vectors.dropped(f"{ARCHIVE}/{id}" if archived else id)
         if state.sidecar is not None:
             state.sidecar.delete_file_stats([f"{ARCHIVE}/{id}" if archived else id])
 
@@ -602,7 +697,11 @@ class Store:
             finally:
                 state.evicting = False
 
-        task = asyncio.get_running_loop().create_task(sweep())
+        self._in_background(sweep())
+
+    def _in_background(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run work after the current request; close() cancels or awaits what is left."""
+        task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -653,10 +752,12 @@ class Store:
     def _rescan(self, state: TokenState) -> int:
         seen: set[tuple[str, bool]] = set()
         changed = 0
-        for id, archived, _ in state.vault.scan():
+        for id, archived, st in state.vault.scan():
             seen.add((id, archived))
             with state.mem_lock:
                 before = state.area(archived).memories.get(id)
+            if before is not None and (before.mtime_ns, before.size) == (st.st_mtime_ns, st.st_size):
+                continue  # unchanged: the scan's stat is enough
             if self._fresh(state, id, archived) is not before:
                 changed += 1
         for archived in (False, True):
@@ -706,6 +807,10 @@ class Store:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*list(self._background), return_exceptions=True)
+        for state in self.tokens.values():
+            if state.loaded and len(state.hot.memories) + len(state.archive.memories) >= SNAPSHOT_MIN:
+                await anyio.to_thread.run_sync(self.save_snapshot, state)
+        await anyio.to_thread.run_sync(self.embeddings.close)
         for state in self.tokens.values():
             if state.sidecar is not None:
                 state.sidecar.close()

@@ -766,3 +766,66 @@ def from_cache(data: str, id: str, *, archived: bool, mtime_ns: int, size: int, 
         )
     except (ValueError, TypeError):
         return None
+
+
+def memories_to_columns(memories: Sequence[Memory]) -> dict[str, Any]:
+    """Memories as JSON-able columns (for the index snapshot); meta is not kept."""
+
+    def stamp(at: datetime | None) -> float | None:
+        return at.timestamp() if at is not None else None
+
+    return {
+        "version": PARSER_VERSION,
+        "rows": [
+            [
+                m.id,
+                m.title,
+                m.content,
+                m.priority,
+                stamp(m.created_at),
+                stamp(m.updated_at),
+                stamp(m.last_accessed_at),
+                list(m.tags),
+                m.importance,
+                m.has_frontmatter,
+                m.problem,
+                m.conflicted,
+                m.mtime_ns,
+                m.size,
+                m.hash,
+            ]
+            for m in memories
+        ],
+    }
+
+
+def memories_from_columns(data: Mapping[str, Any], *, archived: bool) -> list[Memory]:
+    """Inverse of memories_to_columns; raises ValueError on data from another parser version."""
+    if data.get("version") != PARSER_VERSION:
+        raise ValueError("snapshot from another parser version")
+
+    def when(stamp: float | None) -> datetime | None:
+        return datetime.fromtimestamp(stamp, UTC) if stamp is not None else None
+
+    return [
+        Memory(
+            id=id,
+            title=title,
+            content=content,
+            priority=priority,
+            created_at=when(created),
+            updated_at=when(updated),
+            last_accessed_at=when(accessed),
+            tags=tuple(tags),
+            importance=importance,
+            archived=archived,
+            has_frontmatter=has_fm,
+            problem=problem,
+            conflicted=conflicted,
+            mtime_ns=mtime_ns,
+            size=size,
+            hash=hash,
+        )
+        for (id, title, content, priority, created, updated, accessed, tags, importance, has_fm, problem,
+             conflicted, mtime_ns, size, hash) in data["rows"]
+    ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from memvault.cli import main
@@ -69,3 +71,60 @@ def test_reindex_command_reports_counts(vault_root, capsys):
     (vault_root / "bob" / "a.md").write_text("# A\n\ntext\n", encoding="utf-8")
     assert main(["reindex", "--root", str(vault_root)]) == 0
     assert "bob: reindexed 1 memories" in capsys.readouterr().out
+
+
+def _hand_write(folder, name, body):
+    (folder / name).write_text(f"---\npriority: P1\n---\n# {name[:-3]}\n\n{body}\n", encoding="utf-8")
+
+
+async def test_restart_from_the_index_snapshot_reads_only_what_changed(make_settings, vault_root, monkeypatch):
+    monkeypatch.setattr("memvault.store.SNAPSHOT_MIN", 0)
+    folder = vault_root / "alice"
+    folder.mkdir()
+    for i in range(30):
+        _hand_write(folder, f"note-{i}.md", f"ordinary words number{i}")
+    first = Store(make_settings())
+    await first.state("alice")
+    assert first.parses == 30
+    await first.close()  # writes the snapshot
+    assert (folder / ".memvault" / "snapshot.npz").is_file()
+
+    _hand_write(folder, "note-1.md", "changed zebra")
+    _hand_write(folder, "note-2.md", "changed giraffe")
+    (folder / "note-3.md").unlink()
+    _hand_write(folder, "fresh.md", "brand new okapi")
+    stat = (folder / "note-4.md").stat()
+    os.utime(folder / "note-4.md", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # git touches mtimes
+
+    second = Store(make_settings())
+    try:
+        state = await second.state("alice")
+        assert second.parses == 3  # two edits and one new file; the touched file is not parsed
+        assert "note-3.md" not in state.hot.memories
+        for word, expected in (("zebra", ["note-1.md"]), ("okapi", ["fresh.md"]), ("number4", ["note-4.md"])):
+            found = await second.find("alice", query=word)
+            assert [m.id for m in found.memories] == expected
+        old = await second.find("alice", query="number1", limit=50)
+        assert "note-1.md" not in [m.id for m in old.memories]  # its old words are gone
+        assert len(state.hot.memories) == 30
+    finally:
+        await second.close()
+
+
+async def test_a_corrupt_snapshot_is_ignored(make_settings, vault_root, monkeypatch):
+    monkeypatch.setattr("memvault.store.SNAPSHOT_MIN", 0)
+    folder = vault_root / "alice"
+    folder.mkdir()
+    for i in range(5):
+        _hand_write(folder, f"note-{i}.md", f"words number{i}")
+    first = Store(make_settings())
+    await first.state("alice")
+    await first.close()
+    (folder / ".memvault" / "snapshot.npz").write_bytes(b"not a snapshot at all")
+    second = Store(make_settings())
+    try:
+        found = await second.find("alice", query="number3")
+        assert [m.id for m in found.memories] == ["note-3.md"]
+        assert second.parses == 0  # fell back to the sidecar's parse cache
+    finally:
+        await second.close()
