@@ -209,7 +209,7 @@ class Store:
         if state.dir.is_dir():
             sidecar = state.ensure_sidecar()
             cache = sidecar.file_stats()
-            refreshed: list[FileStat] = []
+            refreshed: list[Memory] = []
             seen: set[str] = set()
             for id, archived, st in state.vault.scan():
                 key = f"{ARCHIVE}/{id}" if archived else id
@@ -224,11 +224,14 @@ class Store:
                     memory = self._read_file(state, id, archived, cached)
                     if memory is None:
                         continue
-                    refreshed.append(_file_stat(memory))
+                    refreshed.append(memory)
                 (archive if archived else hot).put(memory)
                 if progress is not None:
                     progress(1)
-            sidecar.put_file_stats(refreshed)
+            if len(seen) < SNAPSHOT_MIN:
+                # Large vaults restart from the snapshot written after this load instead; serialising
+                # 100,000 parses into SQLite as well would add seconds to a cold start.
+                sidecar.put_file_stats([_file_stat(m) for m in refreshed])
             sidecar.delete_file_stats([key for key in cache if key not in seen])
         with state.mem_lock:
             state.hot, state.archive = hot, archive
