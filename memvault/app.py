@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -31,16 +33,53 @@ log = logging.getLogger("memvault")
 
 SESSION_HEADER = b"mcp-session-id"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+MAX_BOUND_SESSIONS = 10_000
+_LOCAL_ORIGIN = re.compile(r"https?://(?:127\.0\.0\.1|localhost|\[::1\])(?::\d+)?")
 
 
 def transport_security(settings: Settings) -> TransportSecuritySettings:
-    """Host/Origin checks against DNS rebinding: localhost always, more hosts by configuration."""
+    """Host/Origin checks against DNS rebinding: localhost always, more hosts by configuration.
+
+    With MEMVAULT_ALLOWED_HOSTS=* the SDK's checks are off (it has no wildcard host) and
+    TokenGuard checks the Origin itself, so a web page still cannot reach the server.
+    """
     extra = list(settings.allowed_hosts)
     if "*" in extra:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     hosts = [h for name in LOCAL_HOSTS for h in (name, f"{name}:*")] + extra
     origins = [f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")]
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+class SessionOwners:
+    """Which token each streamable HTTP session was created under (bounded, least recently used out).
+
+    A session id this map does not know is refused: every session is created through TokenGuard,
+    so an unknown id is forged, ended, or so long idle that its binding was dropped (the client
+    then starts a new session, as the protocol expects after a 404).
+    """
+
+    def __init__(self, capacity: int = MAX_BOUND_SESSIONS) -> None:
+        self.capacity = capacity
+        self._owners: OrderedDict[str, str] = OrderedDict()
+
+    def bind(self, session: str, token: str) -> None:
+        self._owners[session] = token
+        self._owners.move_to_end(session)
+        while len(self._owners) > self.capacity:
+            self._owners.popitem(last=False)
+
+    def owner(self, session: str) -> str | None:
+        token = self._owners.get(session)
+        if token is not None:
+            self._owners.move_to_end(session)
+        return token
+
+    def release(self, session: str) -> None:
+        self._owners.pop(session, None)
+
+    def __len__(self) -> int:
+        return len(self._owners)
 
 
 def load_allowlist(path: Path | None) -> frozenset[str] | None:
@@ -68,11 +107,13 @@ class TokenGuard:
     created under another token (the SDK's session manager is shared by all tokens).
     """
 
-    def __init__(self, app: ASGIApp, settings: Settings, sessions: dict[str, str]) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, sessions: SessionOwners | None) -> None:
         self.app = app
         self.settings = settings
-        self.sessions = sessions
+        self.sessions = sessions  # None for the legacy SSE transport, which binds per token itself
         self.allowlist = load_allowlist(settings.tokens_file)
+        self.check_origin = "*" in settings.allowed_hosts
+        self.origins = {f"{scheme}://{h}" for h in settings.allowed_hosts for scheme in ("http", "https")}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         token = scope.get("path_params", {}).get("token", "")
@@ -88,22 +129,36 @@ class TokenGuard:
         if length is not None and (not length.isdigit() or int(length) > limit):
             await _error(413, f"Request body too large (limit {limit:,} bytes).")(scope, receive, send)
             return
+        origin = headers.get(b"origin")
+        if self.check_origin and origin is not None:
+            text = origin.decode("latin-1")
+            if not _LOCAL_ORIGIN.fullmatch(text) and text not in self.origins:
+                await _error(403, "Origin not allowed.")(scope, receive, send)
+                return
         session = headers.get(SESSION_HEADER)
-        if session is not None:
-            owner = self.sessions.get(session.decode("latin-1"))
-            if owner is not None and owner != token:
+        if session is not None and self.sessions is not None:
+            if self.sessions.owner(session.decode("latin-1")) != token:
                 await _error(404, "Session not found for this token; start a new session.")(scope, receive, send)
                 return
         # A chunked body past the cap is answered 413 by the SDK's RequestBodyLimitMiddleware (both
         # transports get the same limit in create_app); cutting the stream here turned it into a 500.
-        await self.app(scope, receive, self._binding(send, token))
+        if self.sessions is None:
+            await self.app(scope, receive, send)
+            return
+        ending = session.decode("latin-1") if session is not None and scope.get("method") == "DELETE" else None
+        await self.app(scope, receive, self._binding(send, token, ending))
 
-    def _binding(self, send: Send, token: str) -> Send:
+    def _binding(self, send: Send, token: str, ending: str | None) -> Send:
+        sessions = self.sessions
+        assert sessions is not None
+
         async def wrapped(message: Message) -> None:
             if message["type"] == "http.response.start":
                 for key, value in message.get("headers", []):
                     if key.lower() == SESSION_HEADER:
-                        self.sessions[value.decode("latin-1")] = token
+                        sessions.bind(value.decode("latin-1"), token)
+                if ending is not None and message.get("status") == 200:
+                    sessions.release(ending)
             await send(message)
 
         return wrapped
@@ -146,7 +201,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
         json_response=True,
     )
     manager = server.session_manager
-    sessions: dict[str, str] = {}
+    sessions = SessionOwners()
     watcher = Watcher(
         settings.root, store.apply_changes, enabled=settings.watch, poll_interval=settings.poll_interval_seconds
     )
@@ -161,6 +216,14 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
             "watcher": watcher.state(),
             "tools": list(settings.tools),
         }
+        embedder = store.embeddings.status()
+        body["embeddings"] = {
+            "name": embedder.name or f"{embedder.requested} (loading)",
+            "dim": embedder.dim,
+            "pending": store.embeddings.pending(),
+        }
+        if embedder.fallback:
+            body["embeddings"]["fallback"] = embedder.fallback
         return Response(json.dumps(body), media_type="application/json")
 
     @contextlib.asynccontextmanager
@@ -168,6 +231,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
         settings.root.mkdir(parents=True, exist_ok=True)
         async with manager.run():
             await watcher.start(force_polling=force_polling)
+            store.embeddings.ready()  # a model loads in the background; nothing waits for it
             log.info("memvault %s serving %s (watcher: %s)", __version__, settings.root, watcher.state())
             try:
                 yield
@@ -176,7 +240,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
                 await store.close()
 
     mcp_http = TokenGuard(StreamableHTTPASGIApp(manager), settings, sessions)
-    mcp_sse = TokenGuard(SseApps(server, security, settings.max_body_bytes), settings, sessions)
+    mcp_sse = TokenGuard(SseApps(server, security, settings.max_body_bytes), settings, None)
     app = Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
@@ -187,6 +251,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
         exception_handlers={MemvaultError: _memvault_error},
     )
     app.state.store = store
+    app.state.sessions = sessions
     app.state.watcher = watcher
     app.state.server = server
     return app

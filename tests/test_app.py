@@ -1,0 +1,74 @@
+"""app: session-to-token bindings and the Origin check when any Host is allowed."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import anyio.to_thread
+import pytest
+
+from memvault.app import SessionOwners
+
+pytestmark = pytest.mark.anyio
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+async def _post(url: str, body: dict, headers: dict, method: str = "POST") -> tuple[int, dict[str, str]]:
+    # urllib blocks: run it off the loop that serves the server under test.
+    return await anyio.to_thread.run_sync(_post_sync, url, body, headers, method)
+
+
+def _post_sync(url: str, body: dict, headers: dict, method: str) -> tuple[int, dict[str, str]]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers)
+
+
+def test_session_owners_forget_the_least_recently_used():
+    owners = SessionOwners(capacity=2)
+    owners.bind("s1", "alice")
+    owners.bind("s2", "bob")
+    assert owners.owner("s1") == "alice"  # s1 now most recent
+    owners.bind("s3", "carol")
+    assert owners.owner("s2") is None
+    assert owners.owner("s1") == "alice" and owners.owner("s3") == "carol"
+    owners.release("s1")
+    assert owners.owner("s1") is None and len(owners) == 1
+
+
+async def test_unknown_and_ended_session_ids_are_refused(server_factory):
+    async with server_factory() as srv:
+        url = srv.mcp_url("alice")
+        status, _ = await _post(url, {"jsonrpc": "2.0", "id": 2, "method": "ping"}, {**HEADERS, "mcp-session-id": "forged"})
+        assert status == 404
+        status, headers = await _post(url, INIT, HEADERS)
+        assert status == 200
+        session = headers["mcp-session-id"]
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        with_session = {**HEADERS, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
+        assert (await _post(url, ping, with_session))[0] == 200
+        assert (await _post(url, {}, with_session, method="DELETE"))[0] == 200
+        assert len(srv.app.state.sessions) == 0  # the binding went with the session
+        assert (await _post(url, ping, with_session))[0] == 404
+
+
+async def test_any_host_still_refuses_foreign_origins(server_factory):
+    async with server_factory(allowed_hosts=("*",)) as srv:
+        url = srv.mcp_url("alice")
+        assert (await _post(url, INIT, {**HEADERS, "Host": "anything.example:1234"}))[0] == 200
+        assert (await _post(url, INIT, {**HEADERS, "Origin": "http://localhost:5173"}))[0] == 200
+        assert (await _post(url, INIT, {**HEADERS, "Origin": "https://evil.example"}))[0] == 403
+        status = (await _post(url, INIT, {**HEADERS, "Host": "evil.example:80", "Origin": "http://evil.example:80"}))[0]
+        assert status == 403  # DNS rebinding: page and Host agree, Origin is still foreign
