@@ -130,7 +130,8 @@ SETTINGS: dict[str, Setting] = {
         "MEMVAULT_ALLOWED_HOSTS",
         "(empty)",
         "Extra Host header values accepted, comma-separated (e.g. `mybox:3000`, `mybox:*`); "
-        "localhost and 127.0.0.1 on any port are always accepted. `*` turns the check off.",
+        "localhost and 127.0.0.1 on any port are always accepted. "
+        "`*` accepts any Host (a foreign Origin is still refused).",
     ),
     "tokens_file": Setting(
         "MEMVAULT_TOKENS_FILE", "(unset)", "File with one allowed token per line; others are refused."
