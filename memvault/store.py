@@ -82,6 +82,16 @@ class Evicted:
 
 
 @dataclass(frozen=True, slots=True)
+class Written:
+    """What a write did: the memory, whether a recent identical write was reused, what it superseded."""
+
+    memory: Memory
+    reused: bool
+    superseded: tuple[tuple[str, str], ...] = ()  # (old id, its name in the archive)
+    kept: tuple[tuple[str, str], ...] = ()  # (id, why it was not superseded), e.g. P0
+
+
+@dataclass(frozen=True, slots=True)
 class Found:
     memories: list[Memory]
     total: int
@@ -499,15 +509,39 @@ class Store:
         importance: float | None = None,
     ) -> tuple[Memory, bool]:
         """Create a memory. Returns (memory, True) when an identical recent write was reused."""
+        written = await self.write_superseding(
+            token, title=title, content=content, priority=priority, tags=tags, importance=importance
+        )
+        return written.memory, written.reused
+
+    async def write_superseding(
+        self,
+        token: str,
+        *,
+        title: str,
+        content: str,
+        priority: str | None = None,
+        tags: Sequence[str] | None = None,
+        importance: float | None = None,
+        supersedes: Sequence[str] | None = None,
+    ) -> Written:
+        """Create a memory that replaces others: they move to the archive with ``supersededBy``.
+
+        The new memory lists them under ``supersedes``. P0 memories are never superseded (they
+        stay, and ``Written.kept`` says why). Every name is checked before anything is written.
+        """
         title = self._check_title(title)
         content = self._check_content(content)
         prio = self._check_priority(priority) or "P2"
         tag_tuple = clean_tags(tags)
         self._check_importance(importance)
+        if isinstance(supersedes, str):
+            raise InvalidArgument("supersedes must be a list of filenames.")
+        replaced = tuple(dict.fromkeys(check_id(name) for name in supersedes or ()))
         state = await self.state(token)
         async with state.lock:
             return await anyio.to_thread.run_sync(
-                self._write_sync, state, title, content, prio, tag_tuple, importance
+                self._write_sync, state, title, content, prio, tag_tuple, importance, replaced
             )
 
     def _write_sync(
@@ -518,7 +552,8 @@ class Store:
         priority: str,
         tags: tuple[str, ...],
         importance: float | None,
-    ) -> tuple[Memory, bool]:
+        supersedes: tuple[str, ...] = (),
+    ) -> Written:
         now = self.clock()
         key = hashlib.blake2b(f"{title}\x00{content.strip()}".encode(), digest_size=16).hexdigest()
         with state.file_lock():
@@ -526,7 +561,8 @@ class Store:
             if recent is not None and now - recent[1] <= timedelta(seconds=self.settings.dedupe_window_seconds):
                 existing = self._fresh(state, recent[0], False)
                 if existing is not None and existing.title == title and existing.content == content.strip():
-                    return existing, True
+                    return Written(existing, True)
+            targets, kept = self._supersede_targets(state, supersedes)
             fields: dict[str, Any] = {
                 "priority": priority,
                 "createdAt": now,
@@ -534,6 +570,7 @@ class Store:
                 "lastAccessedAt": now,
                 "tags": list(tags),
                 "importance": importance,
+                "supersedes": [t.id for t in targets] or None,
             }
             memory = state.vault.create(title, content, fields)
             self._remember(state, memory)
@@ -543,7 +580,46 @@ class Store:
             }
             state.recent_writes[key] = (memory.id, now)
             state.ensure_sidecar().record_access([memory.id], now, hit=False)
-        return memory, False
+            superseded = []
+            for target in targets:
+                try:
+                    superseded.append((target.id, self._retire(state, target, memory.id)))
+                except (NotFound, Conflict, InvalidArgument, InvalidName, OSError) as exc:
+                    # Changed or moved by someone else since it was checked: say so, keep going.
+                    kept.append((target.id, f"it changed while being superseded ({type(exc).__name__})"))
+        return Written(memory, False, tuple(superseded), tuple(kept))
+
+    def _supersede_targets(self, state: TokenState, ids: tuple[str, ...]) -> tuple[list[Memory], list[tuple[str, str]]]:
+        """The hot memories a write will supersede, checked up front; P0 ones are kept, with the reason."""
+        targets: list[Memory] = []
+        kept: list[tuple[str, str]] = []
+        for id in ids:
+            state.vault.path_of(id)  # refuses archive/ names, escapes and links out of the vault
+            if not (state.vault.dir / id).is_file():
+                raise NotFound(id)
+            current = state.vault.read(id)
+            if current.conflicted:
+                raise Conflict(id)
+            if current.problem is not None:
+                raise InvalidArgument(
+                    f"'{id}' has a problem ({current.problem}), so it cannot be superseded; ask the user to fix it."
+                )
+            if current.priority == "P0":
+                kept.append((id, "it is P0 (permanent)"))
+            else:
+                targets.append(current)
+        return targets, kept
+
+    def _retire(self, state: TokenState, target: Memory, by: str) -> str:
+        """Mark ``target`` as superseded by ``by`` and move it to the archive; returns its archive id."""
+        state.vault.update(target.id, {"supersededBy": by}, expect_hash=target.hash)
+        archived_id = state.vault.move(target.id, to_archive=True)
+        archived = self._read_file(state, archived_id, True)
+        self._drop(state, target.id, False)
+        if archived is not None:
+            self._remember(state, archived)
+        state.ensure_sidecar().rename_access(target.id, f"{ARCHIVE}/{archived_id}")
+        return archived_id
 
     async def update(
         self,
@@ -734,6 +810,15 @@ class Store:
             id, archived = located
             with state.mem_lock:
                 before = state.area(archived).memories.get(id)
+            try:
+                # A link (or a folder link above it) may point out of the token folder: to another
+                # token or anywhere on the machine. The scan skips those; events must too.
+                state.vault.path_of(id, archived=archived)
+            except InvalidName:
+                if before is not None:
+                    self._drop(state, id, archived)
+                    changed += 1
+                continue
             after = self._fresh(state, id, archived)
             if before is not after:
                 changed += 1

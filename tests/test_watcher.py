@@ -555,3 +555,24 @@ async def test_native_watcher_failing_to_start_falls_back_to_polling(server_fact
             await wait_for(lambda: hot_hits(srv, "camelbanjo") == {"renamed.md"}, DEADLINE)
             err, text = await srv.call(s, "read_memory", query="camelbanjo")
             assert not err and "renamed.md" in text, text
+
+
+async def test_links_made_while_serving_never_expose_files_outside_the_token(server_factory, vault_root, tmp_path):
+    outside = tmp_path / "outside.md"
+    outside.write_text("# Outside\n\ncapybara secret from outside\n", encoding="utf-8")
+    async with server_factory() as srv:
+        async with srv.session("bob") as bob:
+            await srv.call(bob, "write_memory", title="Secret", content="okapi secret of bob")
+        async with srv.session("alice") as alice:
+            await srv.call(alice, "write_memory", title="Mine", content="plain note")
+            folder = vault_root / "alice"
+            os.symlink(outside, folder / "link.md")
+            os.symlink(vault_root / "bob" / "secret.md", folder / "peek.md")
+            (folder / "sentinel.md").write_text("# Sentinel\n\nsentinelword\n", encoding="utf-8")
+            store = srv.app.state.store
+            await wait_for(lambda: "sentinel.md" in store.tokens["alice"].hot.memories)
+            for word in ("capybara", "okapi"):
+                err, text = await srv.call(alice, "read_memory", query=word)
+                assert not err and "secret" not in text
+            err, text = await srv.call(alice, "list_memory_titles")
+            assert "link.md" not in text and "peek.md" not in text
