@@ -64,6 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, settings.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if settings.log_level != "debug":
+        # The SDK logs every session's start and end at info; that drowns our own lines.
+        logging.getLogger("mcp").setLevel(logging.WARNING)
     if args.command == "serve":
         return serve(settings)
     if args.command == "evict":
@@ -89,20 +92,32 @@ def serve(settings: Settings) -> int:
     except MemvaultError as exc:
         print(f"memvault: {exc}", file=sys.stderr)
         return 2
-    print(f"memvault {__version__}: serving {settings.root} on http://{settings.host}:{settings.port}/mcp/<token>")
+    print(
+        f"memvault {__version__}: serving {settings.root.resolve()} "
+        f"on http://{settings.host}:{settings.port}/mcp/<token>"
+    )
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, lifespan="on")
     return 0
 
 
 def _tokens(settings: Settings, token: str | None) -> list[str] | None:
-    """The tokens a command works on; None (after a message) for an invalid --token."""
+    """The tokens a command works on; None (after a message) when there is nothing to work on.
+
+    Run from the wrong folder, a command must say so rather than report a clean, empty vault.
+    """
+    if not settings.root.is_dir():
+        print(
+            f"memvault: no vault at {settings.root} (use --root DIR or MEMVAULT_ROOT).", file=sys.stderr
+        )
+        return None
     if token is not None:
         if not valid_token(token):
             print(f"memvault: {token!r} is not a valid token.", file=sys.stderr)
             return None
+        if not settings.token_dir(token).is_dir():
+            print(f"memvault: the vault has no folder for token {token!r}.", file=sys.stderr)
+            return None
         return [token]
-    if not settings.root.is_dir():
-        return []
     return sorted(p.name for p in settings.root.iterdir() if p.is_dir() and valid_token(p.name))
 
 

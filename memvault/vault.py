@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,7 +31,9 @@ SLUG_MAX = 80
 SLUG_MAX_BYTES = 240  # leaves room for "-NNNN.md" under the usual 255-byte file name limit
 
 # Keys the server owns; every other frontmatter key is kept verbatim on rewrite.
-OWNED_KEYS = ("priority", "createdAt", "updatedAt", "lastAccessedAt", "tags", "importance")
+OWNED_KEYS = (
+    "priority", "createdAt", "updatedAt", "lastAccessedAt", "tags", "importance", "supersedes", "supersededBy"
+)
 
 _YAML = frontmatter.YAMLHandler()  # python-frontmatter, on PyYAML's C loader when built with libyaml
 _FM_OPEN = re.compile(r"\A---[ \t]*\r?\n")
@@ -460,6 +463,15 @@ def is_memory_path(rel_parts: Sequence[str]) -> bool:
 # ---------------------------------------------------------------------------- files
 
 
+def _umask() -> int:
+    current = os.umask(0o022)  # read it the only way there is, at import, before any thread runs
+    os.umask(current)
+    return current
+
+
+_NEW_FILE_MODE = 0o666 & ~_umask()
+
+
 def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> None:
     """Temp file in the same folder, fsync, then replace (or link, to never overwrite), fsync folder.
 
@@ -467,8 +479,13 @@ def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> None:
     """
     parent = path.parent
     parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode) if overwrite else _NEW_FILE_MODE
+    except FileNotFoundError:
+        mode = _NEW_FILE_MODE
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=".", suffix=".tmp")
     try:
+        os.fchmod(fd, mode)  # mkstemp makes 0600; keep the file's mode, or the umask's default
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

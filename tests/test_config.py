@@ -79,6 +79,7 @@ SAMPLES = {
     "access_writeback": ("never", "never"),
     "log_level": ("Warning", "warning"),
     "host": ("::1", "::1"),
+    "embedder": ("openai", "openai"),
 }
 
 

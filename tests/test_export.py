@@ -111,9 +111,13 @@ def test_export_of_an_empty_vault_creates_nothing(tmp_path: Path, capsys: pytest
     root = tmp_path / "vault"
     (root / "alice").mkdir(parents=True)
     assert export(root, capsys) == ""
-    assert export(root, capsys, "--token", "nobody") == ""
+    assert main(["export", "--root", str(root), "--token", "nobody"]) == 2  # says there is no such folder
+    assert "no folder for token" in capsys.readouterr().err
+    assert main(["export", "--root", str(tmp_path / "elsewhere")]) == 2  # run from the wrong place
+    assert "no vault at" in capsys.readouterr().err
     assert not (root / "alice" / ".memvault").exists()
     assert not (root / "nobody").exists()
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_import_refuses_a_broken_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -1274,3 +1275,16 @@ def test_a_valid_token_is_always_a_plain_folder_name(token: str) -> None:
         assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", token)
         assert token.strip(".")
         assert "/" not in token and not token.startswith(".")
+
+
+def test_rewrites_keep_the_file_mode_and_new_files_follow_the_umask(tmp_path: Path) -> None:
+    path = tmp_path / "note.md"
+    path.write_text("---\npriority: P1\n---\n# Note\n\ntext\n", encoding="utf-8")
+    path.chmod(0o640)
+    atomic_write(path, b"new text")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    fresh = tmp_path / "fresh.md"
+    atomic_write(fresh, b"x", overwrite=False)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~umask
