@@ -34,6 +34,10 @@ log = logging.getLogger("memvault")
 SESSION_HEADER = b"mcp-session-id"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 MAX_BOUND_SESSIONS = 10_000
+URL_HINT = (
+    "The MCP endpoint is /mcp/<token> (legacy SSE: /mcp/<token>/sse); a token is 1 to 128 letters, "
+    "digits, '.', '_' or '-', starting with a letter or digit."
+)
 _LOCAL_ORIGIN = re.compile(r"https?://(?:127\.0\.0\.1|localhost|\[::1\])(?::\d+)?")
 
 
@@ -118,7 +122,7 @@ class TokenGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         token = scope.get("path_params", {}).get("token", "")
         if not valid_token(token):
-            await _error(404, "Not found: invalid token.")(scope, receive, send)
+            await _error(404, f"Not found: invalid token. {URL_HINT}")(scope, receive, send)
             return
         if self.allowlist is not None and token not in self.allowlist:
             await _error(403, "This token is not allowed on this server.")(scope, receive, send)
@@ -221,10 +225,13 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
             "name": embedder.name or f"{embedder.requested} (loading)",
             "dim": embedder.dim,
             "pending": store.embeddings.pending(),
+            "topics_due": store.embeddings.topics_due(),
         }
         if embedder.fallback:
             body["embeddings"]["fallback"] = embedder.fallback
-        return Response(json.dumps(body), media_type="application/json")
+        # 503 when degraded, so a container health check notices a server serving stale results.
+        status = 200 if body["status"] == "ok" else 503
+        return Response(json.dumps(body), status_code=status, media_type="application/json")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -248,13 +255,17 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
             Mount("/mcp/{token}", app=mcp_sse),
         ],
         lifespan=lifespan,
-        exception_handlers={MemvaultError: _memvault_error},
+        exception_handlers={MemvaultError: _memvault_error, 404: _not_found},
     )
     app.state.store = store
     app.state.sessions = sessions
     app.state.watcher = watcher
     app.state.server = server
     return app
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return _error(404, f"Not found. {URL_HINT}")
 
 
 async def _memvault_error(request: Request, exc: Exception) -> Response:

@@ -72,3 +72,20 @@ async def test_any_host_still_refuses_foreign_origins(server_factory):
         assert (await _post(url, INIT, {**HEADERS, "Origin": "https://evil.example"}))[0] == 403
         status = (await _post(url, INIT, {**HEADERS, "Host": "evil.example:80", "Origin": "http://evil.example:80"}))[0]
         assert status == 403  # DNS rebinding: page and Host agree, Origin is still foreign
+
+
+async def test_wrong_urls_say_what_the_endpoint_is(server_factory):
+    async with server_factory() as srv:
+        for path in ("/mcp", "/mcp/", "/mcp/a%20b", "/nothing"):
+            status, _ = await _post(srv.url + path, INIT, HEADERS)
+            assert status == 404, path
+        body = await anyio.to_thread.run_sync(_get_error_body, srv.url + "/mcp/")
+        assert "/mcp/<token>" in body["error"]
+
+
+def _get_error_body(url: str) -> dict:
+    try:
+        urllib.request.urlopen(url, timeout=10)
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read())
+    raise AssertionError("expected an error status")
