@@ -690,6 +690,8 @@ class Store:
 
     async def restore(self, token: str, filename: str) -> str:
         id = check_id(filename)
+        if id.startswith(f"{ARCHIVE}/"):
+            id = id[len(ARCHIVE) + 1 :]  # the path as a person sees it in the folder works too
         state = await self.state(token)
         async with state.lock:
             return await anyio.to_thread.run_sync(self._restore_sync, state, id)

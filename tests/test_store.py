@@ -128,3 +128,15 @@ async def test_a_corrupt_snapshot_is_ignored(make_settings, vault_root, monkeypa
         assert second.parses == 5  # fell back to the files (vaults with a snapshot skip the parse cache)
     finally:
         await second.close()
+
+
+async def test_restore_accepts_the_archive_path_as_seen_in_the_folder(make_settings, vault_root):
+    folder = vault_root / "alice" / "archive"
+    folder.mkdir(parents=True)
+    _hand_write(folder, "old.md", "archived words")
+    store = Store(make_settings())
+    try:
+        assert await store.restore("alice", "archive/old.md") == "old.md"
+        assert (vault_root / "alice" / "old.md").is_file()
+    finally:
+        await store.close()
