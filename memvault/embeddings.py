@@ -1,4 +1,4 @@
-"""Embedders (the seam, the built-in hash embedder, optional models) and per-token vectors kept in the background.
+"""Embedders (the seam, the built-in hash embedder, optional models) and per-token vectors, kept up to date.
 
 An :class:`Embedder` turns texts into L2-normalised float32 rows. ``hash`` is built in and
 offline; ``model2vec:<name-or-path>``, ``sentence-transformers:<name-or-path>`` and ``openai``
@@ -18,7 +18,6 @@ import logging
 import math
 import threading
 import time
-import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from memvault import topics
 from memvault.errors import InvalidArgument
 from memvault.index import tokenize
 
@@ -44,6 +44,7 @@ DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 HASH_DIM = 512
 MAX_EMBED_CHARS = 8000  # models see at most this much of a memory (title and tags first)
 BATCH = 64
+RECENT_DROPS = 1024  # vectors of dropped memories kept for a moment, for moves
 
 
 class Embedder(Protocol):
@@ -208,7 +209,9 @@ def _sentence_transformers(target: str) -> Embedder:
     try:
         model = SentenceTransformer(target, device="cpu")
     except Exception as exc:
-        raise EmbedderUnavailable(f"sentence-transformers could not load {target!r} ({type(exc).__name__})") from None
+        raise EmbedderUnavailable(
+            f"sentence-transformers could not load {target!r} ({type(exc).__name__})"
+        ) from None
     return _ModelEmbedder(
         f"sentence-transformers:{target}",
         lambda texts: model.encode(texts, convert_to_numpy=True, show_progress_bar=False),
@@ -227,14 +230,18 @@ def _openai(url: str | None, key: str | None, model: str | None) -> Embedder:
         try:
             response = client.post(endpoint, json={"model": model_name, "input": texts}, headers=headers)
         except httpx2.HTTPError as exc:
-            raise EmbedderUnavailable(f"the embeddings endpoint did not answer ({type(exc).__name__})") from None
+            raise EmbedderUnavailable(
+                f"the embeddings endpoint did not answer ({type(exc).__name__})"
+            ) from None
         if response.status_code != 200:
             raise EmbedderUnavailable(f"the embeddings endpoint answered HTTP {response.status_code}")
         try:
             data = sorted(response.json()["data"], key=lambda item: item["index"])
             return [item["embedding"] for item in data]
         except (ValueError, KeyError, TypeError):
-            raise EmbedderUnavailable("the embeddings endpoint's answer is not in the OpenAI format") from None
+            raise EmbedderUnavailable(
+                "the embeddings endpoint's answer is not in the OpenAI format"
+            ) from None
 
     return _ModelEmbedder(f"openai:{model_name}", encode)
 
@@ -253,7 +260,9 @@ def check_spec(spec: str) -> str:
     return kind
 
 
-def load_embedder(spec: str, *, url: str | None = None, key: str | None = None, model: str | None = None) -> Embedder:
+def load_embedder(
+    spec: str, *, url: str | None = None, key: str | None = None, model: str | None = None
+) -> Embedder:
     """Load the embedder ``spec`` names; raises :class:`EmbedderUnavailable` if it cannot be used."""
     kind = check_spec(spec)
     target = spec.partition(":")[2].strip()
@@ -279,32 +288,38 @@ def embed_text(memory: Memory) -> str:
 
 
 def text_hash(text: str) -> str:
-    return hashlib.blake2b(unicodedata.normalize("NFC", text).encode("utf-8"), digest_size=16).hexdigest()
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
 class Work:
+    """A memory whose vector is due. ``generation`` tells a stale item from the row's current one."""
+
     key: str  # id relative to the token folder ("archive/x.md" for archived ones)
-    hash: str
-    text: str
+    generation: int
+    memory: Memory
 
 
 @dataclass(frozen=True, slots=True)
 class VectorView:
-    """A consistent look at a token's rows for one query (arrays are not copied: read, never write)."""
+    """A consistent look at a token's rows for one query (shared, read-only: never write to it)."""
 
     keys: list[str | None]  # by row; None for a free row
     rows: dict[str, int]
     matrix: FloatMatrix | None  # rows x dim, zero rows where no vector yet
     has_vector: npt.NDArray[np.bool_]
     created: npt.NDArray[np.float64]  # POSIX seconds, NaN if unknown
-    titles: list[frozenset[str]]  # index terms of each row's title
     name: str | None  # model of the vectors in the matrix
     version: int
+    topics: topics.Model | None = None  # fitted on the rows as they were then (see Model.keys)
 
 
 class TokenVectors:
-    """One token's memory rows, their vectors and the queue of texts to embed. Thread-safe."""
+    """One token's memory rows, their vectors and the queue of memories to embed. Thread-safe.
+
+    Marking is cheap (no hashing, no tokenizing): a load of 100,000 memories only queues them;
+    the worker hashes each text and finds most vectors in the sidecar.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -316,15 +331,22 @@ class TokenVectors:
         self._rows: dict[str, int] = {}
         self._keys: list[str | None] = []
         self._free: list[int] = []
-        self._hashes: list[str] = []  # text hash each row should have a vector for
-        self._vector_hash: list[str] = []  # text hash of the vector in the matrix ("" = none)
-        self._titles: list[frozenset[str]] = []
+        self._generation: list[int] = []
+        self._vector_hash: list[str] = []  # text hash of the row's vector ("" = none yet)
         self._created = np.full(64, np.nan)
         self._has = np.zeros(64, dtype=bool)
         self._matrix: FloatMatrix | None = None
         self._name: str | None = None
         self._pending: dict[str, Work] = {}
         self._removed: set[str] = set()
+        self.vocabulary = topics.Vocabulary()
+        self._terms: list[topics.Terms | None] = []  # topic words by row, filled by the worker
+        self._topics: topics.Model | None = None
+        self._changes = 0  # rows added, changed or dropped since the topics were fitted
+        # Vectors of memories dropped lately, by text hash: a move (archive, restore, rename) is a
+        # drop and an add, and the add finds its vector here even if the drop was handled first.
+        self._recent: dict[str, FloatMatrix] = {}
+        self._view: VectorView | None = None
         self.version = 0
 
     # -- marking (store hooks; any thread) -----------------------------------------------------
@@ -334,7 +356,7 @@ class TokenVectors:
         with self._lock:
             self._clear()
             for memory in memories:
-                self._mark(memory)
+                self._mark(memory, check=False)
         self.wake()
 
     def clear(self) -> None:
@@ -344,7 +366,7 @@ class TokenVectors:
 
     def changed(self, memory: Memory) -> None:
         with self._lock:
-            queued = self._mark(memory)
+            queued = self._mark(memory, check=True)
         if queued:
             self.wake()
 
@@ -355,8 +377,14 @@ class TokenVectors:
             if row is None:
                 return
             self._keys[row] = None
-            self._hashes[row] = self._vector_hash[row] = ""
-            self._titles[row] = frozenset()
+            self._generation[row] += 1
+            self._terms[row] = None
+            self._changes += 1
+            if self._has[row] and self._matrix is not None:
+                if len(self._recent) >= RECENT_DROPS:
+                    del self._recent[next(iter(self._recent))]
+                self._recent[self._vector_hash[row]] = self._matrix[row].copy()
+            self._vector_hash[row] = ""
             self._has[row] = False
             self._created[row] = np.nan
             if self._matrix is not None:
@@ -366,21 +394,19 @@ class TokenVectors:
             self.version += 1
         self.wake()
 
-    def _mark(self, memory: Memory) -> bool:
+    def _mark(self, memory: Memory, *, check: bool) -> bool:
         key = memory.path_id
-        text = embed_text(memory)
-        digest = text_hash(text)
         row = self._rows.get(key)
         if row is None:
             row = self._new_row(key)
         self._removed.discard(key)
         self._created[row] = memory.created_at.timestamp() if memory.created_at else np.nan
-        self._titles[row] = frozenset(tokenize(memory.title))
         self.version += 1
-        if self._hashes[row] == digest:
+        if check and key not in self._pending and self._vector_hash[row] == text_hash(embed_text(memory)):
             return False  # same text (an access time or priority changed): the vector stands
-        self._hashes[row] = digest
-        self._pending[key] = Work(key, digest, text)
+        self._generation[row] += 1
+        self._changes += 1
+        self._pending[key] = Work(key, self._generation[row], memory)
         return True
 
     def _new_row(self, key: str) -> int:
@@ -390,9 +416,9 @@ class TokenVectors:
         else:
             row = len(self._keys)
             self._keys.append(key)
-            self._hashes.append("")
+            self._generation.append(0)
             self._vector_hash.append("")
-            self._titles.append(frozenset())
+            self._terms.append(None)
             if row >= len(self._has):
                 grow = len(self._has)
                 self._has = np.concatenate([self._has, np.zeros(grow, dtype=bool)])
@@ -410,16 +436,46 @@ class TokenVectors:
 
     @property
     def has_work(self) -> bool:
-        return bool(self._pending or self._removed)
+        return bool(self._pending or self._removed) or self.topics_due
+
+    @property
+    def topics_due(self) -> bool:
+        """Refit when nothing waits for a vector and enough changed: 10% of the rows, at least 20."""
+        if self._pending or len(self._rows) < topics.MIN_MEMORIES or not self._changes:
+            return False
+        return self._topics is None or self._changes >= max(20, len(self._rows) // 10)
+
+    def fit_topics(self, depth: int, gap: float) -> None:
+        """Fit the topic model on the rows as they are now (worker thread; the lock is not held)."""
+        with self._lock:
+            keys = list(self._keys)
+            terms = list(self._terms)
+            created = self._created.copy()
+            changes = self._changes
+        where = topics.creation_order(keys, created, depth=depth, gap=gap)
+        if sum(1 for t in terms if t is not None) > topics.MAX_ROWS:
+            # Bound the fit's time and memory on huge vaults: the most recent memories teach the
+            # topics; older ones are still found by words and vectors.
+            recent = np.argsort(np.nan_to_num(where.position, nan=-1.0))[-topics.MAX_ROWS :]
+            keep = np.zeros(len(terms), dtype=bool)
+            keep[recent] = True
+            terms = [t if keep[i] else None for i, t in enumerate(terms)]
+        model = topics.fit(terms, self.vocabulary, where.before[0], where.after[0], keys)
+        with self._lock:
+            self._topics = model
+            self._changes -= changes
+            if model is None:
+                self._changes = 0  # too little text: wait for the next change
+            self.version += 1
 
     def counts(self) -> tuple[int, int]:
-        """(rows with an up-to-date vector, all rows)."""
+        """(memories with a vector of their current text, all memories)."""
         with self._lock:
-            fresh = sum(1 for key, row in self._rows.items() if self._vector_hash[row] == self._hashes[row] and self._has[row])
-            return fresh, len(self._rows)
+            done = sum(1 for key, row in self._rows.items() if self._has[row] and key not in self._pending)
+            return done, len(self._rows)
 
     def take(self, limit: int) -> tuple[list[Work], list[str]]:
-        """Up to ``limit`` texts to embed; once none are left, the keys removed meanwhile.
+        """Up to ``limit`` memories to embed; once none are left, the keys removed meanwhile.
 
         Removals wait for the queue to drain: a memory that moved (archived, restored) arrives as
         a removal and an addition, and the addition reuses the removed key's vector by its hash.
@@ -432,45 +488,66 @@ class TokenVectors:
                 self._removed.clear()
             return work, removed
 
+    def recent(self, name: str, digest: str) -> FloatMatrix | None:
+        """The vector of a lately dropped memory with this text, from model ``name``."""
+        with self._lock:
+            return self._recent.get(digest) if name == self._name else None
+
     def requeue(self, work: Sequence[Work]) -> None:
         with self._lock:
             for item in work:
                 row = self._rows.get(item.key)
-                if row is not None and self._hashes[row] == item.hash and item.key not in self._pending:
+                if (
+                    row is not None
+                    and self._generation[row] == item.generation
+                    and item.key not in self._pending
+                ):
                     self._pending[item.key] = item
 
-    def install(self, name: str, found: Sequence[tuple[Work, FloatMatrix]]) -> None:
-        """Put computed vectors in place, unless the memory changed again meanwhile."""
+    def install(
+        self,
+        name: str,
+        found: Sequence[tuple[Work, str, FloatMatrix]],
+        terms: dict[str, topics.Terms] | None = None,
+    ) -> None:
+        """Put computed vectors (work, text hash, vector) and topic words in place, unless the
+        memory changed meanwhile."""
         if not found:
             return
         with self._lock:
-            dim = found[0][1].shape[0]
+            dim = found[0][2].shape[0]
             if self._matrix is None or self._name != name or self._matrix.shape[1] != dim:
                 self._matrix = np.zeros((len(self._has), dim), dtype=np.float32)
                 self._has[:] = False
                 self._vector_hash = ["" for _ in self._keys]
                 self._name = name
-            for work, vector in found:
+            for work, digest, vector in found:
                 row = self._rows.get(work.key)
-                if row is None or self._hashes[row] != work.hash:
+                if row is None or self._generation[row] != work.generation:
                     continue
                 self._matrix[row] = vector
                 self._has[row] = True
-                self._vector_hash[row] = work.hash
+                self._vector_hash[row] = digest
+                if terms is not None and work.key in terms:
+                    self._terms[row] = terms[work.key]
             self.version += 1
 
     def snapshot(self) -> VectorView:
+        """The rows as they are now; the same object until something changes (no copy per query)."""
         with self._lock:
-            return VectorView(
-                keys=list(self._keys),
-                rows=dict(self._rows),
-                matrix=self._matrix,
-                has_vector=self._has.copy(),
-                created=self._created.copy(),
-                titles=list(self._titles),
-                name=self._name,
-                version=self.version,
-            )
+            view = self._view
+            if view is None or view.version != self.version:
+                view = self._view = VectorView(
+                    keys=list(self._keys),
+                    rows=dict(self._rows),
+                    matrix=self._matrix,
+                    has_vector=self._has.copy(),
+                    created=self._created.copy(),
+                    name=self._name,
+                    version=self.version,
+                    topics=self._topics,
+                )
+            return view
 
 
 # ---------------------------------------------------------------------------- the service
@@ -508,6 +585,9 @@ class Embeddings:
         self._thread: threading.Thread | None = None
         self._closed = False
         self.embedded = 0  # texts embedded by the model (not reused from the sidecar); tests count them
+        # Which memories count as written together, for the topic model (recall sets the same).
+        self.context_depth = 1
+        self.context_gap = 3600.0
 
     # -- the embedder --------------------------------------------------------------------------
 
@@ -527,10 +607,19 @@ class Embeddings:
                 try:
                     self._embedder = self._loader()
                 except Exception as exc:
-                    reason = str(exc) if isinstance(exc, EmbedderUnavailable | InvalidArgument) else type(exc).__name__
+                    reason = (
+                        str(exc)
+                        if isinstance(exc, EmbedderUnavailable | InvalidArgument)
+                        else type(exc).__name__
+                    )
                     self._fallback = f"{self.spec} could not load: {reason}"
                     self._embedder = HashEmbedder()
-                    log.warning("embedder %s could not load (%s); falling back to %s", self.spec, reason, self._embedder.name)
+                    log.warning(
+                        "embedder %s could not load (%s); falling back to %s",
+                        self.spec,
+                        reason,
+                        self._embedder.name,
+                    )
             return self._embedder
 
     def ready(self) -> Embedder | None:
@@ -550,12 +639,16 @@ class Embeddings:
         try:
             return embedder.embed([text])[0]
         except Exception as exc:
-            log.warning("query embedding failed (%s); answering from the lexical index only", type(exc).__name__)
+            log.warning(
+                "query embedding failed (%s); answering from the lexical index only", type(exc).__name__
+            )
             return None
 
     # -- tokens and the worker -----------------------------------------------------------------
 
-    def attach(self, vectors: TokenVectors, sidecar: Callable[[], Sidecar | None], memories: Iterable[Memory]) -> None:
+    def attach(
+        self, vectors: TokenVectors, sidecar: Callable[[], Sidecar | None], memories: Iterable[Memory]
+    ) -> None:
         """Serve a (re)loaded token: its vectors come from the sidecar or are computed."""
         vectors.sidecar = sidecar
         vectors.wake = self._wake
@@ -565,7 +658,12 @@ class Embeddings:
         vectors.reset(memories)
 
     def pending(self) -> int:
+        """Memories waiting for a vector, over all loaded tokens."""
         return sum(v.pending for v in list(self._tokens))
+
+    def topics_due(self) -> int:
+        """Loaded tokens whose topic model waits to be (re)fitted."""
+        return sum(1 for v in list(self._tokens) if v.topics_due)
 
     def _wake(self) -> None:
         self._start()
@@ -633,48 +731,55 @@ class Embeddings:
     def _step(self, embedder: Embedder, vectors: TokenVectors) -> None:
         work, removed = vectors.take(BATCH)
         if not work and not removed:
+            if vectors.topics_due:
+                vectors.fit_topics(self.context_depth, self.context_gap)
             return
         sidecar = vectors.sidecar()
         name = embedder.name
-        found: list[tuple[Work, FloatMatrix]] = []
-        missing = list(work)
+        texts = [embed_text(w.memory) for w in work]
+        hashes = [text_hash(t) for t in texts]
+        # Topics learn from what memories say; titles are often labels ("D3:13 Caroline", "v2 notes")
+        # whose ids would make a topic of their own.
+        words = {w.key: vectors.vocabulary.encode(w.memory.content) for w in work}
+        found: list[tuple[Work, str, FloatMatrix]] = []
+        missing = list(range(len(work)))
         try:
             if sidecar is not None and work:
                 missing = []
                 stored = sidecar.get_vectors([w.key for w in work])
-                by_hash = sidecar.vectors_by_hash(name, [w.hash for w in work])
+                by_hash = sidecar.vectors_by_hash(name, hashes)
                 reused: list[tuple[str, str, int, str, bytes]] = []
-                for item in work:
+                for i, item in enumerate(work):
                     row = stored.get(item.key)
-                    blob = row[3] if row is not None and row[0] == name and row[2] == item.hash else None
-                    if blob is None and item.hash in by_hash:
-                        blob = by_hash[item.hash]
-                        reused.append((item.key, name, embedder.dim, item.hash, blob))
+                    blob = row[3] if row is not None and row[0] == name and row[2] == hashes[i] else None
+                    if blob is None:
+                        blob = by_hash.get(hashes[i])
+                        if blob is None:
+                            moved = vectors.recent(name, hashes[i])
+                            blob = moved.tobytes() if moved is not None else None
+                        if blob is not None:
+                            reused.append((item.key, name, embedder.dim, hashes[i], blob))
                     if blob is not None and len(blob) == 4 * embedder.dim:
-                        found.append((item, np.frombuffer(blob, dtype=np.float32)))
+                        found.append((item, hashes[i], np.frombuffer(blob, dtype=np.float32)))
                     else:
-                        missing.append(item)
+                        missing.append(i)
                 sidecar.put_vectors(reused)
             if missing:
-                matrix = embedder.embed([w.text for w in missing])
+                matrix = embedder.embed([texts[i] for i in missing])
                 self.embedded += len(missing)
+                rows = [(work[i], hashes[i], matrix[j]) for j, i in enumerate(missing)]
                 if sidecar is not None:
-                    sidecar.put_vectors(
-                        [(w.key, name, embedder.dim, w.hash, matrix[i].tobytes()) for i, w in enumerate(missing)]
-                    )
-                found += [(w, matrix[i]) for i, w in enumerate(missing)]
+                    sidecar.put_vectors([(w.key, name, embedder.dim, h, v.tobytes()) for w, h, v in rows])
+                found += rows
             if sidecar is not None and removed:
                 sidecar.delete_vectors(removed)
-        except RuntimeError:
-            return  # the sidecar was closed under us: the process is shutting down
         except Exception:
             vectors.requeue(work)
             raise
-        vectors.install(name, found)
+        vectors.install(name, found, words)
 
 
 def from_settings(settings: Any) -> Embeddings:
     return Embeddings(
         settings.embedder, url=settings.embed_url, key=settings.embed_key, model=settings.embed_model
     )
-

@@ -589,7 +589,9 @@ class Store:
                     kept.append((target.id, f"it changed while being superseded ({type(exc).__name__})"))
         return Written(memory, False, tuple(superseded), tuple(kept))
 
-    def _supersede_targets(self, state: TokenState, ids: tuple[str, ...]) -> tuple[list[Memory], list[tuple[str, str]]]:
+    def _supersede_targets(
+        self, state: TokenState, ids: tuple[str, ...]
+    ) -> tuple[list[Memory], list[tuple[str, str]]]:
         """The hot memories a write will supersede, checked up front; P0 ones are kept, with the reason."""
         targets: list[Memory] = []
         kept: list[tuple[str, str]] = []
@@ -602,7 +604,8 @@ class Store:
                 raise Conflict(id)
             if current.problem is not None:
                 raise InvalidArgument(
-                    f"'{id}' has a problem ({current.problem}), so it cannot be superseded; ask the user to fix it."
+                    f"'{id}' has a problem ({current.problem}), so it cannot be superseded; "
+                    "ask the user to fix it."
                 )
             if current.priority == "P0":
                 kept.append((id, "it is P0 (permanent)"))

@@ -21,8 +21,9 @@ from memvault.graph import Entity, Graph, KnowledgeGraph, Relation, SearchLimits
 from memvault.sessions import SessionInfo, Sessions, check_session_id, list_sessions
 from memvault.sessions import Version as SessionVersion
 from memvault.sidecar import Sidecar, sidecar_path
+from memvault.recall import STALE_DAYS, Recall, Recalled, Recaller, Stats
 from memvault.store import Found, Store
-from memvault.vault import Memory, format_time
+from memvault.vault import ARCHIVE, Memory, format_time
 
 log = logging.getLogger("memvault")
 P = ParamSpec("P")
@@ -244,14 +245,37 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
         ] = None,
         tags: Annotated[list[str] | None, Field(description="Optional tags.")] = None,
         importance: Annotated[float | None, Field(description="Optional importance from 0 to 1.")] = None,
+        supersedes: Annotated[
+            list[str] | None,
+            Field(description="Filenames of memories this one replaces; they are archived, marked supersededBy."),
+        ] = None,
     ) -> CallToolResult:
-        """Save a new memory as a markdown file and return its filename. Never overwrites another memory."""
-        memory, reused = await store.write(
-            token_of(ctx), title=title, content=content, priority=priority, tags=tags, importance=importance
+        """Save a new memory as a markdown file and return its filename. Never overwrites another memory.
+
+        With supersedes, the outdated memories it replaces are archived (P0 ones stay; the reply says so).
+        """
+        written = await store.write_superseding(
+            token_of(ctx),
+            title=title,
+            content=content,
+            priority=priority,
+            tags=tags,
+            importance=importance,
+            supersedes=supersedes,
         )
-        if reused:
+        memory = written.memory
+        if written.reused:
             return text(f"Already saved as {memory.id} a moment ago; no duplicate written.")
-        return text(f"Saved as {memory.id} ({memory.priority}).")
+        reply = f"Saved as {memory.id} ({memory.priority})."
+        if written.superseded:
+            moved = [old if old == new else f"{old} (as archive/{new})" for old, new in written.superseded]
+            reply += f" Superseded and archived: {', '.join(moved)}."
+        for id, why in written.kept:
+            reply += (
+                f" NOT superseded: {id}, because {why}; it stays as it is. If it is really outdated, "
+                "change its priority with update_memory first, or delete it."
+            )
+        return text(reply)
 
     @server.tool(annotations=CHANGES, structured_output=False)
     @handles_errors
@@ -339,6 +363,8 @@ def build_server(store: Store, settings: Settings) -> MCPServer:
         register_session_tools(server, store, settings)
     if "graph" in settings.tools:
         register_graph_tools(server, store, settings)
+    if "recall" in settings.tools:
+        register_recall_tools(server, store, settings)
     return server
 
 
@@ -847,3 +873,114 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     ) -> Annotated[CallToolResult, GraphOut]:
         """Open specific nodes in the knowledge graph by their names, with every relation from or to them."""
         return _graph_result(await read(ctx, lambda g: g.open_nodes(names)), budget, either_end=True)
+
+
+# ---------------------------------------------------------------------------- recall
+
+
+def _recall_line(hit: Recalled) -> str:
+    name = f"{ARCHIVE}/{hit.memory.id}" if hit.memory.archived else hit.memory.id
+    title = hit.memory.title.replace("|", "/")
+    return f"{name} | {title} | {hit.score:.2f} | {hit.snippet}"
+
+
+def render_recall(found: Recall, query: str, budget: int) -> tuple[str, int]:
+    """Compact lines, best first, within the budget; returns the text and how many results it shows."""
+    if not found.results:
+        return (
+            f"Nothing matches {query!r}. Try other words, includeArchive=true, or list_memory_titles.",
+            0,
+        )
+    how = f"words and {found.vectors} vectors" if found.vectors else "words only (vectors not ready)"
+    count = len(found.results)
+    head = f"{count} memor{'y' if count == 1 else 'ies'} for {query!r} ({how}), best first:"
+    tail = "Read one in full with read_memory(filenames=[...])."
+    reply = Reply(budget - len(tail) - 80)
+    reply.add(head)
+    shown = 0
+    for hit in found.results:
+        if not reply.add(_recall_line(hit)):
+            break
+        shown += 1
+    if shown < len(found.results):
+        reply.parts.append(f"[{count - shown} more left out to keep this reply short; lower limit.]")
+    if any(hit.memory.archived for hit in found.results[:shown]):
+        tail += " archive/... ones are archived: restore_memory brings one back."
+    reply.parts.append(tail)
+    return reply.text(), shown
+
+
+def render_stats(stats: Stats) -> str:
+    hot = sum(stats.hot.values())
+    lines = [
+        f"Memories: {hot} hot ({', '.join(f'{p} {n}' for p, n in stats.hot.items())}), "
+        f"{stats.archived} archived.",
+    ]
+    model = stats.embedder or "loading"
+    vectors = f"Vectors: {stats.embedded}/{stats.rows} memories embedded with {model}"
+    vectors += f" ({stats.pending} pending)." if stats.pending else "."
+    if stats.fallback:
+        vectors += f" Fallback: {stats.fallback}."
+    lines.append(vectors)
+    if stats.searches:
+        rate = 100.0 * stats.misses / stats.searches
+        lines.append(f"Searches: {stats.searches}, {stats.misses} found nothing ({rate:.1f}% miss rate).")
+    else:
+        lines.append("Searches: none yet.")
+    stale = f"Not accessed in {STALE_DAYS} days: {len(stats.stale)} hot memor"
+    stale += "y" if len(stats.stale) == 1 else "ies"
+    lines.append(stale + (f" ({_joined(stats.stale, 300)})." if stats.stale else "."))
+    if stats.oldest is not None and stats.newest is not None:
+        lines.append(
+            f"Oldest: {stats.oldest.id} ({_time(stats.oldest.created_at)}); "
+            f"newest: {stats.newest.id} ({_time(stats.newest.created_at)})."
+        )
+    if stats.next_eviction:
+        items = [f"{e.id} ({e.reason})" for e in stats.next_eviction]
+        lines.append(f"Next eviction would archive {len(items)}: {_joined(items, 1500)}.")
+    else:
+        lines.append("Next eviction would archive nothing.")
+    return "\n".join(lines)
+
+
+def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -> None:
+    recaller = Recaller(store)
+
+    @server.tool(annotations=READ_ONLY, structured_output=False)
+    @handles_errors
+    async def recall(
+        ctx: Context,
+        query: Annotated[str, Field(description="What you are looking for, in your own words.")],
+        limit: Annotated[int, Field(description="Most memories to return (default 10, at most 100).")] = 10,
+        includeArchive: Annotated[  # noqa: N803
+            bool, Field(description="Also search memories archived as stale.")
+        ] = False,
+        tags: Annotated[
+            list[str] | None, Field(description="Only memories with every one of these tags.")
+        ] = None,
+        priority: Annotated[
+            str | None, Field(description="Only these priorities, e.g. P0 or P0,P1.")
+        ] = None,
+    ) -> CallToolResult:
+        """Find memories by meaning and by words, best first, as one short line each.
+
+        Each line: filename | title | score (1.00 = best) | a snippet around the match. Ranking
+        fuses word search and vector similarity, reads each memory with the ones written just
+        before and after it, and prefers important, recently used and higher-priority memories.
+        Then read_memory(filenames=[...]) for the full text.
+        """
+        token = token_of(ctx)
+        found = await recaller.recall(
+            token, query, limit=limit, include_archive=includeArchive, tags=tags, priority=priority
+        )
+        reply, shown = render_recall(found, query, settings.max_reply_chars)
+        await store.touch(token, [hit.memory for hit in found.results[:shown] if not hit.memory.archived])
+        return text(reply)
+
+    @server.tool(annotations=READ_ONLY, structured_output=False)
+    @handles_errors
+    async def memory_stats(ctx: Context) -> CallToolResult:
+        """How this vault is doing: counts by priority, hot and archived, vector coverage, search miss
+        rate, memories not used for 30 days, oldest and newest, and what the next eviction would archive."""
+        stats = await recaller.stats(token_of(ctx))
+        return text(render_stats(stats))

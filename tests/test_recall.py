@@ -1,0 +1,420 @@
+"""recall and memory_stats: ranking sanity, filters, context, stats figures, tool groups."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from memvault import recall as ranking
+from memvault.config import Settings
+from memvault.embeddings import Embeddings, FloatMatrix, HashEmbedder, VectorView
+from memvault.errors import InvalidArgument
+from memvault.recall import Recaller, layout, snippet
+from memvault.store import Store
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.filterwarnings("ignore:Callback with id .* already exists for watch:RuntimeWarning"),
+]
+
+LINE = re.compile(r"^(?P<name>\S+) \| (?P<title>[^|]+) \| (?P<score>\d\.\d\d) \| (?P<snippet>.*)$")
+
+
+class Synonyms:
+    """A stand-in for a real model: words of one meaning share one direction, so paraphrases meet."""
+
+    name = "synonyms-v1"
+    dim = 8
+    groups = (
+        {"automobile", "car", "vehicle"},
+        {"colour", "color", "paint", "red"},
+        {"feline", "cat", "kitten"},
+        {"meal", "food", "salmon", "eat", "eats"},
+    )
+
+    def embed(self, texts: Sequence[str]) -> FloatMatrix:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                for i, group in enumerate(self.groups):
+                    if word in group:
+                        out[row, i] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def make(
+    settings: Settings, embedder: object | None = None, clock: Clock | None = None
+) -> tuple[Store, Recaller]:
+    store = Store(settings, clock=clock or Clock())
+    if embedder is not None:
+        store.embeddings = Embeddings(loader=lambda: embedder)  # type: ignore[arg-type, return-value]
+    return store, Recaller(store)
+
+
+async def settle(store: Store) -> None:
+    assert await asyncio.to_thread(store.embeddings.wait_idle, 20)
+
+
+def names(found: ranking.Recall) -> list[str]:
+    return [("archive/" if r.memory.archived else "") + r.memory.id for r in found.results]
+
+
+# ---------------------------------------------------------------------------- ranking sanity
+
+
+async def test_a_paraphrase_is_found_by_vectors(make_settings: Callable[..., Settings]):
+    store, recaller = await make(make_settings(), Synonyms())
+    try:
+        await store.write("t", title="Garage", content="The car is painted red.")
+        await store.write("t", title="Pets", content="The kitten eats salmon.")
+        await settle(store)
+        lexical = await store.find("t", query="automobile colour")
+        assert lexical.memories == []  # no word in common
+        found = await recaller.recall("t", "automobile colour")
+        assert names(found)[0] == "garage.md"
+        assert found.vectors == "synonyms-v1"
+        assert names(await recaller.recall("t", "feline meal"))[0] == "pets.md"
+    finally:
+        await store.close()
+
+
+async def test_an_exact_rare_term_is_found_lexically(make_settings: Callable[..., Settings]):
+    store, recaller = await make(make_settings())
+    try:
+        for i in range(30):
+            await store.write("t", title=f"Deploy note {i}", content=f"Deploy step {i}: restart the service.")
+        await store.write("t", title="Token rotation", content="Rotate the key ZX81-QR7 every quarter.")
+        await settle(store)
+        found = await recaller.recall("t", "ZX81-QR7")
+        assert names(found)[0] == "token-rotation.md"
+        assert "ZX81-QR7" in found.results[0].snippet
+        assert found.results[0].score == 1.0
+    finally:
+        await store.close()
+
+
+async def test_importance_breaks_a_tie(make_settings: Callable[..., Settings]):
+    store, recaller = await make(make_settings())
+    try:
+        await store.write("t", title="Alpha", content="The build uses gradle caches.", importance=0.2)
+        await store.write("t", title="Beta", content="The build uses gradle caches.", importance=0.9)
+        await settle(store)
+        found = await recaller.recall("t", "gradle caches")
+        assert names(found)[:2] == ["beta.md", "alpha.md"]
+        assert found.results[1].score < 1.0
+    finally:
+        await store.close()
+
+
+async def test_recent_access_breaks_a_tie(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(ttl_p2_days=1000), clock=clock)
+    try:
+        # Written 60 days apart (so they are not neighbours), identical otherwise.
+        await store.write("t", title="Alpha", content="The build uses gradle caches.")
+        clock.now += timedelta(days=60)
+        await store.write("t", title="Beta", content="The build uses gradle caches.")
+        clock.now += timedelta(days=60)
+        alpha = (await store.find("t", filenames=["alpha.md"])).memories
+        await store.touch("t", alpha)  # alpha was just used; beta not for 60 days
+        await settle(store)
+        assert names(await recaller.recall("t", "gradle caches"))[:2] == ["alpha.md", "beta.md"]
+    finally:
+        await store.close()
+
+
+async def test_a_terse_memory_is_found_through_its_neighbours(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(), clock=clock)
+    try:
+        # A conversation saved turn by turn: the answer alone never names what it is about.
+        await store.write(
+            "chat", title="Q1", content="Which flavour of ice cream did you make for the party?"
+        )
+        clock.now += timedelta(seconds=5)
+        await store.write("chat", title="A1", content="Chocolate and vanilla swirl, my favourite.")
+        clock.now += timedelta(days=3)
+        for i in range(12):
+            await store.write(
+                "chat", title=f"Other {i}", content=f"Unrelated chatter number {i} about the weather."
+            )
+            clock.now += timedelta(seconds=5)
+        await settle(store)
+        found = names(await recaller.recall("chat", "party ice cream"))
+        assert found[0] == "q1.md"
+        assert "a1.md" in found[:3]
+    finally:
+        await store.close()
+
+
+def test_neighbours_stay_within_an_hour_of_each_other():
+    keys: list[str | None] = ["a", "b", "c", None, "d"]
+    created = np.array([0.0, 10.0, 4000.0, np.nan, 20.0])
+    view = VectorView(
+        keys, {k: i for i, k in enumerate(keys) if k}, None, np.zeros(5, bool), created, None, 1
+    )
+    where = layout(view)
+    order = ["a", "b", "d", "c"]  # by creation time; c is 66 minutes after d
+    assert [keys[int(r)] for r in np.argsort(where.position)[:4]] == order
+    n = where.n
+    assert where.before[0].tolist() == [n, 0, n, n, 1]
+    assert where.after[0].tolist() == [1, 4, n, n, n]
+    assert where.before[1][4] == 0  # two places back
+    assert where.thread[2] != where.thread[0] and where.thread[3] == -1
+
+
+def test_snippet_shows_the_part_that_matches():
+    text = "Intro words " * 30 + "the deploy script needs the --force flag on Fridays. " + "Outro words " * 30
+    cut = snippet(text, {"deploy", "force"})
+    assert "deploy script" in cut and "--force" in cut
+    assert cut.startswith("…") and cut.endswith("…")
+    assert len(cut) <= ranking.SNIPPET_CHARS + 2
+    assert snippet("short\n\ntext", {"x"}) == "short text"
+
+
+# ---------------------------------------------------------------------------- filters and archive
+
+
+async def test_tags_priority_and_archive_filters(make_settings: Callable[..., Settings]):
+    store, recaller = await make(make_settings())
+    try:
+        await store.write(
+            "t", title="Pg deploy", content="Postgres deploy steps.", tags=["deploy", "pg"], priority="P1"
+        )
+        await store.write(
+            "t", title="App deploy", content="App deploy steps.", tags=["deploy"], priority="P2"
+        )
+        await store.write("t", title="Old deploy", content="Old postgres deploy steps.", priority="P2")
+        await store.evict("t")  # nothing stale yet
+        state = await store.state("t")
+        await asyncio.to_thread(state.vault.move, "old-deploy.md", to_archive=True)
+        await asyncio.to_thread(store.apply_changes, "t", [], True)
+        await settle(store)
+
+        assert set(names(await recaller.recall("t", "deploy"))) == {"pg-deploy.md", "app-deploy.md"}
+        assert names(await recaller.recall("t", "deploy", tags=["PG", "deploy"])) == ["pg-deploy.md"]
+        assert names(await recaller.recall("t", "deploy", priority="P2")) == ["app-deploy.md"]
+        assert names(await recaller.recall("t", "deploy", priority="p0,P1")) == ["pg-deploy.md"]
+        assert "archive/old-deploy.md" in names(
+            await recaller.recall("t", "postgres deploy", include_archive=True)
+        )
+        with pytest.raises(InvalidArgument, match="priority"):
+            await recaller.recall("t", "deploy", priority="P7")
+        with pytest.raises(InvalidArgument, match="empty"):
+            await recaller.recall("t", "  ")
+        assert (await recaller.recall("t", "deploy", tags=["nope"])).results == []
+    finally:
+        await store.close()
+
+
+async def test_recall_of_an_unknown_token_creates_nothing(make_settings: Callable[..., Settings]):
+    settings = make_settings()
+    store, recaller = await make(settings)
+    try:
+        assert (await recaller.recall("nobody", "anything")).results == []
+        assert not (settings.root / "nobody").exists()
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------------------- through the tools
+
+
+async def test_recall_tool_replies_with_compact_lines_and_counts_hits(server_factory):
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            await srv.call(
+                session, "write_memory", title="Deploy notes", content="Blue/green deploys on Fridays. " * 40
+            )
+            await srv.call(session, "write_memory", title="Cat", content="The cat eats salmon.")
+            store: Store = srv.app.state.store
+            await settle(store)
+            is_error, reply = await srv.call(session, "recall", query="friday deploys", limit=5)
+            assert not is_error, reply
+            lines = reply.splitlines()
+            assert "best first" in lines[0]
+            first = LINE.match(lines[1])
+            assert first is not None, lines[1]
+            assert first["name"] == "deploy-notes.md" and first["score"] == "1.00"
+            assert len(first["snippet"]) <= ranking.SNIPPET_CHARS + 2  # not the whole file
+            assert "read_memory(filenames=" in lines[-1]
+
+            state = await store.state("tok")
+            counts = state.sidecar.access_counts()
+            assert counts["deploy-notes.md"][1] == 1  # a recall hit
+            await srv.call(session, "read_memory", filenames=["deploy-notes.md"])
+            assert state.sidecar.access_counts()["deploy-notes.md"] == (counts["deploy-notes.md"][0] + 1, 1)
+
+            is_error, reply = await srv.call(session, "recall", query="zzqx")
+            assert not is_error and reply.startswith("Nothing matches")
+            is_error, reply = await srv.call(session, "recall", query="deploy", priority="P9")
+            assert is_error and "priority" in reply
+
+
+async def test_memory_stats_figures_on_a_small_vault(server_factory, vault_root):
+    clock = Clock()
+    async with server_factory(clock=clock, capacity=3) as srv:
+        async with srv.session("tok") as session:
+            await srv.call(
+                session, "write_memory", title="Project", content="Alpha ships in May.", priority="P1"
+            )
+            clock.now += timedelta(hours=2)  # not written together, so recalling one never brings the other
+            await srv.call(session, "write_memory", title="Rule", content="Never force-push.", priority="P0")
+            clock.now += timedelta(days=40)
+            for name in ("One", "Two", "Three"):
+                await srv.call(session, "write_memory", title=name, content=f"Scratch note {name}.")
+                clock.now += timedelta(minutes=1)
+            archived = vault_root / "tok" / "archive"
+            archived.mkdir()
+            (archived / "ancient.md").write_text("# Ancient\n\nLong gone.\n", encoding="utf-8")
+            store: Store = srv.app.state.store
+            await asyncio.to_thread(store.apply_changes, "tok", [], True)
+            await settle(store)
+            # No automatic sweep during the test: the stats report what the next one would do.
+            (await store.state("tok")).sidecar.set_state("last_eviction", clock.now.isoformat())
+            await srv.call(session, "recall", query="force push")
+            await srv.call(session, "recall", query="qqqzzz")
+            is_error, reply = await srv.call(session, "memory_stats")
+            assert not is_error, reply
+    assert "Memories: 5 hot (P0 1, P1 1, P2 3), 1 archived." in reply
+    assert "Vectors: 6/6 memories embedded with hash-512." in reply
+    assert "Searches: 2, 1 found nothing (50.0% miss rate)." in reply
+    assert "Not accessed in 30 days: 1 hot memory (project.md)." in reply  # P0 rule.md was just recalled
+    assert "Oldest: project.md (2026-03-01T12:00:00.000Z); newest: three.md" in reply
+    assert "Next eviction would archive 2: " in reply and "one.md" in reply and "two.md" in reply
+
+
+@pytest.mark.parametrize("groups", ["memories", "memories,recall"])
+async def test_tool_groups_select_recall(server_factory, groups):
+    async with server_factory(tools=tuple(groups.split(","))) as srv:
+        async with srv.session("tok") as session:
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+    assert "read_memory" in tools
+    assert ("recall" in tools) == ("recall" in groups)
+    assert ("memory_stats" in tools) == ("recall" in groups)
+
+
+def test_hash_embedder_is_the_default():
+    assert Settings().embedder == "hash"
+    assert HashEmbedder().name == Embeddings().load().name
+
+
+# ---------------------------------------------------------------------------- lifecycle: supersedes
+
+
+def frontmatter_of(path) -> dict:
+    import yaml
+
+    text = path.read_text(encoding="utf-8")
+    return yaml.safe_load(text[4 : text.index("\n---\n", 4)])
+
+
+async def test_supersede_chains_archive_the_old_and_link_both_ways(server_factory, vault_root):
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            await srv.call(session, "write_memory", title="Deploy v1", content="Deploy with Capistrano.")
+            is_error, reply = await srv.call(
+                session,
+                "write_memory",
+                title="Deploy v2",
+                content="Deploy with Kamal.",
+                supersedes=["deploy-v1"],
+            )
+            assert not is_error and "Superseded and archived: deploy-v1.md." in reply, reply
+            is_error, reply = await srv.call(
+                session,
+                "write_memory",
+                title="Deploy v3",
+                content="Deploy with k8s.",
+                supersedes=["deploy-v2.md"],
+            )
+            assert not is_error, reply
+            _, titles = await srv.call(session, "list_memory_titles")
+            is_error, archived = await srv.call(session, "recall", query="deploy", includeArchive=True)
+    folder = vault_root / "tok"
+    assert [line.split("|")[0] for line in titles.splitlines()] == ["deploy-v3.md"]
+    assert "archive/deploy-v1.md" in archived and "archive/deploy-v2.md" in archived
+    v1 = frontmatter_of(folder / "archive" / "deploy-v1.md")
+    v2 = frontmatter_of(folder / "archive" / "deploy-v2.md")
+    v3 = frontmatter_of(folder / "deploy-v3.md")
+    assert v1["supersededBy"] == "deploy-v2.md" and "supersedes" not in v1
+    assert v2["supersedes"] == ["deploy-v1.md"] and v2["supersededBy"] == "deploy-v3.md"
+    assert v3["supersedes"] == ["deploy-v2.md"] and "supersededBy" not in v3
+    assert "Deploy with Capistrano." in (folder / "archive" / "deploy-v1.md").read_text(encoding="utf-8")
+
+
+async def test_p0_memories_are_not_superseded_and_the_reply_says_so(server_factory, vault_root):
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            await srv.call(session, "write_memory", title="Rule", content="Never force-push.", priority="P0")
+            await srv.call(session, "write_memory", title="Old tip", content="Use rebase.")
+            is_error, reply = await srv.call(
+                session,
+                "write_memory",
+                title="New rule",
+                content="Force-push only to your own branches.",
+                supersedes=["rule.md", "old-tip.md"],
+            )
+    assert not is_error, reply
+    assert "Superseded and archived: old-tip.md." in reply
+    assert "NOT superseded: rule.md, because it is P0 (permanent)" in reply
+    folder = vault_root / "tok"
+    assert (folder / "rule.md").is_file() and "supersededBy" not in frontmatter_of(folder / "rule.md")
+    assert frontmatter_of(folder / "new-rule.md")["supersedes"] == ["old-tip.md"]
+
+
+async def test_superseding_a_missing_memory_writes_nothing(server_factory, vault_root):
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            await srv.call(session, "write_memory", title="Keep", content="Stays hot.")
+            is_error, reply = await srv.call(
+                session, "write_memory", title="New", content="Text.", supersedes=["keep.md", "nope.md"]
+            )
+            assert is_error and "nope.md" in reply
+            is_error, reply = await srv.call(
+                session, "write_memory", title="New", content="Text.", supersedes=["../escape.md"]
+            )
+            assert is_error
+    assert sorted(p.name for p in (vault_root / "tok").glob("*.md")) == ["keep.md"]
+
+
+async def test_important_memories_are_never_evicted(make_settings: Callable[..., Settings]):
+    store, _ = await make(make_settings(capacity=0))
+    try:
+        await store.write(
+            "t", title="Vital", content="The root password lives in the vault.", importance=0.95
+        )
+        await store.write("t", title="Trivia", content="Lunch was pasta.", importance=0.5)
+        assert [e.id for e in await store.evict("t")] == ["trivia.md"]
+    finally:
+        await store.close()
+
+
+def test_recall_embeddings_and_topics_know_nothing_of_mcp_or_the_http_layer():
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).parents[1] / "memvault"
+    for module in ("embeddings", "topics", "recall"):
+        tree = ast.parse((package / f"{module}.py").read_text(encoding="utf-8"))
+        names = {
+            alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        }
+        names |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not {
+            n for n in names if n.split(".")[0] == "mcp" or n in ("memvault.app", "memvault.tools")
+        }, module
