@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
-import logging
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -27,7 +27,7 @@ from memvault.config import Settings
 from memvault.embeddings import Embeddings, TokenVectors
 from memvault.embeddings import from_settings as embeddings_from_settings
 from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound, TooLarge
-from memvault.index import Hit, Index
+from memvault.index import Index
 from memvault.sidecar import FileStat, Sidecar
 from memvault.vault import (
     ARCHIVE,

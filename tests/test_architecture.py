@@ -8,10 +8,14 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).parents[1] / "memvault"
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py"))
+# Module paths relative to the package, without .py: "vault", "tools/memories", ...
+MODULES = sorted(p.relative_to(PACKAGE).with_suffix("").as_posix() for p in PACKAGE.rglob("*.py"))
 
 # Core modules know nothing of MCP or the HTTP layer; store sits between tools and the core.
-NO_MCP_NO_UPPER_LAYERS = ("vault", "index", "eviction", "sidecar", "config", "errors", "check", "watcher", "sessions", "graph")
+NO_MCP_NO_UPPER_LAYERS = (
+    "vault", "index", "eviction", "sidecar", "config", "errors", "check", "watcher", "sessions", "graph",
+    "embeddings", "topics", "recall",
+)
 FORBIDDEN = {
     **{name: ("memvault.app", "memvault.tools", "mcp") for name in NO_MCP_NO_UPPER_LAYERS},
     "store": ("memvault.app", "memvault.tools"),

@@ -693,3 +693,13 @@ async def test_access_writeback_never_leaves_files_alone(server_factory, vault_r
         # The access is still recorded (in the sidecar), so the listing shows it.
         err, text = await srv.call(s, "list_memory_titles")
         assert f"quiet.md|Quiet|P1|{iso(NOW)}" in text, text
+
+
+async def test_bad_argument_shapes_get_a_short_plain_message(server_factory):
+    async with server_factory() as srv, srv.session("alice") as s:
+        err, text = await srv.call(s, "write_memory", title="only a title")
+        assert err
+        assert "Invalid arguments for write_memory: 'content' is required" in text
+        assert "pydantic" not in text and "validation error" not in text
+        err, text = await srv.call(s, "read_memory", limit="many")
+        assert err and "'limit'" in text and "input schema" in text

@@ -1,0 +1,222 @@
+"""What every tool module shares: annotations, the token, reply budgets, error mapping."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar
+
+import anyio.to_thread
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult, ContentBlock, TextContent, ToolAnnotations
+
+from memvault.errors import MemvaultError
+from memvault.graph import Entity, Graph
+from memvault.sidecar import Sidecar, sidecar_path
+from memvault.store import Store
+from memvault.vault import format_time
+
+log = logging.getLogger("memvault")
+P = ParamSpec("P")
+T = TypeVar("T")
+
+READ_ONLY = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+CREATES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+CHANGES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+MOVES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+)
+
+INSTRUCTIONS = """\
+memvault keeps your long-term memories as markdown files the user can read and edit.
+Call list_memory_titles or read_memory(query=...) at the start of a task to recall what you know;
+write_memory to save something worth keeping (priority P0 = permanent, P1 = project, kept 90 days
+without use, P2 = temporary, kept 30 days). Stale memories move to an archive on their own;
+search_archive and restore_memory bring them back."""
+
+
+def token_of(ctx: Context) -> str:
+    """The token always comes from the path of the request being served."""
+    request = ctx.request_context.request
+    token = getattr(request, "path_params", {}).get("token")
+    if not isinstance(token, str):
+        raise MemvaultError("This endpoint has no token; connect to /mcp/<token>.")
+    return token
+
+
+def text(message: str, *, error: bool = False) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=error)
+
+
+def handles_errors(fn: Callable[P, Awaitable[CallToolResult]]) -> Callable[P, Awaitable[CallToolResult]]:
+    """Deliberate errors become tool errors with their message; anything else, a generic one."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> CallToolResult:
+        try:
+            return await fn(*args, **kwargs)
+        except MemvaultError as exc:
+            return text(str(exc), error=True)
+        except Exception:
+            log.exception("tool %s failed", fn.__name__)
+            return text(
+                f"{fn.__name__} failed because of an internal error; the server log has details. "
+                "Nothing was lost; try again, or tell the user.",
+                error=True,
+            )
+
+    # Tool descriptions come from docstrings: without the source's indentation an agent reads less.
+    wrapper.__doc__ = inspect.cleandoc(fn.__doc__ or "")
+    return wrapper
+
+
+# ---------------------------------------------------------------------------- reply text
+
+
+def show_time(at: datetime | None) -> str:
+    return format_time(at) if at else ""
+
+
+class Reply:
+    """Builds a reply within the character budget and says what had to be left out."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.parts: list[str] = []
+        self.used = 0
+
+    def add(self, part: str) -> bool:
+        sep = 1 if self.parts else 0  # text() puts a newline between parts
+        if self.used + sep + len(part) > self.budget:
+            if self.parts:
+                return False
+            # A single item larger than the whole budget is cut, and says so.
+            keep = max(0, self.budget - 200)
+            part = part[:keep] + f"\n[... cut: {len(part) - keep:,} more characters over the reply limit]\n"
+        self.parts.append(part)
+        self.used += sep + len(part)
+        return True
+
+    def text(self) -> str:
+        return "\n".join(self.parts)
+
+
+def fit_names(names: Sequence[str], room: int) -> str:
+    """As many names as fit in ``room`` characters, comma-separated, '...' when some are dropped."""
+    out = ""
+    for name in names:
+        longer = f"{out}, {name}" if out else name
+        if len(longer) + 5 > room:
+            return f"{out}, ..." if out else "..."
+        out = longer
+    return out
+
+
+# ---------------------------------------------------------------------------- sessions and graph
+
+
+async def sidecar_to_read(store: Store, token: str) -> Sidecar | None:
+    """The token's sidecar for a read, or None while it has none: a read never creates a folder."""
+    state = await store.state(token)
+    if state.sidecar is None:
+        if not sidecar_path(state.dir).is_file():
+            return None
+        async with state.lock:
+            await anyio.to_thread.run_sync(state.ensure_sidecar)
+    return state.sidecar
+
+
+async def sidecar_write(store: Store, token: str, work: Callable[[Callable[[], Sidecar]], T]) -> T:
+    """Run ``work`` under the token's lock in a worker thread; it opens (creates) the sidecar as needed."""
+    state = await store.state(token)
+    async with state.lock:
+        return await anyio.to_thread.run_sync(work, state.ensure_sidecar)
+
+
+def fit_prefix(count: int, size: Callable[[int], int], budget: int) -> int:
+    """The largest k <= count with size(k) <= budget (size grows with k)."""
+    lo, hi = 0, count
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if size(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def joined(names: Sequence[str], room: int) -> str:
+    """Names, comma-separated, cut with '...' to about ``room`` characters."""
+    text = ", ".join(names)
+    return text if len(text) <= room else text[: max(0, room - 3)].rsplit(", ", 1)[0] + ", ..."
+
+
+def dumps(payload: Any) -> str:
+    return json.dumps(payload, ensure_ascii=False)
+
+
+def json_result(payload: Any, structured: dict[str, Any], *notes: str) -> CallToolResult:
+    """JSON text (as the official memory server replies) plus structured content, plus notes for the agent."""
+    texts = [dumps(payload), *(note for note in notes if note)]
+    blocks: list[ContentBlock] = [TextContent(type="text", text=t) for t in texts]
+    return CallToolResult(content=blocks, structured_content=structured)
+
+
+def graph_result(found: Graph, budget: int, *, either_end: bool = False) -> CallToolResult:
+    """The graph as JSON within the reply budget; entities past it are left out (with their relations)."""
+    full = found.to_json()
+    if len(dumps(full)) <= budget:
+        return json_result(full, full)
+
+    def part(k: int) -> dict[str, Any]:
+        names = {e.name for e in found.entities[:k]}
+        kept = [
+            r
+            for r in found.relations
+            if (r.source in names or r.target in names)
+            if either_end or (r.source in names and r.target in names)
+        ]
+        return Graph(found.entities[:k], tuple(kept)).to_json()
+
+    room = budget - 300
+    k = fit_prefix(len(found.entities), lambda k: len(dumps(part(k))), room)
+    payload = part(k)
+    if k == 0 and found.entities:
+        # One entity larger than the whole budget: show it with its observations cut short.
+        first = found.entities[0]
+        each = max(40, room // (4 * max(1, len(first.observations))))
+        cut = tuple(o if len(o) <= each else o[:each] + " [...cut]" for o in first.observations)
+        payload = {"entities": [Entity(first.name, first.entity_type, cut).to_json()], "relations": []}
+        while len(dumps(payload)) > room and payload["entities"][0]["observations"]:
+            payload["entities"][0]["observations"].pop()
+        k = 1
+    note = (
+        f"[Reply limit: showing {k} of {len(found.entities)} entities and {len(payload['relations'])} of "
+        f"{len(found.relations)} relations. Narrow with search_nodes(query) or open_nodes(names).]"
+    )
+    return json_result(payload, payload, note)
+
+
+def list_result(key: str, items: list[Any], budget: int, what: str, *notes: str) -> CallToolResult:
+    """A JSON array reply (the official create/add replies) within the budget, structured as {key: [...]}."""
+    room = budget - 300 - sum(len(n) for n in notes)
+    k = fit_prefix(len(items), lambda k: len(dumps(items[:k])), room)
+    extra = ""
+    if k < len(items):
+        extra = f"[{len(items) - k} more {what} not shown to keep this reply short; all were saved.]"
+    return json_result(items[:k], {key: items[:k]}, *notes, extra)
+
+
+def outcome(message: str) -> CallToolResult:
+    structured = {"success": True, "message": message}
+    return CallToolResult(content=[TextContent(type="text", text=message)], structured_content=structured)

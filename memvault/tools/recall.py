@@ -1,0 +1,123 @@
+"""The recall and memory_stats tools: hybrid ranking in compact lines."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import CallToolResult
+from pydantic import Field
+
+from memvault.config import Settings
+from memvault.recall import STALE_DAYS, Recall, Recalled, Recaller, Stats
+from memvault.store import Store
+from memvault.tools.common import READ_ONLY, Reply, handles_errors, joined, show_time, text, token_of
+from memvault.vault import ARCHIVE
+
+# ---------------------------------------------------------------------------- recall
+
+
+def _recall_line(hit: Recalled) -> str:
+    name = f"{ARCHIVE}/{hit.memory.id}" if hit.memory.archived else hit.memory.id
+    title = hit.memory.title.replace("|", "/")
+    return f"{name} | {title} | {hit.score:.2f} | {hit.snippet}"
+
+
+def render_recall(found: Recall, query: str, budget: int) -> tuple[str, int]:
+    """Compact lines, best first, within the budget; returns the text and how many results it shows."""
+    if not found.results:
+        return (
+            f"Nothing matches {query!r}. Try other words, includeArchive=true, or list_memory_titles.",
+            0,
+        )
+    how = f"words and {found.vectors} vectors" if found.vectors else "words only (vectors not ready)"
+    count = len(found.results)
+    head = f"{count} memor{'y' if count == 1 else 'ies'} for {query!r} ({how}), best first:"
+    tail = "Read one in full with read_memory(filenames=[...])."
+    reply = Reply(budget - len(tail) - 80)
+    reply.add(head)
+    shown = 0
+    for hit in found.results:
+        if not reply.add(_recall_line(hit)):
+            break
+        shown += 1
+    if shown < len(found.results):
+        reply.parts.append(f"[{count - shown} more left out to keep this reply short; lower limit.]")
+    if any(hit.memory.archived for hit in found.results[:shown]):
+        tail += " archive/... ones are archived: restore_memory brings one back."
+    reply.parts.append(tail)
+    return reply.text(), shown
+
+
+def render_stats(stats: Stats) -> str:
+    hot = sum(stats.hot.values())
+    lines = [
+        f"Memories: {hot} hot ({', '.join(f'{p} {n}' for p, n in stats.hot.items())}), "
+        f"{stats.archived} archived.",
+    ]
+    model = stats.embedder or "loading"
+    vectors = f"Vectors: {stats.embedded}/{stats.rows} memories embedded with {model}"
+    vectors += f" ({stats.pending} pending)." if stats.pending else "."
+    if stats.fallback:
+        vectors += f" Fallback: {stats.fallback}."
+    lines.append(vectors)
+    if stats.searches:
+        rate = 100.0 * stats.misses / stats.searches
+        lines.append(f"Searches: {stats.searches}, {stats.misses} found nothing ({rate:.1f}% miss rate).")
+    else:
+        lines.append("Searches: none yet.")
+    stale = f"Not accessed in {STALE_DAYS} days: {len(stats.stale)} hot memor"
+    stale += "y" if len(stats.stale) == 1 else "ies"
+    lines.append(stale + (f" ({joined(stats.stale, 300)})." if stats.stale else "."))
+    if stats.oldest is not None and stats.newest is not None:
+        lines.append(
+            f"Oldest: {stats.oldest.id} ({show_time(stats.oldest.created_at)}); "
+            f"newest: {stats.newest.id} ({show_time(stats.newest.created_at)})."
+        )
+    if stats.next_eviction:
+        items = [f"{e.id} ({e.reason})" for e in stats.next_eviction]
+        lines.append(f"Next eviction would archive {len(items)}: {joined(items, 1500)}.")
+    else:
+        lines.append("Next eviction would archive nothing.")
+    return "\n".join(lines)
+
+
+def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -> None:
+    recaller = Recaller(store)
+
+    @server.tool(annotations=READ_ONLY, structured_output=False)
+    @handles_errors
+    async def recall(
+        ctx: Context,
+        query: Annotated[str, Field(description="What you are looking for, in your own words.")],
+        limit: Annotated[int, Field(description="Most memories to return (default 10, at most 100).")] = 10,
+        includeArchive: Annotated[  # noqa: N803
+            bool, Field(description="Also search memories archived as stale.")
+        ] = False,
+        tags: Annotated[
+            list[str] | None, Field(description="Only memories with every one of these tags.")
+        ] = None,
+        priority: Annotated[str | None, Field(description="Only these priorities, e.g. P0 or P0,P1.")] = None,
+    ) -> CallToolResult:
+        """Find memories by meaning and by words, best first, as one short line each.
+
+        Each line: filename | title | score (1.00 = best) | a snippet around the match. Ranking
+        fuses word search and vector similarity, reads each memory with the ones written just
+        before and after it, and prefers important, recently used and higher-priority memories.
+        Then read_memory(filenames=[...]) for the full text.
+        """
+        token = token_of(ctx)
+        found = await recaller.recall(
+            token, query, limit=limit, include_archive=includeArchive, tags=tags, priority=priority
+        )
+        reply, shown = render_recall(found, query, settings.max_reply_chars)
+        await store.touch(token, [hit.memory for hit in found.results[:shown] if not hit.memory.archived])
+        return text(reply)
+
+    @server.tool(annotations=READ_ONLY, structured_output=False)
+    @handles_errors
+    async def memory_stats(ctx: Context) -> CallToolResult:
+        """How this vault is doing: counts by priority, hot and archived, vector coverage, search miss
+        rate, memories not used for 30 days, oldest and newest, and what the next eviction would archive."""
+        stats = await recaller.stats(token_of(ctx))
+        return text(render_stats(stats))

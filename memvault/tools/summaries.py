@@ -1,0 +1,225 @@
+"""The session-summary tools: versions of a running record per session id."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Literal
+
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import CallToolResult
+from pydantic import Field
+
+from memvault.config import Settings
+from memvault.errors import InvalidArgument, UnknownSession
+from memvault.sessions import SessionInfo, Sessions, check_session_id, list_sessions
+from memvault.sessions import Version as SessionVersion
+from memvault.sidecar import Sidecar
+from memvault.store import Store
+from memvault.tools.common import (
+    CHANGES,
+    CREATES,
+    READ_ONLY,
+    Reply,
+    handles_errors,
+    sidecar_to_read,
+    sidecar_write,
+    text,
+    token_of,
+)
+
+
+def _session_line(info: SessionInfo) -> str:
+    line = f"- {info.session_id} | {info.title or '(untitled)'} | updated {info.last_updated}"
+    line += f" | {info.versions} version{'s' if info.versions != 1 else ''} | {info.chars:,} characters"
+    if info.tags:
+        line += " | tags: " + ", ".join(info.tags)
+    return line
+
+
+def _version_head(v: SessionVersion) -> str:
+    head = f"## Version {v.version} · {v.ts}"
+    if v.title:
+        head += f" · {v.title}"
+    if v.tags:
+        head += " · tags: " + ", ".join(v.tags)
+    return head
+
+
+# Tool annotations are evaluated in this module's namespace, so shared argument types live here.
+SessionIdArg = Annotated[str, Field(description="Your id for this conversation; reuse it to update.")]
+NewTitleArg = Annotated[str | None, Field(description="Optional title; else the previous version's.")]
+NewTagsArg = Annotated[list[str] | None, Field(description="Optional tags; else the previous version's.")]
+
+
+def register_session_tools(server: MCPServer, store: Store, settings: Settings) -> None:
+    def sessions(sidecar: Sidecar | Callable[[], Sidecar]) -> Sessions:
+        return Sessions(sidecar, max_chars=settings.max_content_chars, clock=store.clock)
+
+    @server.tool(annotations=CREATES, structured_output=False)
+    @handles_errors
+    async def upsert_summary(
+        ctx: Context,
+        sessionId: SessionIdArg,
+        summary: Annotated[str, Field(description="The whole summary so far, in markdown.")],
+        title: NewTitleArg = None,
+        tags: NewTagsArg = None,
+    ) -> CallToolResult:
+        """Save a session summary as a new version (creates the session if new); returns its timestamp.
+
+        Earlier versions are kept: get_session_history shows them.
+        """
+        v = await sidecar_write(
+            store, token_of(ctx), lambda sc: sessions(sc).upsert(sessionId, summary, title=title, tags=tags)
+        )
+        size = f"{len(v.summary):,} characters"
+        return text(f"Saved session {v.session_id!r} version {v.version} at {v.ts} ({size}).")
+
+    @server.tool(annotations=CREATES, structured_output=False)
+    @handles_errors
+    async def append_summary(
+        ctx: Context,
+        sessionId: SessionIdArg,
+        content: Annotated[str, Field(description="Text to add at the end of the latest summary.")],
+        title: NewTitleArg = None,
+        tags: NewTagsArg = None,
+    ) -> CallToolResult:
+        """Add text to a session's summary as a new version: the latest text, a blank line, then the content.
+
+        Creates the session if it is new. Earlier versions are kept.
+        """
+        v = await sidecar_write(
+            store, token_of(ctx), lambda sc: sessions(sc).append(sessionId, content, title=title, tags=tags)
+        )
+        size = f"{len(v.summary):,} characters"
+        return text(f"Appended to session {v.session_id!r}: version {v.version} at {v.ts} ({size}).")
+
+    @server.tool(annotations=READ_ONLY, structured_output=False)
+    @handles_errors
+    async def get_summary(
+        ctx: Context,
+        sessionId: Annotated[str, Field(description="The session id.")],
+        maxLength: Annotated[
+            int | None, Field(description="Return at most this many characters of the summary.")
+        ] = None,
+    ) -> CallToolResult:
+        """Read the latest version of a session's summary."""
+        if maxLength is not None and maxLength < 1:
+            raise InvalidArgument("maxLength must be at least 1.")
+        check_session_id(sessionId)
+        sidecar = await sidecar_to_read(store, token_of(ctx))
+        if sidecar is None:
+            raise UnknownSession(sessionId)
+        v, count = await anyio.to_thread.run_sync(sessions(sidecar).latest, sessionId)
+        facts = [f"session {v.session_id}", f"version {v.version} of {count}", f"updated {v.ts}"]
+        if v.tags:
+            facts.append("tags: " + ", ".join(v.tags))
+        head = f"# {v.title or v.session_id}\n[{' | '.join(facts)}]\n"
+        body, note = v.summary, ""
+        if maxLength is not None and len(body) > maxLength:
+            body = body[:maxLength]
+            note = (
+                f"\n[truncated to {maxLength:,} of {len(v.summary):,} characters; "
+                "call get_summary without maxLength for the whole text]"
+            )
+        room = settings.max_reply_chars - len(head) - len(note) - 200
+        if len(body) > room:
+            shown = max(0, room)
+            body = body[:shown]
+            note = (
+                f"\n[cut at the reply limit: showing {shown:,} of {len(v.summary):,} characters; "
+                "pass a smaller maxLength, or keep the summary shorter]"
+            )
+        return text(head + "\n" + body + note)
+
+    @server.tool(annotations=READ_ONLY, structured_output=False)
+    @handles_errors
+    async def list_summaries(
+        ctx: Context,
+        tag: Annotated[str | None, Field(description="Only sessions with this tag (any case).")] = None,
+        limit: Annotated[int | None, Field(description="Most sessions to list (default 20).")] = None,
+        offset: Annotated[int | None, Field(description="Sessions to skip, for the next page.")] = None,
+        sortBy: Annotated[
+            Literal["lastUpdated", "title"] | None, Field(description="lastUpdated (default) or title.")
+        ] = None,
+        order: Annotated[
+            Literal["asc", "desc"] | None,
+            Field(description="desc (default for lastUpdated) or asc (default for title)."),
+        ] = None,
+    ) -> CallToolResult:
+        """List sessions (their latest versions): id, title, last update, version count, size and tags."""
+        sidecar = await sidecar_to_read(store, token_of(ctx))
+        infos = [] if sidecar is None else await anyio.to_thread.run_sync(sessions(sidecar).infos)
+        page = list_sessions(infos, tag=tag, limit=limit, offset=offset, sort_by=sortBy, order=order)
+        tagged = f" tagged {tag.strip()!r}" if tag and tag.strip() else ""
+        if page.total == 0:
+            return text(f"No sessions{tagged} yet. Start one with upsert_summary.")
+        if not page.sessions:
+            return text(f"{page.total} session(s){tagged}; none at offset {page.offset}; use a smaller one.")
+        first, last = page.offset + 1, page.offset + len(page.sessions)
+        reply = Reply(settings.max_reply_chars - 200)
+        reply.add(f"{page.total} session{'s' if page.total != 1 else ''}{tagged}; showing {first}-{last}:")
+        shown = 0
+        for info in page.sessions:
+            if not reply.add(_session_line(info)):
+                break
+            shown += 1
+        end = page.offset + shown
+        if end < page.total:
+            reply.parts.append(f"[{page.total - end} more; call list_summaries with offset={end} next.]")
+        return text(reply.text())
+
+    @server.tool(annotations=CHANGES, structured_output=False)
+    @handles_errors
+    async def update_summary_metadata(
+        ctx: Context,
+        sessionId: Annotated[str, Field(description="The session id.")],
+        title: Annotated[str | None, Field(description="New title (an empty string removes it).")] = None,
+        tags: Annotated[list[str] | None, Field(description="New tags; replace the old ones.")] = None,
+    ) -> CallToolResult:
+        """Change the title and/or tags of a session's latest version; no new version, timestamp unchanged."""
+        v = await sidecar_write(
+            store, token_of(ctx), lambda sc: sessions(sc).update_metadata(sessionId, title=title, tags=tags)
+        )
+        tags_text = ", ".join(v.tags) if v.tags else "(none)"
+        return text(
+            f"Updated session {v.session_id!r}: title {v.title or '(none)'}, tags {tags_text}. "
+            f"Still version {v.version} of {v.ts}; no new version was made."
+        )
+
+    @server.tool(annotations=READ_ONLY, structured_output=False)
+    @handles_errors
+    async def get_session_history(
+        ctx: Context,
+        sessionId: Annotated[str, Field(description="The session id.")],
+    ) -> CallToolResult:
+        """Every version of a session's summary, newest first."""
+        check_session_id(sessionId)
+        sidecar = await sidecar_to_read(store, token_of(ctx))
+        if sidecar is None:
+            raise UnknownSession(sessionId)
+        versions = await anyio.to_thread.run_sync(sessions(sidecar).history, sessionId)
+        reply = Reply(settings.max_reply_chars - 300)
+        plural = "s" if len(versions) != 1 else ""
+        reply.add(f"Session {sessionId!r}: {len(versions)} version{plural}, newest first.")
+        full = 0
+        for v in versions:
+            if not reply.add(_version_head(v) + "\n" + v.summary + "\n"):
+                break
+            full += 1
+        headers = 0
+        for v in versions[full:]:
+            if not reply.add(_version_head(v) + f" · {len(v.summary):,} characters (text left out)"):
+                break
+            headers += 1
+        left = len(versions) - full - headers
+        if full < len(versions):
+            reply.parts.append(
+                f"[{len(versions) - full} older version(s) shown without text"
+                + (f", {left} not listed" if left else "")
+                + " to keep this reply short; every version is kept.]"
+            )
+        return text(reply.text())
+
+
+# Tool argument and result shapes of the official MCP memory server (camelCase on the wire).
