@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -733,116 +734,76 @@ def valid_token(token: str) -> bool:
 
 
 # Bump when parse_memory's result for the same bytes changes: older cache entries are parsed again.
-PARSER_VERSION = 2
+PARSER_VERSION = 3
 
 
-def to_cache(memory: Memory) -> str:
-    """The parsed form of a file as JSON, for the sidecar's file-stat cache (meta is not kept)."""
-    return json.dumps(
-        [
-            PARSER_VERSION,
-            memory.title,
-            memory.content,
-            memory.priority,
-            *(format_time(t) if t else None for t in (memory.created_at, memory.updated_at, memory.last_accessed_at)),
-            list(memory.tags),
-            memory.importance,
-            memory.has_frontmatter,
-            memory.problem,
-            memory.conflicted,
-        ],
-        ensure_ascii=False,
-    )
-
-
-def from_cache(data: str, id: str, *, archived: bool, mtime_ns: int, size: int, hash: str) -> Memory | None:
-    """Inverse of to_cache; None if the cached form is unusable (then the file is parsed again)."""
-    try:
-        (version, title, content, priority, created, updated, accessed, tags, importance, has_fm, problem, conflicted) = (
-            json.loads(data)
-        )
-        if version != PARSER_VERSION:
-            return None
-        return Memory(
-            id=id,
-            title=title,
-            content=content,
-            priority=priority,
-            created_at=parse_time(created),
-            updated_at=parse_time(updated),
-            last_accessed_at=parse_time(accessed),
-            tags=tuple(tags),
-            importance=importance,
-            archived=archived,
-            has_frontmatter=has_fm,
-            problem=problem,
-            conflicted=conflicted,
-            mtime_ns=mtime_ns,
-            size=size,
-            hash=hash,
-        )
-    except (ValueError, TypeError):
-        return None
-
-
-def memories_to_columns(memories: Sequence[Memory]) -> dict[str, Any]:
-    """Memories as JSON-able columns (for the index snapshot); meta is not kept."""
+def memory_row(memory: Memory) -> list[Any]:
+    """A parsed memory as a JSON-able row (times as POSIX seconds); meta is not kept."""
 
     def stamp(at: datetime | None) -> float | None:
         return at.timestamp() if at is not None else None
 
-    return {
-        "version": PARSER_VERSION,
-        "rows": [
-            [
-                m.id,
-                m.title,
-                m.content,
-                m.priority,
-                stamp(m.created_at),
-                stamp(m.updated_at),
-                stamp(m.last_accessed_at),
-                list(m.tags),
-                m.importance,
-                m.has_frontmatter,
-                m.problem,
-                m.conflicted,
-                m.mtime_ns,
-                m.size,
-                m.hash,
-            ]
-            for m in memories
-        ],
-    }
+    m = memory
+    return [
+        m.id, m.title, m.content, m.priority,
+        stamp(m.created_at), stamp(m.updated_at), stamp(m.last_accessed_at),
+        list(m.tags), m.importance, m.has_frontmatter, m.problem, m.conflicted,
+        m.mtime_ns, m.size, m.hash,
+    ]  # fmt: skip
+
+
+def memory_from_row(row: Sequence[Any], *, archived: bool) -> Memory:
+    """Inverse of memory_row; raises ValueError or TypeError on a malformed row."""
+
+    def when(stamp: float | None) -> datetime | None:
+        return datetime.fromtimestamp(stamp, UTC) if stamp is not None else None
+
+    (id, title, content, priority, created, updated, accessed, tags, importance, has_fm, problem, conflicted,
+     mtime_ns, size, hash) = row  # fmt: skip
+    return Memory(
+        id=id,
+        title=title,
+        content=content,
+        priority=priority,
+        created_at=when(created),
+        updated_at=when(updated),
+        last_accessed_at=when(accessed),
+        tags=tuple(tags),
+        importance=importance,
+        archived=archived,
+        has_frontmatter=has_fm,
+        problem=problem,
+        conflicted=conflicted,
+        mtime_ns=mtime_ns,
+        size=size,
+        hash=hash,
+    )
+
+
+def to_cache(memory: Memory) -> str:
+    """The parsed form of a file as JSON, for the sidecar's file-stat cache."""
+    return json.dumps([PARSER_VERSION, *memory_row(memory)], ensure_ascii=False)
+
+
+def from_cache(data: str, id: str, *, archived: bool, mtime_ns: int, size: int, hash: str) -> Memory | None:
+    """Inverse of to_cache for the file as it is now; None if unusable (then the file is parsed again)."""
+    try:
+        version, *row = json.loads(data)
+        if version != PARSER_VERSION:
+            return None
+        memory = memory_from_row(row, archived=archived)
+    except (ValueError, TypeError):
+        return None
+    return dataclasses.replace(memory, id=id, mtime_ns=mtime_ns, size=size, hash=hash)
+
+
+def memories_to_columns(memories: Sequence[Memory]) -> dict[str, Any]:
+    """Memories as JSON-able rows, for the index snapshot."""
+    return {"version": PARSER_VERSION, "rows": [memory_row(m) for m in memories]}
 
 
 def memories_from_columns(data: Mapping[str, Any], *, archived: bool) -> list[Memory]:
     """Inverse of memories_to_columns; raises ValueError on data from another parser version."""
     if data.get("version") != PARSER_VERSION:
         raise ValueError("snapshot from another parser version")
-
-    def when(stamp: float | None) -> datetime | None:
-        return datetime.fromtimestamp(stamp, UTC) if stamp is not None else None
-
-    return [
-        Memory(
-            id=id,
-            title=title,
-            content=content,
-            priority=priority,
-            created_at=when(created),
-            updated_at=when(updated),
-            last_accessed_at=when(accessed),
-            tags=tuple(tags),
-            importance=importance,
-            archived=archived,
-            has_frontmatter=has_fm,
-            problem=problem,
-            conflicted=conflicted,
-            mtime_ns=mtime_ns,
-            size=size,
-            hash=hash,
-        )
-        for (id, title, content, priority, created, updated, accessed, tags, importance, has_fm, problem,
-             conflicted, mtime_ns, size, hash) in data["rows"]
-    ]
+    return [memory_from_row(row, archived=archived) for row in data["rows"]]
