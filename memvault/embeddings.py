@@ -13,13 +13,14 @@ them in batches, reusing vectors the sidecar already holds for the same model an
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,6 +45,7 @@ DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 HASH_DIM = 512
 MAX_EMBED_CHARS = 8000  # models see at most this much of a memory (title and tags first)
 BATCH = 64
+WORKER_DUTY_PAUSE = 1.0  # after each batch the worker rests as long as the batch took
 RECENT_DROPS = 1024  # vectors of dropped memories kept for a moment, for moves
 
 
@@ -572,9 +574,12 @@ class Embeddings:
         key: str | None = None,
         model: str | None = None,
         loader: Callable[[], Embedder] | None = None,
+        enabled: bool = True,
     ) -> None:
         check_spec(spec)
         self.spec = spec
+        self.enabled = enabled  # False when the recall tools are not offered: nothing is embedded
+        self._holds = 0  # loads in progress: the worker waits, so a load has the CPU to itself
         self._loader = loader or (lambda: load_embedder(spec, url=url, key=key, model=model))
         self._embedder: Embedder | None = None
         self._fallback: str | None = None
@@ -650,12 +655,26 @@ class Embeddings:
         self, vectors: TokenVectors, sidecar: Callable[[], Sidecar | None], memories: Iterable[Memory]
     ) -> None:
         """Serve a (re)loaded token: its vectors come from the sidecar or are computed."""
+        if not self.enabled:
+            return
         vectors.sidecar = sidecar
         vectors.wake = self._wake
         with self._cond:
             if vectors not in self._tokens:
                 self._tokens.append(vectors)
         vectors.reset(memories)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold the worker while a token loads: embedding competes with loading for the one GIL."""
+        with self._cond:
+            self._holds += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._holds -= 1
+                self._cond.notify_all()
 
     def pending(self) -> int:
         """Memories waiting for a vector, over all loaded tokens."""
@@ -706,7 +725,7 @@ class Embeddings:
         failures = 0
         while True:
             with self._cond:
-                while not self._closed and not any(v.has_work for v in self._tokens):
+                while not self._closed and (self._holds or not any(v.has_work for v in self._tokens)):
                     self._busy = False
                     self._cond.notify_all()
                     self._cond.wait()
@@ -718,8 +737,13 @@ class Embeddings:
                 tokens = list(self._tokens)
             for vectors in tokens:
                 try:
+                    started = time.monotonic()
                     self._step(embedder, vectors)
                     failures = 0
+                    # Background work takes at most about half of one core, so requests and the
+                    # watcher stay quick while a large vault is embedded.
+                    with self._cond:
+                        self._cond.wait((time.monotonic() - started) * WORKER_DUTY_PAUSE)
                 except Exception as exc:
                     # A model endpoint that is down: retry with a growing pause, log now and then.
                     failures += 1
@@ -781,5 +805,9 @@ class Embeddings:
 
 def from_settings(settings: Any) -> Embeddings:
     return Embeddings(
-        settings.embedder, url=settings.embed_url, key=settings.embed_key, model=settings.embed_model
+        settings.embedder,
+        url=settings.embed_url,
+        key=settings.embed_key,
+        model=settings.embed_model,
+        enabled="recall" in settings.tools,
     )

@@ -164,7 +164,8 @@ class Store:
         if not state.loaded:
             async with state.load_lock:
                 if not state.loaded:
-                    await anyio.to_thread.run_sync(self._load, state)
+                    with self.embeddings.paused():
+                        await anyio.to_thread.run_sync(self._load, state)
                     self._unload_idle()
                     if state.snapshot_stale:
                         self._in_background(anyio.to_thread.run_sync(self.save_snapshot, state))

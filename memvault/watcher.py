@@ -21,7 +21,7 @@ log = logging.getLogger("memvault")
 
 QUIET_SECONDS = 0.05  # a batch closes after this much silence ...
 MAX_BATCH_SECONDS = 0.25  # ... or this long after its first event, whichever comes first
-HEALTH_CHECK_SECONDS = 1.0  # a quiet watcher checks this often that its observer still runs
+HEALTH_CHECK_SECONDS = 5.0  # a quiet watcher checks this often that its observer still runs
 
 ApplyFn = Callable[[str, set[Path], bool], int]
 

@@ -366,3 +366,32 @@ def test_topics_need_enough_text():
     keys = [str(i) for i in range(10)]
     none = np.full(10, 10, dtype=np.intp)
     assert topics.fit(rows, vocabulary, none, none, keys) is None
+
+
+def test_without_the_recall_tools_nothing_is_embedded(tmp_path: Path):
+    store = Store(Settings(root=tmp_path, tools=("memories",)))
+    assert not store.embeddings.enabled
+
+    async def go() -> None:
+        await store.write("alice", title="A note", content="words to embed")
+        assert store.embeddings.pending() == 0
+        assert store.embeddings._thread is None  # no worker was ever started
+        await store.close()
+
+    asyncio.run(go())
+
+
+def test_the_worker_waits_while_a_token_loads(tmp_path: Path):
+    from memvault.embeddings import TokenVectors
+    from memvault.vault import parse_memory
+
+    embeddings = Embeddings()
+    vectors = TokenVectors()
+    memory = parse_memory(b"# T\n\nsome words", "t.md")
+    with embeddings.paused():
+        embeddings.attach(vectors, lambda: None, [memory])
+        assert not embeddings.wait_idle(timeout=0.3)  # held: the vector is not computed meanwhile
+        assert vectors.pending == 1
+    assert embeddings.wait_idle(timeout=20)
+    assert vectors.pending == 0
+    embeddings.close()
