@@ -341,19 +341,24 @@ class Store:
 
     @staticmethod
     def _remember(state: TokenState, memory: Memory) -> None:
-        """Index a memory the server just wrote or read, and cache its parse."""
+        """Index a memory the server just wrote or read, and cache its parse (small vaults)."""
         with state.mem_lock:
-            state.area(memory.archived).put(memory)
+            area = state.area(memory.archived)
+            area.put(memory)
+            large = len(state.hot.memories) + len(state.archive.memories) >= SNAPSHOT_MIN
         state.vectors.changed(memory)
-        if state.sidecar is not None:
+        # A large vault restarts from its snapshot (written at shutdown), not from this cache; one
+        # SQLite transaction per file was most of the time a 1,000-file git pull took to apply.
+        if state.sidecar is not None and not large:
             state.sidecar.put_file_stats([_file_stat(memory)])
 
     @staticmethod
     def _drop(state: TokenState, id: str, archived: bool) -> None:
         with state.mem_lock:
             state.area(archived).drop(id)
+            large = len(state.hot.memories) + len(state.archive.memories) >= SNAPSHOT_MIN
         state.vectors.dropped(f"{ARCHIVE}/{id}" if archived else id)
-        if state.sidecar is not None:
+        if state.sidecar is not None and not large:  # a large vault's cache is not read (snapshot)
             state.sidecar.delete_file_stats([f"{ARCHIVE}/{id}" if archived else id])
 
     # ------------------------------------------------------------------ reading
@@ -809,6 +814,7 @@ class Store:
         if rescan:
             return self._rescan(state)
         changed = 0
+        parents: dict[str, bool] = {}
         for path in paths:
             located = self._locate(state, path)
             if located is None:
@@ -819,7 +825,8 @@ class Store:
             try:
                 # A link (or a folder link above it) may point out of the token folder: to another
                 # token or anywhere on the machine. The scan skips those; events must too.
-                state.vault.path_of(id, archived=archived)
+                if not self._plainly_inside(state, path, parents):
+                    state.vault.path_of(id, archived=archived)
             except InvalidName:
                 if before is not None:
                     self._drop(state, id, archived)
@@ -829,6 +836,18 @@ class Store:
             if before is not after:
                 changed += 1
         return changed
+
+    @staticmethod
+    def _plainly_inside(state: TokenState, path: Path, parents: dict[str, bool]) -> bool:
+        """True when no link is involved: the file is not a link and its folder resolves to itself.
+
+        Cheap (one lstat, one realpath per folder per batch); anything else gets the full check.
+        """
+        folder = os.path.dirname(path)
+        plain = parents.get(folder)
+        if plain is None:
+            plain = parents[folder] = os.path.realpath(folder) == os.path.abspath(folder)
+        return plain and not os.path.islink(path)
 
     def _locate(self, state: TokenState, path: Path) -> tuple[str, bool] | None:
         try:

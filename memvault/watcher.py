@@ -172,6 +172,7 @@ class Watcher:
         paths = [event.src_path]
         if event.event_type == "moved":
             paths.append(event.dest_path)
+        queued = False
         for raw in paths:
             path = Path(raw.decode() if isinstance(raw, bytes) else raw)
             try:
@@ -188,9 +189,14 @@ class Watcher:
             if event.is_directory or len(rel.parts) == 1:
                 # A folder moved, added or removed: its children send no events of their own.
                 self.rescan.add(token)
+                queued = True
             elif not rel.parts[-1].startswith("."):
                 self.pending.setdefault(token, set()).add(path)
-        self._wake.set()
+                queued = True
+        if queued:
+            # Only real work restarts the quiet window: the sidecar's own writes under .memvault/
+            # (every read records access) must not hold a hand edit back until the batch cap.
+            self._wake.set()
 
     @property
     def idle(self) -> bool:
