@@ -69,9 +69,14 @@ BURST_TARGET_S = 2.0
 # ---------------------------------------------------------------------------- the server process
 
 
+SERVER_TOOLS: str | None = None  # --tools: MEMVAULT_TOOLS for the server (default: all groups)
+
+
 def server_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
     env["MEMVAULT_CAPACITY"] = "1000000000"
+    if SERVER_TOOLS:
+        env["MEMVAULT_TOOLS"] = SERVER_TOOLS
     return env
 
 
@@ -911,6 +916,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
+        "--tools", help="MEMVAULT_TOOLS for the server, e.g. memories,sessions,graph (no recall)"
+    )
+    parser.add_argument(
         "--dir", type=Path, help="parent folder for the temporary vault (default: system temp)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the vault folder afterwards")
@@ -937,6 +945,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     res = Results(n=args.memories, source=source)
     res.load.append(os.getloadavg())
     res.dirty = git_dirty()
+    global SERVER_TOOLS
+    SERVER_TOOLS = args.tools
     start = time.perf_counter()
     docs = (
         br.locomo_docs(args.locomo, args.memories)
