@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -351,14 +352,7 @@ class Sidecar:
             with self._read() as conn:
                 rows = conn.execute("SELECT id, last_access FROM access").fetchall()
         else:
-            _check_ids(ids)
-            rows = []
-            with self._read() as conn:
-                for chunk in _chunks(ids):
-                    marks = ",".join("?" * len(chunk))
-                    rows += conn.execute(
-                        f"SELECT id, last_access FROM access WHERE id IN ({marks})", tuple(chunk)
-                    ).fetchall()
+            rows = self._select_in("SELECT id, last_access FROM access WHERE id", ids)
         return {id_: parse_time(text) for id_, text in rows}
 
     def access_counts(self) -> dict[str, tuple[int, int]]:
@@ -449,28 +443,23 @@ class Sidecar:
 
     def get_vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, int, str, bytes]]:
         """``id -> (model, dim, text hash, float32 bytes)`` for the given ids that have a vector."""
-        _check_ids(ids)
-        rows = []
-        with self._read() as conn:
-            for chunk in _chunks(ids):
-                marks = ",".join("?" * len(chunk))
-                rows += conn.execute(
-                    f"SELECT id, model, dim, hash, vec FROM vectors WHERE id IN ({marks})", tuple(chunk)
-                ).fetchall()
+        rows = self._select_in("SELECT id, model, dim, hash, vec FROM vectors WHERE id", ids)
         return {row[0]: (row[1], int(row[2]), row[3], bytes(row[4])) for row in rows}
 
     def vectors_by_hash(self, model: str, hashes: Sequence[str]) -> dict[str, bytes]:
         """``text hash -> float32 bytes`` of any memory's vector from ``model`` with that text."""
-        _check_ids(hashes)
-        out: dict[str, bytes] = {}
+        rows = self._select_in("SELECT hash, vec FROM vectors WHERE model = ? AND hash", hashes, model)
+        return {digest: bytes(vec) for digest, vec in rows}
+
+    def _select_in(self, select: str, keys: Sequence[str], *first: Any) -> list[Any]:
+        """Rows of ``select`` + `` IN (...)`` over keys, in chunks under SQLite's parameter limit."""
+        _check_ids(keys)
+        rows: list[Any] = []
         with self._read() as conn:
-            for chunk in _chunks(list(dict.fromkeys(hashes))):
+            for chunk in _chunks(list(dict.fromkeys(keys))):
                 marks = ",".join("?" * len(chunk))
-                for digest, vec in conn.execute(
-                    f"SELECT hash, vec FROM vectors WHERE model = ? AND hash IN ({marks})", (model, *chunk)
-                ):
-                    out[digest] = bytes(vec)
-        return out
+                rows += conn.execute(f"{select} IN ({marks})", (*first, *chunk)).fetchall()
+        return rows
 
     def put_vectors(self, rows: Sequence[tuple[str, str, int, str, bytes]]) -> None:
         """Insert or replace ``(id, model, dim, text hash, float32 bytes)`` rows in one transaction."""
