@@ -54,7 +54,6 @@ class Settings:
     embed_key: str | None = field(default=None, repr=False)
     embed_model: str | None = None
     log_level: str = "info"
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def token_dir(self, token: str) -> Path:
         return self.root / token

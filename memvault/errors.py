@@ -6,12 +6,11 @@
      ├── InvalidArgument(why)       any other bad argument (empty title, bad priority, ...)
      ├── TooLarge(what, limit)      content or request over a configured cap
      ├── Conflict(id)               file holds git conflict markers; a person must resolve it
-     ├── TokenRefused(why)          a token not allowed by the allowlist
      ├── UnknownSession(id)         no session summary under that session id
      └── UnknownEntity(name)        no knowledge-graph entity of that name
 
 Messages never hold absolute paths, stack traces or another token. They are mapped to
-tool errors in one place (``tools.py``) and to HTTP responses in one place (``app.py``).
+tool errors in one place (``tools/common.py``) and to HTTP responses in one place (``app.py``).
 """
 
 from __future__ import annotations
@@ -76,11 +75,6 @@ class Conflict(MemvaultError):
             "will not write it. Ask the user to resolve the conflict in an editor and commit; "
             "until then the memory can still be read."
         )
-
-
-class TokenRefused(MemvaultError):
-    def __init__(self) -> None:
-        super().__init__("This token is not allowed on this server.")
 
 
 class UnknownSession(MemvaultError):

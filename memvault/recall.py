@@ -367,7 +367,7 @@ class Recaller:
                 if memory is None:
                     continue
                 memories[row] = memory
-                last = store._last_access(state, memory, recorded.get(key))
+                last = store.last_access(memory, recorded.get(key))
                 weighted[row] = score[row] * factor(
                     memory,
                     title_hit=bool(terms.intersection(tokenize(memory.title))),
@@ -427,7 +427,7 @@ class Recaller:
         now = store.clock()
         stale = []
         for memory in hot:
-            last = store._last_access(state, memory, recorded.get(memory.id))
+            last = store.last_access(memory, recorded.get(memory.id))
             if last is None or (now - last).total_seconds() > STALE_DAYS * 86400:
                 stale.append(memory.id)
         dated = [m for m in hot if m.created_at is not None]

@@ -366,7 +366,7 @@ class Store:
     async def list_hot(self, token: str) -> list[tuple[Memory, datetime | None]]:
         state = await self.state(token)
         memories = await anyio.to_thread.run_sync(self._snapshot, state)
-        result = [(m, self._last_access(state, m, stats)) for m, stats in memories]
+        result = [(m, self.last_access(m, stats)) for m, stats in memories]
         self._maybe_sweep(state)
         return result
 
@@ -377,7 +377,8 @@ class Store:
         return [(m, recorded.get(m.id)) for m in memories]
 
     @staticmethod
-    def _last_access(state: TokenState, memory: Memory, recorded: datetime | None) -> datetime | None:
+    def last_access(memory: Memory, recorded: datetime | None) -> datetime | None:
+        """The later of the sidecar's record and the file's lastAccessedAt, else its last change."""
         times = [t for t in (recorded, memory.last_accessed_at) if t is not None]
         return max(times) if times else (memory.updated_at or memory.created_at)
 
@@ -602,9 +603,7 @@ class Store:
         targets: list[Memory] = []
         kept: list[tuple[str, str]] = []
         for id in ids:
-            state.vault.path_of(id)  # refuses archive/ names, escapes and links out of the vault
-            if not (state.vault.dir / id).is_file():
-                raise NotFound(id)
+            state.vault.existing(id)  # refuses archive/ names, escapes and links out of the vault
             current = state.vault.read(id)
             if current.conflicted:
                 raise Conflict(id)
@@ -662,9 +661,7 @@ class Store:
     def _update_sync(
         self, state: TokenState, id: str, fields: dict[str, Any], title: str | None, content: str | None
     ) -> Memory:
-        state.vault.path_of(id)
-        if not (state.vault.dir / id).is_file():
-            raise NotFound(id)
+        state.vault.existing(id)
         now = self.clock()
         with state.file_lock():
             current = state.vault.read(id)
@@ -685,9 +682,7 @@ class Store:
             return await anyio.to_thread.run_sync(self._delete_sync, state, id)
 
     def _delete_sync(self, state: TokenState, id: str) -> str:
-        state.vault.path_of(id)
-        if not (state.vault.dir / id).is_file():
-            raise NotFound(id)
+        state.vault.existing(id)
         with state.file_lock():
             current = state.vault.read(id)
             if current.conflicted:
@@ -706,9 +701,7 @@ class Store:
             return await anyio.to_thread.run_sync(self._restore_sync, state, id)
 
     def _restore_sync(self, state: TokenState, id: str) -> str:
-        state.vault.path_of(id, archived=True)
-        if not (state.vault.archive_dir / id).is_file():
-            raise NotFound(id, archived=True)
+        state.vault.existing(id, archived=True)
         now = self.clock()
         with state.file_lock():
             new_id = state.vault.move(id, to_archive=False)
@@ -742,7 +735,7 @@ class Store:
                 eviction.Candidate(
                     id=m.id,
                     priority=m.priority,
-                    last_access=self._last_access(state, m, recorded.get(m.id)) or now,
+                    last_access=self.last_access(m, recorded.get(m.id)) or now,
                     importance=m.importance,
                     pinned=m.conflicted,
                 )

@@ -580,6 +580,13 @@ class Vault:
             raise InvalidName(id, "it points into the archive; call restore_memory first")
         return path
 
+    def existing(self, id: str, *, archived: bool = False) -> Path:
+        """The path of a memory that must exist; checked before anything creates the token folder."""
+        path = self.path_of(id, archived=archived)
+        if not path.is_file():
+            raise NotFound(check_id(id), archived=archived)
+        return path
+
     def scan(self) -> Iterator[tuple[str, bool, os.stat_result]]:
         """Every memory file: (id, archived, stat). Skips dot-files/folders and links out of the vault."""
         if not self.dir.is_dir():

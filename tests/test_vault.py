@@ -1188,14 +1188,8 @@ def test_scan_skips_links_that_leave_the_vault(tmp_path: Path) -> None:
 # ============================================================================ parse cache
 
 
-def without_meta(m: Memory, *, ms: bool = False) -> dict[str, object]:
-    fields = {f: getattr(m, f) for f in Memory.__slots__ if f != "meta"}  # type: ignore[attr-defined]
-    if ms:
-        for key in ("created_at", "updated_at", "last_accessed_at"):
-            t = fields[key]
-            if isinstance(t, datetime):
-                fields[key] = t.replace(microsecond=t.microsecond // 1000 * 1000)
-    return fields
+def without_meta(m: Memory) -> dict[str, object]:
+    return {f: getattr(m, f) for f in Memory.__slots__ if f != "meta"}  # type: ignore[attr-defined]
 
 
 @PROPS
