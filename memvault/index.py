@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from array import array
 from collections import Counter
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -14,6 +15,8 @@ import numpy as np
 import numpy.typing as npt
 from rapidfuzz import fuzz, process
 from rapidfuzz.distance import OSA
+
+from memvault.columns import pack_strings, unpack_strings
 
 __all__ = ["Hit", "Index", "tokenize"]
 
@@ -358,57 +361,50 @@ class Index:
 
     # --- snapshot ------------------------------------------------------------------------------
 
-    def snapshot(self) -> tuple[dict[str, Any], dict[str, npt.NDArray[Any]]]:
-        """The index as plain data (JSON-able strings and numpy arrays), for a fast restart.
-
-        Postings are not stored: they are rebuilt from each document's term list, which holds
-        the same information. Freed document numbers are compacted away.
-        """
+    def snapshot(self) -> _Frozen:
+        """What a snapshot needs, copied by reference (fast: callers hold their lock only for this);
+        ``.arrays()`` on the result does the slow part. Document term arrays are replaced, never
+        changed in place, so the copy stays valid while the index changes."""
         self._flush_postings()
-        live = [(no, id) for no, id in enumerate(self._ids_by_no) if id is not None]
-        entries = [self._doc_terms[no] or array("I") for no, _ in live]
-        lengths = np.fromiter((len(e) for e in entries), dtype=np.int64, count=len(entries))
-        terms = b"".join(e.tobytes() for e in entries)
-        meta = {
-            "ids": [id for _, id in live],
-            "titles": [self._titles[no] for no, _ in live],
-            "terms": list(self._terms),
-            "total_len": self._total_len,
-        }
-        arrays = {
-            "dl": np.array([self._dl[no] for no, _ in live], dtype=np.float32),
-            "doc_term_counts": lengths,
-            "doc_terms": np.frombuffer(terms, dtype=np.uint32),
-        }
-        return meta, arrays
+        return _Frozen(
+            ids_by_no=list(self._ids_by_no),
+            doc_terms=list(self._doc_terms),
+            titles=list(self._titles),
+            dl=self._dl.copy(),
+            terms=list(self._terms),
+        )
 
     @classmethod
-    def from_snapshot(cls, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]]) -> Index:
-        """Inverse of snapshot(). Raises ValueError if the data do not fit together."""
+    def from_snapshot(cls, arrays: Mapping[str, npt.NDArray[Any]]) -> Index:
+        """Inverse of ``snapshot().arrays()``. Raises ValueError (or KeyError) if the data do not fit."""
         index = cls()
-        ids: list[str] = list(meta["ids"])
-        terms: list[str] = list(meta["terms"])
+        ids = unpack_strings(arrays["ids.blob"], arrays["ids.len"])
+        titles = unpack_strings(arrays["titles.blob"], arrays["titles.len"])
+        terms = unpack_strings(arrays["terms.blob"], arrays["terms.len"])
         counts = np.asarray(arrays["doc_term_counts"], dtype=np.int64)
         flat = np.ascontiguousarray(arrays["doc_terms"], dtype=np.uint32)
         dl = np.asarray(arrays["dl"], dtype=np.float32)
         n = len(ids)
-        if not (len(counts) == len(dl) == len(meta["titles"]) == n) or int(counts.sum()) != len(flat):
+        if not (len(counts) == len(dl) == len(titles) == n) or int(counts.sum()) != len(flat):
             raise ValueError("index snapshot is inconsistent")
+        if len(set(ids)) != n or len(set(filter(None, terms))) != sum(1 for t in terms if t):
+            raise ValueError("index snapshot repeats an id or a term")
         tids = flat >> 8
         if len(tids) and int(tids.max()) >= len(terms):
             raise ValueError("index snapshot refers to unknown terms")
         index._ids_by_no = list(ids)
         index._docno = {id: no for no, id in enumerate(ids)}
-        index._titles = list(meta["titles"])
+        index._titles = titles
         index._dl = np.concatenate([dl, np.zeros(max(64, n), dtype=np.float32)])
-        index._total_len = int(meta["total_len"])
+        index._total_len = int(dl.astype(np.int64).sum())
         bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
         raw = memoryview(flat.tobytes())
-        index._doc_terms = [_uint32s(raw[4 * a : 4 * b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+        index._doc_terms = [_uint32s(raw[4 * a : 4 * b]) for a, b in itertools.pairwise(bounds)]
         # Postings: docno << 8 | low byte, grouped by term id.
         docnos = np.repeat(np.arange(n, dtype=np.uint32), counts)
         postings = (docnos << np.uint32(8)) | (flat & np.uint32(0xFF))
-        order = np.argsort(tids, kind="stable")
+        # A stable sort of 16-bit keys is a radix sort: 5x faster than on 32-bit keys.
+        order = np.argsort(tids.astype(np.uint16) if len(terms) <= 1 << 16 else tids, kind="stable")
         data = memoryview(postings[order].tobytes())
         per_term = np.bincount(tids, minlength=len(terms)).tolist()
         index._postings = []
@@ -680,3 +676,32 @@ def _discard(buckets: dict[str, set[str]], key: str, term: str) -> None:
         bucket.discard(term)
         if not bucket:
             del buckets[key]
+
+
+@dataclass(frozen=True, slots=True)
+class _Frozen:
+    """An index's documents and vocabulary at one moment (see Index.snapshot)."""
+
+    ids_by_no: list[str | None]
+    doc_terms: list[array[int] | None]
+    titles: list[str]
+    dl: _FloatArray
+    terms: list[str]
+
+    def arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """The index as numpy arrays, freed document numbers compacted away. Postings are not
+        stored: Index.from_snapshot rebuilds them from each document's term list."""
+        live = [no for no, id in enumerate(self.ids_by_no) if id is not None]
+        entries = [self.doc_terms[no] or array("I") for no in live]
+        out: dict[str, npt.NDArray[Any]] = {
+            "dl": self.dl[live].astype(np.float32),
+            "doc_term_counts": np.fromiter(map(len, entries), dtype=np.int64, count=len(entries)),
+            "doc_terms": np.frombuffer(b"".join(e.tobytes() for e in entries), dtype=np.uint32),
+        }
+        for name, values in (
+            ("ids", [cast("str", self.ids_by_no[no]) for no in live]),
+            ("titles", [self.titles[no] for no in live]),
+            ("terms", self.terms),
+        ):
+            out[f"{name}.blob"], out[f"{name}.len"] = pack_strings(values)
+        return out

@@ -26,7 +26,7 @@ How a memory is scored for a query, and why:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -38,7 +38,7 @@ import numpy.typing as npt
 from memvault.embeddings import FloatMatrix, VectorView
 from memvault.errors import InvalidArgument
 from memvault.index import tokenize
-from memvault.topics import Layout, creation_order, matvec
+from memvault.topics import Layout, creation_order
 from memvault.vault import ARCHIVE, PRIORITIES, Memory, clean_tags
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ def diversify(
     scores: FloatArray,
     limit: int,
     where: Layout,
-    matrix: FloatMatrix | None,
+    vectors_of: Callable[[npt.NDArray[np.intp]], FloatMatrix | None] | None,
     *,
     repeat_penalty: float | None = None,
     neighbour_penalty: float | None = None,
@@ -153,7 +153,7 @@ def diversify(
         return []
     top = float(scores[left[0]]) or 1.0
     rel = {r: float(scores[r]) / top for r in left}
-    vectors = matrix[np.array(left)] if matrix is not None else None
+    vectors = vectors_of(np.array(left)) if vectors_of is not None else None
     slot = {r: i for i, r in enumerate(left)}
     repeat = np.zeros(len(left))
     near = np.zeros(len(left))
@@ -330,16 +330,12 @@ class Recaller:
                         eligible[row] = False
         vector = None
         model = None
-        matrix = view.matrix
         embedder = store.embeddings.ready()
-        if matrix is not None and embedder is not None and embedder.name == view.name:
+        if view.matrix is not None and embedder is not None and embedder.name == view.name:
             q = store.embeddings.embed_query(query)
-            if q is not None and q.shape[0] == matrix.shape[1] and q.any():
-                vector = matvec(matrix[:n], q).astype(np.float64)
-                vector[~view.has_vector[:n]] = 0.0
-                model = view.name
-        else:
-            matrix = None
+            if q is not None and q.any():
+                vector = view.similarity(q, n)
+                model = view.name if vector is not None else None
         topic = self._topic_scores(state.token, view, query)
         score = fuse(lexical, vector, eligible, where, topic=topic)
         matched = int(np.count_nonzero(score > 0))
@@ -374,7 +370,7 @@ class Recaller:
                     last_access=last,
                     now=now,
                 )
-        picked = diversify(list(memories), weighted, limit, where, matrix)
+        picked = diversify(list(memories), weighted, limit, where, view.vectors if model else None)
         best = float(weighted[picked[0]]) if picked else 1.0
         picked = [row for row in picked if weighted[row] >= MIN_SCORE * best]
         results = []

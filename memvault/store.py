@@ -6,20 +6,21 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+import zipfile
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import anyio.to_thread
 import numpy as np
+import numpy.typing as npt
 from filelock import FileLock
 
 from memvault import eviction
@@ -51,10 +52,11 @@ from memvault.vault import (
 log = logging.getLogger("memvault")
 
 Clock = Callable[[], datetime]
+T = TypeVar("T")
 MAX_TITLE_CHARS = 200
 LAST_EVICTION = "last_eviction"
 SNAPSHOT_FILE = "snapshot.npz"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 SNAPSHOT_MIN = 500  # smaller vaults load from their files fast enough
 
 
@@ -209,13 +211,17 @@ class Store:
         re-parsing only files whose bytes differ from the sidecar's parse cache."""
         if state.dir.is_dir():
             state.ensure_sidecar()
-            restored = self._load_snapshot(state)
-            if restored is not None:
-                with state.mem_lock:
-                    state.hot, state.archive = restored
-                self._rescan(state)  # what changed on disk since the snapshot was taken
-                self._publish(state, snapshot_stale=False)
-                return
+            if self._snapshot_path(state).is_file():
+                # Stat the files while the snapshot is decoded: the system calls release the GIL.
+                scan = _InThread(lambda: list(state.vault.scan()))
+                restored = self._load_snapshot(state)
+                scanned = scan.result()
+                if restored is not None:
+                    with state.mem_lock:
+                        state.hot, state.archive = restored
+                    self._rescan(state, scanned)  # what changed on disk since the snapshot was taken
+                    self._publish(state, snapshot_stale=False)
+                    return
         hot, archive = Area(), Area()
         if state.dir.is_dir():
             sidecar = state.ensure_sidecar()
@@ -272,36 +278,38 @@ class Store:
             return None
         try:
             with np.load(path, allow_pickle=False) as data:
-                meta = json.loads(bytes(data["meta"]).decode("utf-8"))
-                if meta.get("version") != SNAPSHOT_VERSION:
+                if data["version"].tolist() != [SNAPSHOT_VERSION]:
                     raise ValueError("snapshot version")
                 areas = []
                 for name, archived in (("hot", False), ("archive", True)):
-                    arrays = {key: data[f"{name}.{key}"] for key in ("dl", "doc_term_counts", "doc_terms")}
-                    index = Index.from_snapshot(meta[name]["index"], arrays)
-                    memories = memories_from_columns(meta[name]["memories"], archived=archived)
+                    index = Index.from_snapshot(_prefixed(data, f"{name}.index."))
+                    memories = memories_from_columns(_prefixed(data, f"{name}.memories."), archived=archived)
                     area = Area({m.id: m for m in memories}, index)
                     if len(area.memories) != len(index) or any(id not in index for id in area.memories):
                         raise ValueError("snapshot memories and index differ")
                     areas.append(area)
-        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile) as exc:
             log.warning("index snapshot not usable (%s); reading the files instead", type(exc).__name__)
             return None
         return areas[0], areas[1]
 
     def save_snapshot(self, state: TokenState) -> None:
-        """Write the token's snapshot (worker thread). Atomic; a failure only costs restart time."""
+        """Write the token's snapshot (worker thread). Atomic; a failure only costs restart time.
+
+        Only reference copies are taken under ``mem_lock`` (milliseconds at 100,000 memories);
+        the encoding runs outside it, so requests are not held up while it is written."""
         if not state.loaded or state.sidecar is None:
             return
-        parts: dict[str, Any] = {}
-        meta: dict[str, Any] = {"version": SNAPSHOT_VERSION}
         with state.mem_lock:
-            for name, area in (("hot", state.hot), ("archive", state.archive)):
-                index_meta, arrays = area.index.snapshot()
-                meta[name] = {"index": index_meta, "memories": memories_to_columns(list(area.memories.values()))}
-                parts.update({f"{name}.{key}": value for key, value in arrays.items()})
+            frozen = [(name, area.index.snapshot(), list(area.memories.values()))
+                      for name, area in (("hot", state.hot), ("archive", state.archive))]  # fmt: skip
             state.snapshot_stale = False
-        parts["meta"] = np.frombuffer(json.dumps(meta, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
+        parts: dict[str, npt.NDArray[Any]] = {"version": np.array([SNAPSHOT_VERSION], dtype=np.int64)}
+        for name, index, memories in frozen:
+            parts.update({f"{name}.index.{key}": value for key, value in index.arrays().items()})
+            columns = memories_to_columns(memories)
+            parts.update({f"{name}.memories.{key}": value for key, value in columns.items()})
+        del frozen
         path = self._snapshot_path(state)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
         try:
@@ -337,7 +345,9 @@ class Store:
                 if memory is not None:
                     return memory
         self.parses += 1
-        return parse_memory(raw, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size)
+        return parse_memory(
+            raw, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size, keep_meta=False
+        )
 
     @staticmethod
     def _remember(state: TokenState, memory: Memory) -> None:
@@ -855,13 +865,15 @@ class Store:
             return None
         return "/".join(parts), archived
 
-    def _rescan(self, state: TokenState) -> int:
+    def _rescan(self, state: TokenState, scanned: Iterable[tuple[str, bool, os.stat_result]] | None = None) -> int:
+        """Bring the loaded memories in line with the folder (``scanned``: a scan made just before)."""
         seen: set[tuple[str, bool]] = set()
         changed = 0
-        for id, archived, st in state.vault.scan():
+        with state.mem_lock:
+            known = (dict(state.hot.memories), dict(state.archive.memories))
+        for id, archived, st in state.vault.scan() if scanned is None else scanned:
             seen.add((id, archived))
-            with state.mem_lock:
-                before = state.area(archived).memories.get(id)
+            before = known[archived].get(id)
             if before is not None and (before.mtime_ns, before.size) == (st.st_mtime_ns, st.st_size):
                 continue  # unchanged: the scan's stat is enough
             if self._fresh(state, id, archived) is not before:
@@ -924,6 +936,34 @@ class Store:
 
 
 _EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+class _InThread(Generic[T]):
+    """Run ``work`` in a new thread now; ``result()`` waits for it and returns or raises what it did."""
+
+    def __init__(self, work: Callable[[], T]) -> None:
+        self._work = work
+        self._outcome: tuple[T | None, BaseException | None] = (None, None)
+        self._thread = threading.Thread(target=self._run, name="memvault-scan", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._outcome = (self._work(), None)
+        except BaseException as exc:  # handed to result()
+            self._outcome = (None, exc)
+
+    def result(self) -> T:
+        self._thread.join()
+        value, error = self._outcome
+        if error is not None:
+            raise error
+        return cast("T", value)
+
+
+def _prefixed(data: Mapping[str, npt.NDArray[Any]], prefix: str) -> dict[str, npt.NDArray[Any]]:
+    """The arrays of ``data`` whose names start with ``prefix``, under the rest of their names."""
+    return {key[len(prefix) :]: data[key] for key in data if key.startswith(prefix)}
 
 
 def _file_stat(memory: Memory) -> FileStat:

@@ -15,14 +15,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import frontmatter
+import numpy as np
+import numpy.typing as npt
 import yaml
 
+from memvault.columns import pack_strings, unpack_strings
 from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound
 
 PRIORITIES = ("P0", "P1", "P2")
+NO_META: Mapping[str, Any] = MappingProxyType({})
 DEFAULT_PRIORITY = "P2"
 ARCHIVE = "archive"
 STATE_DIR = ".memvault"
@@ -94,7 +99,8 @@ class Memory:
     tags: tuple[str, ...] = ()
     importance: float | None = None
     archived: bool = False
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    # The parsed frontmatter. Shared and empty unless asked for: the store keeps every memory in memory.
+    meta: Mapping[str, Any] = field(default_factory=lambda: NO_META)
     has_frontmatter: bool = True
     problem: str | None = None  # broken frontmatter, unreadable bytes, ...: reported, never fatal
     conflicted: bool = False
@@ -212,9 +218,18 @@ def _title_and_content(body: str, meta: Mapping[str, Any], stem: str) -> tuple[s
 
 
 def parse_memory(
-    raw: bytes, id: str, *, archived: bool = False, mtime_ns: int = 0, size: int | None = None
+    raw: bytes,
+    id: str,
+    *,
+    archived: bool = False,
+    mtime_ns: int = 0,
+    size: int | None = None,
+    keep_meta: bool = True,
 ) -> Memory:
-    """Parse a memory file tolerantly: never raises for bad content, records the problem instead."""
+    """Parse a memory file tolerantly: never raises for bad content, records the problem instead.
+
+    ``keep_meta=False`` leaves ``meta`` empty: the store holds every memory in memory and does not
+    need the frontmatter mapping, which would cost about as much as the rest of the Memory."""
     text = _normalise(raw)
     stem = id.rsplit("/", 1)[-1]
     stem = stem[:-3] if stem.lower().endswith(".md") else stem
@@ -274,7 +289,7 @@ def parse_memory(
         tags=_tags(meta.get("tags")),
         importance=importance_value,
         archived=archived,
-        meta=meta,
+        meta=meta if keep_meta else NO_META,
         has_frontmatter=split.fm_text is not None or split.broken is not None,
         problem=problem,
         conflicted=conflicted,
@@ -804,13 +819,86 @@ def from_cache(data: str, id: str, *, archived: bool, mtime_ns: int, size: int, 
     return dataclasses.replace(memory, id=id, mtime_ns=mtime_ns, size=size, hash=hash)
 
 
-def memories_to_columns(memories: Sequence[Memory]) -> dict[str, Any]:
-    """Memories as JSON-able rows, for the index snapshot."""
-    return {"version": PARSER_VERSION, "rows": [memory_row(m) for m in memories]}
+_STRINGS = ("id", "title", "content", "priority", "hash", "problem", "tags")
+_TIME_COLUMNS = ("created", "updated", "accessed")
+_NUMBER_COLUMNS = ("importance", "mtime_ns", "size", "flags")
+_HAS_FRONTMATTER, _CONFLICTED, _HAS_PROBLEM = 1, 2, 4
 
 
-def memories_from_columns(data: Mapping[str, Any], *, archived: bool) -> list[Memory]:
-    """Inverse of memories_to_columns; raises ValueError on data from another parser version."""
-    if data.get("version") != PARSER_VERSION:
+def memories_to_columns(memories: Sequence[Memory]) -> dict[str, npt.NDArray[Any]]:
+    """Memories as numpy columns (strings packed, times as POSIX seconds, NaN for none), for the
+    index snapshot; meta is not kept. Inverse: memories_from_columns."""
+    ms = memories
+    out: dict[str, npt.NDArray[Any]] = {"version": np.array([PARSER_VERSION], dtype=np.int64)}
+    strings = {
+        "id": [m.id for m in ms],
+        "title": [m.title for m in ms],
+        "content": [m.content for m in ms],
+        "priority": [m.priority for m in ms],
+        "hash": [m.hash for m in ms],
+        "problem": [m.problem or "" for m in ms],
+        "tags": [json.dumps(m.tags, ensure_ascii=False) if m.tags else "" for m in ms],
+    }
+    for name, values in strings.items():
+        out[f"{name}.blob"], out[f"{name}.len"] = pack_strings(values)
+    for name, attr in zip(_TIME_COLUMNS, ("created_at", "updated_at", "last_accessed_at"), strict=True):
+        stamps = (getattr(m, attr) for m in ms)
+        out[name] = np.fromiter((t.timestamp() if t else np.nan for t in stamps), np.float64, len(ms))
+    importance = (np.nan if m.importance is None else m.importance for m in ms)
+    out["importance"] = np.fromiter(importance, np.float64, len(ms))
+    out["mtime_ns"] = np.fromiter((m.mtime_ns for m in ms), np.int64, len(ms))
+    out["size"] = np.fromiter((m.size for m in ms), np.int64, len(ms))
+    out["flags"] = np.fromiter(
+        (
+            (_HAS_FRONTMATTER if m.has_frontmatter else 0)
+            | (_CONFLICTED if m.conflicted else 0)
+            | (_HAS_PROBLEM if m.problem is not None else 0)
+            for m in ms
+        ),
+        np.uint8,
+        len(ms),
+    )
+    return out
+
+
+def memories_from_columns(columns: Mapping[str, npt.NDArray[Any]], *, archived: bool) -> list[Memory]:
+    """Inverse of memories_to_columns. Raises ValueError (or KeyError) on data that do not fit,
+    including data from another parser version."""
+    if columns["version"].tolist() != [PARSER_VERSION]:
         raise ValueError("snapshot from another parser version")
-    return [memory_from_row(row, archived=archived) for row in data["rows"]]
+    strings = {name: unpack_strings(columns[f"{name}.blob"], columns[f"{name}.len"]) for name in _STRINGS}
+    n = len(strings["id"])
+    numbers = {name: columns[name].tolist() for name in (*_TIME_COLUMNS, *_NUMBER_COLUMNS)}
+    if any(len(values) != n for values in (*strings.values(), *numbers.values())):
+        raise ValueError("snapshot columns differ in length")
+    when = {
+        name: [None if t != t else datetime.fromtimestamp(t, UTC) for t in numbers[name]]  # NaN: no time
+        for name in _TIME_COLUMNS
+    }
+    rows = zip(
+        strings["id"], strings["title"], strings["content"], strings["priority"], strings["hash"],
+        strings["problem"], strings["tags"], when["created"], when["updated"], when["accessed"],
+        numbers["importance"], numbers["mtime_ns"], numbers["size"], numbers["flags"],
+        strict=True,
+    )  # fmt: skip
+    return [
+        Memory(
+            id=id,
+            title=title,
+            content=content,
+            priority=priority,
+            created_at=created,
+            updated_at=updated,
+            last_accessed_at=accessed,
+            tags=tuple(json.loads(tags)) if tags else (),
+            importance=None if importance != importance else importance,
+            archived=archived,
+            has_frontmatter=bool(flags & _HAS_FRONTMATTER),
+            problem=problem if flags & _HAS_PROBLEM else None,
+            conflicted=bool(flags & _CONFLICTED),
+            mtime_ns=mtime_ns,
+            size=size,
+            hash=hash,
+        )
+        for id, title, content, priority, hash, problem, tags, created, updated, accessed, importance, mtime_ns, size, flags in rows  # noqa: E501
+    ]

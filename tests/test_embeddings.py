@@ -24,12 +24,16 @@ from memvault.embeddings import (
     check_spec,
     embed_text,
     load_embedder,
+    TokenVectors,
     normalise_rows,
+    quantize,
     text_hash,
 )
 from memvault.errors import InvalidArgument
 from memvault.sidecar import Sidecar
 from memvault.store import Store
+from memvault.topics import matvec
+from memvault.vault import Memory
 
 pytestmark = [
     pytest.mark.anyio,
@@ -395,3 +399,48 @@ def test_the_worker_waits_while_a_token_loads(tmp_path: Path):
     assert embeddings.wait_idle(timeout=20)
     assert vectors.pending == 0
     embeddings.close()
+
+
+# ---------------------------------------------------------------------------- int8 vectors
+
+
+def test_quantized_vectors_keep_dot_products_within_one_percent():
+    rng = np.random.default_rng(7)
+    vectors = normalise_rows(rng.normal(size=(300, 512)))
+    query = normalise_rows(rng.normal(size=(1, 512)))[0]
+    tv = TokenVectors()
+    for i in range(300):
+        tv.changed(Memory(id=f"m{i}.md", title="t", content=f"c{i}"))
+    work, _ = tv.take(1000)
+    tv.install("hash-512", [(w, "h", vectors[int(w.key[1:-3])]) for w in work])
+    view = tv.snapshot()
+    assert view.matrix is not None and view.matrix.dtype == np.int8
+    exact = np.array([vectors[int(k[1:-3])] @ query for k in view.keys if k])
+    got = view.similarity(query, len(exact))
+    assert got is not None
+    assert np.abs(got - exact).max() < 0.01 * np.abs(exact).max()
+    rows = np.array([view.rows["m5.md"], view.rows["m9.md"]])
+    back = view.vectors(rows)
+    assert back is not None and np.abs(back - vectors[[5, 9]]).max() < 0.01
+
+
+def test_rows_without_a_vector_score_zero_and_a_zero_vector_quantizes_to_zero():
+    q, scale = quantize(np.zeros(8, dtype=np.float32))
+    assert not q.any() and scale == 0
+    tv = TokenVectors()
+    tv.changed(Memory(id="a.md", title="t", content="a"))
+    tv.changed(Memory(id="b.md", title="t", content="b"))
+    work, _ = tv.take(1)
+    tv.install("hash-16", [(work[0], "h", normalise_rows(np.ones((1, 16)))[0])])
+    view = tv.snapshot()
+    got = view.similarity(normalise_rows(np.ones((1, 16)))[0], 2)
+    assert got is not None
+    assert sorted(got.round(3).tolist()) == [0.0, 1.0]
+    assert view.similarity(np.ones(8, dtype=np.float32), 2) is None  # another dimension
+
+
+def test_matvec_of_an_int8_matrix_equals_the_float_product():
+    rng = np.random.default_rng(3)
+    matrix = rng.integers(-127, 128, size=(2000, 96)).astype(np.int8)
+    vector = rng.normal(size=96).astype(np.float32)
+    assert np.allclose(matvec(matrix, vector), matrix.astype(np.float32) @ vector, rtol=1e-5, atol=1e-3)

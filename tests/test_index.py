@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -454,3 +455,40 @@ def test_memories_stay_searchable_across_batched_posting_flushes(monkeypatch: py
     assert found(ix, "w7q") == ["n7.md"]
     assert found(ix, "w5q") == []
     assert sorted(found(ix, "replaced")) == sorted(f"n{i}.md" for i in range(0, 40, 3))
+
+
+def _results(ix: Index, queries: list[str]) -> list[list[tuple[str, float, bool]]]:
+    return [[(h.id, round(h.score, 6), h.matched_all) for h in ix.search(q)[0]] for q in queries]
+
+
+def test_snapshot_round_trip_answers_every_query_the_same(index: Index) -> None:
+    index.upsert("cjk.md", title="東京の会議", body="東京で会議 and café", tags=["日本"])
+    index.upsert("gone.md", title="Gone", body="temporary words")
+    index.remove("gone.md")  # a freed document number and freed terms
+    restored = Index.from_snapshot(index.snapshot().arrays())
+    queries = ["migration", "kubernets", "deploy", "東京", "会", "café", "starter bake", "temporary", "alice rust"]
+    assert _results(restored, queries) == _results(index, queries)
+    assert sorted(restored.ids()) == sorted(index.ids())
+    restored.upsert("new.md", title="New", body="postgres again")  # the restored index stays writable
+    assert sorted(found(restored, "postgres")) == ["new.md", "projects/deploy-notes.md"]
+
+
+def test_a_snapshot_taken_before_changes_keeps_the_old_state(index: Index) -> None:
+    frozen = index.snapshot()
+    index.upsert("people/alice.md", title="Alice", body="now only gardening")
+    index.remove("recipes/bread.md")
+    restored = Index.from_snapshot(frozen.arrays())
+    assert found(restored, "kubernetes") == ["people/alice.md"]
+    assert found(restored, "sourdough") == ["recipes/bread.md"]
+    assert found(restored, "gardening") == []
+
+
+def test_a_snapshot_with_terms_out_of_range_is_refused(index: Index) -> None:
+    arrays = index.snapshot().arrays()
+    arrays["doc_terms"] = arrays["doc_terms"] | np.uint32(0xFFFF00)
+    with pytest.raises(ValueError, match="unknown terms"):
+        Index.from_snapshot(arrays)
+    arrays = index.snapshot().arrays()
+    arrays["dl"] = arrays["dl"][:-1]
+    with pytest.raises(ValueError, match="inconsistent"):
+        Index.from_snapshot(arrays)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -25,6 +26,8 @@ from memvault.vault import (
     check_id,
     format_time,
     from_cache,
+    memories_from_columns,
+    memories_to_columns,
     parse_memory,
     render_new,
     rewrite,
@@ -1220,6 +1223,28 @@ def test_the_parse_cache_gives_back_what_parsing_gave(text: str, mtime_ns: int) 
     )
     assert cached is not None
     assert without_meta(cached) == without_meta(parsed)
+    # The index snapshot's columns give back the same, next to a memory with every optional field set.
+    other = parse_memory(b"---\nimportance: 0.7\ntags: [a, b]\nlastAccessedAt: 2026-03-01\n---\n# O\n\nx", "o.md")
+    columns = memories_to_columns([parsed, other])
+    back = memories_from_columns(columns, archived=True)
+    assert [without_meta(m) for m in back] == [without_meta(parsed), without_meta(dataclasses.replace(other, archived=True))]
+
+
+def test_snapshot_columns_from_another_parser_version_are_refused() -> None:
+    columns = memories_to_columns([parse_memory(b"# T\n\nbody", "t.md")])
+    columns["version"] = columns["version"] + 1
+    with pytest.raises(ValueError, match="parser version"):
+        memories_from_columns(columns, archived=False)
+    columns = memories_to_columns([parse_memory(b"# T\n\nbody", "t.md")])
+    columns["size"] = columns["size"][:0]
+    with pytest.raises(ValueError, match="length"):
+        memories_from_columns(columns, archived=False)
+
+
+def test_the_store_does_not_keep_the_frontmatter_mapping() -> None:
+    raw = b"---\nsource: web\n---\n# T\n\nbody"
+    assert parse_memory(raw, "t.md").meta == {"source": "web"}
+    assert parse_memory(raw, "t.md", keep_meta=False).meta == {}
 
 
 @pytest.mark.parametrize("junk", ["", "[]", "not json", "[1, 2, 3]", '{"a": 1}', "null"])
