@@ -7,13 +7,14 @@ parsing the same strings out of a JSON document costs, and without the JSON text
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import accumulate, pairwise
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["pack_strings", "unpack_strings"]
+__all__ = ["pack_strings", "prefixed", "unpack_strings"]
 
 
 def pack_strings(values: Sequence[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
@@ -31,3 +32,8 @@ def unpack_strings(blob: npt.NDArray[np.uint8], lengths: npt.NDArray[np.int64]) 
         raise ValueError("string column is inconsistent")
     bounds = [0, *accumulate(counts.tolist())]
     return [text[a:b] for a, b in pairwise(bounds)]
+
+
+def prefixed(data: Mapping[str, npt.NDArray[Any]], prefix: str) -> dict[str, npt.NDArray[Any]]:
+    """The arrays of ``data`` whose names start with ``prefix``, under the rest of their names."""
+    return {key[len(prefix) :]: data[key] for key in data if key.startswith(prefix)}

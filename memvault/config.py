@@ -45,6 +45,7 @@ class Settings:
     watch: bool = True
     poll_interval_seconds: float = 2.0
     max_loaded_tokens: int = 100
+    load_processes: int | None = None  # None: one per CPU, at most 4 (see loader.helpers_for)
     tools: tuple[str, ...] = TOOL_GROUPS
     graph_max_path_len: int = 4
     graph_entries_per_term: int = 5
@@ -93,6 +94,8 @@ class Settings:
         for name in ("graph_entries_per_term", "graph_max_results"):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"MEMVAULT_{name.upper()} must be at least 1.")
+        if self.load_processes is not None and self.load_processes < 0:
+            raise InvalidArgument("MEMVAULT_LOAD_PROCESSES must be auto, 0 (no helpers) or more.")
         if self.graph_max_path_len < 0:
             raise InvalidArgument("MEMVAULT_GRAPH_MAX_PATH_LEN must be 0 (no connecting paths) or more.")
         if not 0 < self.port < 65536:
@@ -165,6 +168,12 @@ SETTINGS: dict[str, Setting] = {
     "max_loaded_tokens": Setting(
         "MEMVAULT_MAX_LOADED_TOKENS", "100", "Most token indexes kept in memory; the least recently used unload."
     ),
+    "load_processes": Setting(
+        "MEMVAULT_LOAD_PROCESSES",
+        "auto",
+        "Helper processes that read and index a token of 20,000+ files without a snapshot, in parallel; "
+        "`auto`: one per CPU (at most 4, none on one CPU); 0: always in the server process.",
+    ),
     "tools": Setting(
         "MEMVAULT_TOOLS", "memories,recall,sessions,graph", "Tool groups to offer, comma-separated."
     ),
@@ -226,4 +235,11 @@ def _parse(name: str, env: str, raw: str) -> Any:
         return Path(raw).expanduser()
     if name == "log_level":
         return raw.strip().lower()
+    if name == "load_processes":
+        if raw.strip().lower() == "auto":
+            return None
+        try:
+            return int(raw)
+        except ValueError:
+            raise InvalidArgument(f"{env} must be a number or auto, not {raw!r}.") from None
     return raw.strip()

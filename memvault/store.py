@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 from filelock import FileLock
 
-from memvault import eviction
+from memvault import eviction, loader
+from memvault.columns import prefixed
 from memvault.config import Settings
 from memvault.embeddings import Embeddings, TokenVectors
 from memvault.embeddings import from_settings as embeddings_from_settings
@@ -119,6 +120,7 @@ class TokenState:
         self.evicting = False
         self.last_used = 0.0
         self.snapshot_stale = False
+        self.snapshot_parts: dict[str, npt.NDArray[Any]] | None = None  # a snapshot ready to write
 
     @property
     def dir(self) -> Path:
@@ -189,6 +191,7 @@ class Store:
             with state.mem_lock:
                 state.hot, state.archive = Area(), Area()
                 state.loaded = False
+                state.snapshot_parts = None
             state.vectors.clear()
             self.unloads += 1
 
@@ -202,6 +205,7 @@ class Store:
             sidecar.delete_file_stats(list(sidecar.file_stats()))
             with state.mem_lock:
                 state.loaded = False
+                state.snapshot_parts = None
             self._snapshot_path(state).unlink(missing_ok=True)
             self._load(state, progress)
         return len(state.hot.memories) + len(state.archive.memories)
@@ -226,29 +230,46 @@ class Store:
         if state.dir.is_dir():
             sidecar = state.ensure_sidecar()
             cache = sidecar.file_stats()
-            refreshed: list[Memory] = []
+            ready: list[Memory] = []  # from the parse cache
+            todo: list[tuple[str, bool, FileStat | None]] = []  # to read (and parse unless unchanged)
             seen: set[str] = set()
             for id, archived, st in state.vault.scan():
                 key = f"{ARCHIVE}/{id}" if archived else id
                 seen.add(key)
                 cached = cache.get(key)
-                memory = None
                 if cached is not None and cached.parsed and (cached.mtime_ns, cached.size) == (st.st_mtime_ns, st.st_size):
                     memory = from_cache(
                         cached.parsed, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size, hash=cached.hash
                     )
-                if memory is None:
-                    memory = self._read_file(state, id, archived, cached)
-                    if memory is None:
+                    if memory is not None:
+                        ready.append(memory)
                         continue
-                    refreshed.append(memory)
-                (archive if archived else hot).put(memory)
+                todo.append((id, archived, cached))
+            helpers = loader.helpers_for(len(todo), self.settings.load_processes)
+            parts = loader.load_in_helpers(state.dir, [(i, a) for i, a, _ in todo], helpers) if helpers else None
+            if parts is not None:
+                self.parses += sum(int(part.pop("parsed")[0]) for part in parts)
+                merged = loader.merge_parts([*parts, loader.build_part(ready)])
+                del parts
+                hot, archive = _areas_from(merged)
+                state.snapshot_parts = merged  # what save_snapshot would encode; written in the background
                 if progress is not None:
-                    progress(1)
-            if len(seen) < SNAPSHOT_MIN:
-                # Large vaults restart from the snapshot written after this load instead; serialising
-                # 100,000 parses into SQLite as well would add seconds to a cold start.
-                sidecar.put_file_stats([_file_stat(m) for m in refreshed])
+                    progress(len(ready) + len(todo))
+            else:
+                refreshed: list[Memory] = []
+                for memory in ready:
+                    (archive if memory.archived else hot).put(memory)
+                for id, archived, cached in todo:
+                    read = self._read_file(state, id, archived, cached)
+                    if read is not None:
+                        refreshed.append(read)
+                        (archive if archived else hot).put(read)
+                if progress is not None:
+                    progress(len(ready) + len(todo))
+                if len(seen) < SNAPSHOT_MIN:
+                    # Large vaults restart from the snapshot written after this load instead; serialising
+                    # 100,000 parses into SQLite as well would add seconds to a cold start.
+                    sidecar.put_file_stats([_file_stat(m) for m in refreshed])
             sidecar.delete_file_stats([key for key in cache if key not in seen])
         with state.mem_lock:
             state.hot, state.archive = hot, archive
@@ -280,18 +301,10 @@ class Store:
             with np.load(path, allow_pickle=False) as data:
                 if data["version"].tolist() != [SNAPSHOT_VERSION]:
                     raise ValueError("snapshot version")
-                areas = []
-                for name, archived in (("hot", False), ("archive", True)):
-                    index = Index.from_snapshot(_prefixed(data, f"{name}.index."))
-                    memories = memories_from_columns(_prefixed(data, f"{name}.memories."), archived=archived)
-                    area = Area({m.id: m for m in memories}, index)
-                    if len(area.memories) != len(index) or any(id not in index for id in area.memories):
-                        raise ValueError("snapshot memories and index differ")
-                    areas.append(area)
+                return _areas_from(data)
         except (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile) as exc:
             log.warning("index snapshot not usable (%s); reading the files instead", type(exc).__name__)
             return None
-        return areas[0], areas[1]
 
     def save_snapshot(self, state: TokenState) -> None:
         """Write the token's snapshot (worker thread). Atomic; a failure only costs restart time.
@@ -304,12 +317,18 @@ class Store:
             frozen = [(name, area.index.snapshot(), list(area.memories.values()))
                       for name, area in (("hot", state.hot), ("archive", state.archive))]  # fmt: skip
             state.snapshot_stale = False
+            ready, state.snapshot_parts = state.snapshot_parts, None
+        # Parts merged from loader processes are the same data: a restart's rescan catches up
+        # with whatever changed since they were read, as with any snapshot.
         parts: dict[str, npt.NDArray[Any]] = {"version": np.array([SNAPSHOT_VERSION], dtype=np.int64)}
-        for name, index, memories in frozen:
-            parts.update({f"{name}.index.{key}": value for key, value in index.arrays().items()})
-            columns = memories_to_columns(memories)
-            parts.update({f"{name}.memories.{key}": value for key, value in columns.items()})
-        del frozen
+        if ready is not None:
+            parts.update(ready)
+        else:
+            for name, index, memories in frozen:
+                parts.update({f"{name}.index.{key}": value for key, value in index.arrays().items()})
+                columns = memories_to_columns(memories)
+                parts.update({f"{name}.memories.{key}": value for key, value in columns.items()})
+        del frozen, ready
         path = self._snapshot_path(state)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
         try:
@@ -328,13 +347,10 @@ class Store:
         self, state: TokenState, id: str, archived: bool, previous: Memory | FileStat | None = None
     ) -> Memory | None:
         """Read one file; parse it unless its bytes equal the previous parse (git touches mtimes)."""
-        path = state.vault.area(archived) / id
-        try:
-            with open(path, "rb") as handle:
-                st = os.fstat(handle.fileno())
-                raw = handle.read()
-        except OSError:
+        read = state.vault.read_scanned(id, archived)
+        if read is None:
             return None
+        raw, st = read
         if previous is not None and previous.size == len(raw) and previous.hash == content_hash(raw):
             if isinstance(previous, Memory):
                 return dataclasses.replace(previous, mtime_ns=st.st_mtime_ns, size=st.st_size)
@@ -961,9 +977,18 @@ class _InThread(Generic[T]):
         return cast("T", value)
 
 
-def _prefixed(data: Mapping[str, npt.NDArray[Any]], prefix: str) -> dict[str, npt.NDArray[Any]]:
-    """The arrays of ``data`` whose names start with ``prefix``, under the rest of their names."""
-    return {key[len(prefix) :]: data[key] for key in data if key.startswith(prefix)}
+def _areas_from(data: Mapping[str, npt.NDArray[Any]]) -> tuple[Area, Area]:
+    """Hot and archive areas from arrays in the snapshot's format. Raises ValueError (or KeyError,
+    TypeError, IndexError) if they do not fit together."""
+    areas = []
+    for name, archived in (("hot", False), ("archive", True)):
+        index = Index.from_snapshot(prefixed(data, f"{name}.index."))
+        memories = memories_from_columns(prefixed(data, f"{name}.memories."), archived=archived)
+        area = Area({m.id: m for m in memories}, index)
+        if len(area.memories) != len(index) or any(id not in index for id in area.memories):
+            raise ValueError("snapshot memories and index differ")
+        areas.append(area)
+    return areas[0], areas[1]
 
 
 def _file_stat(memory: Memory) -> FileStat:

@@ -652,6 +652,15 @@ class Vault:
             raise NotFound(check_id(id), archived=archived) from None
         return parse_memory(raw, check_id(id), archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size)
 
+    def read_scanned(self, id: str, archived: bool) -> tuple[bytes, os.stat_result] | None:
+        """Bytes and stat of a file ``scan`` listed (no name checks: the scan made them); None if
+        it cannot be read now."""
+        try:
+            with open(self.area(archived) / id, "rb") as handle:
+                return handle.read(), os.fstat(handle.fileno())
+        except OSError:
+            return None
+
     def read_raw(self, id: str, *, archived: bool = False) -> tuple[bytes, os.stat_result]:
         path = self.path_of(id, archived=archived)
         try:

@@ -80,6 +80,7 @@ SAMPLES = {
     "log_level": ("Warning", "warning"),
     "host": ("::1", "::1"),
     "embedder": ("openai", "openai"),
+    "load_processes": (" 3 ", 3),
 }
 
 
@@ -245,3 +246,11 @@ def test_every_setting_is_documented_in_the_readme_configuration_table() -> None
     documented = set(re.findall(r"MEMVAULT_[A-Z0-9_]+", "\n".join(table_rows)))
     missing = sorted(spec.env for spec in SETTINGS.values() if spec.env not in documented)
     assert not missing, f"settings missing from README.md's configuration table: {missing}"
+
+
+def test_load_processes_is_auto_or_a_count() -> None:
+    assert Settings.from_env({"MEMVAULT_LOAD_PROCESSES": "Auto"}).load_processes is None
+    assert Settings.from_env({"MEMVAULT_LOAD_PROCESSES": "0"}).load_processes == 0
+    for bad in ("-1", "many"):
+        with pytest.raises(InvalidArgument, match="MEMVAULT_LOAD_PROCESSES"):
+            Settings.from_env({"MEMVAULT_LOAD_PROCESSES": bad})

@@ -1,0 +1,179 @@
+"""Cold loads of large tokens in helper processes, so that parsing and indexing use every core.
+
+A token with no usable snapshot must read, parse and index every file: about 10 s of Python
+for 100,000 memories, all under one GIL. Above ``PARALLEL_MIN`` files the store splits the
+list and starts one helper per share (``python -m memvault.loader``, a fresh interpreter: no
+fork of a threaded server). Each helper reads its files, parses them and indexes them exactly
+as the store would, and writes back its part in the index snapshot's format (numpy arrays,
+never pickle). The store merges the parts (``merge_parts``) and restores the areas from them
+as from a snapshot. A helper that cannot start or fails costs only time: the store then loads
+those files itself.
+
+Protocol: a JSON request on stdin, ``{"dir": <token folder>, "files": [[id, archived], ...]}``;
+an ``.npz`` on stdout; exit status 0. Anything else is a failure.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memvault.columns import pack_strings, prefixed, unpack_strings
+from memvault.index import Index
+from memvault.vault import Memory, Vault, memories_to_columns, parse_memory
+
+__all__ = ["PARALLEL_MIN", "build_part", "helpers_for", "load_in_helpers", "merge_parts", "read_and_parse"]
+
+log = logging.getLogger("memvault")
+
+PARALLEL_MIN = 20_000  # files to parse before helpers pay for their start (~0.3 s each)
+MAX_HELPERS = 4
+AREAS = (("hot", False), ("archive", True))
+
+Arrays = dict[str, npt.NDArray[Any]]
+
+
+def helpers_for(files: int, setting: int | None) -> int:
+    """How many helpers to start for ``files`` files to parse (``setting``: None means one per
+    CPU this process may use, at most MAX_HELPERS, and none on a single CPU)."""
+    if files < PARALLEL_MIN:
+        return 0
+    if setting is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        setting = min(MAX_HELPERS, cpus) if cpus > 1 else 0
+    return max(0, min(setting, files // (PARALLEL_MIN // 4)))
+
+
+def read_and_parse(vault: Vault, id: str, archived: bool) -> Memory | None:
+    """One file as the store reads it (None if it cannot be read)."""
+    read = vault.read_scanned(id, archived)
+    if read is None:
+        return None
+    raw, st = read
+    return parse_memory(raw, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size, keep_meta=False)
+
+
+def build_part(memories: Iterable[Memory]) -> Arrays:
+    """Memories indexed and encoded in the snapshot's format (``hot.index.*``, ``hot.memories.*``, ...)."""
+    by_area: dict[bool, list[Memory]] = {False: [], True: []}
+    for memory in memories:
+        by_area[memory.archived].append(memory)
+    out: Arrays = {}
+    for name, archived in AREAS:
+        index = Index()
+        for m in by_area[archived]:
+            index.upsert(m.id, title=m.title, body=m.content, tags=m.tags)
+        out.update({f"{name}.index.{key}": value for key, value in index.snapshot().arrays().items()})
+        columns = memories_to_columns(by_area[archived])
+        out.update({f"{name}.memories.{key}": value for key, value in columns.items()})
+    return out
+
+
+def merge_parts(parts: Sequence[Mapping[str, npt.NDArray[Any]]]) -> Arrays:
+    """One part from several (disjoint memories): columns are concatenated, and each part's term
+    ids are mapped into one vocabulary."""
+    if not parts:
+        return build_part(())
+    out: Arrays = {}
+    for name, _ in AREAS:
+        out.update(_merge_index([prefixed(p, f"{name}.index.") for p in parts], f"{name}.index."))
+        memories = [prefixed(p, f"{name}.memories.") for p in parts]
+        for key in memories[0]:
+            if key == "version":
+                if any(m[key].tolist() != memories[0][key].tolist() for m in memories):
+                    raise ValueError("parts from different parser versions")
+                out[f"{name}.memories.{key}"] = memories[0][key]
+            else:
+                out[f"{name}.memories.{key}"] = np.concatenate([m[key] for m in memories])
+    return out
+
+
+def _merge_index(parts: Sequence[Mapping[str, npt.NDArray[Any]]], prefix: str) -> Arrays:
+    terms: list[str] = []
+    termid: dict[str, int] = {}
+    doc_terms = []
+    for part in parts:
+        mapping = np.zeros(max(1, len(part["terms.len"])), dtype=np.uint32)
+        for i, term in enumerate(unpack_strings(part["terms.blob"], part["terms.len"])):
+            if term:  # "" is a freed id, which no document refers to
+                tid = termid.get(term)
+                if tid is None:
+                    tid = termid[term] = len(terms)
+                    terms.append(term)
+                mapping[i] = tid
+        flat = np.asarray(part["doc_terms"], dtype=np.uint32)
+        doc_terms.append((mapping[flat >> 8] << np.uint32(8)) | (flat & np.uint32(0xFF)))
+    out = {key: np.concatenate([p[key] for p in parts]) for key in ("ids.blob", "ids.len", "titles.blob",
+                                                                    "titles.len", "dl", "doc_term_counts")}  # fmt: skip
+    out["doc_terms"] = np.concatenate(doc_terms).astype(np.uint32)
+    out["terms.blob"], out["terms.len"] = pack_strings(terms)
+    return {prefix + key: value for key, value in out.items()}
+
+
+# ---------------------------------------------------------------------------- the store's side
+
+
+def load_in_helpers(token_dir: Path, files: Sequence[tuple[str, bool]], helpers: int) -> list[Arrays] | None:
+    """``files`` read, parsed and indexed by ``helpers`` processes; None if any of them failed."""
+    n = len(files)
+    shares = [files[i * n // helpers : (i + 1) * n // helpers] for i in range(helpers)]
+    with ThreadPoolExecutor(max_workers=helpers, thread_name_prefix="memvault-loader") as pool:
+        results = list(pool.map(lambda share: _run_helper(token_dir, share), shares))
+    if any(r is None for r in results):
+        return None
+    return [r for r in results if r is not None]
+
+
+def _run_helper(token_dir: Path, files: Sequence[tuple[str, bool]]) -> Arrays | None:
+    request = json.dumps({"dir": str(token_dir), "files": [[id, archived] for id, archived in files]})
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "memvault.loader"],
+            input=request.encode("utf-8"),
+            capture_output=True,
+            check=False,
+        )
+    except OSError as exc:
+        log.warning("could not start a loader process (%s); loading in this process", type(exc).__name__)
+        return None
+    if done.returncode != 0:
+        last = (done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"])[-1]
+        log.warning("a loader process failed (exit %s: %s); loading in this process", done.returncode, last)
+        return None
+    try:
+        with np.load(io.BytesIO(done.stdout), allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (OSError, ValueError) as exc:
+        log.warning("a loader process gave unreadable output (%s); loading in this process", type(exc).__name__)
+        return None
+
+
+# ---------------------------------------------------------------------------- the helper's side
+
+
+def main() -> int:
+    request = json.loads(sys.stdin.buffer.read())
+    vault = Vault(Path(request["dir"]))
+    memories = [read_and_parse(vault, id, bool(archived)) for id, archived in request["files"]]
+    part = build_part(m for m in memories if m is not None)
+    part["parsed"] = np.array([sum(1 for m in memories if m is not None)], dtype=np.int64)
+    out = io.BytesIO()
+    np.savez(out, **part)
+    sys.stdout.buffer.write(out.getbuffer())
+    sys.stdout.buffer.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
