@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from memvault import topics
+from memvault import heap, topics
 from memvault.errors import InvalidArgument
 from memvault.index import tokenize
 
@@ -46,6 +46,7 @@ DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 HASH_DIM = 512
 MAX_EMBED_CHARS = 8000  # models see at most this much of a memory (title and tags first)
 BATCH = 64
+RELEASE_AFTER = 1000  # memories handled before the worker, once idle, releases free heap memory
 WORKER_DUTY_PAUSE = 1.0  # after each batch the worker rests as long as the batch took
 RECENT_DROPS = 1024  # vectors of dropped memories kept for a moment, for moves
 
@@ -645,6 +646,7 @@ class Embeddings:
         self._busy = False
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._worked = 0  # memories taken since the heap was last released (see heap)
         self.embedded = 0  # texts embedded by the model (not reused from the sidecar); tests count them
         # Which memories count as written together, for the topic model (recall sets the same).
         self.context_depth = 1
@@ -780,6 +782,9 @@ class Embeddings:
             return
         failures = 0
         while True:
+            if self._worked >= RELEASE_AFTER and not any(v.has_work for v in list(self._tokens)):
+                heap.release()  # a backlog or a topic fit is done: give its free memory back
+                self._worked = 0
             with self._cond:
                 while not self._closed and (self._holds or not any(v.has_work for v in self._tokens)):
                     self._busy = False
@@ -810,9 +815,11 @@ class Embeddings:
 
     def _step(self, embedder: Embedder, vectors: TokenVectors) -> None:
         work, removed = vectors.take(BATCH)
+        self._worked += len(work)
         if not work and not removed:
             if vectors.topics_due:
                 vectors.fit_topics(self.context_depth, self.context_gap)
+                self._worked += RELEASE_AFTER
             return
         sidecar = vectors.sidecar()
         name = embedder.name

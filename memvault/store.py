@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from filelock import FileLock
 
-from memvault import eviction, loader
+from memvault import eviction, heap, loader
 from memvault.columns import prefixed
 from memvault.config import Settings
 from memvault.embeddings import Embeddings, TokenVectors
@@ -173,6 +173,8 @@ class Store:
                     self._unload_idle()
                     if state.snapshot_stale:
                         self._in_background(anyio.to_thread.run_sync(self.save_snapshot, state))
+                    elif len(state.hot.memories) + len(state.archive.memories) >= SNAPSHOT_MIN:
+                        self._in_background(anyio.to_thread.run_sync(heap.release))  # the load's garbage
         return state
 
     def _unload_idle(self) -> None:
@@ -194,6 +196,7 @@ class Store:
                 state.snapshot_parts = None
             state.vectors.clear()
             self.unloads += 1
+            self._in_background(anyio.to_thread.run_sync(heap.release))
 
     def reindex(self, token: str, progress: Callable[[int], None] | None = None) -> int:
         """Rebuild a token's derived state from its files (worker thread or CLI). Returns files read."""
@@ -342,6 +345,8 @@ class Store:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            del parts
+            heap.release()  # the encoding's and, after a cold load, the load's garbage
 
     def _read_file(
         self, state: TokenState, id: str, archived: bool, previous: Memory | FileStat | None = None

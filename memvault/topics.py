@@ -29,7 +29,7 @@ OVERSAMPLE = 32
 POWER_ITERATIONS = 2
 NEIGHBOUR_SHARE = 0.5  # of the terms of the memory written just before and just after
 MAX_DF_SHARE = 0.5  # terms in more than this share of memories carry no topic
-CHUNK = 200_000  # non-zeros per step of a sparse product (bounds temporary memory)
+CHUNK = 32_768  # non-zeros per step of a sparse product (bounds temporary memory: 12 MB at k=64)
 SEED = 20240607
 
 FloatMatrix = npt.NDArray[np.float32]
@@ -99,7 +99,8 @@ class Model:
     column: npt.NDArray[np.int64]  # vocabulary id -> column, -1 if not a topic word
     idf: FloatMatrix  # by column
     terms: FloatMatrix  # columns x k
-    memories: FloatMatrix  # rows x k, unit rows (zero where a memory had no topic words)
+    memories: FloatMatrix  # fitted rows x k, unit rows (zero where a memory had no topic words)
+    rows: npt.NDArray[np.int64]  # fitted row -> row
     keys: list[str | None]  # the row -> memory mapping at fitting time
 
     def scores(self, query: str) -> FloatMatrix | None:
@@ -118,7 +119,9 @@ class Model:
         norm = float(np.linalg.norm(vector))
         if norm == 0.0:
             return None
-        return matvec(self.memories, vector / norm)
+        out = np.zeros(len(self.keys), dtype=np.float32)
+        out[self.rows] = matvec(self.memories, vector / norm)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,37 +230,60 @@ def fit(
     if len(live) < MIN_MEMORIES:
         return None
     size = len(vocabulary.ids)
-    df = np.bincount(np.concatenate([rows[i][0] for i in live]), minlength=size)  # type: ignore[index]
-    useful = (df >= 2) & (df <= MAX_DF_SHARE * len(live))
+    # Every fitted row's words as flat arrays: row p of the matrix is rows[live[p]]. Rows without
+    # words are left out: they would be zero rows that change nothing but size every temporary.
+    fitted = len(live)
+    lengths = np.fromiter((rows[i][0].size for i in live), dtype=np.int64, count=fitted)  # type: ignore[index]
+    starts = np.zeros(fitted + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    words = np.concatenate([rows[i][0] for i in live])  # type: ignore[index]
+    tf = np.concatenate([rows[i][1] for i in live])  # type: ignore[index]
+    df = np.bincount(words, minlength=size)
+    useful = (df >= 2) & (df <= MAX_DF_SHARE * fitted)
     width = int(useful.sum())
-    k = min(dimensions, len(live) - 1, width - 1)
+    k = min(dimensions, fitted - 1, width - 1)
     if k < 2:
         return None
     column = np.full(size, -1, dtype=np.int64)
     column[useful] = np.arange(width)
-    idf = np.log((len(live) + 1) / (df[useful] + 0.5)).astype(np.float32)
+    idf = np.log((fitted + 1) / (df[useful] + 0.5)).astype(np.float32)
 
-    # Triplets (row, column, weight): each row's own words, plus a share of its neighbours'.
+    # Triplets (fitted row, column, weight): each row's own words, plus a share of the words of
+    # its neighbours in creation order (when they are fitted too).
+    position = np.full(n + 1, -1, dtype=np.int64)  # row -> fitted row; n (no neighbour) -> -1
+    position[np.asarray(live, dtype=np.int64)] = np.arange(fitted)
+    live_rows = np.asarray(live, dtype=np.int64)
     parts_row, parts_col, parts_w = [], [], []
-    for i in live:
-        for j, share in ((i, 1.0), (int(before[i]), NEIGHBOUR_SHARE), (int(after[i]), NEIGHBOUR_SHARE)):
-            terms = rows[j] if j < n else None
-            if terms is None or not terms[0].size:
-                continue
-            cols = column[terms[0]]
-            keep = cols >= 0
-            parts_row.append(np.full(int(keep.sum()), i, dtype=np.int64))
-            parts_col.append(cols[keep])
-            parts_w.append(terms[1][keep] * np.float32(share))
-    if not parts_row:
-        return None
+    sources = ((live_rows, 1.0), (before[live_rows], NEIGHBOUR_SHARE), (after[live_rows], NEIGHBOUR_SHARE))
+    for neighbours, share in sources:
+        source = position[np.minimum(neighbours, n)]  # the neighbour's fitted row, or -1
+        has = source >= 0
+        target = np.flatnonzero(has)
+        source = source[has]
+        span = lengths[source]
+        # Positions of the sources' words in the flat arrays (a ragged gather).
+        at = np.repeat(starts[source] - np.cumsum(span) + span, span) + np.arange(int(span.sum()))
+        cols = column[words[at]]
+        keep = cols >= 0
+        parts_row.append(np.repeat(target, span)[keep])
+        parts_col.append(cols[keep])
+        parts_w.append(tf[at][keep] * np.float32(share))
+    del words, tf
     key = np.concatenate(parts_row) * width + np.concatenate(parts_col)
+    weights = np.concatenate(parts_w)
+    del parts_row, parts_col, parts_w
+    if not key.size:
+        return None
     unique, inverse = np.unique(key, return_inverse=True)
-    weight = np.bincount(inverse, weights=np.concatenate(parts_w)).astype(np.float32)
+    del key
+    weight = np.bincount(inverse, weights=weights).astype(np.float32)
+    del inverse, weights
     row_of, col_of = unique // width, unique % width
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row_of, minlength=n), out=indptr[1:])
-    matrix = _Csr(indptr, col_of, weight * idf[col_of], (n, width))
+    del unique
+    indptr = np.zeros(fitted + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_of, minlength=fitted), out=indptr[1:])
+    matrix = _Csr(indptr, col_of, weight * idf[col_of], (fitted, width))
+    del row_of, weight
 
     transposed = matrix.transpose()
     rng = np.random.default_rng(SEED)
@@ -270,4 +296,4 @@ def fit(
     memories = matrix.dot(terms_k)
     norms = np.linalg.norm(memories, axis=1, keepdims=True)
     memories = np.divide(memories, norms, out=np.zeros_like(memories), where=norms > 0)
-    return Model(vocabulary, column, idf, terms_k, memories, list(keys))
+    return Model(vocabulary, column, idf, terms_k, memories, np.asarray(live, dtype=np.int64), list(keys))
