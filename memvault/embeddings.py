@@ -819,7 +819,7 @@ class Embeddings:
         if not work and not removed:
             if vectors.topics_due:
                 vectors.fit_topics(self.context_depth, self.context_gap)
-                self._worked += RELEASE_AFTER
+                heap.release()  # now, before the duty-cycle pause: a fit's garbage is large
             return
         sidecar = vectors.sidecar()
         name = embedder.name
