@@ -210,7 +210,8 @@ def _orthonormal(block: FloatMatrix) -> FloatMatrix:
         gram = q.T @ q
         gram[np.diag_indices_from(gram)] += 1e-10 * max(1.0, float(np.trace(gram)))
         lower = np.linalg.cholesky(gram)
-        q = np.linalg.solve(lower, q.T).T
+        # q @ inv(L).T: one product into a new block, where solve() would copy q twice over.
+        q = q @ np.linalg.inv(lower).T
     return q.astype(np.float32)
 
 
@@ -250,40 +251,40 @@ def fit(
 
     # Triplets (fitted row, column, weight): each row's own words, plus a share of the words of
     # its neighbours in creation order (when they are fitted too).
-    position = np.full(n + 1, -1, dtype=np.int64)  # row -> fitted row; n (no neighbour) -> -1
-    position[np.asarray(live, dtype=np.int64)] = np.arange(fitted)
+    position = np.full(n + 1, -1, dtype=np.int32)  # row -> fitted row; n (no neighbour) -> -1
     live_rows = np.asarray(live, dtype=np.int64)
+    position[live_rows] = np.arange(fitted, dtype=np.int32)
     parts_row, parts_col, parts_w = [], [], []
     sources = ((live_rows, 1.0), (before[live_rows], NEIGHBOUR_SHARE), (after[live_rows], NEIGHBOUR_SHARE))
     for neighbours, share in sources:
         source = position[np.minimum(neighbours, n)]  # the neighbour's fitted row, or -1
-        has = source >= 0
-        target = np.flatnonzero(has)
-        source = source[has]
+        target = np.flatnonzero(source >= 0).astype(np.int32)
+        source = source[target]
         span = lengths[source]
         # Positions of the sources' words in the flat arrays (a ragged gather).
         at = np.repeat(starts[source] - np.cumsum(span) + span, span) + np.arange(int(span.sum()))
         cols = column[words[at]]
         keep = cols >= 0
         parts_row.append(np.repeat(target, span)[keep])
-        parts_col.append(cols[keep])
+        parts_col.append(cols[keep].astype(np.int32))
         parts_w.append(tf[at][keep] * np.float32(share))
+        del at, cols, keep
     del words, tf
-    key = np.concatenate(parts_row) * width + np.concatenate(parts_col)
-    weights = np.concatenate(parts_w)
-    del parts_row, parts_col, parts_w
-    if not key.size:
+    # CSR by row. A (row, column) pair may occur up to three times (own and neighbours' words):
+    # the products below add them up, which is all a merged entry would do. Each part is sorted
+    # by row, so the stable sort only merges three runs.
+    row_of = np.concatenate(parts_row)
+    if not row_of.size:
         return None
-    unique, inverse = np.unique(key, return_inverse=True)
-    del key
-    weight = np.bincount(inverse, weights=weights).astype(np.float32)
-    del inverse, weights
-    row_of, col_of = unique // width, unique % width
-    del unique
+    order = np.argsort(row_of, kind="stable")
+    col_of = np.concatenate(parts_col)[order]
+    weight = np.concatenate(parts_w)[order]
+    del parts_row, parts_col, parts_w, order
     indptr = np.zeros(fitted + 1, dtype=np.int64)
     np.cumsum(np.bincount(row_of, minlength=fitted), out=indptr[1:])
+    del row_of
     matrix = _Csr(indptr, col_of, weight * idf[col_of], (fitted, width))
-    del row_of, weight
+    del weight
 
     transposed = matrix.transpose()
     rng = np.random.default_rng(SEED)

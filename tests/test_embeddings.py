@@ -362,6 +362,38 @@ def test_topics_connect_words_that_keep_company():
     assert model.scores("xylophone") is None
 
 
+def test_rows_without_words_change_no_topic_score():
+    from memvault import topics
+
+    rng = np.random.default_rng(5)
+    words = [f"w{i}" for i in range(120)]
+    texts = [" ".join(rng.choice(words, size=12)) for _ in range(150)]
+    vocabulary = topics.Vocabulary()
+    rows = [vocabulary.encode(t) for t in texts]
+    # The same rows with free rows (None) and rows without topic words interleaved.
+    padded: list[topics.Terms | None] = []
+    for i, row in enumerate(rows):
+        padded.append(row)
+        padded.append(None if i % 2 else vocabulary.encode("the and of"))
+    real = np.arange(0, 2 * len(rows), 2)
+
+    def fitted(rows_, created):
+        keys = [f"k{i}" for i in range(len(rows_))]
+        where = topics.creation_order(keys, created, depth=1, gap=1.5)
+        return topics.fit(rows_, vocabulary, where.before[0], where.after[0], keys, dimensions=8)
+
+    plain = fitted(rows, np.arange(len(rows), dtype=float))
+    created = np.full(len(padded), np.nan)
+    created[real] = np.arange(len(rows), dtype=float)  # the same neighbours as without padding
+    with_gaps = fitted(padded, created)
+    assert plain is not None and with_gaps is not None
+    for query in ("w1 w2", "w50", "w7 w90 w33"):
+        a, b = plain.scores(query), with_gaps.scores(query)
+        assert a is not None and b is not None
+        assert np.allclose(b[real], a, atol=1e-5)
+        assert not b[real + 1].any()  # padding rows score nothing
+
+
 def test_topics_need_enough_text():
     from memvault import topics
 
