@@ -85,7 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(settings: Settings) -> int:
     import uvicorn
 
+    from memvault import heap
     from memvault.app import create_app
+
+    heap.configure()  # before the first large allocation (see heap)
 
     try:
         app = create_app(settings)

@@ -1,10 +1,14 @@
-"""Give freed heap memory back to the operating system after large transient work.
+"""Keep the server's resident memory near what it uses (glibc; elsewhere these do nothing).
 
 glibc keeps memory freed by a thread in that thread's arena and returns it only from the top of
 the heap, so after a load, an embedding backlog or a topic fit the server's resident memory
-stays near its peak although most of it is free: measured at 100,000 memories, 532 MB resident
-of which 175 MB were free. ``malloc_trim(0)`` hands those pages back. Elsewhere (musl, macOS)
-there is nothing to call and ``release`` does nothing.
+stays near its peak although much of it is free: measured at 100,000 memories, 532 MB resident
+of which 175 MB were free. ``release`` (``malloc_trim(0)``) hands those pages back.
+
+glibc also raises its mmap threshold each time a large block is freed (up to 32 MB), after which
+numpy's temporaries of a few MB come from the heap and fragment it. ``configure`` pins the
+threshold at 1 MiB, so large blocks are always mapped and unmapped: at 100,000 memories the
+server settled 48 MB lower and a topic fit's peak was 105 MB instead of 146.
 """
 
 from __future__ import annotations
@@ -14,32 +18,43 @@ import ctypes.util
 import threading
 from collections.abc import Callable
 
-__all__ = ["release", "supported"]
+__all__ = ["configure", "release", "supported"]
+
+M_MMAP_THRESHOLD = -3  # mallopt parameter (malloc.h)
+MMAP_THRESHOLD = 1 << 20
 
 _lock = threading.Lock()
 _trim: Callable[[int], int] | None = None
+_mallopt: Callable[[int, int], int] | None = None
 _looked = False
 
 
 def _find() -> Callable[[int], int] | None:
-    global _trim, _looked
+    global _trim, _mallopt, _looked
     with _lock:
         if not _looked:
             _looked = True
             try:
                 libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-                trim = libc.malloc_trim
+                trim, mallopt = libc.malloc_trim, libc.mallopt
             except (OSError, AttributeError):
-                trim = None
-            if trim is not None:
-                trim.argtypes = [ctypes.c_size_t]
-                trim.restype = ctypes.c_int
-            _trim = trim
+                return None
+            trim.argtypes = [ctypes.c_size_t]
+            trim.restype = ctypes.c_int
+            mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+            mallopt.restype = ctypes.c_int
+            _trim, _mallopt = trim, mallopt
         return _trim
 
 
 def supported() -> bool:
     return _find() is not None
+
+
+def configure() -> bool:
+    """Pin glibc's mmap threshold (call once, early: the server does at start). True if set."""
+    _find()
+    return _mallopt is not None and _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
 
 
 def release() -> bool:

@@ -24,7 +24,7 @@ from memvault.index import tokenize
 
 DIMENSIONS = 64
 MIN_MEMORIES = 50  # fewer than this: too little text to learn from
-MAX_ROWS = 30_000  # a bigger vault fits on its most recent memories (time and memory stay bounded)
+MAX_ROWS = 20_000  # a bigger vault fits on its most recent memories (time and memory stay bounded)
 OVERSAMPLE = 32
 POWER_ITERATIONS = 2
 NEIGHBOUR_SHARE = 0.5  # of the terms of the memory written just before and just after

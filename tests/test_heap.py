@@ -38,8 +38,15 @@ def test_memory_freed_by_a_thread_goes_back_to_the_system():
     assert len(kept) == 938
 
 
-def test_release_is_harmless_without_malloc_trim(monkeypatch):
+@pytest.mark.skipif(not heap.supported(), reason="no malloc_trim (not glibc)")
+def test_the_mmap_threshold_can_be_pinned():
+    assert heap.configure()
+
+
+def test_both_are_harmless_without_glibc(monkeypatch):
     monkeypatch.setattr(heap, "_looked", True)
     monkeypatch.setattr(heap, "_trim", None)
+    monkeypatch.setattr(heap, "_mallopt", None)
     assert not heap.supported()
     assert heap.release() is False
+    assert heap.configure() is False
