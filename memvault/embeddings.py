@@ -722,6 +722,12 @@ class Embeddings:
                 self._tokens.append(vectors)
         vectors.reset(memories)
 
+    def detach(self, vectors: TokenVectors) -> None:
+        """Stop serving an unloaded token (attach serves it again when it loads)."""
+        with self._cond:
+            if vectors in self._tokens:
+                self._tokens.remove(vectors)
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Hold the worker while a token loads: embedding competes with loading for the one GIL."""

@@ -195,6 +195,11 @@ class Store:
                 state.loaded = False
                 state.snapshot_parts = None
             state.vectors.clear()
+            self.embeddings.detach(state.vectors)
+            if state.sidecar is None and not state.load_lock.locked() and not state.dir.is_dir():
+                # A token that never wrote anything (a read of an unknown token): forget it
+                # entirely, so that requests for made-up tokens cannot pile up state.
+                self.tokens.pop(state.token, None)
             self.unloads += 1
             self._in_background(anyio.to_thread.run_sync(heap.release))
 

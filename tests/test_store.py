@@ -140,3 +140,20 @@ async def test_restore_accepts_the_archive_path_as_seen_in_the_folder(make_setti
         assert (vault_root / "alice" / "old.md").is_file()
     finally:
         await store.close()
+
+
+async def test_reads_of_made_up_tokens_do_not_pile_up_state(make_settings, vault_root):
+    store = Store(make_settings(max_loaded_tokens=2))
+    try:
+        await store.write("alice", title="Alpha", content="apples")
+        for i in range(20):
+            found = await store.find(f"nobody{i}", query="apples")
+            assert found.total == 0
+        assert len(store.tokens) <= 3  # alice and the two most recent
+        assert "alice" in store.tokens  # a token with a folder keeps its (unloaded) state
+        assert len(store.embeddings._tokens) <= 2  # the worker serves loaded tokens only
+        assert not any((vault_root / f"nobody{i}").exists() for i in range(20))
+        found = await store.find("alice", query="apples")
+        assert [m.id for m in found.memories] == ["alpha.md"]
+    finally:
+        await store.close()
