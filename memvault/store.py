@@ -121,6 +121,9 @@ class TokenState:
         self.last_used = 0.0
         self.snapshot_stale = False
         self.snapshot_parts: dict[str, npt.NDArray[Any]] | None = None  # a snapshot ready to write
+        self.loading = False  # a load is reading the folder; outside changes wait in missed
+        self.missed: set[Path] = set()
+        self.missed_rescan = False
 
     @property
     def dir(self) -> Path:
@@ -219,6 +222,21 @@ class Store:
         return len(state.hot.memories) + len(state.archive.memories)
 
     def _load(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
+        """Load a token, then apply the outside changes reported while it loaded: a file changed
+        after the load read it must not stay stale until its next change."""
+        with state.mem_lock:
+            state.loading = True
+        try:
+            self._load_files(state, progress)
+        finally:
+            with state.mem_lock:
+                state.loading = False
+                missed, rescan = state.missed, state.missed_rescan
+                state.missed, state.missed_rescan = set(), False
+        if missed or rescan:
+            self.apply_changes(state.token, missed, rescan)
+
+    def _load_files(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
         """Read a token's folder: from the index snapshot plus what changed since, else from the files,
         re-parsing only files whose bytes differ from the sidecar's parse cache."""
         if state.dir.is_dir():
@@ -838,8 +856,15 @@ class Store:
         cost a stat each.
         """
         state = self.tokens.get(token)
-        if state is None or not state.loaded:
+        if state is None:
             return 0
+        paths = list(paths)
+        with state.mem_lock:
+            if not state.loaded:
+                if state.loading:  # applied when the load is done (see _load)
+                    state.missed.update(paths)
+                    state.missed_rescan |= rescan
+                return 0
         if rescan:
             return self._rescan(state)
         changed = 0

@@ -157,3 +157,30 @@ async def test_reads_of_made_up_tokens_do_not_pile_up_state(make_settings, vault
         assert [m.id for m in found.memories] == ["alpha.md"]
     finally:
         await store.close()
+
+
+async def test_an_outside_change_reported_during_a_load_is_applied_after_it(make_settings, vault_root, monkeypatch):
+    folder = vault_root / "alice"
+    folder.mkdir()
+    for i in range(5):
+        _hand_write(folder, f"note-{i}.md", f"ordinary words number{i}")
+    store = Store(make_settings())
+    real_read = Store._read_file
+    edited = []
+
+    def read_then_edit(self, state, id, archived, previous=None):
+        memory = real_read(self, state, id, archived, previous)
+        if id == "note-2.md" and not edited:
+            # A person saves the file just after the load read it; the watcher reports it at once.
+            _hand_write(folder, "note-2.md", "fresh zebra words")
+            edited.append(self.apply_changes("alice", [folder / "note-2.md"], False))
+        return memory
+
+    monkeypatch.setattr(Store, "_read_file", read_then_edit)
+    try:
+        found = await store.find("alice", query="zebra")
+        assert edited == [0]  # not applied then: the token was still loading
+        assert [m.id for m in found.memories] == ["note-2.md"]
+        assert (await store.find("alice", query="number2")).total == 0
+    finally:
+        await store.close()
