@@ -791,18 +791,31 @@ def memory_from_row(row: Sequence[Any], *, archived: bool) -> Memory:
 
     (id, title, content, priority, created, updated, accessed, tags, importance, has_fm, problem, conflicted,
      mtime_ns, size, hash) = row  # fmt: skip
+    return _stored(
+        archived, id, title, content, priority, when(created), when(updated), when(accessed), tuple(tags),
+        importance, has_fm, problem, conflicted, mtime_ns, size, hash,
+    )  # fmt: skip
+
+
+def _stored(
+    archived: bool, id: str, title: str, content: str, priority: str, created: datetime | None,
+    updated: datetime | None, accessed: datetime | None, tags: tuple[str, ...], importance: float | None,
+    has_frontmatter: bool, problem: str | None, conflicted: bool, mtime_ns: int, size: int, hash: str,
+) -> Memory:  # fmt: skip
+    """A Memory from the stored form's fields (parse cache and snapshot), meta left out."""
     return Memory(
         id=id,
         title=title,
         content=content,
         priority=priority,
-        created_at=when(created),
-        updated_at=when(updated),
-        last_accessed_at=when(accessed),
-        tags=tuple(tags),
+        created_at=created,
+        updated_at=updated,
+        last_accessed_at=accessed,
+        tags=tags,
         importance=importance,
         archived=archived,
-        has_frontmatter=has_fm,
+        meta=NO_META,
+        has_frontmatter=has_frontmatter,
         problem=problem,
         conflicted=conflicted,
         mtime_ns=mtime_ns,
@@ -891,23 +904,11 @@ def memories_from_columns(columns: Mapping[str, npt.NDArray[Any]], *, archived: 
         strict=True,
     )  # fmt: skip
     return [
-        Memory(
-            id=id,
-            title=title,
-            content=content,
-            priority=priority,
-            created_at=created,
-            updated_at=updated,
-            last_accessed_at=accessed,
-            tags=tuple(json.loads(tags)) if tags else (),
-            importance=None if importance != importance else importance,
-            archived=archived,
-            has_frontmatter=bool(flags & _HAS_FRONTMATTER),
-            problem=problem if flags & _HAS_PROBLEM else None,
-            conflicted=bool(flags & _CONFLICTED),
-            mtime_ns=mtime_ns,
-            size=size,
-            hash=hash,
-        )
+        _stored(
+            archived, id, title, content, priority, created, updated, accessed,
+            tuple(json.loads(tags)) if tags else (), None if importance != importance else importance,
+            bool(flags & _HAS_FRONTMATTER), problem if flags & _HAS_PROBLEM else None, bool(flags & _CONFLICTED),
+            mtime_ns, size, hash,
+        )  # fmt: skip
         for id, title, content, priority, hash, problem, tags, created, updated, accessed, importance, mtime_ns, size, flags in rows  # noqa: E501
     ]
