@@ -291,6 +291,7 @@ async def bare_uvicorn_idle(seconds: float, *, sse: bool = False) -> Idle:
     try:
         await asyncio.sleep(3)
         if sse:
+
             def fetch() -> None:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/sse", timeout=10) as resp:
                     resp.read()

@@ -52,7 +52,9 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     hosts = [h for name in LOCAL_HOSTS for h in (name, f"{name}:*")] + extra
     origins = [f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")]
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
 
 
 class SessionOwners:
@@ -96,7 +98,9 @@ def load_allowlist(path: Path | None) -> frozenset[str] | None:
     tokens = frozenset(t for t in (line.split("#", 1)[0].strip() for line in lines) if t)
     bad = [t for t in tokens if not valid_token(t)]
     if bad:
-        raise InvalidArgument(f"MEMVAULT_TOKENS_FILE holds {len(bad)} invalid token(s); see the token rules in README.")
+        raise InvalidArgument(
+            f"MEMVAULT_TOKENS_FILE holds {len(bad)} invalid token(s); see the token rules in README."
+        )
     return tokens
 
 
@@ -142,14 +146,18 @@ class TokenGuard:
         session = headers.get(SESSION_HEADER)
         if session is not None and self.sessions is not None:
             if self.sessions.owner(session.decode("latin-1")) != token:
-                await _error(404, "Session not found for this token; start a new session.")(scope, receive, send)
+                await _error(404, "Session not found for this token; start a new session.")(
+                    scope, receive, send
+                )
                 return
         # A chunked body past the cap is answered 413 by the SDK's RequestBodyLimitMiddleware (both
         # transports get the same limit in create_app); cutting the stream here turned it into a 500.
         if self.sessions is None:
             await self.app(scope, receive, send)
             return
-        ending = session.decode("latin-1") if session is not None and scope.get("method") == "DELETE" else None
+        ending = (
+            session.decode("latin-1") if session is not None and scope.get("method") == "DELETE" else None
+        )
         await self.app(scope, receive, self._binding(send, token, ending))
 
     def _binding(self, send: Send, token: str, ending: str | None) -> Send:
@@ -207,7 +215,10 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     manager = server.session_manager
     sessions = SessionOwners()
     watcher = Watcher(
-        settings.root, store.apply_changes, enabled=settings.watch, poll_interval=settings.poll_interval_seconds
+        settings.root,
+        store.apply_changes,
+        enabled=settings.watch,
+        poll_interval=settings.poll_interval_seconds,
     )
     started = time.monotonic()
 

@@ -23,7 +23,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve the vault over MCP (streamable HTTP and SSE)")
-    serve.add_argument("--root", type=Path, help=f"vault folder (env {SETTINGS['root'].env}, default ./memories)")
+    serve.add_argument(
+        "--root", type=Path, help=f"vault folder (env {SETTINGS['root'].env}, default ./memories)"
+    )
     serve.add_argument("--host", help=f"address to listen on (env {SETTINGS['host'].env}, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help=f"port (env {SETTINGS['port'].env}, default 3000)")
 
@@ -32,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     evict.add_argument("--token", help="only this token (default: every token in the vault)")
     evict.add_argument("--dry-run", action="store_true", help="only report what would be archived")
 
-    check = sub.add_parser("check", help="report files to fix: broken frontmatter, conflicts, duplicate titles")
+    check = sub.add_parser(
+        "check", help="report files to fix: broken frontmatter, conflicts, duplicate titles"
+    )
     check.add_argument("--root", type=Path, help="vault folder (default ./memories)")
     check.add_argument("--token", help="only this token (default: every token in the vault)")
 
@@ -109,9 +113,7 @@ def _tokens(settings: Settings, token: str | None) -> list[str] | None:
     Run from the wrong folder, a command must say so rather than report a clean, empty vault.
     """
     if not settings.root.is_dir():
-        print(
-            f"memvault: no vault at {settings.root} (use --root DIR or MEMVAULT_ROOT).", file=sys.stderr
-        )
+        print(f"memvault: no vault at {settings.root} (use --root DIR or MEMVAULT_ROOT).", file=sys.stderr)
         return None
     if token is not None:
         if not valid_token(token):

@@ -88,7 +88,13 @@ class Settings:
                 f"MEMVAULT_TOOLS has unknown group(s) {', '.join(unknown)}; "
                 f"choose from {', '.join(TOOL_GROUPS)}."
             )
-        for name in ("max_body_bytes", "max_content_chars", "max_reply_chars", "capacity", "max_loaded_tokens"):
+        for name in (
+            "max_body_bytes",
+            "max_content_chars",
+            "max_reply_chars",
+            "capacity",
+            "max_loaded_tokens",
+        ):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"MEMVAULT_{name.upper()} must be at least 1.")
         for name in ("graph_entries_per_term", "graph_max_results"):
@@ -166,7 +172,9 @@ SETTINGS: dict[str, Setting] = {
         "MEMVAULT_POLL_INTERVAL_SECONDS", "2", "Rescan interval when the file watcher is unavailable."
     ),
     "max_loaded_tokens": Setting(
-        "MEMVAULT_MAX_LOADED_TOKENS", "100", "Most token indexes kept in memory; the least recently used unload."
+        "MEMVAULT_MAX_LOADED_TOKENS",
+        "100",
+        "Most token indexes kept in memory; the least recently used unload.",
     ),
     "load_processes": Setting(
         "MEMVAULT_LOAD_PROCESSES",
@@ -197,9 +205,13 @@ SETTINGS: dict[str, Setting] = {
         "`sentence-transformers:<name-or-path>` or `openai`; one that cannot load falls back to `hash`.",
     ),
     "embed_url": Setting(
-        "MEMVAULT_EMBED_URL", "https://api.openai.com/v1", "`openai` embedder: base URL of an OpenAI-compatible API."
+        "MEMVAULT_EMBED_URL",
+        "https://api.openai.com/v1",
+        "`openai` embedder: base URL of an OpenAI-compatible API.",
     ),
-    "embed_key": Setting("MEMVAULT_EMBED_KEY", "(unset)", "`openai` embedder: API key (sent as a bearer token)."),
+    "embed_key": Setting(
+        "MEMVAULT_EMBED_KEY", "(unset)", "`openai` embedder: API key (sent as a bearer token)."
+    ),
     "embed_model": Setting(
         "MEMVAULT_EMBED_MODEL", "text-embedding-3-small", "`openai` embedder: model name."
     ),
@@ -208,7 +220,13 @@ SETTINGS: dict[str, Setting] = {
 
 _INTS = {"port", "max_body_bytes", "max_content_chars", "max_reply_chars", "capacity", "max_loaded_tokens"}
 _INTS |= {"graph_max_path_len", "graph_entries_per_term", "graph_max_results"}
-_FLOATS = {"ttl_p1_days", "ttl_p2_days", "evict_interval_hours", "dedupe_window_seconds", "poll_interval_seconds"}
+_FLOATS = {
+    "ttl_p1_days",
+    "ttl_p2_days",
+    "evict_interval_hours",
+    "dedupe_window_seconds",
+    "poll_interval_seconds",
+}
 _BOOLS = {"watch"}
 _LISTS = {"allowed_hosts", "tools"}
 _PATHS = {"root", "tokens_file"}

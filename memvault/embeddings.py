@@ -388,7 +388,9 @@ class TokenVectors:
         memories = list(memories)
         keys = [m.path_id for m in memories]
         created = np.fromiter(
-            (m.created_at.timestamp() if m.created_at else np.nan for m in memories), np.float64, len(memories)
+            (m.created_at.timestamp() if m.created_at else np.nan for m in memories),
+            np.float64,
+            len(memories),
         )
         with self._lock:
             self._clear()

@@ -62,8 +62,7 @@ class TooLarge(MemvaultError):
         self.size = size
         self.limit = limit
         super().__init__(
-            f"{what} is {size:,} characters; the limit is {limit:,}. "
-            "Split it into several smaller memories."
+            f"{what} is {size:,} characters; the limit is {limit:,}. Split it into several smaller memories."
         )
 
 

@@ -40,6 +40,7 @@ log = logging.getLogger("memvault")
 PARALLEL_MIN = 20_000  # files to parse before helpers pay for their start (~0.3 s each)
 MAX_HELPERS = 4
 AREAS = (("hot", False), ("archive", True))
+_CONCATENATED = ("ids.blob", "ids.len", "titles.blob", "titles.len", "dl", "doc_term_counts")
 
 Arrays = dict[str, npt.NDArray[Any]]
 
@@ -114,8 +115,7 @@ def _merge_index(parts: Sequence[Mapping[str, npt.NDArray[Any]]], prefix: str) -
                 mapping[i] = tid
         flat = np.asarray(part["doc_terms"], dtype=np.uint32)
         doc_terms.append((mapping[flat >> 8] << np.uint32(8)) | (flat & np.uint32(0xFF)))
-    out = {key: np.concatenate([p[key] for p in parts]) for key in ("ids.blob", "ids.len", "titles.blob",
-                                                                    "titles.len", "dl", "doc_term_counts")}  # fmt: skip
+    out = {key: np.concatenate([p[key] for p in parts]) for key in _CONCATENATED}
     out["doc_terms"] = np.concatenate(doc_terms).astype(np.uint32)
     out["terms.blob"], out["terms.len"] = pack_strings(terms)
     return {prefix + key: value for key, value in out.items()}
@@ -155,7 +155,9 @@ def _run_helper(token_dir: Path, files: Sequence[tuple[str, bool]]) -> Arrays | 
         with np.load(io.BytesIO(done.stdout), allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
     except (OSError, ValueError) as exc:
-        log.warning("a loader process gave unreadable output (%s); loading in this process", type(exc).__name__)
+        log.warning(
+            "a loader process gave unreadable output (%s); loading in this process", type(exc).__name__
+        )
         return None
 
 

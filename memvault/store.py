@@ -263,16 +263,27 @@ class Store:
                 key = f"{ARCHIVE}/{id}" if archived else id
                 seen.add(key)
                 cached = cache.get(key)
-                if cached is not None and cached.parsed and (cached.mtime_ns, cached.size) == (st.st_mtime_ns, st.st_size):
+                if (
+                    cached is not None
+                    and cached.parsed
+                    and (cached.mtime_ns, cached.size) == (st.st_mtime_ns, st.st_size)
+                ):
                     memory = from_cache(
-                        cached.parsed, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size, hash=cached.hash
+                        cached.parsed,
+                        id,
+                        archived=archived,
+                        mtime_ns=st.st_mtime_ns,
+                        size=st.st_size,
+                        hash=cached.hash,
                     )
                     if memory is not None:
                         ready.append(memory)
                         continue
                 todo.append((id, archived, cached))
             helpers = loader.helpers_for(len(todo), self.settings.load_processes)
-            parts = loader.load_in_helpers(state.dir, [(i, a) for i, a, _ in todo], helpers) if helpers else None
+            parts = (
+                loader.load_in_helpers(state.dir, [(i, a) for i, a, _ in todo], helpers) if helpers else None
+            )
             if parts is not None:
                 self.parses += sum(int(part.pop("parsed")[0]) for part in parts)
                 merged = loader.merge_parts([*parts, loader.build_part(ready)])
@@ -309,7 +320,10 @@ class Store:
         self.embeddings.attach(state.vectors, lambda: state.sidecar, everything)
         problems = sum(1 for m in everything if m.problem and not m.archived)
         if problems:
-            log.warning("%d file(s) with broken frontmatter, indexed as plain text (memvault check lists them)", problems)
+            log.warning(
+                "%d file(s) with broken frontmatter, indexed as plain text (memvault check lists them)",
+                problems,
+            )
 
     # The index snapshot: the loaded memories and their index as plain data (JSON and numpy arrays,
     # never pickle: the vault may be synced from elsewhere) in .memvault/, so a restart of a large
@@ -384,7 +398,12 @@ class Store:
                 return dataclasses.replace(previous, mtime_ns=st.st_mtime_ns, size=st.st_size)
             if previous.parsed:
                 memory = from_cache(
-                    previous.parsed, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size, hash=previous.hash
+                    previous.parsed,
+                    id,
+                    archived=archived,
+                    mtime_ns=st.st_mtime_ns,
+                    size=st.st_size,
+                    hash=previous.hash,
                 )
                 if memory is not None:
                     return memory
@@ -507,7 +526,9 @@ class Store:
         with state.mem_lock:
             memories = list(area.memories.values())
         order = {p: i for i, p in enumerate(PRIORITIES)}
-        memories.sort(key=lambda m: (order.get(m.priority, 2), -(m.updated_at or m.created_at or _EPOCH).timestamp()))
+        memories.sort(
+            key=lambda m: (order.get(m.priority, 2), -(m.updated_at or m.created_at or _EPOCH).timestamp())
+        )
         total = len(memories)
         return Found(memories[:limit] if limit else memories, total, True)
 
@@ -518,7 +539,9 @@ class Store:
         if not hot or not state.dir.is_dir():
             return
         now = self.clock()
-        await anyio.to_thread.run_sync(lambda: state.ensure_sidecar().record_access([m.id for m in hot], now, hit=hit))
+        await anyio.to_thread.run_sync(
+            lambda: state.ensure_sidecar().record_access([m.id for m in hot], now, hit=hit)
+        )
         due = [m for m in hot if self._needs_file_write(m, now)]
         if due:
             async with state.lock:
@@ -619,7 +642,9 @@ class Store:
         key = hashlib.blake2b(f"{title}\x00{content.strip()}".encode(), digest_size=16).hexdigest()
         with state.file_lock():
             recent = state.recent_writes.get(key)
-            if recent is not None and now - recent[1] <= timedelta(seconds=self.settings.dedupe_window_seconds):
+            if recent is not None and now - recent[1] <= timedelta(
+                seconds=self.settings.dedupe_window_seconds
+            ):
                 existing = self._fresh(state, recent[0], False)
                 if existing is not None and existing.title == title and existing.content == content.strip():
                     return Written(existing, True)
@@ -636,7 +661,8 @@ class Store:
             memory = state.vault.create(title, content, fields)
             self._remember(state, memory)
             state.recent_writes = {
-                k: v for k, v in state.recent_writes.items()
+                k: v
+                for k, v in state.recent_writes.items()
                 if now - v[1] <= timedelta(seconds=self.settings.dedupe_window_seconds)
             }
             state.recent_writes[key] = (memory.id, now)
@@ -916,7 +942,9 @@ class Store:
             return None
         return "/".join(parts), archived
 
-    def _rescan(self, state: TokenState, scanned: Iterable[tuple[str, bool, os.stat_result]] | None = None) -> int:
+    def _rescan(
+        self, state: TokenState, scanned: Iterable[tuple[str, bool, os.stat_result]] | None = None
+    ) -> int:
         """Bring the loaded memories in line with the folder (``scanned``: a scan made just before)."""
         seen: set[tuple[str, bool]] = set()
         changed = 0

@@ -38,7 +38,14 @@ SLUG_MAX_BYTES = 240  # leaves room for "-NNNN.md" under the usual 255-byte file
 
 # Keys the server owns; every other frontmatter key is kept verbatim on rewrite.
 OWNED_KEYS = (
-    "priority", "createdAt", "updatedAt", "lastAccessedAt", "tags", "importance", "supersedes", "supersededBy"
+    "priority",
+    "createdAt",
+    "updatedAt",
+    "lastAccessedAt",
+    "tags",
+    "importance",
+    "supersedes",
+    "supersededBy",
 )
 
 _YAML = frontmatter.YAMLHandler()  # python-frontmatter, on PyYAML's C loader when built with libyaml
@@ -154,9 +161,7 @@ _FAST_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?Z")
 _FAST_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?")
 _FAST_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 _FAST_LIST = re.compile(r"\[([A-Za-z][A-Za-z0-9_-]*(?:, [A-Za-z][A-Za-z0-9_-]*)*)?\]")
-_YAML_SPECIAL = frozenset(
-    "y n yes no on off true false null nan inf".split()
-)
+_YAML_SPECIAL = frozenset("y n yes no on off true false null nan inf".split())
 
 
 def _fast_value(text: str) -> tuple[bool, Any]:
@@ -905,10 +910,22 @@ def memories_from_columns(columns: Mapping[str, npt.NDArray[Any]], *, archived: 
     )  # fmt: skip
     return [
         _stored(
-            archived, id, title, content, priority, created, updated, accessed,
-            tuple(json.loads(tags)) if tags else (), None if importance != importance else importance,
-            bool(flags & _HAS_FRONTMATTER), problem if flags & _HAS_PROBLEM else None, bool(flags & _CONFLICTED),
-            mtime_ns, size, hash,
-        )  # fmt: skip
+            archived,
+            id,
+            title,
+            content,
+            priority,
+            created,
+            updated,
+            accessed,
+            tuple(json.loads(tags)) if tags else (),
+            None if importance != importance else importance,
+            bool(flags & _HAS_FRONTMATTER),
+            problem if flags & _HAS_PROBLEM else None,
+            bool(flags & _CONFLICTED),
+            mtime_ns,
+            size,
+            hash,
+        )
         for id, title, content, priority, hash, problem, tags, created, updated, accessed, importance, mtime_ns, size, flags in rows  # noqa: E501
     ]

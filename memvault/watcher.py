@@ -74,7 +74,9 @@ class Watcher:
     "off" (disabled by settings); /healthz reports it.
     """
 
-    def __init__(self, root: Path, apply: ApplyFn, *, enabled: bool = True, poll_interval: float = 2.0) -> None:
+    def __init__(
+        self, root: Path, apply: ApplyFn, *, enabled: bool = True, poll_interval: float = 2.0
+    ) -> None:
         self.root = root
         self.apply = apply
         self.enabled = enabled
@@ -226,7 +228,9 @@ class Watcher:
             self._busy = True
             try:
                 for token in set(pending) | rescan:
-                    await anyio.to_thread.run_sync(self.apply, token, pending.get(token, set()), token in rescan)
+                    await anyio.to_thread.run_sync(
+                        self.apply, token, pending.get(token, set()), token in rescan
+                    )
             except Exception:
                 log.exception("applying file changes failed; the next change or restart will retry")
             finally:

@@ -106,7 +106,9 @@ async def run_server(settings: Settings, **app_kwargs: Any) -> AsyncIterator[Run
     port = free_port()
     settings = settings.replace(port=port)
     app = create_app(settings, **app_kwargs)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     task = asyncio.create_task(server.serve())
     try:
         await wait_for(lambda: server.started or task.done(), timeout=10)

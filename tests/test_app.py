@@ -17,7 +17,11 @@ INIT = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
 }
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
@@ -51,7 +55,9 @@ def test_session_owners_forget_the_least_recently_used():
 async def test_unknown_and_ended_session_ids_are_refused(server_factory):
     async with server_factory() as srv:
         url = srv.mcp_url("alice")
-        status, _ = await _post(url, {"jsonrpc": "2.0", "id": 2, "method": "ping"}, {**HEADERS, "mcp-session-id": "forged"})
+        status, _ = await _post(
+            url, {"jsonrpc": "2.0", "id": 2, "method": "ping"}, {**HEADERS, "mcp-session-id": "forged"}
+        )
         assert status == 404
         status, headers = await _post(url, INIT, HEADERS)
         assert status == 200
@@ -70,7 +76,9 @@ async def test_any_host_still_refuses_foreign_origins(server_factory):
         assert (await _post(url, INIT, {**HEADERS, "Host": "anything.example:1234"}))[0] == 200
         assert (await _post(url, INIT, {**HEADERS, "Origin": "http://localhost:5173"}))[0] == 200
         assert (await _post(url, INIT, {**HEADERS, "Origin": "https://evil.example"}))[0] == 403
-        status = (await _post(url, INIT, {**HEADERS, "Host": "evil.example:80", "Origin": "http://evil.example:80"}))[0]
+        status = (
+            await _post(url, INIT, {**HEADERS, "Host": "evil.example:80", "Origin": "http://evil.example:80"})
+        )[0]
         assert status == 403  # DNS rebinding: page and Host agree, Origin is still foreign
 
 

@@ -13,8 +13,20 @@ MODULES = sorted(p.relative_to(PACKAGE).with_suffix("").as_posix() for p in PACK
 
 # Core modules know nothing of MCP or the HTTP layer; store sits between tools and the core.
 NO_MCP_NO_UPPER_LAYERS = (
-    "vault", "index", "eviction", "sidecar", "config", "errors", "check", "watcher", "sessions", "graph",
-    "embeddings", "topics", "recall", "columns",
+    "vault",
+    "index",
+    "eviction",
+    "sidecar",
+    "config",
+    "errors",
+    "check",
+    "watcher",
+    "sessions",
+    "graph",
+    "embeddings",
+    "topics",
+    "recall",
+    "columns",
 )
 FORBIDDEN = {
     **{name: ("memvault.app", "memvault.tools", "mcp") for name in NO_MCP_NO_UPPER_LAYERS},

@@ -74,8 +74,14 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def http(url: str, *, host: str | None = None, data: bytes | None = None,
-         headers: dict[str, str] | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+def http(
+    url: str,
+    *,
+    host: str | None = None,
+    data: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 5.0,
+) -> tuple[int, bytes]:
     request = urllib.request.Request(url, data=data, headers=headers or {})
     if host is not None:
         request.add_header("Host", host)
@@ -286,7 +292,8 @@ def test_dockerfile_copies_files_that_exist_and_dockerignore_lets_them_through()
         sources += parts[:-1]
     assert sources, "the Dockerfile copies nothing"
     patterns = [
-        line.strip() for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
+        line.strip()
+        for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
         if line.strip() and not line.strip().startswith("#")
     ]
     for source in sources:
@@ -294,8 +301,13 @@ def test_dockerfile_copies_files_that_exist_and_dockerignore_lets_them_through()
         path = source.rstrip("/")
         probe = f"{path}/__init__.py" if (REPO / path).is_dir() else path
         assert not dockerignored(probe, patterns), f".dockerignore leaves {probe} out of the build"
-    for private in ("memories/alice/note.md", ".venv/bin/python", ".git/config",
-                    "memvault/__pycache__/cli.cpython-311.pyc", "tests/test_cli_serve.py"):
+    for private in (
+        "memories/alice/note.md",
+        ".venv/bin/python",
+        ".git/config",
+        "memvault/__pycache__/cli.cpython-311.pyc",
+        "tests/test_cli_serve.py",
+    ):
         assert dockerignored(private, patterns), f".dockerignore lets {private} into the build context"
 
 
@@ -369,10 +381,19 @@ def test_docker_compose_config_accepts_the_file(tmp_path: Path) -> None:
 
 def test_docker_md_documents_start_connect_and_only_real_settings() -> None:
     text = DOCKER_MD.read_text(encoding="utf-8")
-    for needed in ("docker compose up -d", "http://localhost:3000/mcp/<token>",
-                   "claude mcp add --transport http memvault http://localhost:3000/mcp/<token>",
-                   "10001", "chown", "MCP_PORT", "MEMORIES_PATH", "MEMVAULT_ALLOWED_HOSTS",
-                   "MEMVAULT_TOKENS_FILE", ":ro", "/healthz"):
+    for needed in (
+        "docker compose up -d",
+        "http://localhost:3000/mcp/<token>",
+        "claude mcp add --transport http memvault http://localhost:3000/mcp/<token>",
+        "10001",
+        "chown",
+        "MCP_PORT",
+        "MEMORIES_PATH",
+        "MEMVAULT_ALLOWED_HOSTS",
+        "MEMVAULT_TOKENS_FILE",
+        ":ro",
+        "/healthz",
+    ):
         assert needed in text, f"DOCKER.md does not mention {needed!r}"
     for name in set(re.findall(r"MEMVAULT_[A-Z0-9_]+", text)):
         assert name in SETTING_NAMES, f"DOCKER.md names {name}, which is not a setting"
@@ -405,8 +426,10 @@ def test_image_command_serves_healthz_and_stops_cleanly_on_sigterm(tmp_path: Pat
 
 def test_image_healthcheck_command_passes_against_the_server_and_fails_without_one(tmp_path: Path) -> None:
     port = free_port()
-    probe = [sys.executable if a == "python" else a.replace("127.0.0.1:3000", f"127.0.0.1:{port}")
-             for a in image_healthcheck()]
+    probe = [
+        sys.executable if a == "python" else a.replace("127.0.0.1:3000", f"127.0.0.1:{port}")
+        for a in image_healthcheck()
+    ]
     assert probe != image_healthcheck()
     down = run(probe, clean_env(), timeout=30)
     assert down.returncode != 0
@@ -419,6 +442,7 @@ def test_image_healthcheck_command_passes_against_the_server_and_fails_without_o
 
 def test_port_mapped_host_headers_are_accepted_and_others_need_allowed_hosts(tmp_path: Path) -> None:
     """Through `-p 8080:3000` a client sends Host localhost:8080; a LAN name needs the allowlist."""
+
     def initialize(server: Server, host: str) -> tuple[int, bytes]:
         return http(f"{server.url}/mcp/alice", host=host, data=INITIALIZE, headers=MCP_HEADERS)
 
@@ -457,9 +481,20 @@ def test_package_installed_from_the_image_files_into_a_fresh_venv_serves(tmp_pat
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
     installed = run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-         "--disable-pip-version-check", str(context)],
-        clean_env(), timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--disable-pip-version-check",
+            str(context),
+        ],
+        clean_env(),
+        timeout=300,
     )
     assert installed.returncode == 0, installed.stdout + installed.stderr
     # The dependencies come from this environment (after the fresh site-packages on sys.path);
@@ -497,8 +532,13 @@ def test_python_m_memvault_and_the_console_script_print_the_version() -> None:
 async def test_serve_serves_the_root_from_memvault_root(tmp_path: Path, anyio_backend: str) -> None:
     root = tmp_path / "vault"
     # Accessed now: a stale one would be archived by the lazy sweep that follows the first read.
-    write_memory_file(root / "alice" / "hand-note.md", title="Written by hand", priority="P1",
-                      accessed=utc_now(), body="The staging database is called heron.")
+    write_memory_file(
+        root / "alice" / "hand-note.md",
+        title="Written by hand",
+        priority="P1",
+        accessed=utc_now(),
+        body="The staging database is called heron.",
+    )
     port = free_port()
     argv = [str(MEMVAULT), "serve", "--host", "127.0.0.1", "--port", str(port)]
     with serving(tmp_path, argv, clean_env(MEMVAULT_ROOT=str(root)), port) as server:
@@ -521,12 +561,23 @@ def stale_vault(root: Path) -> dict[str, Path]:
         "pinned": root / "alice" / "old-but-p0.md",
         "fresh": root / "alice" / "fresh-note.md",
     }
-    write_memory_file(files["old"], title="Old note", priority="P2",
-                      accessed="2020-01-01T00:00:00.000Z", body="Nobody has read this since 2020.")
-    write_memory_file(files["pinned"], title="Old but P0", priority="P0",
-                      accessed="2020-01-01T00:00:00.000Z", body="P0 is never archived.")
-    write_memory_file(files["fresh"], title="Fresh note", priority="P2",
-                      accessed=utc_now(), body="Read today.")
+    write_memory_file(
+        files["old"],
+        title="Old note",
+        priority="P2",
+        accessed="2020-01-01T00:00:00.000Z",
+        body="Nobody has read this since 2020.",
+    )
+    write_memory_file(
+        files["pinned"],
+        title="Old but P0",
+        priority="P0",
+        accessed="2020-01-01T00:00:00.000Z",
+        body="P0 is never archived.",
+    )
+    write_memory_file(
+        files["fresh"], title="Fresh note", priority="P2", accessed=utc_now(), body="Read today."
+    )
     return files
 
 
@@ -572,8 +623,9 @@ def test_evict_archives_the_old_memory(tmp_path: Path) -> None:
 def test_invalid_port_exits_2_with_a_clear_message(
     tmp_path: Path, env: dict[str, str], flags: list[str], message: str
 ) -> None:
-    result = run([str(MEMVAULT), "serve", "--root", str(tmp_path / "vault"), *flags],
-                 clean_env(**env), timeout=30)
+    result = run(
+        [str(MEMVAULT), "serve", "--root", str(tmp_path / "vault"), *flags], clean_env(**env), timeout=30
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -585,7 +637,10 @@ def test_serve_on_a_busy_port_fails_and_says_so(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = run([str(MEMVAULT), "serve", "--host", "127.0.0.1", "--port", str(port)],
-                     clean_env(MEMVAULT_ROOT=str(tmp_path / "vault")), timeout=60)
+        result = run(
+            [str(MEMVAULT), "serve", "--host", "127.0.0.1", "--port", str(port)],
+            clean_env(MEMVAULT_ROOT=str(tmp_path / "vault")),
+            timeout=60,
+        )
     assert result.returncode != 0
     assert "address already in use" in result.stderr

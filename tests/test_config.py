@@ -131,8 +131,17 @@ def test_every_setting_has_a_settings_field() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [("1", True), ("true", True), ("TRUE", True), (" yes ", True), ("on", True),
-     ("0", False), ("false", False), ("No", False), ("off", False)],
+    [
+        ("1", True),
+        ("true", True),
+        ("TRUE", True),
+        (" yes ", True),
+        ("on", True),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        ("off", False),
+    ],
 )
 def test_boolean_spellings(raw: str, expected: bool) -> None:
     assert Settings.from_env({"MEMVAULT_WATCH": raw}).watch is expected

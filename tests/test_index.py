@@ -466,7 +466,17 @@ def test_snapshot_round_trip_answers_every_query_the_same(index: Index) -> None:
     index.upsert("gone.md", title="Gone", body="temporary words")
     index.remove("gone.md")  # a freed document number and freed terms
     restored = Index.from_snapshot(index.snapshot().arrays())
-    queries = ["migration", "kubernets", "deploy", "東京", "会", "café", "starter bake", "temporary", "alice rust"]
+    queries = [
+        "migration",
+        "kubernets",
+        "deploy",
+        "東京",
+        "会",
+        "café",
+        "starter bake",
+        "temporary",
+        "alice rust",
+    ]
     assert _results(restored, queries) == _results(index, queries)
     assert sorted(restored.ids()) == sorted(index.ids())
     restored.upsert("new.md", title="New", body="postgres again")  # the restored index stays writable

@@ -17,7 +17,18 @@ from memvault.vault import Vault
 
 pytestmark = pytest.mark.anyio
 
-QUERIES = ["harbour", "tide", "report 7", "rain", "sunny harbour", "nordic", "übung", "東京", "harbr", "archived"]
+QUERIES = [
+    "harbour",
+    "tide",
+    "report 7",
+    "rain",
+    "sunny harbour",
+    "nordic",
+    "übung",
+    "東京",
+    "harbr",
+    "archived",
+]
 
 
 def _fill(folder: Path, n: int) -> None:

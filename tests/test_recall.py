@@ -165,7 +165,14 @@ def test_neighbours_stay_within_an_hour_of_each_other():
     keys: list[str | None] = ["a", "b", "c", None, "d"]
     created = np.array([0.0, 10.0, 4000.0, np.nan, 20.0])
     view = VectorView(
-        keys, {k: i for i, k in enumerate(keys) if k}, None, np.zeros(5, np.float32), np.zeros(5, bool), created, None, 1
+        keys,
+        {k: i for i, k in enumerate(keys) if k},
+        None,
+        np.zeros(5, np.float32),
+        np.zeros(5, bool),
+        created,
+        None,
+        1,
     )
     where = layout(view)
     order = ["a", "b", "d", "c"]  # by creation time; c is 66 minutes after d

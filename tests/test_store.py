@@ -77,7 +77,9 @@ def _hand_write(folder, name, body):
     (folder / name).write_text(f"---\npriority: P1\n---\n# {name[:-3]}\n\n{body}\n", encoding="utf-8")
 
 
-async def test_restart_from_the_index_snapshot_reads_only_what_changed(make_settings, vault_root, monkeypatch):
+async def test_restart_from_the_index_snapshot_reads_only_what_changed(
+    make_settings, vault_root, monkeypatch
+):
     monkeypatch.setattr("memvault.store.SNAPSHOT_MIN", 0)
     folder = vault_root / "alice"
     folder.mkdir()
@@ -159,7 +161,9 @@ async def test_reads_of_made_up_tokens_do_not_pile_up_state(make_settings, vault
         await store.close()
 
 
-async def test_an_outside_change_reported_during_a_load_is_applied_after_it(make_settings, vault_root, monkeypatch):
+async def test_an_outside_change_reported_during_a_load_is_applied_after_it(
+    make_settings, vault_root, monkeypatch
+):
     folder = vault_root / "alice"
     folder.mkdir()
     for i in range(5):

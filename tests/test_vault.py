@@ -307,10 +307,7 @@ def test_unknown_frontmatter_keys_are_kept_in_meta() -> None:
 
 
 def test_git_conflict_markers_mark_the_file_conflicted() -> None:
-    text = (
-        "---\npriority: P1\n---\n# T\n\n"
-        "<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> origin/main\n"
-    )
+    text = "---\npriority: P1\n---\n# T\n\n<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> origin/main\n"
     m = parse(text)
     assert m.conflicted
     assert not m.writable
@@ -407,12 +404,42 @@ fast_keys = st.sampled_from(["priority", "tags", "createdAt", "a_b", "x-y", "on"
 fast_values = st.one_of(
     st.sampled_from(
         [
-            "P1", "p0", "yes", "No", "ON", "null", "NULL", "nan", "y", "inf", "True",
-            "0", "-0", "01", "1.5", "-2.25", "10", "1e5", "0.1", ".5",
-            "2026-01-15T12:00:00.000Z", "2026-01-15T12:00:00Z", "2026-02-30T00:00:00Z",
-            "2026-13-01T00:00:00.5Z", "2026-01-15T12:00:00.1234567Z",
-            "[]", "[a]", "[deploy, postgres]", "[a, yes]", "[a,b]", "[1, 2]", "[a, a]",
-            "P1  # comment", "'quoted'", "a b", "",
+            "P1",
+            "p0",
+            "yes",
+            "No",
+            "ON",
+            "null",
+            "NULL",
+            "nan",
+            "y",
+            "inf",
+            "True",
+            "0",
+            "-0",
+            "01",
+            "1.5",
+            "-2.25",
+            "10",
+            "1e5",
+            "0.1",
+            ".5",
+            "2026-01-15T12:00:00.000Z",
+            "2026-01-15T12:00:00Z",
+            "2026-02-30T00:00:00Z",
+            "2026-13-01T00:00:00.5Z",
+            "2026-01-15T12:00:00.1234567Z",
+            "[]",
+            "[a]",
+            "[deploy, postgres]",
+            "[a, yes]",
+            "[a,b]",
+            "[1, 2]",
+            "[a, a]",
+            "P1  # comment",
+            "'quoted'",
+            "a b",
+            "",
         ]
     ),
     st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=12),
@@ -1224,10 +1251,15 @@ def test_the_parse_cache_gives_back_what_parsing_gave(text: str, mtime_ns: int) 
     assert cached is not None
     assert without_meta(cached) == without_meta(parsed)
     # The index snapshot's columns give back the same, next to a memory with every optional field set.
-    other = parse_memory(b"---\nimportance: 0.7\ntags: [a, b]\nlastAccessedAt: 2026-03-01\n---\n# O\n\nx", "o.md")
+    other = parse_memory(
+        b"---\nimportance: 0.7\ntags: [a, b]\nlastAccessedAt: 2026-03-01\n---\n# O\n\nx", "o.md"
+    )
     columns = memories_to_columns([parsed, other])
     back = memories_from_columns(columns, archived=True)
-    assert [without_meta(m) for m in back] == [without_meta(parsed), without_meta(dataclasses.replace(other, archived=True))]
+    assert [without_meta(m) for m in back] == [
+        without_meta(parsed),
+        without_meta(dataclasses.replace(other, archived=True)),
+    ]
 
 
 def test_snapshot_columns_from_another_parser_version_are_refused() -> None:

@@ -564,7 +564,9 @@ async def test_native_watcher_failing_to_start_falls_back_to_polling(server_fact
             assert not err and "renamed.md" in text, text
 
 
-async def test_links_made_while_serving_never_expose_files_outside_the_token(server_factory, vault_root, tmp_path):
+async def test_links_made_while_serving_never_expose_files_outside_the_token(
+    server_factory, vault_root, tmp_path
+):
     outside = tmp_path / "outside.md"
     outside.write_text("# Outside\n\ncapybara secret from outside\n", encoding="utf-8")
     async with server_factory() as srv:

@@ -44,7 +44,10 @@ def argument_errors(tool: str, error: ValidationError) -> str:
             problems.append(f"'{where}' is required")
         else:
             problems.append(f"'{where}': {item['msg'].rstrip('.')}")
-    return f"Invalid arguments for {tool}: {'; '.join(problems)}. Check the tool's input schema and call it again."
+    return (
+        f"Invalid arguments for {tool}: {'; '.join(problems)}. "
+        "Check the tool's input schema and call it again."
+    )
 
 
 def build_server(store: Store, settings: Settings) -> MCPServer:

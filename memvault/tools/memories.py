@@ -250,9 +250,9 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     @handles_errors
     async def evict_memories(
         ctx: Context,
-        dryRun: Annotated[bool, Field(description="Only report what would be archived.")] = False,  # noqa: N803
+        dryRun: Annotated[bool, Field(description="Only report what would be archived.")] = False,
     ) -> CallToolResult:
-        """Archive stale memories now (P1 after 90 days, P2 after 30 days without access, then over capacity)."""
+        """Archive stale memories now (P1 after 90 days, P2 after 30 days without access, then over capacity)."""  # noqa: E501
         evicted = await store.evict(token_of(ctx), dry_run=dryRun)
         if not evicted:
             return text("Nothing to archive: every hot memory is fresh and within capacity.")

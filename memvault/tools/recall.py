@@ -91,9 +91,7 @@ def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -
         ctx: Context,
         query: Annotated[str, Field(description="What you are looking for, in your own words.")],
         limit: Annotated[int, Field(description="Most memories to return (default 10, at most 100).")] = 10,
-        includeArchive: Annotated[  # noqa: N803
-            bool, Field(description="Also search memories archived as stale.")
-        ] = False,
+        includeArchive: Annotated[bool, Field(description="Also search memories archived as stale.")] = False,
         tags: Annotated[
             list[str] | None, Field(description="Only memories with every one of these tags.")
         ] = None,
