@@ -74,7 +74,8 @@ def normalise_rows(matrix: npt.ArrayLike) -> FloatMatrix:
     if rows.ndim != 2:
         raise EmbedderUnavailable(f"the model returned an array of shape {rows.shape}, not one row per text")
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    return np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+    out: FloatMatrix = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+    return out
 
 
 # ---------------------------------------------------------------------------- hash embedder
@@ -702,7 +703,8 @@ class Embeddings:
         if embedder is None:
             return None
         try:
-            return embedder.embed([text])[0]
+            vector: FloatMatrix = embedder.embed([text])[0]
+            return vector
         except Exception as exc:
             log.warning(
                 "query embedding failed (%s); answering from the lexical index only", type(exc).__name__

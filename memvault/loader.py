@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -171,7 +171,7 @@ def main() -> int:
     part = build_part(m for m in memories if m is not None)
     part["parsed"] = np.array([sum(1 for m in memories if m is not None)], dtype=np.int64)
     out = io.BytesIO()
-    np.savez(out, **part)
+    np.savez(out, **cast("dict[str, Any]", part))  # numpy stubs type **kwds as allow_pickle
     sys.stdout.buffer.write(out.getbuffer())
     sys.stdout.buffer.flush()
     return 0

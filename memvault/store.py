@@ -373,7 +373,7 @@ class Store:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as handle:
-                np.savez(handle, **parts)
+                np.savez(handle, **cast("dict[str, Any]", parts))  # (numpy stubs: see loader)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)

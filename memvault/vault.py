@@ -18,10 +18,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import frontmatter
 import numpy as np
 import numpy.typing as npt
-import yaml
+import yaml  # type: ignore[import-untyped]
+from frontmatter.default_handlers import YAMLHandler
 
 from memvault.columns import pack_strings, unpack_strings
 from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound
@@ -48,7 +48,7 @@ OWNED_KEYS = (
     "supersededBy",
 )
 
-_YAML = frontmatter.YAMLHandler()  # python-frontmatter, on PyYAML's C loader when built with libyaml
+_YAML = YAMLHandler()  # python-frontmatter, on PyYAML's C loader when built with libyaml
 _FM_OPEN = re.compile(r"\A---[ \t]*\r?\n")
 _FM_CLOSE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
 _FOOTER = re.compile(r"\n+---[ \t]*\n+\*Created: [^*\n]*\*[ \t]*\n*\Z")
@@ -332,7 +332,7 @@ def clean_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
 def _yaml_scalar(value: Any) -> str:
     if isinstance(value, datetime):
         return format_time(value)
-    dumped = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000)
+    dumped: str = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000)
     return dumped.strip().removesuffix("...").strip()
 
 
