@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -51,9 +52,22 @@ def helpers_for(files: int, setting: int | None) -> int:
     if files < PARALLEL_MIN:
         return 0
     if setting is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cpus = usable_cpus()
         setting = min(MAX_HELPERS, cpus) if cpus > 1 else 0
     return max(0, min(setting, files // (PARALLEL_MIN // 4)))
+
+
+def usable_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """CPUs this process may run on, less a container's CPU quota (cgroup v2 ``cpu.max``, as
+    set by ``docker run --cpus``), rounded up."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = cpu_max.read_text(encoding="ascii").split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus
 
 
 def read_and_parse(vault: Vault, id: str, archived: bool) -> Memory | None:

@@ -67,6 +67,20 @@ def test_helpers_only_for_large_loads_and_never_on_one_cpu(monkeypatch):
     assert loader.helpers_for(100_000, None) == loader.MAX_HELPERS
 
 
+def test_a_container_cpu_quota_limits_the_helpers(tmp_path, monkeypatch):
+    monkeypatch.setattr(loader.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    cpu_max = tmp_path / "cpu.max"
+    cpu_max.write_text("150000 100000\n")  # docker run --cpus=1.5
+    assert loader.usable_cpus(cpu_max) == 2
+    cpu_max.write_text("50000 100000\n")
+    assert loader.usable_cpus(cpu_max) == 1
+    cpu_max.write_text("max 100000\n")
+    assert loader.usable_cpus(cpu_max) == 8
+    assert loader.usable_cpus(tmp_path / "missing") == 8
+    cpu_max.write_text("garbage")
+    assert loader.usable_cpus(cpu_max) == 8
+
+
 def test_merged_parts_equal_one_part(tmp_path):
     folder = tmp_path / "alice"
     _fill(folder, 60)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from memvault.cli import main
@@ -130,6 +131,28 @@ async def test_a_corrupt_snapshot_is_ignored(make_settings, vault_root, monkeypa
         assert second.parses == 5  # fell back to the files (vaults with a snapshot skip the parse cache)
     finally:
         await second.close()
+
+
+async def test_a_snapshot_in_an_older_format_is_ignored(make_settings, vault_root, monkeypatch, caplog):
+    monkeypatch.setattr("memvault.store.SNAPSHOT_MIN", 0)
+    folder = vault_root / "alice"
+    folder.mkdir()
+    for i in range(4):
+        _hand_write(folder, f"note-{i}.md", f"words number{i}")
+    (folder / ".memvault").mkdir()
+    # The first format: one JSON "meta" array and the index arrays, no "version" array.
+    with open(folder / ".memvault" / "snapshot.npz", "wb") as handle:
+        np.savez(handle, meta=np.frombuffer(b'{"version": 1}', dtype=np.uint8), **{"hot.dl": np.zeros(4)})
+    store = Store(make_settings())
+    try:
+        found = await store.find("alice", query="number2")
+        assert [m.id for m in found.memories] == ["note-2.md"]
+        assert store.parses == 4
+        assert "index snapshot not usable (KeyError)" in caplog.text
+    finally:
+        await store.close()
+    with np.load(folder / ".memvault" / "snapshot.npz") as data:
+        assert data["version"].tolist() == [2]  # rewritten in the current format
 
 
 async def test_restore_accepts_the_archive_path_as_seen_in_the_folder(make_settings, vault_root):
