@@ -643,35 +643,28 @@ class Vault:
                     st = entry.stat()
                 except OSError:
                     continue
-                yield "/".join((*rel, name)), archived, st
+                if stat.S_ISREG(st.st_mode):  # not a FIFO, socket or device named *.md
+                    yield "/".join((*rel, name)), archived, st
 
     # ---- reading
 
     def read(self, id: str, *, archived: bool = False) -> Memory:
-        path = self.path_of(id, archived=archived)
-        try:
-            with open(path, "rb") as handle:
-                st = os.fstat(handle.fileno())
-                raw = handle.read()
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            raise NotFound(check_id(id), archived=archived) from None
+        raw, st = self.read_raw(id, archived=archived)
         return parse_memory(raw, check_id(id), archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size)
 
     def read_scanned(self, id: str, archived: bool) -> tuple[bytes, os.stat_result] | None:
         """Bytes and stat of a file ``scan`` listed (no name checks: the scan made them); None if
         it cannot be read now."""
         try:
-            with open(self.area(archived) / id, "rb") as handle:
-                return handle.read(), os.fstat(handle.fileno())
+            return _read_regular(self.area(archived) / id)
         except OSError:
             return None
 
     def read_raw(self, id: str, *, archived: bool = False) -> tuple[bytes, os.stat_result]:
         path = self.path_of(id, archived=archived)
         try:
-            with open(path, "rb") as handle:
-                return handle.read(), os.fstat(handle.fileno())
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return _read_regular(path)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, NotRegularFile):
             raise NotFound(check_id(id), archived=archived) from None
 
     # ---- writing (callers hold the token lock)
@@ -759,6 +752,21 @@ class Vault:
 # ---------------------------------------------------------------------------- tokens
 
 TOKEN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class NotRegularFile(OSError):
+    """A name ending in .md that is a FIFO, socket or device: never opened for reading."""
+
+
+def _read_regular(path: Path) -> tuple[bytes, os.stat_result]:
+    """A regular file's bytes and stat. Opened without blocking, so a FIFO named like a memory
+    cannot hang a load; anything but a regular file raises NotRegularFile."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(f"not a regular file: {path.name}")
+        return handle.read(), st
 
 
 def valid_token(token: str) -> bool:

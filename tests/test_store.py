@@ -211,3 +211,25 @@ async def test_an_outside_change_reported_during_a_load_is_applied_after_it(
         assert (await store.find("alice", query="number2")).total == 0
     finally:
         await store.close()
+
+
+@pytest.mark.timeout(20)
+async def test_a_fifo_named_like_a_memory_never_blocks_a_load_or_a_read(make_settings, vault_root):
+    folder = vault_root / "alice"
+    folder.mkdir()
+    _hand_write(folder, "real.md", "ordinary words")
+    os.mkfifo(folder / "pipe.md")  # no writer: opening it for reading the usual way would block
+    os.mkdir(folder / "dir.md")
+    store = Store(make_settings())
+    try:
+        found = await store.find("alice", query="ordinary")
+        assert [m.id for m in found.memories] == ["real.md"]
+        state = await store.state("alice")
+        assert sorted(state.hot.memories) == ["real.md"]
+        found = await store.find("alice", filenames=["pipe.md", "real.md"])
+        assert [m.id for m in found.memories] == ["real.md"]
+        assert "pipe.md" in found.missing
+        assert store.apply_changes("alice", [folder / "pipe.md"], False) == 0
+        assert store.apply_changes("alice", [folder], True) == 0
+    finally:
+        await store.close()
