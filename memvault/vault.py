@@ -34,6 +34,9 @@ STATE_DIR = ".memvault"
 MAX_NAME_CHARS = 255
 MAX_ID_CHARS = 1024
 SLUG_MAX = 80
+# A hand-placed file larger than this is indexed on its first bytes only and never rewritten: a
+# 300 MB log saved as a memory must not take the server's memory with it at every start.
+MAX_INDEXED_BYTES = 8 * 1024 * 1024
 SLUG_MAX_BYTES = 240  # leaves room for "-NNNN.md" under the usual 255-byte file name limit
 
 # Keys the server owns; every other frontmatter key is kept verbatim on rewrite.
@@ -263,6 +266,11 @@ def parse_memory(
     conflicted = has_conflict_markers(text)
     body = split.body if split.fm_text is not None and problem is None else text
     title, content = _title_and_content(body, meta, stem)
+    if problem is None and size is not None and size > len(raw) >= MAX_INDEXED_BYTES:  # read was cut
+        problem = (
+            f"file is over {MAX_INDEXED_BYTES // 2**20} MiB; only its start is indexed, and the server "
+            "will not rewrite it"
+        )
     if problem is None:
         try:
             raw.decode("utf-8")
@@ -656,7 +664,7 @@ class Vault:
         """Bytes and stat of a file ``scan`` listed (no name checks: the scan made them); None if
         it cannot be read now."""
         try:
-            return _read_regular(self.area(archived) / id)
+            return _read_regular(self.area(archived) / id, MAX_INDEXED_BYTES)
         except OSError:
             return None
 
@@ -701,6 +709,11 @@ class Vault:
         """Rewrite owned fields (and title/content) in place, preserving everything else."""
         raw, _ = self.read_raw(id, archived=archived)
         id = check_id(id)
+        if len(raw) > MAX_INDEXED_BYTES:
+            raise InvalidArgument(
+                f"'{id}' is over {MAX_INDEXED_BYTES // 2**20} MiB, so the server will not rewrite it. Ask "
+                "the user to edit it by hand, or write a new memory."
+            )
         current = parse_memory(raw, id, archived=archived)
         if current.conflicted:
             raise Conflict(id)
@@ -758,15 +771,16 @@ class NotRegularFile(OSError):
     """A name ending in .md that is a FIFO, socket or device: never opened for reading."""
 
 
-def _read_regular(path: Path) -> tuple[bytes, os.stat_result]:
-    """A regular file's bytes and stat. Opened without blocking, so a FIFO named like a memory
-    cannot hang a load; anything but a regular file raises NotRegularFile."""
+def _read_regular(path: Path, limit: int | None = None) -> tuple[bytes, os.stat_result]:
+    """A regular file's bytes (its first ``limit`` bytes, if given) and stat. Opened without
+    blocking, so a FIFO named like a memory cannot hang a load; anything but a regular file
+    raises NotRegularFile."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "rb") as handle:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(f"not a regular file: {path.name}")
-        return handle.read(), st
+        return (handle.read() if limit is None else handle.read(limit)), st
 
 
 def valid_token(token: str) -> bool:

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from memvault.cli import main
+from memvault.errors import InvalidArgument
 from memvault.store import Store
+from memvault.vault import MAX_INDEXED_BYTES
 
 pytestmark = pytest.mark.anyio
 
@@ -231,5 +233,30 @@ async def test_a_fifo_named_like_a_memory_never_blocks_a_load_or_a_read(make_set
         assert "pipe.md" in found.missing
         assert store.apply_changes("alice", [folder / "pipe.md"], False) == 0
         assert store.apply_changes("alice", [folder], True) == 0
+    finally:
+        await store.close()
+
+
+async def test_a_huge_hand_placed_file_is_indexed_on_its_start_and_never_rewritten(make_settings, vault_root):
+    folder = vault_root / "alice"
+    folder.mkdir()
+    line = b"filler words for a very large log file\n"
+    big = (
+        b"# Huge log\n\nokapi at the start\n"
+        + line * (MAX_INDEXED_BYTES // len(line))
+        + b"quagga at the end\n"
+    )
+    (folder / "huge.md").write_bytes(big)
+    store = Store(make_settings())
+    try:
+        found = await store.find("alice", query="okapi")
+        assert [m.id for m in found.memories] == ["huge.md"]
+        memory = found.memories[0]
+        assert memory.problem is not None and "over 8 MiB" in memory.problem
+        assert memory.size == len(big) and len(memory.content) < MAX_INDEXED_BYTES
+        assert (await store.find("alice", query="quagga")).total == 0  # past the indexed start
+        with pytest.raises(InvalidArgument, match="will not rewrite"):
+            await store.update("alice", "huge.md", content="replaced")
+        assert (folder / "huge.md").read_bytes() == big  # untouched
     finally:
         await store.close()
