@@ -268,14 +268,7 @@ class Store:
                     and cached.parsed
                     and (cached.mtime_ns, cached.size) == (st.st_mtime_ns, st.st_size)
                 ):
-                    memory = from_cache(
-                        cached.parsed,
-                        id,
-                        archived=archived,
-                        mtime_ns=st.st_mtime_ns,
-                        size=st.st_size,
-                        hash=cached.hash,
-                    )
+                    memory = _from_cache(cached, id, archived, st)
                     if memory is not None:
                         ready.append(memory)
                         continue
@@ -397,14 +390,7 @@ class Store:
             if isinstance(previous, Memory):
                 return dataclasses.replace(previous, mtime_ns=st.st_mtime_ns, size=st.st_size)
             if previous.parsed:
-                memory = from_cache(
-                    previous.parsed,
-                    id,
-                    archived=archived,
-                    mtime_ns=st.st_mtime_ns,
-                    size=st.st_size,
-                    hash=previous.hash,
-                )
+                memory = _from_cache(previous, id, archived, st)
                 if memory is not None:
                     return memory
         self.parses += 1
@@ -1052,6 +1038,15 @@ def _areas_from(data: Mapping[str, npt.NDArray[Any]]) -> tuple[Area, Area]:
             raise ValueError("snapshot memories and index differ")
         areas.append(area)
     return areas[0], areas[1]
+
+
+def _from_cache(cached: FileStat, id: str, archived: bool, st: os.stat_result) -> Memory | None:
+    """The cached parse of a file whose bytes are known to be unchanged, as it is now on disk."""
+    if not cached.parsed:
+        return None
+    return from_cache(
+        cached.parsed, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size, hash=cached.hash
+    )
 
 
 def _file_stat(memory: Memory) -> FileStat:
