@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, cast
 
 import anyio.to_thread
 import numpy as np
@@ -53,7 +53,6 @@ from memvault.vault import (
 log = logging.getLogger("memvault")
 
 Clock = Callable[[], datetime]
-T = TypeVar("T")
 MAX_TITLE_CHARS = 200
 LAST_EVICTION = "last_eviction"
 SNAPSHOT_FILE = "snapshot.npz"
@@ -241,17 +240,13 @@ class Store:
         re-parsing only files whose bytes differ from the sidecar's parse cache."""
         if state.dir.is_dir():
             state.ensure_sidecar()
-            if self._snapshot_path(state).is_file():
-                # Stat the files while the snapshot is decoded: the system calls release the GIL.
-                scan = _InThread(lambda: list(state.vault.scan()))
-                restored = self._load_snapshot(state)
-                scanned = scan.result()
-                if restored is not None:
-                    with state.mem_lock:
-                        state.hot, state.archive = restored
-                    self._rescan(state, scanned)  # what changed on disk since the snapshot was taken
-                    self._publish(state, snapshot_stale=False)
-                    return
+            restored = self._load_snapshot(state)
+            if restored is not None:
+                with state.mem_lock:
+                    state.hot, state.archive = restored
+                self._rescan(state)  # what changed on disk since the snapshot was taken
+                self._publish(state, snapshot_stale=False)
+                return
         hot, archive = Area(), Area()
         if state.dir.is_dir():
             sidecar = state.ensure_sidecar()
@@ -928,15 +923,13 @@ class Store:
             return None
         return "/".join(parts), archived
 
-    def _rescan(
-        self, state: TokenState, scanned: Iterable[tuple[str, bool, os.stat_result]] | None = None
-    ) -> int:
-        """Bring the loaded memories in line with the folder (``scanned``: a scan made just before)."""
+    def _rescan(self, state: TokenState) -> int:
+        """Bring the loaded memories in line with the folder."""
         seen: set[tuple[str, bool]] = set()
         changed = 0
         with state.mem_lock:
             known = (dict(state.hot.memories), dict(state.archive.memories))
-        for id, archived, st in state.vault.scan() if scanned is None else scanned:
+        for id, archived, st in state.vault.scan():
             seen.add((id, archived))
             before = known[archived].get(id)
             if before is not None and (before.mtime_ns, before.size) == (st.st_mtime_ns, st.st_size):
@@ -1001,29 +994,6 @@ class Store:
 
 
 _EPOCH = datetime.fromtimestamp(0, UTC)
-
-
-class _InThread(Generic[T]):
-    """Run ``work`` in a new thread now; ``result()`` waits for it and returns or raises what it did."""
-
-    def __init__(self, work: Callable[[], T]) -> None:
-        self._work = work
-        self._outcome: tuple[T | None, BaseException | None] = (None, None)
-        self._thread = threading.Thread(target=self._run, name="memvault-scan", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._outcome = (self._work(), None)
-        except BaseException as exc:  # handed to result()
-            self._outcome = (None, exc)
-
-    def result(self) -> T:
-        self._thread.join()
-        value, error = self._outcome
-        if error is not None:
-            raise error
-        return cast("T", value)
 
 
 def _areas_from(data: Mapping[str, npt.NDArray[Any]]) -> tuple[Area, Area]:
