@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from memvault.vault import ARCHIVE, Vault, parse_memory
+from memvault.vault import ARCHIVE, Vault, parse_memory, read_regular
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +21,7 @@ def check_vault(vault: Vault) -> Iterator[Finding]:
     for id, archived, st in sorted(vault.scan(), key=lambda item: (item[1], item[0])):
         path_id = f"{ARCHIVE}/{id}" if archived else id
         try:
-            raw = (vault.area(archived) / id).read_bytes()
+            raw, st = read_regular(vault.area(archived) / id)  # never blocks on a FIFO
         except OSError as exc:
             yield Finding(path_id, f"cannot be read ({exc.strerror or type(exc).__name__})")
             continue

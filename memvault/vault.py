@@ -664,14 +664,14 @@ class Vault:
         """Bytes and stat of a file ``scan`` listed (no name checks: the scan made them); None if
         it cannot be read now."""
         try:
-            return _read_regular(self.area(archived) / id, MAX_INDEXED_BYTES)
+            return read_regular(self.area(archived) / id, MAX_INDEXED_BYTES)
         except OSError:
             return None
 
     def read_raw(self, id: str, *, archived: bool = False) -> tuple[bytes, os.stat_result]:
         path = self.path_of(id, archived=archived)
         try:
-            return _read_regular(path)
+            return read_regular(path)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError, NotRegularFile):
             raise NotFound(check_id(id), archived=archived) from None
 
@@ -771,7 +771,7 @@ class NotRegularFile(OSError):
     """A name ending in .md that is a FIFO, socket or device: never opened for reading."""
 
 
-def _read_regular(path: Path, limit: int | None = None) -> tuple[bytes, os.stat_result]:
+def read_regular(path: Path, limit: int | None = None) -> tuple[bytes, os.stat_result]:
     """A regular file's bytes (its first ``limit`` bytes, if given) and stat. Opened without
     blocking, so a FIFO named like a memory cannot hang a load; anything but a regular file
     raises NotRegularFile."""
