@@ -27,7 +27,6 @@ import random
 import re
 import shlex
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,9 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import frontmatter
-import uvicorn
+from harness import call, client, free_port, serving, update_results
 from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from rapidfuzz import fuzz
 
 from memvault import __version__
@@ -294,12 +292,6 @@ def naive_search(folder: Path, query: str) -> str:
 # ---------------------------------------------------------------------------- server and client
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class AsgiTimer:
     """Wraps the server's ASGI app and times each POST from its arrival to the hand-over of the last
     non-empty chunk of its response body (the SSE stream may close later): the server's share of a
@@ -334,43 +326,10 @@ class Server:
 @contextlib.asynccontextmanager
 async def serve(settings: Settings) -> AsyncIterator[Server]:
     port = free_port()
-    settings = settings.replace(port=port)
-    app = create_app(settings)
+    app = create_app(settings.replace(port=port))
     timer = AsgiTimer(app)
-    server = uvicorn.Server(
-        uvicorn.Config(timer, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    task = asyncio.create_task(server.serve())
-    try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            if task.done():
-                task.result()
-                raise RuntimeError("server exited before it started")
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not start within 20 s")
-            await asyncio.sleep(0.01)
-        yield Server(f"http://127.0.0.1:{port}", app, timer)
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 30)
-
-
-@contextlib.asynccontextmanager
-async def client(url: str) -> AsyncIterator[ClientSession]:
-    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        yield session
-
-
-async def call(session: ClientSession, tool: str, args: dict[str, Any]) -> tuple[float, str]:
-    start = time.perf_counter()
-    result = await session.call_tool(tool, args)
-    elapsed = time.perf_counter() - start
-    text = "\n".join(getattr(c, "text", "") for c in getattr(result, "content", []))
-    if getattr(result, "is_error", False):
-        raise RuntimeError(f"{tool}({args}) failed: {text[:300]}")
-    return elapsed, text
+    async with serving(timer, port) as url:
+        yield Server(url, app, timer)
 
 
 # ---------------------------------------------------------------------------- stats
@@ -717,30 +676,6 @@ def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) 
     return "\n".join(lines) + "\n"
 
 
-def update_results(path: Path, section: str, command: str) -> None:
-    """Add this run's section; a previous section from the same command is replaced."""
-    header = "# Benchmark results\n\nSee bench/README.md for how to run each benchmark.\n"
-    text = path.read_text(encoding="utf-8") if path.exists() else header
-    block = f"{MARK_START}\n<!-- command: {command} -->\n{section}{MARK_END}\n"
-    pattern = re.compile(
-        re.escape(MARK_START)
-        + r"\n<!-- command: "
-        + re.escape(command)
-        + r" -->\n.*?"
-        + re.escape(MARK_END)
-        + r"\n",
-        re.DOTALL,
-    )
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text, count=1)
-    elif MARK_START in text:
-        i = text.index(MARK_START)
-        text = text[:i] + block + "\n" + text[i:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    path.write_text(text, encoding="utf-8")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--memories", type=int, default=10_000, help="memories in the vault (default 10000)")
@@ -788,7 +723,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     print(section)
     if args.out:
-        update_results(args.out, section, command)
+        update_results(args.out, section, command, MARK_START, MARK_END, grouped=True)
         print(f"written to {args.out}", file=sys.stderr)
     return 0
 

@@ -48,6 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_read as br
+from harness import call, client, free_port, update_results
 
 from memvault.vault import render_new
 
@@ -86,7 +87,7 @@ class ServerProc:
     def __init__(self, root: Path, log_dir: Path, label: str, py_spy: Path | None = None) -> None:
         self.root = root
         self.label = label
-        self.port = br.free_port()
+        self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base}/mcp/{TOKEN}"
         self.log_path = log_dir / f"server-{label}.log"
@@ -212,8 +213,8 @@ async def first_answer(server: ServerProc, query: str, label: str, deadline_s: f
         await asyncio.sleep(0.01)
     res.up_s = time.perf_counter() - server.t0
     res.mem_up = server.mem()
-    async with br.client(server.url) as session:
-        _, text = await br.call(session, "read_memory", {"query": query})
+    async with client(server.url) as session:
+        _, text = await call(session, "read_memory", {"query": query})
     res.answer_s = time.perf_counter() - server.t0
     if text.startswith("No hot memories"):
         raise RuntimeError(f"first answer of server {label} found nothing for {query!r}")
@@ -276,7 +277,7 @@ async def bare_uvicorn_idle(seconds: float, *, sse: bool = False) -> Idle:
     MCP SDK's streams, that starts sse-starlette's shutdown watcher, which then polls twice a
     second for the life of the process whatever the app does.
     """
-    port = br.free_port()
+    port = free_port()
     code = (
         "import uvicorn\nfrom starlette.applications import Starlette\nfrom starlette.routing import Route\n"
         "from sse_starlette.sse import EventSourceResponse\n"
@@ -324,14 +325,14 @@ async def reads(
     """read_memory round-robin over the four kinds; `offset` picks other queries per server."""
     out = Reads(label, {k: [] for k in KINDS}, dict.fromkeys(KINDS, 0))
     cpu_total, n = 0.0, 0
-    async with br.client(server.url) as session:
+    async with client(server.url) as session:
         for i in range(warmup + calls):
             timed = i >= warmup
             cpu0 = server.cpu()
             for kind in KINDS:
                 pool = queries[kind]
                 q = pool[(offset + i) % len(pool)]
-                elapsed, text = await br.call(session, "read_memory", {"query": q})
+                elapsed, text = await call(session, "read_memory", {"query": q})
                 if timed:
                     out.times[kind].append(elapsed)
                     out.hits[kind] += not text.startswith("No hot memories")
@@ -374,7 +375,7 @@ async def poll_until(
     if limit is not None:
         args["limit"] = limit
     while True:
-        _, text = await br.call(session, "read_memory", args)
+        _, text = await call(session, "read_memory", args)
         polls += 1
         elapsed = time.perf_counter() - start
         if ok(text):
@@ -396,7 +397,7 @@ async def hand_edits(server: ServerProc, folder: Path, count: int, seed: int, ta
     rng = random.Random(seed + 11)
     names = sorted(n for n in os.listdir(folder) if n.endswith(".md") and not n.startswith("."))
     out = Edits()
-    async with br.client(server.url) as session:
+    async with client(server.url) as session:
         for i, name in enumerate(rng.sample(names, count)):
             path = folder / name
             text = path.read_text(encoding="utf-8")
@@ -452,7 +453,7 @@ async def burst(
             )
         )
     out = Burst(files=count)
-    async with br.client(server.url) as session:
+    async with client(server.url) as session:
         cpu0 = server.cpu()
         start = time.perf_counter()
         for path, text in texts:
@@ -483,8 +484,8 @@ async def burst(
         path.unlink()
     await asyncio.sleep(0.5)
     await settle(server, Start("removal"))
-    async with br.client(server.url) as session:
-        _, text = await br.call(session, "list_memory_titles", {})
+    async with client(server.url) as session:
+        _, text = await call(session, "list_memory_titles", {})
     out.listed_after_removal = titles_total(text)
     return out
 
@@ -913,16 +914,6 @@ def git_dirty() -> str:
     return ""
 
 
-def update_results(path: Path, section: str, command: str) -> None:
-    """bench_read's update_results with this script's own section markers."""
-    saved = br.MARK_START, br.MARK_END
-    br.MARK_START, br.MARK_END = MARK_START, MARK_END
-    try:
-        br.update_results(path, section, command)
-    finally:
-        br.MARK_START, br.MARK_END = saved
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
@@ -996,7 +987,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     print(section)
     if args.out:
-        update_results(args.out, section, command)
+        update_results(args.out, section, command, MARK_START, MARK_END, grouped=True)
         print(f"written to {args.out}", file=sys.stderr)
     return 0
 

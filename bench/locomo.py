@@ -33,7 +33,6 @@ import platform
 import re
 import shlex
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,9 +46,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import uvicorn
 from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # harness, also when loaded from a file by tests
+
+from harness import call as timed_call
+from harness import client as session
+from harness import free_port, serving, update_results
 
 from memvault import __version__
 from memvault import recall as ranking
@@ -210,12 +213,6 @@ def pct(values: Sequence[float], q: float) -> float:
 # ---------------------------------------------------------------------------- the server
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Server:
     url: str
@@ -225,36 +222,13 @@ class Server:
 @contextlib.asynccontextmanager
 async def serve(settings: Settings) -> AsyncIterator[Server]:
     port = free_port()
-    settings = settings.replace(port=port)
-    app = create_app(settings)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    task = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        yield Server(f"http://127.0.0.1:{port}", app)
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 30)
-
-
-@contextlib.asynccontextmanager
-async def session(url: str) -> AsyncIterator[ClientSession]:
-    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as client:
-        await client.initialize()
-        yield client
+    app = create_app(settings.replace(port=port))
+    async with serving(app, port) as url:
+        yield Server(url, app)
 
 
 async def call(client: ClientSession, tool: str, args: dict[str, Any]) -> str:
-    result = await client.call_tool(tool, args)
-    body = "\n".join(c.text for c in result.content if hasattr(c, "text"))
-    if result.is_error:
-        raise RuntimeError(f"{tool} failed: {body}")
-    return body
+    return (await timed_call(client, tool, args))[1]
 
 
 async def wait_for_vectors(url: str, timeout: float = 1800.0) -> dict[str, Any]:
@@ -534,23 +508,6 @@ def report(res: Results, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_results(path: Path, section: str, command: str) -> None:
-    """Add this run's section; a previous section from the same command is replaced. Other
-    benchmarks' sections are left as they are (the file is read again just before writing)."""
-    header = "# Benchmark results\n\nSee bench/README.md for how to run each benchmark.\n"
-    text = path.read_text(encoding="utf-8") if path.exists() else header
-    block = f"{MARK_START}\n<!-- command: {command} -->\n{section}{MARK_END}\n"
-    pattern = re.compile(
-        re.escape(f"{MARK_START}\n<!-- command: {command} -->\n") + r".*?" + re.escape(MARK_END) + r"\n",
-        re.DOTALL,
-    )
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    path.write_text(text, encoding="utf-8")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("paths", nargs="+", type=Path, help="LoCoMo folders or NN.json files")
@@ -599,7 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = report(res, command)
     print(section)
     if args.out:
-        update_results(args.out, section, command)
+        update_results(args.out, section, command, MARK_START, MARK_END, grouped=False)
         print(f"written to {args.out}", file=sys.stderr)
     return 0
 
