@@ -6,11 +6,12 @@ import sqlite3
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from memvault.errors import InvalidArgument, UnknownEntity
 from memvault.sidecar import Sidecar, format_time, parse_time
+from memvault.vault import utcnow
 
 Clock = Callable[[], datetime]
 
@@ -26,10 +27,6 @@ MAX_NAME_CHARS = 500
 _CHUNK = 500  # below SQLite's host-parameter limit
 _INSERT_ENTITY = "INSERT OR IGNORE INTO entities (name, entity_type, created, updated) VALUES (?, ?, ?, ?)"
 _INSERT_RELATION = "INSERT OR IGNORE INTO relations (from_entity, to_entity, relation_type) VALUES (?, ?, ?)"
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +265,7 @@ class KnowledgeGraph:
         sidecar: Sidecar | Callable[[], Sidecar],
         *,
         max_chars: int,
-        clock: Clock = _utcnow,
+        clock: Clock = utcnow,
         limits: SearchLimits | None = None,
     ) -> None:
         self._source = sidecar

@@ -6,12 +6,12 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from memvault.errors import InvalidArgument, UnknownSession
 from memvault.sidecar import Sidecar, format_time, parse_time
-from memvault.vault import clean_tags
+from memvault.vault import clean_tags, utcnow
 
 Clock = Callable[[], datetime]
 
@@ -24,10 +24,6 @@ MAX_LIMIT = 200
 APPEND_SEPARATOR = "\n\n"  # append_summary: latest text, a blank line, the new content
 
 _COLUMNS = "session_id, version, ts, title, tags, summary"
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +124,7 @@ class Sessions:
     """The session summaries of one token, kept in its sidecar. Thread-safe (the sidecar serialises)."""
 
     def __init__(
-        self, sidecar: Sidecar | Callable[[], Sidecar], *, max_chars: int, clock: Clock = _utcnow
+        self, sidecar: Sidecar | Callable[[], Sidecar], *, max_chars: int, clock: Clock = utcnow
     ) -> None:
         self._source = sidecar
         self.max_chars = max_chars
