@@ -18,7 +18,7 @@ from rapidfuzz.distance import OSA
 
 from memvault.columns import pack_strings, unpack_strings
 
-__all__ = ["Hit", "Index", "tokenize"]
+__all__ = ["Hit", "Index", "IndexSnapshot", "tokenize"]
 
 # --- tokenization ------------------------------------------------------------------------------
 
@@ -361,12 +361,12 @@ class Index:
 
     # --- snapshot ------------------------------------------------------------------------------
 
-    def snapshot(self) -> _Frozen:
+    def snapshot(self) -> IndexSnapshot:
         """What a snapshot needs, copied by reference (fast: callers hold their lock only for this);
         ``.arrays()`` on the result does the slow part. Document term arrays are replaced, never
         changed in place, so the copy stays valid while the index changes."""
         self._flush_postings()
-        return _Frozen(
+        return IndexSnapshot(
             ids_by_no=list(self._ids_by_no),
             doc_terms=list(self._doc_terms),
             titles=list(self._titles),
@@ -679,7 +679,7 @@ def _discard(buckets: dict[str, set[str]], key: str, term: str) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class _Frozen:
+class IndexSnapshot:
     """An index's documents and vocabulary at one moment (see Index.snapshot)."""
 
     ids_by_no: list[str | None]

@@ -31,10 +31,18 @@ import numpy as np
 import numpy.typing as npt
 
 from memvault.columns import pack_strings, prefixed, unpack_strings
-from memvault.index import Index
+from memvault.index import Index, IndexSnapshot
 from memvault.vault import Memory, Vault, memories_to_columns, parse_memory
 
-__all__ = ["PARALLEL_MIN", "build_part", "helpers_for", "load_in_helpers", "merge_parts", "read_and_parse"]
+__all__ = [
+    "PARALLEL_MIN",
+    "build_part",
+    "encode_areas",
+    "helpers_for",
+    "load_in_helpers",
+    "merge_parts",
+    "read_and_parse",
+]
 
 log = logging.getLogger("memvault")
 
@@ -84,14 +92,22 @@ def build_part(memories: Iterable[Memory]) -> Arrays:
     by_area: dict[bool, list[Memory]] = {False: [], True: []}
     for memory in memories:
         by_area[memory.archived].append(memory)
-    out: Arrays = {}
+    areas = []
     for name, archived in AREAS:
         index = Index()
         for m in by_area[archived]:
             index.upsert(m.id, title=m.title, body=m.content, tags=m.tags)
-        out.update({f"{name}.index.{key}": value for key, value in index.snapshot().arrays().items()})
-        columns = memories_to_columns(by_area[archived])
-        out.update({f"{name}.memories.{key}": value for key, value in columns.items()})
+        areas.append((name, index.snapshot(), by_area[archived]))
+    return encode_areas(areas)
+
+
+def encode_areas(areas: Iterable[tuple[str, IndexSnapshot, Sequence[Memory]]]) -> Arrays:
+    """Areas (name, index, memories) in the snapshot's format: ``<name>.index.*`` and
+    ``<name>.memories.*`` arrays."""
+    out: Arrays = {}
+    for name, index, memories in areas:
+        out.update({f"{name}.index.{key}": value for key, value in index.arrays().items()})
+        out.update({f"{name}.memories.{key}": value for key, value in memories_to_columns(memories).items()})
     return out
 
 

@@ -43,7 +43,6 @@ from memvault.vault import (
     from_cache,
     is_memory_path,
     memories_from_columns,
-    memories_to_columns,
     parse_memory,
     to_cache,
     utcnow,
@@ -342,21 +341,16 @@ class Store:
         if not state.loaded or state.sidecar is None:
             return
         with state.mem_lock:
-            frozen = [(name, area.index.snapshot(), list(area.memories.values()))
-                      for name, area in (("hot", state.hot), ("archive", state.archive))]  # fmt: skip
-            state.snapshot_stale = False
+            # Parts merged from loader processes are the same data: a restart's rescan catches up
+            # with whatever changed since they were read, as with any snapshot.
             ready, state.snapshot_parts = state.snapshot_parts, None
-        # Parts merged from loader processes are the same data: a restart's rescan catches up
-        # with whatever changed since they were read, as with any snapshot.
+            if ready is None:
+                frozen = [(name, area.index.snapshot(), list(area.memories.values()))
+                          for name, area in (("hot", state.hot), ("archive", state.archive))]  # fmt: skip
+            state.snapshot_stale = False
         parts: dict[str, npt.NDArray[Any]] = {"version": np.array([SNAPSHOT_VERSION], dtype=np.int64)}
-        if ready is not None:
-            parts.update(ready)
-        else:
-            for name, index, memories in frozen:
-                parts.update({f"{name}.index.{key}": value for key, value in index.arrays().items()})
-                columns = memories_to_columns(memories)
-                parts.update({f"{name}.memories.{key}": value for key, value in columns.items()})
-        del frozen, ready
+        parts.update(ready if ready is not None else loader.encode_areas(frozen))
+        del ready
         path = self._snapshot_path(state)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
         try:
