@@ -283,13 +283,15 @@ class Store:
                 refreshed: list[Memory] = []
                 for memory in ready:
                     (archive if memory.archived else hot).put(memory)
+                if progress is not None:
+                    progress(len(ready))
                 for id, archived, cached in todo:
                     read = self._read_file(state, id, archived, cached)
                     if read is not None:
                         refreshed.append(read)
                         (archive if archived else hot).put(read)
-                if progress is not None:
-                    progress(len(ready) + len(todo))
+                    if progress is not None:
+                        progress(1)  # file by file: `memvault reindex` shows a moving bar
                 if len(seen) < SNAPSHOT_MIN:
                     # Large vaults restart from the snapshot written after this load instead; serialising
                     # 100,000 parses into SQLite as well would add seconds to a cold start.

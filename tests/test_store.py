@@ -260,3 +260,18 @@ async def test_a_huge_hand_placed_file_is_indexed_on_its_start_and_never_rewritt
         assert (folder / "huge.md").read_bytes() == big  # untouched
     finally:
         await store.close()
+
+
+async def test_reindex_reports_progress_file_by_file(make_settings, vault_root):
+    folder = vault_root / "alice"
+    folder.mkdir()
+    for i in range(6):
+        _hand_write(folder, f"note-{i}.md", f"words number{i}")
+    store = Store(make_settings())
+    try:
+        steps: list[int] = []
+        assert store.reindex("alice", steps.append) == 6
+        assert sum(steps) == 6
+        assert steps.count(1) >= 6  # a bar moves with each file read, not once at the end
+    finally:
+        await store.close()
