@@ -47,13 +47,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_read as br
-from harness import call, client, free_port, update_results
+import corpus
+from harness import call, client, free_port, fs_type, machine, ms, pct, update_results
 
 from memvault.vault import render_new
 
 TOKEN = "scale"
-KINDS = br.KINDS
+KINDS = corpus.KINDS
 MARK_START = "<!-- bench_scale:start -->"
 MARK_END = "<!-- bench_scale:end -->"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -433,7 +433,7 @@ class Burst:
 
 
 async def burst(
-    server: ServerProc, folder: Path, docs: Sequence[br.Doc], count: int, seed: int, taken: set[str]
+    server: ServerProc, folder: Path, docs: Sequence[corpus.Doc], count: int, seed: int, taken: set[str]
 ) -> Burst:
     """Write `count` new files as fast as possible (a git pull), then time until they are all indexed."""
     rng = random.Random(seed + 13)
@@ -583,7 +583,7 @@ class Results:
     dirty: str = ""  # `git status` of memvault/ (others may be editing the tree)
 
 
-async def run(args: argparse.Namespace, tmp: Path, docs: list[br.Doc], res: Results) -> None:
+async def run(args: argparse.Namespace, tmp: Path, docs: list[corpus.Doc], res: Results) -> None:
     root = tmp / "vault"  # the server's root; its logs go beside it, where the watcher does not look
     folder = root / TOKEN
     state = folder / ".memvault"
@@ -592,7 +592,7 @@ async def run(args: argparse.Namespace, tmp: Path, docs: list[br.Doc], res: Resu
     spy = args.py_spy
     if spy is not None:
         spy.mkdir(parents=True, exist_ok=True)
-    queries = br.pick_queries(docs, args.calls + args.warmup, args.seed)
+    queries = corpus.pick_queries(docs, args.calls + args.warmup, args.seed)
     first_q = queries["body word"]
     taken: set[str] = set()
     servers: list[ServerProc] = []
@@ -682,12 +682,11 @@ def s2(x: float | None) -> str:
     return "timed out" if x is None else f"{x:.2f}"
 
 
-def p(values: Sequence[float], q: float) -> float:
-    return br.pct(values, q)
+p = pct
 
 
 def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) -> str:
-    info = br.machine()
+    info = machine()
     n = res.n
     read_target = 0.030 if n > 10_000 else 0.005
     all_reads = [t for r in res.reads for k in KINDS for t in r.times[k]]
@@ -740,15 +739,15 @@ def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) 
         f"{res.after_kill.answer_s:.2f} s "
         f"| <= {RESTART_TARGET_S:.0f} s | {verdict(res.after_kill.answer_s <= RESTART_TARGET_S)} |",
         f"| read_memory p50 over HTTP (all {len(all_reads)} timed reads, {len(res.reads)} servers) "
-        f"| {br.ms(read_p50)} ms | <= {br.ms(read_target)} ms | {verdict(read_p50 <= read_target)} |",
+        f"| {ms(read_p50)} ms | <= {ms(read_target)} ms | {verdict(read_p50 <= read_target)} |",
         f"| server RSS with the vault loaded (VmRSS after the reads, highest of {len(res.reads)} servers) "
         f"| {rss_loaded:,.0f} MB | <= {RSS_TARGET_MB:.0f} MB | {verdict(rss_loaded <= RSS_TARGET_MB)} |",
         f"| server peak RSS (VmHWM, highest of all servers) | {res.peak_mb:,.0f} MB | <= "
         f"{RSS_TARGET_MB:.0f} MB "
         f"| {verdict(res.peak_mb <= RSS_TARGET_MB)} |",
         f"| hand edit -> searchable, p95 ({len(edit_all)} edits) | "
-        + (f"{br.ms(edit_p95)} ms" if edit_p95 is not None else f"{edit_missing} not found within 5 s")
-        + f" | <= {br.ms(EDIT_P95_TARGET_S)} ms | "
+        + (f"{ms(edit_p95)} ms" if edit_p95 is not None else f"{edit_missing} not found within 5 s")
+        + f" | <= {ms(EDIT_P95_TARGET_S)} ms | "
         f"{verdict(edit_p95 is not None and edit_p95 <= EDIT_P95_TARGET_S)} |",
         f"| {args.burst:,}-file burst fully indexed, after the last write (median of {len(res.bursts)}) "
         f"| {s2(burst_s)} s | <= {BURST_TARGET_S:.0f} s "
@@ -820,7 +819,7 @@ def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) 
         for kind in KINDS:
             t = r.times[kind]
             lines.append(
-                f"| {r.label} | {kind} | {br.ms(statistics.median(t))} | {br.ms(p(t, 0.95))} | "
+                f"| {r.label} | {kind} | {ms(statistics.median(t))} | {ms(p(t, 0.95))} | "
                 f"{r.hits[kind]}/{len(t)} |"
             )
     lines += [
@@ -831,7 +830,7 @@ def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) 
     for r in res.reads:
         t = [x for k in KINDS for x in r.times[k]]
         lines.append(
-            f"| {r.label} | {br.ms(statistics.median(t))} | {r.server_cpu_ms:.2f} | "
+            f"| {r.label} | {ms(statistics.median(t))} | {r.server_cpu_ms:.2f} | "
             f"{r.mem.get('VmRSS', 0):,.0f} "
             f"| {r.mem.get('VmHWM', 0):,.0f} | {r.mem.get('RssAnon', 0):,.0f} |"
         )
@@ -848,13 +847,13 @@ def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) 
         if got:
             lines.append(
                 f"| hand edit -> searchable, {label} ({len(res.edits.times[mode])}) | "
-                f"{br.ms(statistics.median(got))} "
-                f"| {br.ms(p(got, 0.95))} | {br.ms(max(got))} | {miss} |"
+                f"{ms(statistics.median(got))} "
+                f"| {ms(p(got, 0.95))} | {ms(max(got))} | {miss} |"
             )
     if edit_ok:
         lines.append(
-            f"| hand edit -> searchable, all ({len(edit_all)}) | {br.ms(statistics.median(edit_ok))} "
-            f"| {br.ms(p(edit_ok, 0.95))} | {br.ms(max(edit_ok))} | {edit_missing} |"
+            f"| hand edit -> searchable, all ({len(edit_all)}) | {ms(statistics.median(edit_ok))} "
+            f"| {ms(p(edit_ok, 0.95))} | {ms(max(edit_ok))} | {edit_missing} |"
         )
     lines += [
         "",
@@ -968,18 +967,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     SERVER_TOOLS = args.tools
     start = time.perf_counter()
     docs = (
-        br.locomo_docs(args.locomo, args.memories)
+        corpus.locomo_docs(args.locomo, args.memories)
         if args.locomo
-        else br.synthetic_docs(args.memories, args.seed)
+        else corpus.synthetic_docs(args.memories, args.seed)
     )
     root = Path(tempfile.mkdtemp(prefix="memvault-scale-", dir=args.dir))
     try:
-        br.write_vault(root / "vault" / TOKEN, docs, args.seed)
+        corpus.write_vault(root / "vault" / TOKEN, docs, args.seed)
         res.build_s = time.perf_counter() - start
         print(f"vault of {len(docs):,} written in {res.build_s:.1f} s", file=sys.stderr, flush=True)
         asyncio.run(run(args, root, docs, res))
         res.load.append(os.getloadavg())
-        section = report(res, args, command, br.fs_type(root))
+        section = report(res, args, command, fs_type(root))
     finally:
         if args.keep:
             print(f"vault kept in {root}", file=sys.stderr)

@@ -1,20 +1,29 @@
 """What the benchmarks share: a server on a loopback port in this process, the official MCP client,
-and their sections of RESULTS.md."""
+the statistics (one percentile), the machine they ran on, and their sections of RESULTS.md."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import os
+import platform
 import re
 import socket
+import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+
+from memvault import __version__
+from memvault.app import create_app
+from memvault.config import Settings
 
 RESULTS_HEADER = "# Benchmark results\n\nSee bench/README.md for how to run each benchmark.\n"
 
@@ -63,6 +72,122 @@ async def call(session: ClientSession, tool: str, args: dict[str, Any]) -> tuple
     if getattr(result, "is_error", False):
         raise RuntimeError(f"{tool}({args}) failed: {text[:300]}")
     return elapsed, text
+
+
+class AsgiTimer:
+    """Wraps the server's ASGI app and times each POST from its arrival to the hand-over of the last
+    non-empty chunk of its response body (the SSE stream may close later): the server's share of a
+    call, everything but uvicorn's HTTP parsing and the client."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.last = 0.0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+
+        async def timed_send(message: Any) -> None:
+            # Set before the bytes go out, so the figure is there by the time the client has them.
+            if message["type"] == "http.response.body" and message.get("body"):
+                self.last = time.perf_counter() - start
+            await send(message)
+
+        await self.app(scope, receive, timed_send)
+
+
+@dataclass
+class Server:
+    url: str
+    app: Any
+    timer: AsgiTimer | None  # set when served with timed=True
+
+
+@contextlib.asynccontextmanager
+async def serve(settings: Settings, *, timed: bool = False) -> AsyncIterator[Server]:
+    """memvault's app with ``settings`` on a free loopback port in this event loop."""
+    port = free_port()
+    app = create_app(settings.replace(port=port))
+    timer = AsgiTimer(app) if timed else None
+    async with serving(timer or app, port) as url:
+        yield Server(url, app, timer)
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-quantile by nearest rank (p50 of [1, 2, 3, 4] is 2): the one percentile of every report."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def ms(seconds: float) -> str:
+    value = seconds * 1000
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
+
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    ram = "unknown"
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                ram = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    nproc = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    import mcp
+
+    mcp_version = getattr(mcp, "__version__", None)
+    if mcp_version is None:
+        from importlib.metadata import version
+
+        mcp_version = version("mcp")
+    git = "unknown"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        root = Path(__file__).resolve().parent.parent
+        out = subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        git = out.stdout.strip() or "unknown"
+    return {
+        "git": git,
+        "nproc": nproc,
+        "cpu": cpu,
+        "ram": ram,
+        "python": platform.python_version(),
+        "os": f"{platform.system()} {platform.release()}",
+        "mcp": mcp_version,
+        "memvault": __version__,
+    }
+
+
+def fs_type(path: Path) -> str:
+    best, kind = "", "unknown"
+    with contextlib.suppress(OSError):
+        target = str(path.resolve())
+        for line in Path("/proc/mounts").read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and (target == parts[1] or target.startswith(parts[1].rstrip("/") + "/")):
+                if len(parts[1]) >= len(best):
+                    best, kind = parts[1], parts[2]
+    return kind
+
+
+def machine_line() -> str:
+    """The machine in one line, for a report's header."""
+    info = machine()
+    return (
+        f"{info['nproc']} CPUs ({info['cpu']}), {info['ram']} RAM, Python {info['python']}, {info['os']}, "
+        f"mcp {info['mcp']}, memvault {info['memvault']} (git {info['git']})"
+    )
 
 
 def update_results(path: Path, section: str, command: str, start: str, end: str, *, grouped: bool) -> None:

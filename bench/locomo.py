@@ -25,21 +25,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
-import os
-import platform
 import re
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,11 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # harness, also when l
 
 from harness import call as timed_call
 from harness import client as session
-from harness import free_port, serving, update_results
+from harness import machine_line, pct, serve, update_results
 
-from memvault import __version__
 from memvault import recall as ranking
-from memvault.app import create_app
 from memvault.config import Settings
 from memvault.recall import Recaller
 from memvault.vault import render_new, slugify
@@ -205,26 +199,7 @@ class Results:
     ablation: list[tuple[str, dict[str, float]]] = field(default_factory=list)
 
 
-def pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 # ---------------------------------------------------------------------------- the server
-
-
-@dataclass
-class Server:
-    url: str
-    app: Any
-
-
-@contextlib.asynccontextmanager
-async def serve(settings: Settings) -> AsyncIterator[Server]:
-    port = free_port()
-    app = create_app(settings.replace(port=port))
-    async with serving(app, port) as url:
-        yield Server(url, app)
 
 
 async def call(client: ClientSession, tool: str, args: dict[str, Any]) -> str:
@@ -394,30 +369,6 @@ async def run_scale(
 # ---------------------------------------------------------------------------- report
 
 
-def machine() -> str:
-    cpu = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    git = "unknown"
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        out = subprocess.run(
-            ["git", "-C", str(Path(__file__).resolve().parent.parent), "describe", "--always", "--dirty"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        git = out.stdout.strip() or "unknown"
-    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (
-        f"{nproc} CPUs ({cpu}), Python {platform.python_version()}, "
-        f"{platform.system()} {platform.release()}, "
-        f"memvault {__version__} (git {git})"
-    )
-
-
 def fmt(value: float) -> str:
     return f"{value:.1f}"
 
@@ -437,7 +388,7 @@ def report(res: Results, command: str) -> str:
         "",
         f"Command: `{command}`",
         "",
-        f"Machine: {machine()}. Client and server in one process, over HTTP on 127.0.0.1.",
+        f"Machine: {machine_line()}. Client and server in one process, over HTTP on 127.0.0.1.",
         "",
         f"Data: {len(res.conversations)} conversation(s) ({', '.join(res.conversations)}), "
         f"{res.turns:,} turns "
