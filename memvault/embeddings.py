@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from memvault import heap, topics
 from memvault.errors import InvalidArgument
-from memvault.index import tokenize
+from memvault.text import STOP_WORDS, tokenize
 
 if TYPE_CHECKING:
     from memvault.sidecar import Sidecar
@@ -80,13 +80,6 @@ def normalise_rows(matrix: npt.ArrayLike) -> FloatMatrix:
 
 # ---------------------------------------------------------------------------- hash embedder
 
-_STOP = frozenset(
-    tokenize(
-        "a an and are as at be been but by do does did for from had has have he her his how i if in "
-        "into is it its me my of on or our she so than that the their them then there these they "
-        "this those to us was we were what when where which who why will with would you your"
-    )
-)
 _WORD_CACHE_MAX = 200_000
 
 
@@ -144,7 +137,7 @@ class HashEmbedder:
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         for row, text in enumerate(texts):
             terms = tokenize(text)
-            kept = [t for t in terms if t not in _STOP] or terms
+            kept = [t for t in terms if t not in STOP_WORDS] or terms
             if not kept:
                 continue
             index_parts = []

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import re
-import unicodedata
 from array import array
 from collections import Counter
 from collections.abc import Container, Mapping, Sequence
@@ -17,93 +15,9 @@ from rapidfuzz import fuzz, process
 from rapidfuzz.distance import OSA
 
 from memvault.columns import pack_strings, unpack_strings
+from memvault.text import STOP_WORDS, is_cjk_char, normalize_title, tokenize
 
-__all__ = ["Hit", "Index", "IndexSnapshot", "tokenize"]
-
-# --- tokenization ------------------------------------------------------------------------------
-
-# Scripts written without spaces between words; they are indexed as overlapping character bigrams.
-# U+30FB (katakana middle dot) is punctuation and stays out.
-_CJK = (
-    "\u1100-\u11ff\u3005-\u3007\u3040-\u30fa\u30fc-\u30ff\u3130-\u318f\u31f0-\u31ff"
-    "\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
-)
-_TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
-_ASCII_WORD_RE = re.compile(r"[a-z0-9]+")
-_WORD_RE = re.compile(r"[^\W_]+")
-_CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
-
-_VOWELS = frozenset("aeiouy")
-_STEM_CACHE: dict[str, str] = {}
-_STEM_CACHE_MAX = 200_000
-
-
-def _stem_uncached(word: str) -> str:
-    # A deliberately tiny suffix stripper, applied alike to documents and queries, so that
-    # "deploys"/"deployed"/"deploying" meet "deploy"; prefix and typo matching cover the rest.
-    if len(word) <= 4 or not word.isalpha():
-        return word
-    if word.endswith("ies"):
-        return word[:-3] + "y"
-    if word.endswith("sses"):
-        return word[:-2]
-    if word.endswith(("xes", "ches", "shes", "zzes")):
-        return word[:-2]
-    if word.endswith("s"):
-        return word if word.endswith(("ss", "us", "is")) else word[:-1]
-    for suffix in ("ing", "ed"):
-        if word.endswith(suffix):
-            stem = word[: -len(suffix)]
-            if len(stem) < 4 or not _VOWELS.intersection(stem):
-                return word
-            if stem[-1] == stem[-2] and stem[-1] not in "lsz":  # "stopped" -> "stop"
-                stem = stem[:-1]
-            return stem
-    return word
-
-
-def _stem(word: str) -> str:
-    stem = _STEM_CACHE.get(word)
-    if stem is None:
-        if len(_STEM_CACHE) >= _STEM_CACHE_MAX:
-            _STEM_CACHE.clear()
-        stem = _STEM_CACHE[word] = _stem_uncached(word)
-    return stem
-
-
-def _bigrams(run: str) -> list[str]:
-    if len(run) == 1:
-        return [run]
-    return [run[i : i + 2] for i in range(len(run) - 1)]
-
-
-def tokenize(text: str) -> list[str]:
-    """The index terms of ``text`` in reading order, duplicates kept.
-
-    NFKC + casefold; words are runs of letters/digits (underscore splits), lightly stemmed;
-    CJK runs become overlapping character bigrams (a lone character stays as it is).
-    """
-    if text.isascii():
-        # Only words of 5+ letters ending in s/d/g can change: skip the cache for the rest.
-        cached = _STEM_CACHE.get
-        return [
-            w if len(w) < 5 or w[-1] not in "sdg" else cached(w) or _stem(w)
-            for w in _ASCII_WORD_RE.findall(text.lower())
-        ]
-    text = unicodedata.normalize("NFKC", text).casefold()
-    out: list[str] = []
-    for match in _TOKEN_RE.finditer(text):
-        cjk, word = match.groups()
-        if cjk is not None:
-            out.extend(_bigrams(cjk))
-        else:
-            out.append(_stem(word))
-    return out
-
-
-def _normalize_title(text: str) -> str:
-    """Words of ``text`` (unstemmed) joined by single spaces, for whole-title similarity."""
-    return " ".join(_WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold()))
+__all__ = ["Hit", "Index", "IndexSnapshot"]
 
 
 def _uint32s(data: memoryview) -> array[int]:
@@ -115,20 +29,6 @@ def _uint32s(data: memoryview) -> array[int]:
 
 def _name_text(id: str) -> str:
     return id[:-3] if id.lower().endswith(".md") else id
-
-
-_STOP_WORDS = frozenset(
-    _stem(w)
-    for w in (
-        "a an and are as at be been but by do does did for from had has have he her his how i if in "
-        "into is it its me my of on or our she so than that the their them then there these they "
-        "this those to us was we were what when where which who why will with would you your"
-    ).split()
-)
-
-
-def _is_cjk_char(ch: str) -> bool:
-    return _CJK_CHAR_RE.match(ch) is not None
 
 
 def _ascii_bits() -> npt.NDArray[np.int8]:
@@ -291,7 +191,7 @@ class Index:
         self._doc_terms[docno] = array("I", [tid << 8 | low for tid, low in zip(tids, lows, strict=False)])
         if len(self._pending_tids) >= _FLUSH_AT:
             self._flush_postings()
-        self._titles[docno] = _normalize_title(title)
+        self._titles[docno] = normalize_title(title)
         self._dl[docno] = len(body_tokens)
         self._total_len += len(body_tokens)
 
@@ -449,7 +349,7 @@ class Index:
                 self._by_prefix[term[:_PREFIX_KEY]] = array("I", (tid,))
             else:
                 bucket.append(tid)
-        elif len(term) == 2 and _is_cjk_char(term[0]) and _is_cjk_char(term[1]):
+        elif len(term) == 2 and is_cjk_char(term[0]) and is_cjk_char(term[1]):
             for ch in set(term):
                 self._cjk_bigrams.setdefault(ch, set()).add(term)
 
@@ -501,7 +401,7 @@ class Index:
             for tid in self._by_prefix.get(term[:_PREFIX_KEY], ()):
                 if vocabulary[tid].startswith(term):
                     weights[vocabulary[tid]] = _PREFIX_WEIGHT
-        elif len(term) == 1 and _is_cjk_char(term):
+        elif len(term) == 1 and is_cjk_char(term):
             # A one-character CJK query: the documents only hold bigrams of longer runs.
             for other in self._cjk_bigrams.get(term, ()):
                 weights[other] = _CJK_PARTIAL_WEIGHT
@@ -550,7 +450,7 @@ class Index:
         memory's whole title puts that memory first.
         """
         terms = list(dict.fromkeys(tokenize(query)))
-        content = [t for t in terms if t not in _STOP_WORDS]
+        content = [t for t in terms if t not in STOP_WORDS]
         if content:
             terms = content
         del terms[_MAX_QUERY_TERMS:]  # a pasted document is not a query; bound the work
@@ -634,7 +534,7 @@ class Index:
         self, query: str, candidates: npt.NDArray[np.intp], key: npt.NDArray[np.float64]
     ) -> list[int]:
         """Docnos among the best candidates whose whole title is nearly the query, best first."""
-        wanted = _normalize_title(query)
+        wanted = normalize_title(query)
         if not wanted:
             return []
         scored = []

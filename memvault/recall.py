@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from memvault.embeddings import FloatMatrix, VectorView
 from memvault.errors import InvalidArgument
-from memvault.index import tokenize
+from memvault.text import tokenize
 from memvault.topics import Layout, creation_order
 from memvault.vault import ARCHIVE, PRIORITIES, Memory, clean_tags
 

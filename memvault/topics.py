@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memvault.index import tokenize
+from memvault.text import TOPIC_STOP_WORDS, tokenize
 
 DIMENSIONS = 64
 MIN_MEMORIES = 50  # fewer than this: too little text to learn from
@@ -36,14 +36,6 @@ FloatMatrix = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 Terms = tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]  # vocabulary ids, weights 1 + log(count)
 BLOCK = 1 << 18  # elements per block of a matrix-vector product (see matvec)
-
-_STOP = frozenset(
-    tokenize(
-        "a an and are as at be been but by can could do does did for from had has have he her his how i if "
-        "in into is it its just me my of on or our she so than that the their them then there these they "
-        "this those to us was we were what when where which who why will with would you your"
-    )
-)
 
 
 def matvec(matrix: npt.NDArray[Any], vector: FloatMatrix) -> FloatMatrix:
@@ -69,7 +61,7 @@ def matvec(matrix: npt.NDArray[Any], vector: FloatMatrix) -> FloatMatrix:
 
 def topic_words(text: str) -> Counter[str]:
     """The words that can carry a topic: index terms without function words and numbers."""
-    return Counter(t for t in tokenize(text) if t not in _STOP and not t.isdigit() and len(t) > 1)
+    return Counter(t for t in tokenize(text) if t not in TOPIC_STOP_WORDS and not t.isdigit() and len(t) > 1)
 
 
 class Vocabulary:

@@ -27,6 +27,7 @@ NO_MCP_NO_UPPER_LAYERS = (
     "topics",
     "recall",
     "columns",
+    "text",
 )
 FORBIDDEN = {
     **{name: ("memvault.app", "memvault.tools", "mcp") for name in NO_MCP_NO_UPPER_LAYERS},

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memvault.index import Hit, Index, tokenize
+from memvault.index import Hit, Index
+from memvault.text import tokenize
 
 
 def ids(hits: list[Hit]) -> list[str]:

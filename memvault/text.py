@@ -1,0 +1,104 @@
+"""Text basics shared by search, recall and topics: tokens, a light stemmer, CJK bigrams, stop words."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# Scripts written without spaces between words; they are indexed as overlapping character bigrams.
+# U+30FB (katakana middle dot) is punctuation and stays out.
+_CJK = (
+    "\u1100-\u11ff\u3005-\u3007\u3040-\u30fa\u30fc-\u30ff\u3130-\u318f\u31f0-\u31ff"
+    "\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
+)
+_TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
+_ASCII_WORD_RE = re.compile(r"[a-z0-9]+")
+_WORD_RE = re.compile(r"[^\W_]+")
+_CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
+
+_VOWELS = frozenset("aeiouy")
+_STEM_CACHE: dict[str, str] = {}
+_STEM_CACHE_MAX = 200_000
+
+
+def _stem_uncached(word: str) -> str:
+    # A deliberately tiny suffix stripper, applied alike to documents and queries, so that
+    # "deploys"/"deployed"/"deploying" meet "deploy"; prefix and typo matching cover the rest.
+    if len(word) <= 4 or not word.isalpha():
+        return word
+    if word.endswith("ies"):
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        return word[:-2]
+    if word.endswith(("xes", "ches", "shes", "zzes")):
+        return word[:-2]
+    if word.endswith("s"):
+        return word if word.endswith(("ss", "us", "is")) else word[:-1]
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix):
+            stem = word[: -len(suffix)]
+            if len(stem) < 4 or not _VOWELS.intersection(stem):
+                return word
+            if stem[-1] == stem[-2] and stem[-1] not in "lsz":  # "stopped" -> "stop"
+                stem = stem[:-1]
+            return stem
+    return word
+
+
+def _stem(word: str) -> str:
+    stem = _STEM_CACHE.get(word)
+    if stem is None:
+        if len(_STEM_CACHE) >= _STEM_CACHE_MAX:
+            _STEM_CACHE.clear()
+        stem = _STEM_CACHE[word] = _stem_uncached(word)
+    return stem
+
+
+def _bigrams(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def tokenize(text: str) -> list[str]:
+    """The index terms of ``text`` in reading order, duplicates kept.
+
+    NFKC + casefold; words are runs of letters/digits (underscore splits), lightly stemmed;
+    CJK runs become overlapping character bigrams (a lone character stays as it is).
+    """
+    if text.isascii():
+        # Only words of 5+ letters ending in s/d/g can change: skip the cache for the rest.
+        cached = _STEM_CACHE.get
+        return [
+            w if len(w) < 5 or w[-1] not in "sdg" else cached(w) or _stem(w)
+            for w in _ASCII_WORD_RE.findall(text.lower())
+        ]
+    text = unicodedata.normalize("NFKC", text).casefold()
+    out: list[str] = []
+    for match in _TOKEN_RE.finditer(text):
+        cjk, word = match.groups()
+        if cjk is not None:
+            out.extend(_bigrams(cjk))
+        else:
+            out.append(_stem(word))
+    return out
+
+
+def normalize_title(text: str) -> str:
+    """Words of ``text`` (unstemmed) joined by single spaces, for whole-title similarity."""
+    return " ".join(_WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold()))
+
+
+def is_cjk_char(ch: str) -> bool:
+    return _CJK_CHAR_RE.match(ch) is not None
+
+
+_FUNCTION_WORDS = (
+    "a an and are as at be been but by do does did for from had has have he her his how i if in "
+    "into is it its me my of on or our she so than that the their them then there these they "
+    "this those to us was we were what when where which who why will with would you your"
+)
+# As index terms (tokenize stems them), so they compare with tokenize's output directly.
+STOP_WORDS = frozenset(tokenize(_FUNCTION_WORDS))
+# Topics also leave out modal and filler words that say nothing about a subject.
+TOPIC_STOP_WORDS = STOP_WORDS | frozenset(tokenize("can could just"))
