@@ -35,11 +35,12 @@ import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 
-from memvault.embeddings import FloatMatrix, VectorView
+from memvault.embedders import FloatMatrix
 from memvault.errors import InvalidArgument
 from memvault.text import tokenize
 from memvault.topics import Layout, creation_order
 from memvault.vault import ARCHIVE, PRIORITIES, Memory, clean_tags
+from memvault.vectors import VectorView
 
 if TYPE_CHECKING:
     from memvault.store import Evicted, Store, TokenState

@@ -26,7 +26,7 @@ from filelock import FileLock
 from memvault import eviction, heap, loader
 from memvault.columns import prefixed
 from memvault.config import Settings
-from memvault.embeddings import Embeddings, TokenVectors
+from memvault.embeddings import Embeddings
 from memvault.embeddings import from_settings as embeddings_from_settings
 from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound, TooLarge
 from memvault.index import Index
@@ -48,6 +48,7 @@ from memvault.vault import (
     utcnow,
     valid_token,
 )
+from memvault.vectors import TokenVectors
 
 log = logging.getLogger("memvault")
 

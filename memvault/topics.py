@@ -38,6 +38,14 @@ Terms = tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]  # vocabulary ids,
 BLOCK = 1 << 18  # elements per block of a matrix-vector product (see matvec)
 
 
+def refit_due(*, rows: int, changes: int, waiting: int, fitted: bool) -> bool:
+    """The refit policy: when nothing waits for a vector and enough changed since the last fit
+    (10% of the rows, at least 20), or there is no model yet; never below MIN_MEMORIES rows."""
+    if waiting or rows < MIN_MEMORIES or not changes:
+        return False
+    return not fitted or changes >= max(20, rows // 10)
+
+
 def matvec(matrix: npt.NDArray[Any], vector: FloatMatrix) -> FloatMatrix:
     """``matrix @ vector`` in blocks of rows, each too small for BLAS to spread over threads.
 

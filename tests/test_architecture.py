@@ -24,6 +24,8 @@ NO_MCP_NO_UPPER_LAYERS = (
     "sessions",
     "graph",
     "embeddings",
+    "embedders",
+    "vectors",
     "topics",
     "recall",
     "columns",

@@ -16,24 +16,21 @@ import numpy as np
 import pytest
 
 from memvault.config import Settings
-from memvault.embeddings import (
+from memvault.embedders import (
     EmbedderUnavailable,
-    Embeddings,
     FloatMatrix,
     HashEmbedder,
-    TokenVectors,
     check_spec,
-    embed_text,
     load_embedder,
     normalise_rows,
-    quantize,
-    text_hash,
 )
+from memvault.embeddings import Embeddings
 from memvault.errors import InvalidArgument
 from memvault.sidecar import Sidecar
 from memvault.store import Store
 from memvault.topics import matvec
 from memvault.vault import Memory
+from memvault.vectors import TokenVectors, embed_text, quantize, text_hash
 
 pytestmark = [
     pytest.mark.anyio,
@@ -67,7 +64,7 @@ def test_hash_embedder_is_deterministic_across_processes():
     texts = ["Deploy notes: blue/green on Fridays", "工作安排", "café au lait"]
     here = hashlib.sha256(HashEmbedder().embed(texts).tobytes()).hexdigest()
     code = (
-        "import hashlib, sys; from memvault.embeddings import HashEmbedder; "
+        "import hashlib, sys; from memvault.embedders import HashEmbedder; "
         f"print(hashlib.sha256(HashEmbedder().embed({texts!r}).tobytes()).hexdigest())"
     )
     # A different PYTHONHASHSEED would change Python's hash(): the embedder must not depend on it.
@@ -418,8 +415,8 @@ def test_without_the_recall_tools_nothing_is_embedded(tmp_path: Path):
 
 
 def test_the_worker_waits_while_a_token_loads(tmp_path: Path):
-    from memvault.embeddings import TokenVectors
     from memvault.vault import parse_memory
+    from memvault.vectors import TokenVectors
 
     embeddings = Embeddings()
     vectors = TokenVectors()

@@ -12,10 +12,12 @@ import pytest
 
 from memvault import recall as ranking
 from memvault.config import Settings
-from memvault.embeddings import Embeddings, FloatMatrix, HashEmbedder, VectorView
+from memvault.embedders import FloatMatrix, HashEmbedder
+from memvault.embeddings import Embeddings
 from memvault.errors import InvalidArgument
 from memvault.recall import Recaller, layout, snippet
 from memvault.store import Store
+from memvault.vectors import VectorView
 
 pytestmark = [
     pytest.mark.anyio,

@@ -1,0 +1,361 @@
+"""One token's memory rows and vectors (int8, a scale per row), its queue to embed, its topic model.
+
+Each loaded token has a :class:`TokenVectors`: one row per memory (hot and archived, keyed by
+the id relative to the token folder), an int8 matrix (a scale per row) for brute-force cosine,
+and a queue of memories whose text changed. The store marks changes; the embedding worker
+(:mod:`memvault.embeddings`) fills the rows; a query reads an immutable :class:`VectorView`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from memvault import topics
+from memvault.embedders import FloatMatrix
+
+if TYPE_CHECKING:
+    from memvault.sidecar import Sidecar
+    from memvault.vault import Memory
+
+Int8Matrix = npt.NDArray[np.int8]
+
+RECENT_DROPS = 1024  # vectors of dropped memories kept for a moment, for moves
+
+
+def embed_text(memory: Memory) -> str:
+    """What is embedded for a memory: title, tags, then content (frontmatter times never count)."""
+    parts = [memory.title]
+    if memory.tags:
+        parts.append(" ".join(memory.tags))
+    parts.append(memory.content)
+    return "\n".join(parts)
+
+
+def text_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """A memory whose vector is due. ``generation`` tells a stale item from the row's current one."""
+
+    key: str  # id relative to the token folder ("archive/x.md" for archived ones)
+    generation: int
+    memory: Memory
+
+
+@dataclass(frozen=True, slots=True)
+class VectorView:
+    """A consistent look at a token's rows for one query (shared, read-only: never write to it)."""
+
+    keys: list[str | None]  # by row; None for a free row
+    rows: dict[str, int]
+    matrix: Int8Matrix | None  # rows x dim, quantized; zero rows where no vector yet
+    scale: FloatMatrix  # by row: vector = matrix[row] * scale[row]
+    has_vector: npt.NDArray[np.bool_]
+    created: npt.NDArray[np.float64]  # POSIX seconds, NaN if unknown
+    name: str | None  # model of the vectors in the matrix
+    version: int
+    topics: topics.Model | None = None  # fitted on the rows as they were then (see Model.keys)
+
+    def similarity(self, query: FloatMatrix, n: int) -> npt.NDArray[np.float64] | None:
+        """Dot products of the first ``n`` rows with ``query`` (0 where no vector yet); None
+        without vectors of the query's dimension."""
+        if self.matrix is None or query.shape != (self.matrix.shape[1],):
+            return None
+        out = topics.matvec(self.matrix[:n], query.astype(np.float32)) * self.scale[:n]
+        out[~self.has_vector[:n]] = 0.0
+        return out.astype(np.float64)
+
+    def vectors(self, rows: npt.NDArray[np.intp]) -> FloatMatrix | None:
+        """The vectors of ``rows`` as float32 (zero where none yet); None without vectors."""
+        if self.matrix is None:
+            return None
+        return self.matrix[rows] * self.scale[rows, None]
+
+
+def quantize(vector: FloatMatrix) -> tuple[Int8Matrix, np.float32]:
+    """``vector`` as int8 and a scale: ``q * scale`` is within half a step of each component."""
+    top = float(np.abs(vector).max()) if vector.size else 0.0
+    if not top or not math.isfinite(top):
+        return np.zeros(vector.shape, dtype=np.int8), np.float32(0.0)
+    scale = top / 127.0
+    return np.round(vector / scale).astype(np.int8), np.float32(scale)
+
+
+class TokenVectors:
+    """One token's memory rows, their vectors and the queue of memories to embed. Thread-safe.
+
+    Marking is cheap (no hashing, no tokenizing): a load of 100,000 memories only queues them;
+    the worker hashes each text and finds most vectors in the sidecar.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.wake: Callable[[], None] = lambda: None
+        self.sidecar: Callable[[], Sidecar | None] = lambda: None
+        self._clear()
+
+    def _clear(self) -> None:
+        self._rows: dict[str, int] = {}
+        self._keys: list[str | None] = []
+        self._free: list[int] = []
+        self._generation: list[int] = []
+        self._vector_hash: list[str] = []  # text hash of the row's vector ("" = none yet)
+        self._created = np.full(64, np.nan)
+        self._has = np.zeros(64, dtype=bool)
+        # Vectors quantized to int8 with one scale per row (a quarter of float32's memory: 51 MB
+        # for 100,000 x 512), dot products within 1% of float32's and faster (see VectorView).
+        self._matrix: Int8Matrix | None = None
+        self._scale = np.zeros(64, dtype=np.float32)
+        self._name: str | None = None
+        self._pending: dict[str, Memory] = {}  # key -> memory to embed (see take)
+        self._removed: set[str] = set()
+        self.vocabulary = topics.Vocabulary()
+        self._terms: list[topics.Terms | None] = []  # topic words by row, filled by the worker
+        self._topics: topics.Model | None = None
+        self._changes = 0  # rows added, changed or dropped since the topics were fitted
+        # Vectors of memories dropped lately, by text hash: a move (archive, restore, rename) is a
+        # drop and an add, and the add finds its vector here even if the drop was handled first.
+        self._recent: dict[str, FloatMatrix] = {}
+        self._view: VectorView | None = None
+        self.version = 0
+
+    # -- marking (store hooks; any thread) -----------------------------------------------------
+
+    def reset(self, memories: Iterable[Memory]) -> None:
+        """Start over from a freshly loaded token: every memory is checked against the sidecar."""
+        memories = list(memories)
+        keys = [m.path_id for m in memories]
+        created = np.fromiter(
+            (m.created_at.timestamp() if m.created_at else np.nan for m in memories),
+            np.float64,
+            len(memories),
+        )
+        with self._lock:
+            self._clear()
+            # In bulk, not memory by memory through _mark: 100,000 rows at a restart.
+            n = len(keys)
+            self._rows = dict(zip(keys, range(n), strict=True))
+            if len(self._rows) != n:
+                raise ValueError("two memories with the same key")
+            self._keys = list(keys)
+            self._generation = [1] * n
+            self._vector_hash = [""] * n
+            self._terms = [None] * n
+            capacity = n + n // 8 + 64
+            self._created = np.full(capacity, np.nan)
+            self._created[:n] = created
+            self._has = np.zeros(capacity, dtype=bool)
+            self._scale = np.zeros(capacity, dtype=np.float32)
+            self._pending = dict(zip(keys, memories, strict=True))
+            self._changes = n
+            self.version += 1
+        self.wake()
+
+    def clear(self) -> None:
+        """Forget everything (the token was unloaded); the sidecar keeps its vectors."""
+        with self._lock:
+            self._clear()
+
+    def changed(self, memory: Memory) -> None:
+        with self._lock:
+            queued = self._mark(memory, check=True)
+        if queued:
+            self.wake()
+
+    def dropped(self, key: str) -> None:
+        with self._lock:
+            row = self._rows.pop(key, None)
+            self._pending.pop(key, None)
+            if row is None:
+                return
+            self._keys[row] = None
+            self._generation[row] += 1
+            self._terms[row] = None
+            self._changes += 1
+            if self._has[row] and self._matrix is not None:
+                if len(self._recent) >= RECENT_DROPS:
+                    del self._recent[next(iter(self._recent))]
+                self._recent[self._vector_hash[row]] = self._matrix[row] * self._scale[row]
+            self._vector_hash[row] = ""
+            self._has[row] = False
+            self._created[row] = np.nan
+            if self._matrix is not None:
+                self._matrix[row] = 0
+                self._scale[row] = 0.0
+            self._free.append(row)
+            self._removed.add(key)
+            self.version += 1
+        self.wake()
+
+    def _mark(self, memory: Memory, *, check: bool) -> bool:
+        key = memory.path_id
+        row = self._rows.get(key)
+        if row is None:
+            row = self._new_row(key)
+        self._removed.discard(key)
+        self._created[row] = memory.created_at.timestamp() if memory.created_at else np.nan
+        self.version += 1
+        if check and key not in self._pending and self._vector_hash[row] == text_hash(embed_text(memory)):
+            return False  # same text (an access time or priority changed): the vector stands
+        self._generation[row] += 1
+        self._changes += 1
+        self._pending[key] = memory
+        return True
+
+    def _new_row(self, key: str) -> int:
+        if self._free:
+            row = self._free.pop()
+            self._keys[row] = key
+        else:
+            row = len(self._keys)
+            self._keys.append(key)
+            self._generation.append(0)
+            self._vector_hash.append("")
+            self._terms.append(None)
+            if row >= len(self._has):
+                grow = max(64, len(self._has) // 4)  # a quarter: the int8 matrix grows with these
+                self._has = np.concatenate([self._has, np.zeros(grow, dtype=bool)])
+                self._created = np.concatenate([self._created, np.full(grow, np.nan)])
+                self._scale = np.concatenate([self._scale, np.zeros(grow, dtype=np.float32)])
+                if self._matrix is not None:
+                    self._matrix = np.concatenate([self._matrix, np.zeros_like(self._matrix)])
+        self._rows[key] = row
+        return row
+
+    # -- the worker's side -----------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._pending or self._removed) or self.topics_due
+
+    @property
+    def topics_due(self) -> bool:
+        return topics.refit_due(
+            rows=len(self._rows),
+            changes=self._changes,
+            waiting=len(self._pending),
+            fitted=self._topics is not None,
+        )
+
+    def fit_topics(self, depth: int, gap: float) -> None:
+        """Fit the topic model on the rows as they are now (worker thread; the lock is not held)."""
+        with self._lock:
+            keys = list(self._keys)
+            terms = list(self._terms)
+            created = self._created.copy()
+            changes = self._changes
+        where = topics.creation_order(keys, created, depth=depth, gap=gap)
+        if sum(1 for t in terms if t is not None) > topics.MAX_ROWS:
+            # Bound the fit's time and memory on huge vaults: the most recent memories teach the
+            # topics; older ones are still found by words and vectors.
+            recent = np.argsort(np.nan_to_num(where.position, nan=-1.0))[-topics.MAX_ROWS :]
+            keep = np.zeros(len(terms), dtype=bool)
+            keep[recent] = True
+            terms = [t if keep[i] else None for i, t in enumerate(terms)]
+        model = topics.fit(terms, self.vocabulary, where.before[0], where.after[0], keys)
+        with self._lock:
+            self._topics = model
+            self._changes -= changes
+            if model is None:
+                self._changes = 0  # too little text: wait for the next change
+            self.version += 1
+
+    def counts(self) -> tuple[int, int]:
+        """(memories with a vector of their current text, all memories)."""
+        with self._lock:
+            done = sum(1 for key, row in self._rows.items() if self._has[row] and key not in self._pending)
+            return done, len(self._rows)
+
+    def take(self, limit: int) -> tuple[list[Work], list[str]]:
+        """Up to ``limit`` memories to embed; once none are left, the keys removed meanwhile.
+
+        Removals wait for the queue to drain: a memory that moved (archived, restored) arrives as
+        a removal and an addition, and the addition reuses the removed key's vector by its hash.
+        """
+        with self._lock:
+            work = [
+                Work(key, self._generation[self._rows[key]], self._pending.pop(key))
+                for key in list(self._pending)[:limit]
+            ]
+            removed: list[str] = []
+            if not self._pending:
+                removed = sorted(self._removed)
+                self._removed.clear()
+            return work, removed
+
+    def recent(self, name: str, digest: str) -> FloatMatrix | None:
+        """The vector of a lately dropped memory with this text, from model ``name``."""
+        with self._lock:
+            return self._recent.get(digest) if name == self._name else None
+
+    def requeue(self, work: Sequence[Work]) -> None:
+        with self._lock:
+            for item in work:
+                row = self._rows.get(item.key)
+                if (
+                    row is not None
+                    and self._generation[row] == item.generation
+                    and item.key not in self._pending
+                ):
+                    self._pending[item.key] = item.memory
+
+    def install(
+        self,
+        name: str,
+        found: Sequence[tuple[Work, str, FloatMatrix]],
+        terms: dict[str, topics.Terms] | None = None,
+    ) -> None:
+        """Put computed vectors (work, text hash, vector) and topic words in place, unless the
+        memory changed meanwhile."""
+        if not found:
+            return
+        with self._lock:
+            dim = found[0][2].shape[0]
+            if self._matrix is None or self._name != name or self._matrix.shape[1] != dim:
+                self._matrix = np.zeros((len(self._has), dim), dtype=np.int8)
+                self._scale[:] = 0.0
+                self._has[:] = False
+                self._vector_hash = ["" for _ in self._keys]
+                self._name = name
+            for work, digest, vector in found:
+                row = self._rows.get(work.key)
+                if row is None or self._generation[row] != work.generation:
+                    continue
+                self._matrix[row], self._scale[row] = quantize(vector)
+                self._has[row] = True
+                self._vector_hash[row] = digest
+                if terms is not None and work.key in terms:
+                    self._terms[row] = terms[work.key]
+            self.version += 1
+
+    def snapshot(self) -> VectorView:
+        """The rows as they are now; the same object until something changes (no copy per query)."""
+        with self._lock:
+            view = self._view
+            if view is None or view.version != self.version:
+                view = self._view = VectorView(
+                    keys=list(self._keys),
+                    rows=dict(self._rows),
+                    matrix=self._matrix,
+                    scale=self._scale,
+                    has_vector=self._has.copy(),
+                    created=self._created.copy(),
+                    name=self._name,
+                    version=self.version,
+                    topics=self._topics,
+                )
+            return view
