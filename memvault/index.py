@@ -11,11 +11,11 @@ from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
-from rapidfuzz import fuzz, process
-from rapidfuzz.distance import OSA
+from rapidfuzz import fuzz
 
 from memvault.columns import pack_strings, unpack_strings
-from memvault.text import STOP_WORDS, is_cjk_char, normalize_title, tokenize
+from memvault.lexicon import Lexicon
+from memvault.text import STOP_WORDS, normalize_title, tokenize
 
 __all__ = ["Hit", "Index", "IndexSnapshot"]
 
@@ -31,46 +31,14 @@ def _name_text(id: str) -> str:
     return id[:-3] if id.lower().endswith(".md") else id
 
 
-def _ascii_bits() -> npt.NDArray[np.int8]:
-    table = np.full(128, 36, dtype=np.int8)
-    table[97:123] = np.arange(26)  # a-z
-    table[48:58] = np.arange(26, 36)  # 0-9
-    return table
-
-
-_ASCII_BITS = _ascii_bits()
-_POW2 = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
-
-
-def _char_masks(terms: list[str]) -> npt.NDArray[np.uint64]:
-    """Per term, a 64-bit set of its characters (a-z, 0-9 exact, the rest hashed into 16 bits).
-
-    Hash collisions only make the typo filter let more candidates through, never fewer.
-    Every term must be non-empty.
-    """
-    codes = np.frombuffer("".join(terms).encode("utf-32-le"), dtype=np.uint32)
-    bits = np.where(codes < 128, _ASCII_BITS[codes & 127], 48 + (codes & 15).astype(np.int8))
-    starts = np.zeros(len(terms), dtype=np.int64)
-    np.cumsum([len(t) for t in terms[:-1]], out=starts[1:])
-    return np.bitwise_or.reduceat(_POW2[bits], starts)
-
-
 # --- scoring constants -------------------------------------------------------------------------
 
 _K1 = 1.2
 _B = 0.75
 _TITLE_BOOST = 2.5  # added to the body's BM25 term factor (which lies in (0, 2.2))
 _NAME_TAG_BOOST = 1.5
-_PREFIX_WEIGHT = 0.75
-_FUZZY_WEIGHT = {1: 0.6, 2: 0.45}
-_CJK_PARTIAL_WEIGHT = 0.75
 _TITLE_SIMILARITY = 90.0  # whole-title similarity (0-100) that puts a memory first
 _TITLE_POOL = 64  # best-scoring candidates whose titles are compared with the query
-_MIN_PREFIX = 3
-_MIN_STEM = 4  # an indexed word the query extends by up to _MAX_EXTRA_SUFFIX letters also matches
-_MAX_EXTRA_SUFFIX = 3
-_PREFIX_KEY = 3
-_EXPANSION_CACHE_MAX = 4096
 _MAX_QUERY_TERMS = 64
 
 # Low byte of a posting: tf (capped at 31) << 3 | field flags.
@@ -79,9 +47,7 @@ _F_NAME = 2
 _F_TAG = 4
 _TF_MAX = 31
 _DOC_LIMIT = 1 << 24  # doc numbers share a uint32 with the low byte
-_TERM_LIMIT = 1 << 24  # term ids too, in a document's term list
 _FLUSH_AT = 1 << 20  # queued postings appended once this many are waiting
-_MASK_CHUNK = 1 << 16
 
 if array("I").itemsize != 4:  # pragma: no cover - every mainstream platform has 4-byte unsigned int
     raise ImportError("memvault.index needs a 4-byte array('I')")
@@ -121,25 +87,12 @@ class Index:
         self._titles: list[str] = []  # normalized titles, by docno
         self._dl: _FloatArray = np.zeros(64, dtype=np.float32)  # body lengths, by docno
         self._total_len = 0
-        # vocabulary
-        self._termid: dict[str, int] = {}
-        self._terms: list[str] = []  # "" for a freed id
-        self._free_tids: list[int] = []
+        # vocabulary: term ids, and postings by term id
+        self._lexicon = Lexicon()
         self._postings: list[array[int]] = []
         # Postings of upserted documents not yet appended to self._postings: (term id, posting).
         self._pending_tids: array[int] = array("I")
         self._pending_postings: array[int] = array("I")
-        # Length and character set of each term id, for the typo filter; 0 for freed ids. New
-        # ids are queued and filled in one vectorised pass before the next typo lookup.
-        self._tlen: npt.NDArray[np.int16] = np.zeros(1024, dtype=np.int16)
-        self._tmask: npt.NDArray[np.uint64] = np.zeros(1024, dtype=np.uint64)
-        self._unmasked: list[int] = []
-        self._by_prefix: dict[str, array[int]] = {}  # first letters -> term ids, for prefix matches
-        self._cjk_bigrams: dict[str, set[str]] = {}  # CJK char -> bigrams holding it
-        # query-term expansions, valid while the vocabulary is unchanged
-        self._vocab_version = 0
-        self._cache_version = 0
-        self._expansions: dict[str, list[tuple[int, float]]] = {}
 
     # --- documents -----------------------------------------------------------------------------
 
@@ -177,7 +130,7 @@ class Index:
             self._drop_doc_terms(docno, keep=packed)
         terms = list(packed)
         lows = list(packed.values())
-        known = self._termid.get
+        known = self._lexicon.get
         found = [known(t) for t in terms]
         tids = (
             [self._new_term(t) if tid is None else tid for t, tid in zip(terms, found, strict=True)]
@@ -234,8 +187,8 @@ class Index:
             last = plist.pop()
             if i < len(plist):
                 plist[i] = last  # swap-remove: postings are unordered
-            elif not plist and self._terms[tid] not in keep:
-                self._free_term(tid)
+            elif not plist and self._lexicon.terms[tid] not in keep:
+                self._lexicon.free(tid)
         self._doc_terms[docno] = None
         self._total_len -= int(self._dl[docno])
         self._dl[docno] = 0
@@ -271,7 +224,7 @@ class Index:
             doc_terms=list(self._doc_terms),
             titles=list(self._titles),
             dl=self._dl.copy(),
-            terms=list(self._terms),
+            terms=list(self._lexicon.terms),
         )
 
     @classmethod
@@ -312,133 +265,16 @@ class Index:
         for count in per_term:
             index._postings.append(_uint32s(data[4 * start : 4 * (start + count)]))
             start += count
-        index._terms = terms
-        for tid, term in enumerate(terms):
-            if not term:
-                index._free_tids.append(tid)
-                continue
-            index._termid[term] = tid
-            index._register_term(tid, term)
-        index._unmasked = [tid for tid, term in enumerate(terms) if term]
-        index._vocab_version += 1
+        index._lexicon = Lexicon.from_terms(terms)
         return index
 
     # --- vocabulary ----------------------------------------------------------------------------
 
     def _new_term(self, term: str) -> int:
-        if self._free_tids:
-            tid = self._free_tids.pop()
-            self._terms[tid] = term
-        else:
-            tid = len(self._terms)
-            if tid >= _TERM_LIMIT:
-                raise OverflowError(f"the index holds at most {_TERM_LIMIT} distinct words")
-            self._terms.append(term)
+        tid = self._lexicon.add(term)
+        if tid == len(self._postings):
             self._postings.append(array("I"))
-        self._termid[term] = tid
-        self._unmasked.append(tid)
-        self._register_term(tid, term)
-        self._vocab_version += 1
         return tid
-
-    def _register_term(self, tid: int, term: str) -> None:
-        """Add a term to the prefix buckets or the CJK character map."""
-        if len(term) >= _PREFIX_KEY:
-            bucket = self._by_prefix.get(term[:_PREFIX_KEY])
-            if bucket is None:
-                self._by_prefix[term[:_PREFIX_KEY]] = array("I", (tid,))
-            else:
-                bucket.append(tid)
-        elif len(term) == 2 and is_cjk_char(term[0]) and is_cjk_char(term[1]):
-            for ch in set(term):
-                self._cjk_bigrams.setdefault(ch, set()).add(term)
-
-    def _free_term(self, tid: int) -> None:
-        term = self._terms[tid]
-        del self._termid[term]
-        self._terms[tid] = ""
-        if tid < len(self._tlen):
-            self._tlen[tid] = 0
-            self._tmask[tid] = 0
-        self._free_tids.append(tid)
-        if len(term) >= _PREFIX_KEY:
-            bucket = self._by_prefix[term[:_PREFIX_KEY]]
-            bucket.remove(tid)
-            if not bucket:
-                del self._by_prefix[term[:_PREFIX_KEY]]
-        elif len(term) == 2:
-            for ch in set(term):
-                _discard(self._cjk_bigrams, ch, term)
-        self._vocab_version += 1
-
-    def _fill_term_masks(self) -> None:
-        n = len(self._terms)
-        if n > len(self._tlen):
-            grow = max(n, 2 * len(self._tlen)) - len(self._tlen)
-            self._tlen = np.concatenate([self._tlen, np.zeros(grow, dtype=np.int16)])
-            self._tmask = np.concatenate([self._tmask, np.zeros(grow, dtype=np.uint64)])
-        # A queued id may have been freed (term "") or freed and reused since: use its term now.
-        tids = [tid for tid in dict.fromkeys(self._unmasked) if self._terms[tid]]
-        self._unmasked.clear()
-        for start in range(0, len(tids), _MASK_CHUNK):  # chunks bound the temporary arrays
-            chunk = tids[start : start + _MASK_CHUNK]
-            terms = [self._terms[tid] for tid in chunk]
-            self._tlen[chunk] = np.minimum([len(t) for t in terms], 32767)
-            self._tmask[chunk] = _char_masks(terms)
-
-    def _expand(self, term: str) -> list[tuple[int, float]]:
-        """Vocabulary terms that count as a match for query term ``term``, with their weights."""
-        if self._cache_version != self._vocab_version or len(self._expansions) >= _EXPANSION_CACHE_MAX:
-            self._expansions.clear()
-            self._cache_version = self._vocab_version
-        cached = self._expansions.get(term)
-        if cached is not None:
-            return cached
-
-        weights: dict[str, float] = {}
-        if len(term) >= _MIN_PREFIX:
-            vocabulary = self._terms
-            for tid in self._by_prefix.get(term[:_PREFIX_KEY], ()):
-                if vocabulary[tid].startswith(term):
-                    weights[vocabulary[tid]] = _PREFIX_WEIGHT
-        elif len(term) == 1 and is_cjk_char(term):
-            # A one-character CJK query: the documents only hold bigrams of longer runs.
-            for other in self._cjk_bigrams.get(term, ()):
-                weights[other] = _CJK_PARTIAL_WEIGHT
-        for other, distance in self._typo_variants(term):
-            weights.setdefault(other, _FUZZY_WEIGHT[distance])
-        if term in self._termid:
-            weights[term] = 1.0
-        elif term.isalpha():
-            # Stemming shortens indexed words ("staging" -> "stag"), so a half-typed or misspelt
-            # inflection ("stagin", "deployign") is neither a prefix nor a near neighbour of them:
-            # accept an indexed word that the query extends by a few letters.
-            for cut in range(1, _MAX_EXTRA_SUFFIX + 1):
-                if len(term) - cut >= _MIN_STEM and term[:-cut] in self._termid:
-                    weights.setdefault(term[:-cut], _FUZZY_WEIGHT[1])
-        result = [(self._termid[t], w) for t, w in weights.items()]
-        self._expansions[term] = result
-        return result
-
-    def _typo_variants(self, term: str) -> list[tuple[str, int]]:
-        size = len(term)
-        if size < 4 or size > 64 or not term.isalpha():  # short words and numbers are not fuzzed
-            return []
-        max_distance = 1 if size <= 7 else 2
-        self._fill_term_masks()
-        n = len(self._terms)
-        # Cheap vectorised filter over the whole vocabulary before rapidfuzz: a term within
-        # distance d differs in length by <= d, and each side lacks <= d of the other's characters.
-        lengths = self._tlen[:n]
-        masks = self._tmask[:n]
-        qmask = _char_masks([term])[0]
-        keep = np.abs(lengths - np.int16(size)) <= max_distance
-        keep &= np.bitwise_count(masks & ~qmask) <= max_distance
-        keep &= np.bitwise_count(~masks & qmask) <= max_distance
-        candidates = [self._terms[tid] for tid in np.flatnonzero(keep).tolist()]
-        # OSA rather than plain Levenshtein: a swap of neighbours ("postgers") is one typo.
-        found = process.extract(term, candidates, scorer=OSA.distance, score_cutoff=max_distance, limit=None)
-        return [(other, int(distance)) for other, distance, _ in found if distance > 0]
 
     # --- search --------------------------------------------------------------------------------
 
@@ -504,7 +340,7 @@ class Index:
 
     def _term_scores(self, term: str, ndocs: int, n_live: int, norm: _FloatArray) -> _FloatArray | None:
         """Per-docno score of one query term (0 where it does not match), via the postings."""
-        expansion = self._expand(term)
+        expansion = self._lexicon.expand(term)
         if not expansion:
             return None
         lists = [self._postings[tid] for tid, _ in expansion]
@@ -568,14 +404,6 @@ def _top(docs: npt.NDArray[np.intp], key: npt.NDArray[np.float64], k: int) -> li
     order = np.lexsort((docs, -values))
     result: list[int] = docs[order].tolist()
     return result
-
-
-def _discard(buckets: dict[str, set[str]], key: str, term: str) -> None:
-    bucket = buckets.get(key)
-    if bucket is not None:
-        bucket.discard(term)
-        if not bucket:
-            del buckets[key]
 
 
 @dataclass(frozen=True, slots=True)
