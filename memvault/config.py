@@ -118,16 +118,25 @@ class Settings:
                 "MEMVAULT_POLL_INTERVAL_SECONDS must be a positive number of seconds, "
                 f"not {self.poll_interval_seconds!r}."
             )
-        kind, _, target = self.embedder.partition(":")
-        if kind not in EMBEDDER_KINDS or (kind in ("model2vec", "sentence-transformers") and not target):
-            raise InvalidArgument(
-                "MEMVAULT_EMBEDDER must be hash, model2vec:<name-or-path>, "
-                f"sentence-transformers:<name-or-path> or openai, not {self.embedder!r}."
-            )
+        check_spec(self.embedder)
         if self.log_level not in LOG_LEVELS:  # uvicorn looks the name up as given and fails late
             raise InvalidArgument(
                 f"MEMVAULT_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}."
             )
+
+
+def check_spec(spec: str) -> str:
+    """The embedder kind of a MEMVAULT_EMBEDDER value; an unknown kind is a configuration error."""
+    kind, _, target = spec.partition(":")
+    kind = kind.strip().lower()
+    if kind not in EMBEDDER_KINDS:
+        raise InvalidArgument(
+            f"MEMVAULT_EMBEDDER must be hash, model2vec:<name-or-path>, sentence-transformers:<name-or-path> "
+            f"or openai, not {spec!r}."
+        )
+    if kind in ("model2vec", "sentence-transformers") and not target.strip():
+        raise InvalidArgument(f"MEMVAULT_EMBEDDER={kind} needs a model: {kind}:<name-or-path>.")
+    return kind
 
 
 SETTINGS: dict[str, Setting] = {

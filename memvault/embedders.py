@@ -18,12 +18,11 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from memvault.errors import InvalidArgument
+from memvault.config import check_spec
 from memvault.text import STOP_WORDS, tokenize
 
 FloatMatrix = npt.NDArray[np.float32]
 
-EMBEDDER_KINDS = ("hash", "model2vec", "sentence-transformers", "openai")
 DEFAULT_OPENAI_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 HASH_DIM = 512
@@ -221,20 +220,6 @@ def _openai(url: str | None, key: str | None, model: str | None) -> Embedder:
             ) from None
 
     return _ModelEmbedder(f"openai:{model_name}", encode)
-
-
-def check_spec(spec: str) -> str:
-    """The embedder kind of a MEMVAULT_EMBEDDER value; an unknown kind is a configuration error."""
-    kind, _, target = spec.partition(":")
-    kind = kind.strip().lower()
-    if kind not in EMBEDDER_KINDS:
-        raise InvalidArgument(
-            f"MEMVAULT_EMBEDDER must be hash, model2vec:<name-or-path>, sentence-transformers:<name-or-path> "
-            f"or openai, not {spec!r}."
-        )
-    if kind in ("model2vec", "sentence-transformers") and not target.strip():
-        raise InvalidArgument(f"MEMVAULT_EMBEDDER={kind} needs a model: {kind}:<name-or-path>.")
-    return kind
 
 
 def load_embedder(

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memvault import heap
+from memvault.config import check_spec
 from memvault.embedders import (
     Embedder,
     EmbedderUnavailable,
     FloatMatrix,
     HashEmbedder,
-    check_spec,
     load_embedder,
 )
 from memvault.errors import InvalidArgument

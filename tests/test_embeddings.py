@@ -15,12 +15,11 @@ import httpx2
 import numpy as np
 import pytest
 
-from memvault.config import Settings
+from memvault.config import Settings, check_spec
 from memvault.embedders import (
     EmbedderUnavailable,
     FloatMatrix,
     HashEmbedder,
-    check_spec,
     load_embedder,
     normalise_rows,
 )
