@@ -228,7 +228,10 @@ class TokenVectors:
                 self._created = np.concatenate([self._created, np.full(grow, np.nan)])
                 self._scale = np.concatenate([self._scale, np.zeros(grow, dtype=np.float32)])
                 if self._matrix is not None:
-                    self._matrix = np.concatenate([self._matrix, np.zeros_like(self._matrix)])
+                    # The same number of rows as the arrays above: the matrix once doubled here at
+                    # every quarter's growth, and 5,000 writes to one token took gigabytes.
+                    extra = np.zeros((grow, self._matrix.shape[1]), dtype=np.int8)
+                    self._matrix = np.concatenate([self._matrix, extra])
         self._rows[key] = row
         return row
 

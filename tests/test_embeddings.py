@@ -472,3 +472,20 @@ def test_matvec_of_an_int8_matrix_equals_the_float_product():
     matrix = rng.integers(-127, 128, size=(2000, 96)).astype(np.int8)
     vector = rng.normal(size=96).astype(np.float32)
     assert np.allclose(matvec(matrix, vector), matrix.astype(np.float32) @ vector, rtol=1e-5, atol=1e-3)
+
+
+def test_vector_matrix_grows_with_the_rows_not_faster():
+    """Issue 9, 1: the matrix doubled at every quarter's growth of the rows (5,000 writes -> GBs)."""
+    tv = TokenVectors()
+    vector = normalise_rows(np.ones((1, 16)))[0]
+    for i in range(5000):
+        tv.changed(Memory(id=f"m{i}.md", title="t", content=f"c{i}"))
+        work, _ = tv.take(10)
+        tv.install("hash-16", [(w, f"h{i}", vector) for w in work])
+    view = tv.snapshot()
+    assert view.matrix is not None
+    rows = len(view.keys)
+    assert rows == 5000
+    # Capacity stays within the growth step (a quarter, at least 64) of the rows in use.
+    assert len(view.matrix) == len(view.has_vector) <= rows * 1.25 + 64
+    assert view.matrix.nbytes < 200_000  # 5,000 x 16 int8 plus slack, not megabytes
