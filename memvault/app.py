@@ -229,6 +229,9 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
             "uptime_seconds": round(time.monotonic() - started, 1),
             "tokens_loaded": sum(1 for s in store.tokens.values() if s.loaded),
             "watcher": watcher.state(),
+            # Folders being read again after lost file events (a queue overflow): catching up, not degraded.
+            "rescanning": watcher.rescanning + len(watcher.rescan),
+            "event_overflows": watcher.overflows,
             "tools": list(settings.tools),
         }
         embedder = store.embeddings.status()

@@ -34,6 +34,9 @@ log = logging.getLogger("memvault")
 QUIET_SECONDS = 0.05  # a batch closes after this much silence ...
 MAX_BATCH_SECONDS = 0.25  # ... or this long after its first event, whichever comes first
 HEALTH_CHECK_SECONDS = 5.0  # a quiet watcher checks this often that its observer still runs
+# watchdog reports a kernel queue overflow (events lost) only in its log, on these loggers.
+WATCHDOG_LOGGER = "watchdog.observers"
+OVERFLOW_MESSAGE = "Inotify queue overflowed"
 
 ApplyFn = Callable[[str, set[Path], bool], int]
 _CHANGE_EVENTS: tuple[type[FileSystemEvent], ...] = (
@@ -67,6 +70,22 @@ class _Handler(FileSystemEventHandler):
             loop.call_soon_threadsafe(self.watcher.push, event)
 
 
+class _OverflowListener(logging.Handler):
+    """Hears watchdog's "queue overflowed" log record (its only report of lost events) and tells
+    the watcher, on its loop, to rescan."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        super().__init__(logging.WARNING)
+        self.watcher = watcher
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not isinstance(record.msg, str) or not record.msg.startswith(OVERFLOW_MESSAGE):
+            return
+        loop = self.watcher.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.watcher.overflowed)
+
+
 class Watcher:
     """Observer on the root; events are grouped per token and applied in batches off the loop.
 
@@ -87,6 +106,10 @@ class Watcher:
         self.pending: dict[str, set[Path]] = {}
         self.rescan: set[str] = set()
         self.batches = 0
+        self.overflows = 0  # kernel queue overflows heard of (each one rescans every token)
+        self.rescans = 0  # token rescans done
+        self.rescanning = 0  # tokens being rescanned now (shown in /healthz)
+        self._listener = _OverflowListener(self)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
         self._busy = False
@@ -99,6 +122,10 @@ class Watcher:
             self.mode = "polling"
             force_polling = True
         self.root.mkdir(parents=True, exist_ok=True)
+        watchdog_log = logging.getLogger(WATCHDOG_LOGGER)
+        watchdog_log.addHandler(self._listener)
+        if watchdog_log.getEffectiveLevel() > logging.WARNING:
+            watchdog_log.setLevel(logging.WARNING)  # the overflow record must be made to be heard
         if not force_polling:
             try:
                 self.observer = self._start(Observer(), polling=False)
@@ -148,14 +175,26 @@ class Watcher:
             log.error("polling could not start either (%s); hand edits reach search after a restart", exc)
             return
         self.mode = "polling"
-        try:
-            tokens = [e.name for e in os.scandir(self.root) if valid_token(e.name) and e.is_dir()]
-        except OSError:
-            tokens = []
-        self.rescan.update(tokens)
+        self.rescan.update(self._token_folders())
         self._wake.set()
 
+    def overflowed(self) -> None:
+        """The kernel dropped events (a burst outran the queue): any token may have missed changes,
+        so every token folder is rescanned, once for a storm of overflows."""
+        self.overflows += 1
+        if self.overflows == 1 or self.overflows % 100 == 0:
+            log.warning("file events were lost (queue overflow %d); rescanning the vault", self.overflows)
+        self.rescan.update(self._token_folders())
+        self._wake.set()
+
+    def _token_folders(self) -> list[str]:
+        try:
+            return [e.name for e in os.scandir(self.root) if valid_token(e.name) and e.is_dir()]
+        except OSError:
+            return []
+
     async def stop(self) -> None:
+        logging.getLogger(WATCHDOG_LOGGER).removeHandler(self._listener)
         if self.observer is not None:
             observer, self.observer = self.observer, None
             observer.stop()
@@ -226,14 +265,19 @@ class Watcher:
             pending, self.pending = self.pending, {}
             rescan, self.rescan = self.rescan, set()
             self._busy = True
+            self.rescanning = len(rescan)
             try:
                 for token in set(pending) | rescan:
                     await anyio.to_thread.run_sync(
                         self.apply, token, pending.get(token, set()), token in rescan
                     )
+                    if token in rescan:
+                        self.rescans += 1
+                        self.rescanning -= 1
             except Exception:
                 log.exception("applying file changes failed; the next change or restart will retry")
             finally:
                 self._busy = False
+                self.rescanning = 0
                 self.batches += 1
             await self._check()

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -585,3 +586,53 @@ async def test_links_made_while_serving_never_expose_files_outside_the_token(
                 assert not err and "secret" not in text
             err, text = await srv.call(alice, "list_memory_titles")
             assert "link.md" not in text and "peek.md" not in text
+
+
+# ---------------------------------------------------------------------------- lost events
+
+
+def _kernel_overflow() -> None:
+    """What the kernel sends when its inotify queue overflows, through watchdog's own handling."""
+    from watchdog.observers.inotify_c import InotifyConstants, InotifyEvent, InotifyFD, WatchDescriptor
+
+    event = InotifyEvent(WatchDescriptor(-1), InotifyConstants.IN_Q_OVERFLOW, 0, b"")
+    InotifyFD.get_instance().handle_event(event)
+
+
+async def test_a_queue_overflow_rescans_and_shows_in_healthz(server_factory, monkeypatch):
+    """Issue 9, 2: after an overflow files stayed missing (and deleted ones listed) until a restart."""
+    async with live(server_factory) as (srv, s, folder):
+        watcher = srv.app.state.watcher
+        assert watcher.mode == "inotify"
+        put(folder / "doomed.md", note("Doomed", "deleted while events are lost: vicunaoboe"))
+        await wait_for(lambda: hot_hits(srv, "vicunaoboe") == {"doomed.md"}, DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+
+        # Events of these changes are lost, as in an overflowing burst.
+        monkeypatch.setattr(watcher, "push", lambda event: None)
+        for i in range(30):
+            put(folder / f"burst-{i}.md", note(f"Burst {i}", f"lost event number {i}: marmotlute"))
+        (folder / "doomed.md").unlink()
+        monkeypatch.undo()
+        assert hot_hits(srv, "vicunaoboe") == {"doomed.md"} and not hot_hits(srv, "marmotlute")
+
+        # The rescan is visible in /healthz while it runs: hold it until we have looked.
+        release = threading.Event()
+        apply = watcher.apply
+
+        def slow_apply(token: str, paths: set[Path], rescan: bool) -> int:
+            if rescan:
+                release.wait(DEADLINE)
+            return apply(token, paths, rescan)
+
+        monkeypatch.setattr(watcher, "apply", slow_apply)
+        _kernel_overflow()
+        await wait_for(lambda: watcher.rescanning > 0, DEADLINE)
+        body = await healthz(srv)
+        assert body["status"] == "ok" and body["rescanning"] >= 1 and body["event_overflows"] >= 1, body
+        release.set()
+        await wait_for(lambda: len(hot_hits(srv, "marmotlute")) == 30, DEADLINE)
+        await wait_for(lambda: not hot_hits(srv, "vicunaoboe"), DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        assert (await healthz(srv))["rescanning"] == 0
+        assert len([n for n in await listed(srv, s) if n.startswith("burst-")]) == 30
