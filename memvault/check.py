@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from memvault.vault import ARCHIVE, Vault, parse_memory, read_regular
+from memvault.vault import ARCHIVE, Vault, file_stamp, parse_memory, read_regular
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,7 @@ def check_vault(vault: Vault) -> Iterator[Finding]:
             raw.decode("utf-8")
         except UnicodeDecodeError:
             yield Finding(path_id, "is not valid UTF-8 (shown with replacement characters)")
-        memory = parse_memory(raw, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size)
+        memory = parse_memory(raw, id, archived=archived, **file_stamp(st))
         if memory.conflicted:
             yield Finding(path_id, "holds git conflict markers; resolve them, then commit")
         if memory.problem:

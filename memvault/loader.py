@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from memvault.columns import pack_strings, prefixed, unpack_strings
 from memvault.index import Index, IndexSnapshot
-from memvault.vault import Memory, Vault, memories_to_columns, parse_memory
+from memvault.vault import Memory, Vault, file_stamp, memories_to_columns, parse_memory
 
 __all__ = [
     "PARALLEL_MIN",
@@ -84,7 +84,7 @@ def read_and_parse(vault: Vault, id: str, archived: bool) -> Memory | None:
     if read is None:
         return None
     raw, st = read
-    return parse_memory(raw, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size, keep_meta=False)
+    return parse_memory(raw, id, archived=archived, keep_meta=False, **file_stamp(st))
 
 
 def build_part(memories: Iterable[Memory]) -> Arrays:

@@ -94,6 +94,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID""",
         "CREATE INDEX IF NOT EXISTS vectors_model_hash ON vectors (model, hash)",
     ),
+    # 5: a file's ctime and inode beside mtime and size (vault.file_change): a rename-over keeping
+    # mtime and size must not pass for the file already parsed. Old rows have 0: read again once.
+    ("ALTER TABLE file_stat ADD COLUMN change INT NOT NULL DEFAULT 0",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -117,6 +120,7 @@ class FileStat:
     size: int
     hash: str
     parsed: str | None = None  # the store's serialised parse of the file (JSON), if cached
+    change: int = 0  # ctime and inode (vault.file_change)
 
 
 def sidecar_path(token_dir: Path) -> Path:
@@ -402,7 +406,7 @@ class Sidecar:
 
     def file_stats(self) -> dict[str, FileStat]:
         with self._read() as conn:
-            rows = conn.execute("SELECT id, mtime_ns, size, hash, parsed FROM file_stat").fetchall()
+            rows = conn.execute("SELECT id, mtime_ns, size, hash, parsed, change FROM file_stat").fetchall()
         return {row[0]: FileStat(*row) for row in rows}
 
     def put_file_stats(self, stats: Sequence[FileStat]) -> None:
@@ -411,10 +415,10 @@ class Sidecar:
             return
         with self._write() as conn:
             conn.executemany(
-                "INSERT INTO file_stat (id, mtime_ns, size, hash, parsed) VALUES (?, ?, ?, ?, ?) "
+                "INSERT INTO file_stat (id, mtime_ns, size, hash, parsed, change) VALUES (?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (id) DO UPDATE SET mtime_ns = excluded.mtime_ns, size = excluded.size, "
-                "hash = excluded.hash, parsed = excluded.parsed",
-                [(s.id, s.mtime_ns, s.size, s.hash, s.parsed) for s in stats],
+                "hash = excluded.hash, parsed = excluded.parsed, change = excluded.change",
+                [(s.id, s.mtime_ns, s.size, s.hash, s.parsed, s.change) for s in stats],
             )
 
     def delete_file_stats(self, ids: Sequence[str]) -> None:

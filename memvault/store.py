@@ -40,11 +40,13 @@ from memvault.vault import (
     check_id,
     clean_tags,
     content_hash,
+    file_stamp,
     from_cache,
     is_memory_path,
     memories_from_columns,
     parse_memory,
     to_cache,
+    unchanged,
     utcnow,
     valid_token,
 )
@@ -56,7 +58,7 @@ Clock = Callable[[], datetime]
 MAX_TITLE_CHARS = 200
 LAST_EVICTION = "last_eviction"
 SNAPSHOT_FILE = "snapshot.npz"
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3  # 3: a file's ctime and inode (Memory.change) beside mtime and size
 SNAPSHOT_MIN = 500  # smaller vaults load from their files fast enough
 
 
@@ -258,11 +260,7 @@ class Store:
                 key = f"{ARCHIVE}/{id}" if archived else id
                 seen.add(key)
                 cached = cache.get(key)
-                if (
-                    cached is not None
-                    and cached.parsed
-                    and (cached.mtime_ns, cached.size) == (st.st_mtime_ns, st.st_size)
-                ):
+                if cached is not None and cached.parsed and unchanged(cached, st):
                     memory = _from_cache(cached, id, archived, st)
                     if memory is not None:
                         ready.append(memory)
@@ -380,15 +378,13 @@ class Store:
         raw, st = read
         if previous is not None and previous.size == len(raw) and previous.hash == content_hash(raw):
             if isinstance(previous, Memory):
-                return dataclasses.replace(previous, mtime_ns=st.st_mtime_ns, size=st.st_size)
+                return dataclasses.replace(previous, **file_stamp(st))
             if previous.parsed:
                 memory = _from_cache(previous, id, archived, st)
                 if memory is not None:
                     return memory
         self.parses += 1
-        return parse_memory(
-            raw, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size, keep_meta=False
-        )
+        return parse_memory(raw, id, archived=archived, keep_meta=False, **file_stamp(st))
 
     @staticmethod
     def _remember(state: TokenState, memory: Memory) -> None:
@@ -480,7 +476,7 @@ class Store:
             if known is not None:
                 self._drop(state, id, archived)
             return None
-        if known is not None and known.mtime_ns == st.st_mtime_ns and known.size == st.st_size:
+        if known is not None and unchanged(known, st):
             return known
         memory = self._read_file(state, id, archived, known)
         if memory is None:
@@ -929,7 +925,7 @@ class Store:
         for id, archived, st in state.vault.scan():
             seen.add((id, archived))
             before = known[archived].get(id)
-            if before is not None and (before.mtime_ns, before.size) == (st.st_mtime_ns, st.st_size):
+            if before is not None and unchanged(before, st):
                 continue  # unchanged: the scan's stat is enough
             if self._fresh(state, id, archived) is not before:
                 changed += 1
@@ -1011,10 +1007,10 @@ def _from_cache(cached: FileStat, id: str, archived: bool, st: os.stat_result) -
     """The cached parse of a file whose bytes are known to be unchanged, as it is now on disk."""
     if not cached.parsed:
         return None
-    return from_cache(
-        cached.parsed, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size, hash=cached.hash
-    )
+    return from_cache(cached.parsed, id, archived=archived, hash=cached.hash, **file_stamp(st))
 
 
 def _file_stat(memory: Memory) -> FileStat:
-    return FileStat(memory.path_id, memory.mtime_ns, memory.size, memory.hash, to_cache(memory))
+    return FileStat(
+        memory.path_id, memory.mtime_ns, memory.size, memory.hash, to_cache(memory), memory.change
+    )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -95,6 +95,40 @@ def content_hash(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def file_change(st: os.stat_result) -> int:
+    """A file's ctime and inode in one number. With mtime and size it tells whether a file is
+    unchanged since it was read: a rename-over or `cp -p`/`rsync -a` keeps mtime and size, but a
+    new file has a new inode and any write or utime moves the ctime, which user space cannot set."""
+    return ((st.st_ctime_ns * 1_000_003) ^ st.st_ino) & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class Stamp(TypedDict):
+    mtime_ns: int
+    size: int
+    change: int
+
+
+def file_stamp(st: os.stat_result) -> Stamp:
+    """What a Memory records of its file's stat (parse_memory's keyword arguments)."""
+    return {"mtime_ns": st.st_mtime_ns, "size": st.st_size, "change": file_change(st)}
+
+
+class Stamped(Protocol):
+    """Anything that recorded a file's stat: a Memory, the sidecar's FileStat."""
+
+    @property
+    def mtime_ns(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def change(self) -> int: ...
+
+
+def unchanged(seen: Stamped, st: os.stat_result) -> bool:
+    """True if the file is the one ``seen`` was read from, as far as its stat can tell."""
+    return (seen.mtime_ns, seen.size, seen.change) == (st.st_mtime_ns, st.st_size, file_change(st))
+
+
 @dataclass(frozen=True, slots=True)
 class Memory:
     """One memory as read from its file. ``id`` is relative to the hot or archive folder."""
@@ -116,6 +150,7 @@ class Memory:
     conflicted: bool = False
     mtime_ns: int = 0
     size: int = 0
+    change: int = 0  # ctime and inode as read (see file_change)
     hash: str = ""
 
     @property
@@ -232,6 +267,7 @@ def parse_memory(
     archived: bool = False,
     mtime_ns: int = 0,
     size: int | None = None,
+    change: int = 0,
     keep_meta: bool = True,
 ) -> Memory:
     """Parse a memory file tolerantly: never raises for bad content, records the problem instead.
@@ -308,6 +344,7 @@ def parse_memory(
         conflicted=conflicted,
         mtime_ns=mtime_ns,
         size=len(raw) if size is None else size,
+        change=change,
         hash=content_hash(raw),
     )
 
@@ -658,7 +695,7 @@ class Vault:
 
     def read(self, id: str, *, archived: bool = False) -> Memory:
         raw, st = self.read_raw(id, archived=archived)
-        return parse_memory(raw, check_id(id), archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size)
+        return parse_memory(raw, check_id(id), archived=archived, **file_stamp(st))
 
     def read_scanned(self, id: str, archived: bool) -> tuple[bytes, os.stat_result] | None:
         """Bytes and stat of a file ``scan`` listed (no name checks: the scan made them); None if
@@ -693,7 +730,7 @@ class Vault:
                 continue
             id = candidate.relative_to(self.dir).as_posix()
             st = candidate.stat()
-            return parse_memory(data, id, mtime_ns=st.st_mtime_ns, size=st.st_size)
+            return parse_memory(data, id, **file_stamp(st))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def update(
@@ -730,7 +767,7 @@ class Vault:
         path = self.path_of(id, archived=archived)
         atomic_write(path, data)
         st = path.stat()
-        return parse_memory(data, id, archived=archived, mtime_ns=st.st_mtime_ns, size=st.st_size)
+        return parse_memory(data, id, archived=archived, **file_stamp(st))
 
     def delete(self, id: str, *, archived: bool = False) -> None:
         path = self.path_of(id, archived=archived)
@@ -792,7 +829,7 @@ def valid_token(token: str) -> bool:
 
 
 # Bump when parse_memory's result for the same bytes changes: older cache entries are parsed again.
-PARSER_VERSION = 3
+PARSER_VERSION = 4
 
 
 def memory_row(memory: Memory) -> list[Any]:
@@ -806,7 +843,7 @@ def memory_row(memory: Memory) -> list[Any]:
         m.id, m.title, m.content, m.priority,
         stamp(m.created_at), stamp(m.updated_at), stamp(m.last_accessed_at),
         list(m.tags), m.importance, m.has_frontmatter, m.problem, m.conflicted,
-        m.mtime_ns, m.size, m.hash,
+        m.mtime_ns, m.size, m.hash, m.change,
     ]  # fmt: skip
 
 
@@ -817,10 +854,10 @@ def memory_from_row(row: Sequence[Any], *, archived: bool) -> Memory:
         return datetime.fromtimestamp(stamp, UTC) if stamp is not None else None
 
     (id, title, content, priority, created, updated, accessed, tags, importance, has_fm, problem, conflicted,
-     mtime_ns, size, hash) = row  # fmt: skip
+     mtime_ns, size, hash, change) = row  # fmt: skip
     return _stored(
         archived, id, title, content, priority, when(created), when(updated), when(accessed), tuple(tags),
-        importance, has_fm, problem, conflicted, mtime_ns, size, hash,
+        importance, has_fm, problem, conflicted, mtime_ns, size, hash, change,
     )  # fmt: skip
 
 
@@ -828,6 +865,7 @@ def _stored(
     archived: bool, id: str, title: str, content: str, priority: str, created: datetime | None,
     updated: datetime | None, accessed: datetime | None, tags: tuple[str, ...], importance: float | None,
     has_frontmatter: bool, problem: str | None, conflicted: bool, mtime_ns: int, size: int, hash: str,
+    change: int,
 ) -> Memory:  # fmt: skip
     """A Memory from the stored form's fields (parse cache and snapshot), meta left out."""
     return Memory(
@@ -847,6 +885,7 @@ def _stored(
         conflicted=conflicted,
         mtime_ns=mtime_ns,
         size=size,
+        change=change,
         hash=hash,
     )
 
@@ -856,7 +895,9 @@ def to_cache(memory: Memory) -> str:
     return json.dumps([PARSER_VERSION, *memory_row(memory)], ensure_ascii=False)
 
 
-def from_cache(data: str, id: str, *, archived: bool, mtime_ns: int, size: int, hash: str) -> Memory | None:
+def from_cache(
+    data: str, id: str, *, archived: bool, mtime_ns: int, size: int, hash: str, change: int = 0
+) -> Memory | None:
     """Inverse of to_cache for the file as it is now; None if unusable (then the file is parsed again)."""
     try:
         version, *row = json.loads(data)
@@ -865,12 +906,12 @@ def from_cache(data: str, id: str, *, archived: bool, mtime_ns: int, size: int, 
         memory = memory_from_row(row, archived=archived)
     except (ValueError, TypeError):
         return None
-    return dataclasses.replace(memory, id=id, mtime_ns=mtime_ns, size=size, hash=hash)
+    return dataclasses.replace(memory, id=id, mtime_ns=mtime_ns, size=size, change=change, hash=hash)
 
 
 _STRINGS = ("id", "title", "content", "priority", "hash", "problem", "tags")
 _TIME_COLUMNS = ("created", "updated", "accessed")
-_NUMBER_COLUMNS = ("importance", "mtime_ns", "size", "flags")
+_NUMBER_COLUMNS = ("importance", "mtime_ns", "size", "change", "flags")
 _HAS_FRONTMATTER, _CONFLICTED, _HAS_PROBLEM = 1, 2, 4
 
 
@@ -897,6 +938,7 @@ def memories_to_columns(memories: Sequence[Memory]) -> dict[str, npt.NDArray[Any
     out["importance"] = np.fromiter(importance, np.float64, len(ms))
     out["mtime_ns"] = np.fromiter((m.mtime_ns for m in ms), np.int64, len(ms))
     out["size"] = np.fromiter((m.size for m in ms), np.int64, len(ms))
+    out["change"] = np.fromiter((m.change for m in ms), np.int64, len(ms))
     out["flags"] = np.fromiter(
         (
             (_HAS_FRONTMATTER if m.has_frontmatter else 0)
@@ -927,7 +969,7 @@ def memories_from_columns(columns: Mapping[str, npt.NDArray[Any]], *, archived: 
     rows = zip(
         strings["id"], strings["title"], strings["content"], strings["priority"], strings["hash"],
         strings["problem"], strings["tags"], when["created"], when["updated"], when["accessed"],
-        numbers["importance"], numbers["mtime_ns"], numbers["size"], numbers["flags"],
+        numbers["importance"], numbers["mtime_ns"], numbers["size"], numbers["change"], numbers["flags"],
         strict=True,
     )  # fmt: skip
     return [
@@ -948,6 +990,7 @@ def memories_from_columns(columns: Mapping[str, npt.NDArray[Any]], *, archived: 
             mtime_ns,
             size,
             hash,
+            change,
         )
-        for id, title, content, priority, hash, problem, tags, created, updated, accessed, importance, mtime_ns, size, flags in rows  # noqa: E501
+        for id, title, content, priority, hash, problem, tags, created, updated, accessed, importance, mtime_ns, size, change, flags in rows  # noqa: E501
     ]

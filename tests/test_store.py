@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from memvault.cli import main
 from memvault.errors import InvalidArgument
-from memvault.store import Store
+from memvault.store import SNAPSHOT_VERSION, Store
 from memvault.vault import MAX_INDEXED_BYTES
 
 pytestmark = pytest.mark.anyio
@@ -154,7 +155,7 @@ async def test_a_snapshot_in_an_older_format_is_ignored(make_settings, vault_roo
     finally:
         await store.close()
     with np.load(folder / ".memvault" / "snapshot.npz") as data:
-        assert data["version"].tolist() == [2]  # rewritten in the current format
+        assert data["version"].tolist() == [SNAPSHOT_VERSION]  # rewritten in the current format
 
 
 async def test_restore_accepts_the_archive_path_as_seen_in_the_folder(make_settings, vault_root):
@@ -275,3 +276,76 @@ async def test_reindex_reports_progress_file_by_file(make_settings, vault_root):
         assert steps.count(1) >= 6  # a bar moves with each file read, not once at the end
     finally:
         await store.close()
+
+
+# ---------------------------------------------------------------------------- files replaced unseen
+
+
+def _replace_keeping_size_and_mtime(path: Path, old: str, new: str, *, in_place: bool) -> None:
+    """`cp -p`/`rsync -a` onto ``path``: new bytes of the same size, the old mtime put back."""
+    text = path.read_text(encoding="utf-8")
+    assert len(old) == len(new) and old in text
+    st = path.stat()
+    if in_place:
+        path.write_text(text.replace(old, new), encoding="utf-8")
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    else:
+        tmp = path.with_name(f".{path.name}.rsync")
+        tmp.write_text(text.replace(old, new), encoding="utf-8")
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(tmp, path)
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["rename-over", "in-place"])
+async def test_a_file_replaced_with_the_same_size_and_mtime_is_read_again(
+    make_settings, vault_root, in_place
+):
+    """Issue 9, 3: a rename-over keeping size and mtime was never seen, not even after a restart."""
+    folder = vault_root / "alice"
+    folder.mkdir()
+    _hand_write(folder, "note.md", "the word is gorillakazoo")
+    store = Store(make_settings())
+    try:
+        found = await store.find("alice", query="gorillakazoo")
+        assert [m.id for m in found.memories] == ["note.md"]
+        _replace_keeping_size_and_mtime(folder / "note.md", "gorillakazoo", "tapirvoodoo1", in_place=in_place)
+        found = await store.find("alice", filenames=["note.md"])
+        assert "tapirvoodoo1" in found.memories[0].content  # read while running
+    finally:
+        await store.close()
+    _replace_keeping_size_and_mtime(folder / "note.md", "tapirvoodoo1", "okapiwaltz99", in_place=in_place)
+    restarted = Store(make_settings())  # changed while the server was down
+    try:
+        found = await restarted.find("alice", query="okapiwaltz99")
+        assert [m.id for m in found.memories] == ["note.md"]
+        assert not (await restarted.find("alice", query="tapirvoodoo1")).memories
+    finally:
+        await restarted.close()
+
+
+async def test_a_large_vault_restart_sees_a_file_replaced_with_the_same_size_and_mtime(
+    make_settings, vault_root, monkeypatch
+):
+    monkeypatch.setattr("memvault.store.SNAPSHOT_MIN", 0)  # restart from the index snapshot
+    folder = vault_root / "alice"
+    folder.mkdir()
+    for i in range(5):
+        _hand_write(folder, f"note-{i}.md", f"filler number{i}")
+    _hand_write(folder, "note.md", "the word is gorillakazoo")
+    store = Store(make_settings())
+    try:
+        assert (await store.find("alice", query="gorillakazoo")).memories
+    finally:
+        await store.close()  # writes the snapshot
+    assert (folder / ".memvault" / "snapshot.npz").is_file()
+    _replace_keeping_size_and_mtime(folder / "note.md", "gorillakazoo", "okapiwaltz99", in_place=False)
+    restarted = Store(make_settings())
+    try:
+        state = await restarted.state("alice")
+        with state.mem_lock:
+            hits, _ = state.hot.index.search("okapiwaltz99")
+        assert [h.id for h in hits] == ["note.md"]  # the index itself, not a re-read by find
+    finally:
+        await restarted.close()

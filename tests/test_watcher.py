@@ -636,3 +636,20 @@ async def test_a_queue_overflow_rescans_and_shows_in_healthz(server_factory, mon
         await wait_for(lambda: watcher.idle, DEADLINE)
         assert (await healthz(srv))["rescanning"] == 0
         assert len([n for n in await listed(srv, s) if n.startswith("burst-")]) == 30
+
+
+async def test_a_rename_over_keeping_size_and_mtime_reaches_search(server_factory):
+    """Issue 9, 3: `rsync -a` replaces a file with one of the same size and mtime."""
+    async with live(server_factory) as (srv, _s, folder):
+        path = put(folder / "synced.md", note("Synced", "before the sync: lemurcello"))
+        await wait_for(lambda: hot_hits(srv, "lemurcello") == {"synced.md"}, DEADLINE)
+        await wait_for(lambda: srv.app.state.watcher.idle, DEADLINE)
+        st = path.stat()
+        tmp = folder / ".synced.md.rsync"
+        tmp.write_text(note("Synced", "before the sync: hyenaflute"), encoding="utf-8")
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(tmp, path)
+        assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+        await wait_for(
+            lambda: hot_hits(srv, "hyenaflute") == {"synced.md"} and not hot_hits(srv, "lemurcello"), DEADLINE
+        )
