@@ -119,11 +119,18 @@ def _tokens(settings: Settings, token: str | None) -> list[str] | None:
         if not valid_token(token):
             print(f"memvault: {token!r} is not a valid token.", file=sys.stderr)
             return None
+        if settings.token_dir(token).is_symlink():
+            why = "is a symbolic link; memvault never follows those"
+            print(f"memvault: the folder of token {token!r} {why}.", file=sys.stderr)
+            return None
         if not settings.token_dir(token).is_dir():
             print(f"memvault: the vault has no folder for token {token!r}.", file=sys.stderr)
             return None
         return [token]
-    return sorted(p.name for p in settings.root.iterdir() if p.is_dir() and valid_token(p.name))
+    # A token folder that is a link (to another token, or out of the root) is never followed.
+    return sorted(
+        p.name for p in settings.root.iterdir() if p.is_dir() and not p.is_symlink() and valid_token(p.name)
+    )
 
 
 def check(settings: Settings, token: str | None) -> int:

@@ -6,6 +6,7 @@
      ├── InvalidArgument(why)       any other bad argument (empty title, bad priority, ...)
      ├── TooLarge(what, limit)      content or request over a configured cap
      ├── Conflict(id)               file holds git conflict markers; a person must resolve it
+     ├── LinkedFolder()             the token's folder is a symbolic link (never followed)
      ├── UnknownSession(id)         no session summary under that session id
      └── UnknownEntity(name)        no knowledge-graph entity of that name
 
@@ -73,6 +74,15 @@ class Conflict(MemvaultError):
             f"'{id}' holds git merge conflict markers (<<<<<<<, =======, >>>>>>>), so the server "
             "will not write it. Ask the user to resolve the conflict in an editor and commit; "
             "until then the memory can still be read."
+        )
+
+
+class LinkedFolder(MemvaultError):
+    def __init__(self) -> None:
+        super().__init__(
+            "This vault's folder is a symbolic link, which memvault never follows (it could lead into "
+            "another vault or out of the memories folder), so nothing was read or written. Ask the user "
+            "to replace the link with a real folder."
         )
 
 

@@ -28,7 +28,7 @@ from memvault.columns import prefixed
 from memvault.config import Settings
 from memvault.embeddings import Embeddings
 from memvault.embeddings import from_settings as embeddings_from_settings
-from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound, TooLarge
+from memvault.errors import Conflict, InvalidArgument, InvalidName, LinkedFolder, NotFound, TooLarge
 from memvault.index import Index
 from memvault.sidecar import FileStat, Sidecar
 from memvault.vault import (
@@ -137,6 +137,7 @@ class TokenState:
 
     def ensure_sidecar(self) -> Sidecar:
         if self.sidecar is None:
+            self.vault.check_folder()  # mkdir(exist_ok=True) would follow a link
             self.dir.mkdir(parents=True, exist_ok=True)
             self.sidecar = Sidecar.open(self.dir)
         return self.sidecar
@@ -165,6 +166,8 @@ class Store:
     async def state(self, token: str) -> TokenState:
         if not valid_token(token):
             raise InvalidName(token, "not a valid token")
+        if self.settings.token_dir(token).is_symlink():
+            raise LinkedFolder()
         state = self.tokens.get(token)
         if state is None:
             state = self.tokens.setdefault(token, TokenState(token, self.settings))

@@ -24,7 +24,7 @@ import yaml  # type: ignore[import-untyped]
 from frontmatter.default_handlers import YAMLHandler
 
 from memvault.columns import pack_strings, unpack_strings
-from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound
+from memvault.errors import Conflict, InvalidArgument, InvalidName, LinkedFolder, NotFound
 
 PRIORITIES = ("P0", "P1", "P2")
 NO_META: Mapping[str, Any] = MappingProxyType({})
@@ -633,7 +633,10 @@ class Vault:
         id = check_id(id)
         if not archived and id.split("/", 1)[0] == ARCHIVE:
             raise InvalidName(id, "that is an archived memory; call restore_memory to bring it back first")
+        self.check_folder()
         path = self.area(archived) / id
+        if self._through_link(path):
+            raise InvalidName(id, "a folder on its way is a symbolic link, which memvault does not follow")
         root = self.dir.resolve()
         try:
             resolved = path.resolve()
@@ -645,6 +648,21 @@ class Vault:
             raise InvalidName(id, "it points into the archive; call restore_memory first")
         return path
 
+    def check_folder(self) -> None:
+        """Refuse a token folder that is a link: to another token's folder or out of the root."""
+        if self.dir.is_symlink():
+            raise LinkedFolder()
+
+    def _through_link(self, path: Path) -> bool:
+        """True if a folder between the token folder and ``path`` is a link. Folder links are never
+        followed: one may lead out of the vault, and `ln -s . a` would make every walk endless."""
+        folder = path.parent
+        while len(folder.parts) > len(self.dir.parts):
+            if folder.is_symlink():
+                return True
+            folder = folder.parent
+        return False
+
     def existing(self, id: str, *, archived: bool = False) -> Path:
         """The path of a memory that must exist; checked before anything creates the token folder."""
         path = self.path_of(id, archived=archived)
@@ -653,8 +671,9 @@ class Vault:
         return path
 
     def scan(self) -> Iterator[tuple[str, bool, os.stat_result]]:
-        """Every memory file: (id, archived, stat). Skips dot-files/folders and links out of the vault."""
-        if not self.dir.is_dir():
+        """Every memory file: (id, archived, stat). Skips dot-files/folders, folder links (never followed:
+        no loops, each file once) and file links that lead out of the token folder."""
+        if self.dir.is_symlink() or not self.dir.is_dir():
             return
         root = self.dir.resolve()
         yield from self._walk(self.dir, (), False, root)
@@ -675,14 +694,14 @@ class Vault:
             except OSError:
                 continue
             if is_dir:
-                if entry.is_symlink() and not Path(entry.path).resolve().is_relative_to(root):
+                if entry.is_symlink():
                     continue
                 if not rel and not archived and name == ARCHIVE:
                     yield from self._walk(Path(entry.path), (), True, root)
                 else:
                     yield from self._walk(Path(entry.path), (*rel, name), archived, root)
             elif name.endswith(".md"):
-                if entry.is_symlink() and not Path(entry.path).resolve().is_relative_to(root):
+                if entry.is_symlink() and not self._link_inside(Path(entry.path), root, archived):
                     continue
                 try:
                     st = entry.stat()
@@ -690,6 +709,20 @@ class Vault:
                     continue
                 if stat.S_ISREG(st.st_mode):  # not a FIFO, socket or device named *.md
                     yield "/".join((*rel, name)), archived, st
+
+    def _link_inside(self, link: Path, root: Path, archived: bool) -> bool:
+        """A file link is followed only to a file inside the token folder: not into a dot-folder
+        (``.memvault/``), and from the hot set not into ``archive/``."""
+        try:
+            target = link.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return False  # dangling, or a loop of links
+        if not target.is_relative_to(root):
+            return False
+        parts = target.relative_to(root).parts
+        if any(part.startswith(".") for part in parts[:-1]):
+            return False
+        return archived or not parts or parts[0] != ARCHIVE
 
     # ---- reading
 
@@ -783,7 +816,7 @@ class Vault:
         src = self.path_of(id, archived=not to_archive)
         if not src.is_file():
             raise NotFound(check_id(id), archived=not to_archive)
-        dst = self.area(to_archive) / check_id(id)
+        dst = self.path_of(id, archived=to_archive)  # refuses an `archive` that is a link
         final = move_no_overwrite(src, dst)
         self._prune_empty(src.parent)
         return final.relative_to(self.area(to_archive)).as_posix()

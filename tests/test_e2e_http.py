@@ -457,3 +457,42 @@ async def test_tokens_file_allowlist(server_factory, tmp_path):
         status = await raw_status(port_of(srv), "GET", "/mcp/bob/sse", {"Accept": "text/event-stream"})
         assert status == 403
         assert sorted(p.name for p in srv.settings.root.iterdir()) == ["alice"]
+
+
+async def test_a_token_folder_that_is_a_link_is_refused_and_never_followed(
+    server_factory, vault_root, tmp_path
+):
+    """Issue 9, 4: a token folder linked to another token's folder, or out of the root, was followed:
+    a token read, rewrote and created files outside its own folder."""
+    bob = vault_root / "bob"
+    bob.mkdir(parents=True)
+    (bob / "secret.md").write_text(
+        "---\npriority: P1\n---\n# Secret\n\nbob's okapi secret\n", encoding="utf-8"
+    )
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "note.md").write_text("# Outside\n\noutside okapi text\n", encoding="utf-8")
+    os.symlink(bob, vault_root / "alice")
+    os.symlink(outside, vault_root / "carol")
+    before = {p: p.read_bytes() for p in (bob / "secret.md", outside / "note.md")}
+    async with server_factory() as srv:
+        for token in ("alice", "carol"):
+            async with srv.session(token) as s:
+                for tool, args in [
+                    ("list_memory_titles", {}),
+                    ("read_memory", {"query": "okapi"}),
+                    ("read_memory", {"filenames": ["secret.md"]}),
+                    ("write_memory", {"title": "Planted", "content": "planted by a linked token"}),
+                    ("update_memory", {"filename": "secret.md", "content": "overwritten"}),
+                    ("recall", {"query": "okapi secret"}),
+                    ("upsert_summary", {"sessionId": "s1", "summary": "planted summary"}),
+                ]:
+                    err, text = await srv.call(s, tool, **args)
+                    assert err and "symbolic link" in text, (token, tool, text)
+                    assert "okapi" not in text and str(tmp_path) not in text
+        assert {p: p.read_bytes() for p in before} == before
+        assert sorted(p.name for p in outside.iterdir()) == ["note.md"]  # nothing created outside the root
+        assert sorted(p.name for p in bob.iterdir()) == ["secret.md"]
+        async with srv.session("bob") as s:  # the real owner is unaffected
+            err, text = await srv.call(s, "read_memory", query="okapi")
+            assert not err and "secret.md" in text

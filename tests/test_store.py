@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from memvault.cli import main
-from memvault.errors import InvalidArgument
+from memvault.errors import InvalidArgument, InvalidName
 from memvault.store import SNAPSHOT_VERSION, Store
 from memvault.vault import MAX_INDEXED_BYTES
 
@@ -349,3 +349,50 @@ async def test_a_large_vault_restart_sees_a_file_replaced_with_the_same_size_and
         assert [h.id for h in hits] == ["note.md"]  # the index itself, not a re-read by find
     finally:
         await restarted.close()
+
+
+def _scan_within(vault_dir: Path, seconds: float) -> list[str] | None:
+    """The ids Vault.scan lists, or None if it did not finish in time (an endless walk)."""
+    import threading
+
+    from memvault.vault import Vault
+
+    out: list[str] = []
+    done = threading.Event()
+
+    def walk() -> None:
+        for id, _, _ in Vault(vault_dir).scan():
+            out.append(id)
+            if len(out) > 10_000:
+                return
+        done.set()
+
+    threading.Thread(target=walk, daemon=True).start()
+    return out if done.wait(seconds) else None
+
+
+async def test_link_loops_in_a_token_folder_end_the_load_and_list_each_file_once(make_settings, vault_root):
+    """Issue 9, 4: `ln -s . a; ln -s . b` made the load endless; one `self -> .` listed 3 files as 123."""
+    folder = vault_root / "alice"
+    (folder / "sub").mkdir(parents=True)
+    for name in ("one.md", "two.md", "sub/three.md"):
+        _hand_write(folder, name, f"loop test {name[:-3]}")
+    os.symlink(".", folder / "a")
+    os.symlink(".", folder / "b")
+    os.symlink("..", folder / "sub" / "up")
+    os.symlink(".", folder / "self")
+    os.symlink("one.md", folder / "same.md")  # a file link inside the folder is still followed
+    assert sorted(_scan_within(folder, 5.0) or ["<did not finish>"]) == [
+        "one.md",
+        "same.md",
+        "sub/three.md",
+        "two.md",
+    ]
+    store = Store(make_settings())
+    try:
+        titles = await store.list_hot("alice")
+        assert sorted(m.id for m, _ in titles) == ["one.md", "same.md", "sub/three.md", "two.md"]
+        with pytest.raises(InvalidName, match="symbolic link"):
+            await store.find("alice", filenames=["a/one.md"])
+    finally:
+        await store.close()

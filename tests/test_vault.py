@@ -941,10 +941,15 @@ def test_path_of_refuses_a_symlink_from_hot_into_the_archive(tmp_path: Path) -> 
         Vault(tmp_path).path_of("sneaky/old.md")
 
 
-def test_path_of_allows_a_symlink_that_stays_inside(tmp_path: Path) -> None:
+def test_path_of_allows_a_file_link_that_stays_inside_but_no_folder_link(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "x.md").write_text("# X\n", encoding="utf-8")
+    (tmp_path / "same.md").symlink_to(tmp_path / "real" / "x.md")
+    assert Vault(tmp_path).path_of("same") == tmp_path / "same.md"
+    # Folder links are never followed (issue 9, 4), even to a folder of the same vault.
     (tmp_path / "alias").symlink_to(tmp_path / "real", target_is_directory=True)
-    assert Vault(tmp_path).path_of("alias/x") == tmp_path / "alias" / "x.md"
+    with pytest.raises(InvalidName, match="symbolic link"):
+        Vault(tmp_path).path_of("alias/x")
 
 
 PATH_PIECES = st.sampled_from(["..", ".", "a", "B c", "/", "\\", "~", "archive", "x.md", "\x00", "C:"])
