@@ -34,6 +34,7 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()
     tokens_file: Path | None = None
     max_body_bytes: int = 1024 * 1024
+    max_import_line_bytes: int = 16 * 1024 * 1024
     max_content_chars: int = 100_000
     max_reply_chars: int = 20_000
     ttl_p1_days: float = 90.0
@@ -90,6 +91,7 @@ class Settings:
             )
         for name in (
             "max_body_bytes",
+            "max_import_line_bytes",
             "max_content_chars",
             "max_reply_chars",
             "capacity",
@@ -154,6 +156,11 @@ SETTINGS: dict[str, Setting] = {
         "MEMVAULT_TOKENS_FILE", "(unset)", "File with one allowed token per line; others are refused."
     ),
     "max_body_bytes": Setting("MEMVAULT_MAX_BODY_BYTES", "1048576", "Largest HTTP request body (413 above)."),
+    "max_import_line_bytes": Setting(
+        "MEMVAULT_MAX_IMPORT_LINE_BYTES",
+        "16777216",
+        "Longest line `memvault import` reads (16 MiB); a longer one stops the import before it writes.",
+    ),
     "max_content_chars": Setting(
         "MEMVAULT_MAX_CONTENT_CHARS", "100000", "Largest content of one memory, in characters."
     ),
@@ -227,7 +234,15 @@ SETTINGS: dict[str, Setting] = {
     "log_level": Setting("MEMVAULT_LOG_LEVEL", "info", "debug, info, warning or error."),
 }
 
-_INTS = {"port", "max_body_bytes", "max_content_chars", "max_reply_chars", "capacity", "max_loaded_tokens"}
+_INTS = {
+    "port",
+    "max_body_bytes",
+    "max_import_line_bytes",
+    "max_content_chars",
+    "max_reply_chars",
+    "capacity",
+    "max_loaded_tokens",
+}
 _INTS |= {"graph_max_path_len", "graph_entries_per_term", "graph_max_results"}
 _FLOATS = {
     "ttl_p1_days",

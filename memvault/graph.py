@@ -77,6 +77,14 @@ class SearchLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class GraphRows:
+    """Exported graph rows, checked: (entity, created, updated) and relations."""
+
+    entities: list[tuple[Entity, str, str]]
+    relations: list[Relation]
+
+
+@dataclass(frozen=True, slots=True)
 class Imported:
     entities: int
     observations: int
@@ -452,55 +460,75 @@ class KnowledgeGraph:
         ]
         return rows
 
+    def parse_rows(self, rows: Iterable[Mapping[str, Any]]) -> GraphRows:
+        """Exported rows checked as the tools check their arguments; raises InvalidArgument."""
+        parsed = GraphRows([], [])
+        for row in rows:
+            try:
+                if row.get("kind") == "entity":
+                    observations = row.get("observations") or []
+                    if not isinstance(observations, list):
+                        raise InvalidArgument("observations must be a list of text")
+                    entity = Entity(
+                        _check_name(row["name"]),
+                        row["entityType"],
+                        tuple(_check_observation(o, self.max_chars) for o in observations),
+                    )
+                    if not isinstance(entity.entity_type, str) or not entity.entity_type.strip():
+                        raise InvalidArgument("entityType must be text")
+                    _check_name(entity.entity_type, "entity type")
+                    created, updated = row.get("created") or self._now(), row.get("updated")
+                    if not isinstance(created, str) or not isinstance(updated or created, str):
+                        raise InvalidArgument("created and updated must be times")
+                    created = format_time(parse_time(created))
+                    updated = format_time(parse_time(updated or created))
+                    parsed.entities.append((entity, created, updated))
+                elif row.get("kind") == "relation":
+                    relation = Relation(row["from"], row["to"], row["relationType"])
+                    parsed.relations.append(_check_relation(relation))
+                else:
+                    raise InvalidArgument(f"unknown kind {row.get('kind')!r:.60}")
+            except (KeyError, ValueError, TypeError, OverflowError, InvalidArgument) as exc:
+                reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, KeyError) else str(exc)
+                raise InvalidArgument(f"a graph row that cannot be imported ({reason:.300})") from None
+        return parsed
+
     def import_rows(self, rows: Iterable[Mapping[str, Any]]) -> Imported:
         """Load exported entities and relations; what is already there stays, so a second import is a no-op.
 
         An existing entity keeps its type and gains only the observations it lacks.
         """
-        entities: list[tuple[Entity, str, str]] = []
-        relations: list[Relation] = []
-        for row in rows:
-            try:
-                if row.get("kind") == "entity":
-                    entity = Entity(row["name"], row["entityType"], tuple(row.get("observations") or ()))
-                    _check_name(entity.name)
-                    if not isinstance(entity.entity_type, str):
-                        raise InvalidArgument("entityType must be text")
-                    if not all(isinstance(o, str) and o.strip() for o in entity.observations):
-                        raise InvalidArgument("observations must be non-empty text")
-                    created = format_time(parse_time(row.get("created") or self._now()))
-                    updated = format_time(parse_time(row.get("updated") or created))
-                    entities.append((entity, created, updated))
-                elif row.get("kind") == "relation":
-                    relations.append(_check_relation(Relation(row["from"], row["to"], row["relationType"])))
-                else:
-                    raise InvalidArgument(f"unknown kind {row.get('kind')!r}")
-            except (KeyError, ValueError, TypeError, InvalidArgument) as exc:
-                raise InvalidArgument(f"Cannot import graph row {dict(row)!r:.200}: {exc}.") from None
-        new_entities = new_observations = new_relations = skipped = 0
+        parsed = self.parse_rows(rows)
         with self.sidecar.transaction() as conn:
-            for entity, created, updated in entities:
-                cur = conn.execute(
-                    _INSERT_ENTITY,
-                    (entity.name, entity.entity_type, created, updated),
+            return self.import_into(conn, parsed)
+
+    @staticmethod
+    def import_into(conn: sqlite3.Connection, parsed: GraphRows) -> Imported:
+        """Insert checked rows inside the caller's transaction (all of an import, or nothing)."""
+        entities, relations = parsed.entities, parsed.relations
+        new_entities = new_observations = new_relations = skipped = 0
+        for entity, created, updated in entities:
+            cur = conn.execute(
+                _INSERT_ENTITY,
+                (entity.name, entity.entity_type, created, updated),
+            )
+            new_entities += cur.rowcount
+            added = _append_observations(conn, entity.name, entity.observations)
+            new_observations += len(added)
+            if added and cur.rowcount != 1:
+                conn.execute(
+                    "UPDATE entities SET updated = max(updated, ?) WHERE name = ?", (updated, entity.name)
                 )
-                new_entities += cur.rowcount
-                added = _append_observations(conn, entity.name, entity.observations)
-                new_observations += len(added)
-                if added and cur.rowcount != 1:
-                    conn.execute(
-                        "UPDATE entities SET updated = max(updated, ?) WHERE name = ?", (updated, entity.name)
-                    )
-            names = list(dict.fromkeys(n for r in relations for n in (r.source, r.target)))
-            present = set(_existing(conn, names))
-            for r in relations:
-                if r.source not in present or r.target not in present:
-                    skipped += 1
-                    continue
-                new_relations += conn.execute(
-                    _INSERT_RELATION,
-                    (r.source, r.target, r.relation_type),
-                ).rowcount
+        names = list(dict.fromkeys(n for r in relations for n in (r.source, r.target)))
+        present = set(_existing(conn, names))
+        for r in relations:
+            if r.source not in present or r.target not in present:
+                skipped += 1
+                continue
+            new_relations += conn.execute(
+                _INSERT_RELATION,
+                (r.source, r.target, r.relation_type),
+            ).rowcount
         return Imported(new_entities, new_observations, new_relations, skipped)
 
 

@@ -293,50 +293,65 @@ class Sessions:
             for v in map(_version, rows)
         ]
 
+    def parse_rows(self, rows: Iterable[Mapping[str, Any]]) -> list[Version]:
+        """Exported rows checked as the tools check their arguments; raises InvalidArgument."""
+        return [_version_from_row(row, self.max_chars) for row in rows]
+
     def import_rows(self, rows: Iterable[Mapping[str, Any]]) -> Imported:
         """Load exported versions; a version already present is left alone, so importing twice is a no-op."""
-        versions = [_version_from_row(row) for row in rows]
-        added = unchanged = conflicts = 0
+        versions = self.parse_rows(rows)
         with self.sidecar.transaction() as conn:
-            for v in versions:
-                existing = conn.execute(
-                    f"SELECT {_COLUMNS} FROM session_versions WHERE session_id = ? AND version = ?",
-                    (v.session_id, v.version),
-                ).fetchone()
-                if existing is None:
-                    conn.execute(
-                        f"INSERT INTO session_versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-                        (v.session_id, v.version, v.ts, v.title, _tags_json(v.tags), v.summary),
-                    )
-                    added += 1
-                elif _version(existing) == v:
-                    unchanged += 1
-                else:
-                    conflicts += 1
+            return self.import_into(conn, versions)
+
+    @staticmethod
+    def import_into(conn: sqlite3.Connection, versions: Iterable[Version]) -> Imported:
+        """Insert checked versions inside the caller's transaction (all of an import, or nothing)."""
+        added = unchanged = conflicts = 0
+        for v in versions:
+            existing = conn.execute(
+                f"SELECT {_COLUMNS} FROM session_versions WHERE session_id = ? AND version = ?",
+                (v.session_id, v.version),
+            ).fetchone()
+            if existing is None:
+                conn.execute(
+                    f"INSERT INTO session_versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                    (v.session_id, v.version, v.ts, v.title, _tags_json(v.tags), v.summary),
+                )
+                added += 1
+            elif _version(existing) == v:
+                unchanged += 1
+            else:
+                conflicts += 1
         return Imported(added, unchanged, conflicts)
 
 
-def _version_from_row(row: Mapping[str, Any]) -> Version:
+def _version_from_row(row: Mapping[str, Any], max_chars: int) -> Version:
     try:
-        session_id = check_session_id(row["sessionId"])
+        session_id = row["sessionId"]
+        if not isinstance(session_id, str):
+            raise InvalidArgument("sessionId must be text")
+        session_id = check_session_id(session_id)
         version = row["version"]
         ts = row["ts"]
         title = row.get("title")
         tags = row.get("tags") or []
         summary = row["summary"]
-        if not isinstance(version, int) or version < 1:
+        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version < 2**62:
             raise InvalidArgument("version must be a whole number from 1")
         if not isinstance(ts, str):
             raise InvalidArgument("ts must be a time")
         ts = format_time(parse_time(ts))
         if not isinstance(summary, str) or (title is not None and not isinstance(title, str)):
             raise InvalidArgument("summary and title must be text")
-        if not isinstance(tags, list):
-            raise InvalidArgument("tags must be a list")
+        if len(summary) > max_chars:
+            raise InvalidArgument(f"the summary is {len(summary):,} characters; the limit is {max_chars:,}")
+        title = check_title(title)
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise InvalidArgument("tags must be a list of text")
         return Version(session_id, version, ts, title or None, clean_tags(tags), summary)
-    except (KeyError, ValueError, TypeError, InvalidArgument) as exc:
-        what = f"session {row.get('sessionId')!r} version {row.get('version')!r}"
-        raise InvalidArgument(f"Cannot import {what}: {exc}.") from None
+    except (KeyError, ValueError, TypeError, OverflowError, InvalidArgument) as exc:
+        reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise InvalidArgument(f"a session version that cannot be imported ({reason:.300})") from None
 
 
 def list_sessions(

@@ -145,3 +145,99 @@ async def test_imported_data_is_served_by_the_tools(
         assert not error and "# Zeta renamed" in text and "version 2 of 2" in text
         result = await s.call_tool("search_nodes", {"query": "zed box"})
         assert [e["name"] for e in result.structured_content["entities"]] == ["Zed", "Box", "Amy"]
+
+
+# ---------------------------------------------------------------- backups that restore (issue 9, 5)
+
+SEPARATORS = "line\u2028sep para\u2029sep next\x85line vt\x0bff\x0cfs\x1c emoji 🦉 東京"
+
+
+def _import(root: Path, file: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(["import", "--root", str(root), *args, str(file)])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_line_separators_in_the_data_survive_export_and_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "vault"
+    with Sidecar.open(root / "alice") as sidecar:
+        Sessions(sidecar, max_chars=10_000).upsert("s1", f"summary {SEPARATORS}", title="T\u2028itle")
+        KnowledgeGraph(sidecar, max_chars=10_000).create_entities(
+            [Entity(f"Owl {SEPARATORS}", "bird", (f"fact {SEPARATORS}",))]
+        )
+    out = export(root, capsys)
+    assert len(out.splitlines()) == len(out.split("\n")) - 1 == 2  # no splitter sees extra lines
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text(out, encoding="utf-8")
+    restored = tmp_path / "restored"
+    code, text = _import(restored, backup, capsys)
+    assert code == 0, text
+    assert export(restored, capsys) == out
+
+
+def _write_lines(path: Path, *rows: object) -> Path:
+    path.write_text(
+        "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8"
+    )
+    return path
+
+
+GOOD_ENTITY = {
+    "token": "alice",
+    "kind": "entity",
+    "name": "Amy",
+    "entityType": "person",
+    "observations": ["x"],
+}
+GOOD_SESSION = {
+    **{"token": "bob", "kind": "session", "sessionId": "s", "version": 1},
+    **{"ts": "2026-01-01T00:00:00.000Z", "title": None, "tags": [], "summary": "ok"},
+}
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({**GOOD_SESSION, "token": "carol", "version": 1, "summary": "x" * 100_001}, "limit is 100,000"),
+        ({**GOOD_ENTITY, "token": "carol", "observations": "hello"}, "list of text"),
+        ({**GOOD_SESSION, "token": "carol", "ts": "99999-01-01T00:00:00Z"}, "session version"),
+        ({**GOOD_SESSION, "token": "carol", "ts": "9999-12-31T23:59:59-05:00"}, "session version"),
+        ({**GOOD_SESSION, "token": "carol", "version": True}, "whole number"),
+        ('{"token": "carol", "kind": "session", "version": ' + "9" * 5000 + "}", "not valid JSON"),
+        (
+            '{"token": "carol", "kind": "entity", "name": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            "nested too deeply",
+        ),
+        ({**GOOD_ENTITY, "token": "carol", "name": 5}, "graph row"),
+        ("not json at all", "not valid JSON"),
+    ],
+)
+def test_a_bad_line_anywhere_imports_nothing_and_says_which_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: object, message: str
+) -> None:
+    root = tmp_path / "vault"
+    file = _write_lines(tmp_path / "in.jsonl", GOOD_ENTITY, GOOD_SESSION, bad)
+    code, text = _import(root, file, capsys)
+    assert code == 1 and "line 3" in text and message in text and "Nothing was imported" in text, text
+    assert "Traceback" not in text
+    assert not root.exists() or not any(root.iterdir())  # not even the good tokens' folders
+
+
+def test_an_over_long_line_is_refused_without_reading_it_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMVAULT_MAX_IMPORT_LINE_BYTES", "1000")
+    file = _write_lines(tmp_path / "in.jsonl", GOOD_ENTITY, {**GOOD_SESSION, "summary": "y" * 5000})
+    code, text = _import(tmp_path / "vault", file, capsys)
+    assert code == 1 and "line 2 is longer than 1,000 bytes" in text, text
+    assert not (tmp_path / "vault").exists()
+
+
+def test_invalid_utf8_is_refused_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = tmp_path / "in.jsonl"
+    file.write_bytes(json.dumps(GOOD_ENTITY).encode() + b"\n" + b'{"kind": "entity", "name": "\xff"}\n')
+    code, text = _import(tmp_path / "vault", file, capsys)
+    assert code == 1 and "line 2 is not valid UTF-8" in text, text
