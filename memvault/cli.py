@@ -91,10 +91,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(settings: Settings) -> int:
     import uvicorn
 
-    from memvault import heap
+    from memvault import heap, resources
     from memvault.app import create_app
 
     heap.configure()  # before the first large allocation (see heap)
+    _, now = resources.raise_open_file_limit(settings.max_connections + 1024)
+    if now < settings.max_connections + 256:
+        print(
+            f"memvault: warning: only {now} open files allowed (ulimit -n) for up to "
+            f"{settings.max_connections} connections (MEMVAULT_MAX_CONNECTIONS); lower the setting "
+            "or raise the limit.",
+            file=sys.stderr,
+        )
+    resources.quiet_accept_failures()
 
     try:
         app = create_app(settings)
@@ -105,7 +114,14 @@ def serve(settings: Settings) -> int:
         f"memvault {__version__}: serving {settings.root.resolve()} "
         f"on http://{settings.host}:{settings.port}/mcp/<token>"
     )
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, lifespan="on")
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        lifespan="on",
+        http=resources.guarded_protocol(settings.max_connections, settings.header_timeout_seconds),
+    )
     return 0
 
 

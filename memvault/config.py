@@ -34,6 +34,8 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()
     tokens_file: Path | None = None
     max_body_bytes: int = 1024 * 1024
+    max_connections: int = 1000
+    header_timeout_seconds: float = 10.0
     max_import_line_bytes: int = 16 * 1024 * 1024
     max_content_chars: int = 100_000
     max_reply_chars: int = 20_000
@@ -92,6 +94,7 @@ class Settings:
         for name in (
             "max_body_bytes",
             "max_import_line_bytes",
+            "max_connections",
             "max_content_chars",
             "max_reply_chars",
             "capacity",
@@ -115,6 +118,8 @@ class Settings:
                 raise InvalidArgument(
                     f"MEMVAULT_{name.upper()} must be 0 or more (inf: never), not {value!r}."
                 )
+        if not 0 < self.header_timeout_seconds < math.inf:
+            raise InvalidArgument("MEMVAULT_HEADER_TIMEOUT_SECONDS must be a positive number of seconds.")
         if not 0 < self.poll_interval_seconds < math.inf:  # 0 would spin the polling observer
             raise InvalidArgument(
                 "MEMVAULT_POLL_INTERVAL_SECONDS must be a positive number of seconds, "
@@ -156,6 +161,17 @@ SETTINGS: dict[str, Setting] = {
         "MEMVAULT_TOKENS_FILE", "(unset)", "File with one allowed token per line; others are refused."
     ),
     "max_body_bytes": Setting("MEMVAULT_MAX_BODY_BYTES", "1048576", "Largest HTTP request body (413 above)."),
+    "max_connections": Setting(
+        "MEMVAULT_MAX_CONNECTIONS",
+        "1000",
+        "Most open HTTP connections (SSE streams included); the next one is answered 503 and closed. "
+        "`serve` raises the open-file limit to fit.",
+    ),
+    "header_timeout_seconds": Setting(
+        "MEMVAULT_HEADER_TIMEOUT_SECONDS",
+        "10",
+        "A new connection that sends no complete request within this time is closed.",
+    ),
     "max_import_line_bytes": Setting(
         "MEMVAULT_MAX_IMPORT_LINE_BYTES",
         "16777216",
@@ -237,6 +253,7 @@ SETTINGS: dict[str, Setting] = {
 _INTS = {
     "port",
     "max_body_bytes",
+    "max_connections",
     "max_import_line_bytes",
     "max_content_chars",
     "max_reply_chars",
@@ -245,6 +262,7 @@ _INTS = {
 }
 _INTS |= {"graph_max_path_len", "graph_entries_per_term", "graph_max_results"}
 _FLOATS = {
+    "header_timeout_seconds",
     "ttl_p1_days",
     "ttl_p2_days",
     "evict_interval_hours",

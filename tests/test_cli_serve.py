@@ -644,3 +644,51 @@ def test_serve_on_a_busy_port_fails_and_says_so(tmp_path: Path) -> None:
         )
     assert result.returncode != 0
     assert "address already in use" in result.stderr
+
+
+def test_held_slow_connections_neither_exhaust_descriptors_nor_flood_the_log(tmp_path: Path) -> None:
+    """Issue 9, 6: 21,000 held slow connections exhausted file descriptors, and the log took 450,000
+    tracebacks in 15 s. Here the server may open only 256 files and 300 connections are held."""
+    import resource
+    import socket
+
+    port = free_port()
+    env = clean_env(
+        MEMVAULT_ROOT=str(tmp_path / "vault"),
+        MEMVAULT_MAX_CONNECTIONS="40",
+        MEMVAULT_HEADER_TIMEOUT_SECONDS="1",
+    )
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    argv = [str(MEMVAULT), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, preexec_fn=low_limit)
+    server = Server(process, port, out, err)
+    held: list[socket.socket] = []
+    try:
+        server.wait_healthy()
+        for _ in range(300):
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=2)
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")  # headers never end
+                held.append(sock)
+            except OSError:
+                break
+        # Silent connections are dropped after the header timeout: the server answers again.
+        wait_until(
+            lambda: http(f"{server.url}/healthz", timeout=2)[0] == 200,
+            START_TIMEOUT,
+            "healthz answers while slow connections are held",
+        )
+        assert process.poll() is None
+    finally:
+        for sock in held:
+            sock.close()
+        assert server.stop() in (0, -signal.SIGTERM), server.logs()[-2000:]
+    lines = server.logs().splitlines()
+    assert len(lines) < 50, "\n".join(lines[:50])
+    assert not any("Traceback" in line for line in lines), "\n".join(lines[:50])
+    assert any("MEMVAULT_MAX_CONNECTIONS" in line for line in lines), "\n".join(lines[:50])
