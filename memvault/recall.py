@@ -284,10 +284,10 @@ class Recaller:
             raise InvalidArgument("limit must be at least 1.")
         wanted_tags = clean_tags(tags) if tags else ()
         priorities = check_priorities(priority)
-        state = await self.store.state(token)
-        return await anyio.to_thread.run_sync(
-            self._recall_sync, state, query, min(limit, 100), include_archive, wanted_tags, priorities
-        )
+        async with self.store.using(token) as state:
+            return await anyio.to_thread.run_sync(
+                self._recall_sync, state, query, min(limit, 100), include_archive, wanted_tags, priorities
+            )
 
     def _layout(self, token: str, view: VectorView) -> Layout:
         cached = self._layouts.get(token)
@@ -405,9 +405,9 @@ class Recaller:
         return found
 
     async def stats(self, token: str) -> Stats:
-        state = await self.store.state(token)
-        evictions = await self.store.evict(token, dry_run=True)
-        return await anyio.to_thread.run_sync(self._stats_sync, state, evictions)
+        async with self.store.using(token) as state:
+            evictions = await self.store.evict(token, dry_run=True)
+            return await anyio.to_thread.run_sync(self._stats_sync, state, evictions)
 
     def _stats_sync(self, state: TokenState, evictions: list[Evicted]) -> Stats:
         store = self.store

@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -125,6 +125,7 @@ class TokenState:
         self.loading = False  # a load is reading the folder; outside changes wait in missed
         self.missed: set[Path] = set()
         self.missed_rescan = False
+        self.users = 0  # operations in flight (Store.using): a token in use is never unloaded
 
     @property
     def dir(self) -> Path:
@@ -164,6 +165,24 @@ class Store:
     # ------------------------------------------------------------------ loading
 
     async def state(self, token: str) -> TokenState:
+        """The loaded state of a token, not held: for tests and tools that only look. Operations use
+        :meth:`using`, which keeps the token loaded until they are done."""
+        async with self.using(token) as state:
+            return state
+
+    @contextlib.asynccontextmanager
+    async def using(self, token: str) -> AsyncIterator[TokenState]:
+        """The token's state, loaded, and kept loaded (never unloaded, its sidecar never closed)
+        until the block ends. A read racing an unload once found the token emptied under it."""
+        state = self._register(token)
+        state.users += 1  # before any await: from here on no unload takes this token
+        try:
+            await self._ensure_loaded(state)
+            yield state
+        finally:
+            state.users -= 1
+
+    def _register(self, token: str) -> TokenState:
         if not valid_token(token):
             raise InvalidName(token, "not a valid token")
         if self.settings.token_dir(token).is_symlink():
@@ -172,6 +191,9 @@ class Store:
         if state is None:
             state = self.tokens.setdefault(token, TokenState(token, self.settings))
         state.last_used = time.monotonic()
+        return state
+
+    async def _ensure_loaded(self, state: TokenState) -> None:
         if not state.loaded:
             async with state.load_lock:
                 if not state.loaded:
@@ -182,27 +204,30 @@ class Store:
                         self._in_background(anyio.to_thread.run_sync(self.save_snapshot, state))
                     elif len(state.hot.memories) + len(state.archive.memories) >= SNAPSHOT_MIN:
                         self._in_background(anyio.to_thread.run_sync(heap.release))  # the load's garbage
-        return state
 
     def _unload_idle(self) -> None:
         """Keep at most MEMVAULT_MAX_LOADED_TOKENS indexes in memory; the least recently used go.
 
-        An unloaded token keeps its sidecar open (small) and reloads from its parse cache on
-        the next request. A token in the middle of a mutation is never unloaded.
+        An unloaded token closes its sidecar (three descriptors each: 5,000 tokens once ran the
+        process out of them) and reloads from its parse cache on the next request. A token in use
+        (an operation in flight, a mutation, a sweep) is never unloaded.
         """
         loaded = [s for s in self.tokens.values() if s.loaded]
         excess = len(loaded) - self.settings.max_loaded_tokens
         if excess <= 0:
             return
         for state in sorted(loaded, key=lambda s: s.last_used)[:excess]:
-            if state.lock.locked() or state.evicting:
+            if state.users or state.lock.locked() or state.load_lock.locked() or state.evicting:
                 continue
             with state.mem_lock:
                 state.hot, state.archive = Area(), Area()
                 state.loaded = False
                 state.snapshot_parts = None
-            state.vectors.clear()
             self.embeddings.detach(state.vectors)
+            state.vectors.clear()
+            if state.sidecar is not None:
+                sidecar, state.sidecar = state.sidecar, None
+                sidecar.close()
             if state.sidecar is None and not state.load_lock.locked() and not state.dir.is_dir():
                 # A token that never wrote anything (a read of an unknown token): forget it
                 # entirely, so that requests for made-up tokens cannot pile up state.
@@ -414,11 +439,11 @@ class Store:
     # ------------------------------------------------------------------ reading
 
     async def list_hot(self, token: str) -> list[tuple[Memory, datetime | None]]:
-        state = await self.state(token)
-        memories = await anyio.to_thread.run_sync(self._snapshot, state)
-        result = [(m, self.last_access(m, stats)) for m, stats in memories]
-        self._maybe_sweep(state)
-        return result
+        async with self.using(token) as state:
+            memories = await anyio.to_thread.run_sync(self._snapshot, state)
+            result = [(m, self.last_access(m, stats)) for m, stats in memories]
+            self._maybe_sweep(state)
+            return result
 
     def _snapshot(self, state: TokenState) -> list[tuple[Memory, datetime | None]]:
         with state.mem_lock:
@@ -444,15 +469,15 @@ class Store:
         """Search (or fetch by name, or list) memories; reading hot ones counts as access."""
         if limit is not None and limit < 1:
             raise InvalidArgument("limit must be at least 1.")
-        state = await self.state(token)
-        if filenames:
-            ids = [check_id(name) for name in filenames]
-            found = await anyio.to_thread.run_sync(self._by_ids, state, ids, archived)
-        elif query is not None and query.strip():
-            found = await anyio.to_thread.run_sync(self._search, state, query, limit, archived)
-        else:
-            found = await anyio.to_thread.run_sync(self._all, state, limit, archived)
-        return found
+        async with self.using(token) as state:
+            if filenames:
+                ids = [check_id(name) for name in filenames]
+                found = await anyio.to_thread.run_sync(self._by_ids, state, ids, archived)
+            elif query is not None and query.strip():
+                found = await anyio.to_thread.run_sync(self._search, state, query, limit, archived)
+            else:
+                found = await anyio.to_thread.run_sync(self._all, state, limit, archived)
+            return found
 
     def _by_ids(self, state: TokenState, ids: list[str], archived: bool) -> Found:
         out: list[Memory] = []
@@ -511,19 +536,19 @@ class Store:
 
     async def touch(self, token: str, memories: Sequence[Memory], *, hit: bool = True) -> None:
         """Record access to hot memories: always in the sidecar, in the file per the writeback policy."""
-        state = await self.state(token)
-        hot = [m for m in memories if not m.archived]
-        if not hot or not state.dir.is_dir():
-            return
-        now = self.clock()
-        await anyio.to_thread.run_sync(
-            lambda: state.ensure_sidecar().record_access([m.id for m in hot], now, hit=hit)
-        )
-        due = [m for m in hot if self._needs_file_write(m, now)]
-        if due:
-            async with state.lock:
-                await anyio.to_thread.run_sync(self._write_access, state, due, now)
-        self._maybe_sweep(state)
+        async with self.using(token) as state:
+            hot = [m for m in memories if not m.archived]
+            if not hot or not state.dir.is_dir():
+                return
+            now = self.clock()
+            await anyio.to_thread.run_sync(
+                lambda: state.ensure_sidecar().record_access([m.id for m in hot], now, hit=hit)
+            )
+            due = [m for m in hot if self._needs_file_write(m, now)]
+            if due:
+                async with state.lock:
+                    await anyio.to_thread.run_sync(self._write_access, state, due, now)
+            self._maybe_sweep(state)
 
     def _needs_file_write(self, memory: Memory, now: datetime) -> bool:
         if memory.conflicted or memory.problem is not None:
@@ -599,11 +624,11 @@ class Store:
         if isinstance(supersedes, str):
             raise InvalidArgument("supersedes must be a list of filenames.")
         replaced = tuple(dict.fromkeys(check_id(name) for name in supersedes or ()))
-        state = await self.state(token)
-        async with state.lock:
-            return await anyio.to_thread.run_sync(
-                self._write_sync, state, title, content, prio, tag_tuple, importance, replaced
-            )
+        async with self.using(token) as state:
+            async with state.lock:
+                return await anyio.to_thread.run_sync(
+                    self._write_sync, state, title, content, prio, tag_tuple, importance, replaced
+                )
 
     def _write_sync(
         self,
@@ -711,9 +736,9 @@ class Store:
             fields["tags"] = list(clean_tags(tags))
         if importance is not None:
             fields["importance"] = importance
-        state = await self.state(token)
-        async with state.lock:
-            return await anyio.to_thread.run_sync(self._update_sync, state, id, fields, title, content)
+        async with self.using(token) as state:
+            async with state.lock:
+                return await anyio.to_thread.run_sync(self._update_sync, state, id, fields, title, content)
 
     def _update_sync(
         self, state: TokenState, id: str, fields: dict[str, Any], title: str | None, content: str | None
@@ -734,9 +759,9 @@ class Store:
 
     async def delete(self, token: str, filename: str) -> str:
         id = check_id(filename)
-        state = await self.state(token)
-        async with state.lock:
-            return await anyio.to_thread.run_sync(self._delete_sync, state, id)
+        async with self.using(token) as state:
+            async with state.lock:
+                return await anyio.to_thread.run_sync(self._delete_sync, state, id)
 
     def _delete_sync(self, state: TokenState, id: str) -> str:
         state.vault.existing(id)
@@ -753,9 +778,9 @@ class Store:
         id = check_id(filename)
         if id.startswith(f"{ARCHIVE}/"):
             id = id[len(ARCHIVE) + 1 :]  # the path as a person sees it in the folder works too
-        state = await self.state(token)
-        async with state.lock:
-            return await anyio.to_thread.run_sync(self._restore_sync, state, id)
+        async with self.using(token) as state:
+            async with state.lock:
+                return await anyio.to_thread.run_sync(self._restore_sync, state, id)
 
     def _restore_sync(self, state: TokenState, id: str) -> str:
         state.vault.existing(id, archived=True)
@@ -775,11 +800,11 @@ class Store:
     # ------------------------------------------------------------------ eviction
 
     async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
-        state = await self.state(token)
-        if not state.dir.is_dir():
-            return []
-        async with state.lock:
-            return await anyio.to_thread.run_sync(self._evict_sync, state, dry_run)
+        async with self.using(token) as state:
+            if not state.dir.is_dir():
+                return []
+            async with state.lock:
+                return await anyio.to_thread.run_sync(self._evict_sync, state, dry_run)
 
     def _evict_sync(self, state: TokenState, dry_run: bool) -> list[Evicted]:
         now = self.clock()

@@ -396,3 +396,54 @@ async def test_link_loops_in_a_token_folder_end_the_load_and_list_each_file_once
             await store.find("alice", filenames=["a/one.md"])
     finally:
         await store.close()
+
+
+# ---------------------------------------------------------------------------- tokens in use
+
+
+async def test_reads_racing_unloads_never_see_an_emptied_token(make_settings):
+    """Issue 9, 7: with MAX_LOADED_TOKENS=2, 8 tokens and 6 readers, 666 of 3,396 replies were empty."""
+    import asyncio
+
+    store = Store(make_settings(max_loaded_tokens=2))
+    tokens = [f"t{i}" for i in range(8)]
+    try:
+        for token in tokens:
+            await store.write(token, title=f"Note of {token}", content=f"shared word quetzal for {token}")
+        empty = 0
+
+        async def reader(n: int) -> None:
+            nonlocal empty
+            for i in range(60):
+                token = tokens[(n * 3 + i) % len(tokens)]
+                found = await store.find(token, query="quetzal")
+                if not found.memories:
+                    empty += 1
+                listed = await store.list_hot(token)
+                if not listed:
+                    empty += 1
+
+        await asyncio.gather(*(reader(n) for n in range(6)))
+        assert empty == 0
+        assert store.unloads > 0  # the race was on: tokens did unload meanwhile
+    finally:
+        await store.close()
+
+
+async def test_unloaded_tokens_give_their_descriptors_back(make_settings):
+    """Issue 9, 6: an unloaded token kept its SQLite connection (3 descriptors per token)."""
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    store = Store(make_settings(max_loaded_tokens=2))
+    try:
+        await store.write("warm", title="Warm", content="first token, so lazy imports are done")
+        before = open_fds()
+        for i in range(60):
+            await store.write(f"t{i}", title="Note", content="one memory each")
+        assert open_fds() - before < 20  # two loaded tokens' sidecars, not sixty
+        found = await store.find("t0", query="memory")  # an unloaded token reopens on use
+        assert [m.id for m in found.memories] == ["note.md"]
+    finally:
+        await store.close()

@@ -125,21 +125,23 @@ def fit_names(names: Sequence[str], room: int) -> str:
 # ---------------------------------------------------------------------------- sessions and graph
 
 
-async def sidecar_to_read(store: Store, token: str) -> Sidecar | None:
-    """The token's sidecar for a read, or None while it has none: a read never creates a folder."""
-    state = await store.state(token)
-    if state.sidecar is None:
-        if not sidecar_path(state.dir).is_file():
-            return None
-        async with state.lock:
-            await anyio.to_thread.run_sync(state.ensure_sidecar)
-    return state.sidecar
+async def sidecar_read(store: Store, token: str, work: Callable[[Sidecar], T]) -> T | None:
+    """Run ``work`` on the token's sidecar in a worker thread, the token held loaded meanwhile (an
+    unload closes the sidecar); None while it has none: a read never creates a folder."""
+    async with store.using(token) as state:
+        if state.sidecar is None:
+            if not sidecar_path(state.dir).is_file():
+                return None
+            async with state.lock:
+                await anyio.to_thread.run_sync(state.ensure_sidecar)
+        sidecar = state.sidecar
+        assert sidecar is not None
+        return await anyio.to_thread.run_sync(work, sidecar)
 
 
 async def sidecar_write(store: Store, token: str, work: Callable[[Callable[[], Sidecar]], T]) -> T:
     """Run ``work`` under the token's lock in a worker thread; it opens (creates) the sidecar as needed."""
-    state = await store.state(token)
-    async with state.lock:
+    async with store.using(token) as state, state.lock:
         return await anyio.to_thread.run_sync(work, state.ensure_sidecar)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated
 
-import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
@@ -23,7 +22,7 @@ from memvault.tools.common import (
     joined,
     list_result,
     outcome,
-    sidecar_to_read,
+    sidecar_read,
     sidecar_write,
     token_of,
 )
@@ -95,10 +94,8 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
         return KnowledgeGraph(sidecar, max_chars=settings.max_content_chars, clock=store.clock, limits=limits)
 
     async def read(ctx: Context, work: Callable[[KnowledgeGraph], Graph]) -> Graph:
-        sidecar = await sidecar_to_read(store, token_of(ctx))
-        if sidecar is None:
-            return Graph()
-        return await anyio.to_thread.run_sync(work, graph(sidecar))
+        found = await sidecar_read(store, token_of(ctx), lambda sidecar: work(graph(sidecar)))
+        return Graph() if found is None else found
 
     @server.tool(annotations=CREATES)
     @handles_errors

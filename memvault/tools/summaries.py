@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Literal
 
-import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
@@ -22,7 +21,7 @@ from memvault.tools.common import (
     READ_ONLY,
     Reply,
     handles_errors,
-    sidecar_to_read,
+    sidecar_read,
     sidecar_write,
     text,
     token_of,
@@ -107,10 +106,10 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         if maxLength is not None and maxLength < 1:
             raise InvalidArgument("maxLength must be at least 1.")
         check_session_id(sessionId)
-        sidecar = await sidecar_to_read(store, token_of(ctx))
-        if sidecar is None:
+        latest = await sidecar_read(store, token_of(ctx), lambda sidecar: sessions(sidecar).latest(sessionId))
+        if latest is None:
             raise UnknownSession(sessionId)
-        v, count = await anyio.to_thread.run_sync(sessions(sidecar).latest, sessionId)
+        v, count = latest
         facts = [f"session {v.session_id}", f"version {v.version} of {count}", f"updated {v.ts}"]
         if v.tags:
             facts.append("tags: " + ", ".join(v.tags))
@@ -148,8 +147,7 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         ] = None,
     ) -> CallToolResult:
         """List sessions (their latest versions): id, title, last update, version count, size and tags."""
-        sidecar = await sidecar_to_read(store, token_of(ctx))
-        infos = [] if sidecar is None else await anyio.to_thread.run_sync(sessions(sidecar).infos)
+        infos = await sidecar_read(store, token_of(ctx), lambda sidecar: sessions(sidecar).infos()) or []
         page = list_sessions(infos, tag=tag, limit=limit, offset=offset, sort_by=sortBy, order=order)
         tagged = f" tagged {tag.strip()!r}" if tag and tag.strip() else ""
         if page.total == 0:
@@ -195,10 +193,11 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
     ) -> CallToolResult:
         """Every version of a session's summary, newest first."""
         check_session_id(sessionId)
-        sidecar = await sidecar_to_read(store, token_of(ctx))
-        if sidecar is None:
+        versions = await sidecar_read(
+            store, token_of(ctx), lambda sidecar: sessions(sidecar).history(sessionId)
+        )
+        if versions is None:
             raise UnknownSession(sessionId)
-        versions = await anyio.to_thread.run_sync(sessions(sidecar).history, sessionId)
         reply = Reply(settings.max_reply_chars - 300)
         plural = "s" if len(versions) != 1 else ""
         reply.add(f"Session {sessionId!r}: {len(versions)} version{plural}, newest first.")
