@@ -8,12 +8,12 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Container
 from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from memvault import __version__
 from memvault.config import Settings
 from memvault.errors import InvalidArgument, MemvaultError
+from memvault.resources import OncePer
 from memvault.store import Clock, Store
 from memvault.tools import build_server
 from memvault.vault import utcnow, valid_token
@@ -68,12 +69,15 @@ class SessionOwners:
     def __init__(self, capacity: int = MAX_BOUND_SESSIONS) -> None:
         self.capacity = capacity
         self._owners: OrderedDict[str, str] = OrderedDict()
+        self._clients: dict[str, str] = {}  # session -> client address that opened it
 
-    def bind(self, session: str, token: str) -> None:
+    def bind(self, session: str, token: str, client: str = "") -> None:
         self._owners[session] = token
+        self._clients[session] = client
         self._owners.move_to_end(session)
         while len(self._owners) > self.capacity:
-            self._owners.popitem(last=False)
+            dropped, _ = self._owners.popitem(last=False)
+            self._clients.pop(dropped, None)
 
     def owner(self, session: str) -> str | None:
         token = self._owners.get(session)
@@ -81,8 +85,22 @@ class SessionOwners:
             self._owners.move_to_end(session)
         return token
 
+    def oldest_first(self, *, token: str | None = None, client: str | None = None) -> list[str]:
+        """Sessions of a token or of a client address, least recently used first."""
+        return [
+            s
+            for s, t in self._owners.items()
+            if (token is None or t == token) and (client is None or self._clients.get(s) == client)
+        ]
+
+    def forget_all_but(self, live: Container[str]) -> None:
+        """Drop the bindings of sessions that ended (idle timeout, crash) without a DELETE."""
+        for session in [s for s in self._owners if s not in live]:
+            self.release(session)
+
     def release(self, session: str) -> None:
         self._owners.pop(session, None)
+        self._clients.pop(session, None)
 
     def __len__(self) -> int:
         return len(self._owners)
@@ -115,10 +133,18 @@ class TokenGuard:
     created under another token (the SDK's session manager is shared by all tokens).
     """
 
-    def __init__(self, app: ASGIApp, settings: Settings, sessions: SessionOwners | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        settings: Settings,
+        sessions: SessionOwners | None,
+        manager: StreamableHTTPSessionManager | None = None,
+    ) -> None:
         self.app = app
         self.settings = settings
         self.sessions = sessions  # None for the legacy SSE transport, which binds per token itself
+        self.manager = manager
+        self._closing_note = OncePer(lambda record: True)
         self.allowlist = load_allowlist(settings.tokens_file)
         self.check_origin = "*" in settings.allowed_hosts
         self.origins = {f"{scheme}://{h}" for h in settings.allowed_hosts for scheme in ("http", "https")}
@@ -155,12 +181,43 @@ class TokenGuard:
         if self.sessions is None:
             await self.app(scope, receive, send)
             return
+        client = (scope.get("client") or ("", 0))[0]
+        if session is None and scope.get("method") == "POST":
+            await self._make_room(token, client)
         ending = (
             session.decode("latin-1") if session is not None and scope.get("method") == "DELETE" else None
         )
-        await self.app(scope, receive, self._binding(send, token, ending))
+        await self.app(scope, receive, self._binding(send, token, ending, client))
 
-    def _binding(self, send: Send, token: str, ending: str | None) -> Send:
+    async def _make_room(self, token: str, client: str) -> None:
+        """Before a new session: if this token or this client address holds its most sessions, close
+        its own least recently used ones. One client that never ends its sessions cannot fill the
+        SDK's cap (10,000, then 503 for every token for 30 minutes); it only recycles its own."""
+        sessions, manager = self.sessions, self.manager
+        if sessions is None or manager is None:
+            return
+        # The SDK keeps its live sessions in a private map; sessions that ended without a DELETE
+        # (idle timeout) are dropped from ours by it, so counts stay true. (mcp 2.x; tests cover it.)
+        live: dict[str, Any] = manager._server_instances
+        sessions.forget_all_but(live)
+        for limit, kind, names in (
+            (self.settings.max_sessions_per_token, "MEMVAULT_MAX_SESSIONS_PER_TOKEN", {"token": token}),
+            (self.settings.max_sessions_per_client, "MEMVAULT_MAX_SESSIONS_PER_CLIENT", {"client": client}),
+        ):
+            held = sessions.oldest_first(**names)
+            for old in held[: max(0, len(held) - limit + 1)]:
+                transport = live.get(old)
+                sessions.release(old)
+                if transport is not None:
+                    await manager._discard_session(old, transport)
+                record = logging.LogRecord(
+                    "memvault", logging.INFO, __file__, 0,
+                    f"closed least recently used sessions at the limit ({kind})", None, None,
+                )  # fmt: skip
+                if self._closing_note.filter(record):
+                    log.handle(record)
+
+    def _binding(self, send: Send, token: str, ending: str | None, client: str = "") -> Send:
         sessions = self.sessions
         assert sessions is not None
 
@@ -168,7 +225,7 @@ class TokenGuard:
             if message["type"] == "http.response.start":
                 for key, value in message.get("headers", []):
                     if key.lower() == SESSION_HEADER:
-                        sessions.bind(value.decode("latin-1"), token)
+                        sessions.bind(value.decode("latin-1"), token, client)
                 if ending is not None and message.get("status") == 200:
                     sessions.release(ending)
             await send(message)
@@ -177,25 +234,47 @@ class TokenGuard:
 
 
 class SseApps:
-    """Legacy HTTP+SSE: one SDK transport per token, so a session id only works under its own token."""
+    """Legacy HTTP+SSE: one SDK transport per token, so a session id only works under its own token.
+
+    A token's transport lives while it has an open stream (GET .../sse): its sessions exist only
+    then. A message to a token without one is answered 404 and leaves nothing behind (one app per
+    token name ever posted to once held 310 MB after 80,000 made-up names).
+    """
 
     def __init__(self, server: MCPServer, security: TransportSecuritySettings, max_body: int) -> None:
         self.server = server
         self.security = security
         self.max_body = max_body
         self.apps: dict[str, ASGIApp] = {}
+        self.streams: dict[str, int] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         token = scope["path_params"]["token"]
+        stream = scope.get("method") == "GET" and scope.get("path", "").rstrip("/").endswith("/sse")
         app = self.apps.get(token)
         if app is None:
+            if not stream:
+                await _error(404, "No open SSE stream for this token; open GET /mcp/<token>/sse first.")(
+                    scope, receive, send
+                )
+                return
             app = self.apps[token] = self.server.sse_app(
                 sse_path="/sse",
                 message_path="/messages/",
                 transport_security=self.security,
                 max_request_body_size=self.max_body,
             )
-        await app(scope, receive, send)
+        if not stream:
+            await app(scope, receive, send)
+            return
+        self.streams[token] = self.streams.get(token, 0) + 1
+        try:
+            await app(scope, receive, send)
+        finally:
+            self.streams[token] -= 1
+            if not self.streams[token]:
+                del self.streams[token]
+                self.apps.pop(token, None)
 
 
 def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool = False) -> Starlette:
@@ -260,8 +339,9 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
                 await watcher.stop()
                 await store.close()
 
-    mcp_http = TokenGuard(StreamableHTTPASGIApp(manager), settings, sessions)
-    mcp_sse = TokenGuard(SseApps(server, security, settings.max_body_bytes), settings, None)
+    mcp_http = TokenGuard(StreamableHTTPASGIApp(manager), settings, sessions, manager)
+    sse_apps = SseApps(server, security, settings.max_body_bytes)
+    mcp_sse = TokenGuard(sse_apps, settings, None)
     app = Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
@@ -273,6 +353,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     )
     app.state.store = store
     app.state.sessions = sessions
+    app.state.sse_apps = sse_apps
     app.state.watcher = watcher
     app.state.server = server
     return app

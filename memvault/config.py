@@ -35,6 +35,8 @@ class Settings:
     tokens_file: Path | None = None
     max_body_bytes: int = 1024 * 1024
     max_connections: int = 1000
+    max_sessions_per_token: int = 100
+    max_sessions_per_client: int = 1000
     header_timeout_seconds: float = 10.0
     max_import_line_bytes: int = 16 * 1024 * 1024
     max_content_chars: int = 100_000
@@ -95,6 +97,8 @@ class Settings:
             "max_body_bytes",
             "max_import_line_bytes",
             "max_connections",
+            "max_sessions_per_token",
+            "max_sessions_per_client",
             "max_content_chars",
             "max_reply_chars",
             "capacity",
@@ -166,6 +170,16 @@ SETTINGS: dict[str, Setting] = {
         "1000",
         "Most open HTTP connections (SSE streams included); the next one is answered 503 and closed. "
         "`serve` raises the open-file limit to fit.",
+    ),
+    "max_sessions_per_token": Setting(
+        "MEMVAULT_MAX_SESSIONS_PER_TOKEN",
+        "100",
+        "Most open MCP sessions of one token; a new one closes that token's least recently used.",
+    ),
+    "max_sessions_per_client": Setting(
+        "MEMVAULT_MAX_SESSIONS_PER_CLIENT",
+        "1000",
+        "Most open MCP sessions of one client address; a new one closes that client's least recently used.",
     ),
     "header_timeout_seconds": Setting(
         "MEMVAULT_HEADER_TIMEOUT_SECONDS",
@@ -254,6 +268,8 @@ _INTS = {
     "port",
     "max_body_bytes",
     "max_connections",
+    "max_sessions_per_token",
+    "max_sessions_per_client",
     "max_import_line_bytes",
     "max_content_chars",
     "max_reply_chars",

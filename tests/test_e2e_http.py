@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from conftest import wait_for
 
 pytestmark = [
     pytest.mark.anyio,
@@ -496,3 +497,45 @@ async def test_a_token_folder_that_is_a_link_is_refused_and_never_followed(
         async with srv.session("bob") as s:  # the real owner is unaffected
             err, text = await srv.call(s, "read_memory", query="okapi")
             assert not err and "secret.md" in text
+
+
+# ------------------------------------------------------------ resources that come back (issue 9, 6)
+
+
+async def test_a_client_that_never_ends_its_sessions_recycles_only_its_own(server_factory):
+    """10,000 initialize calls without DELETE filled the SDK's session cap, and every token was then
+    refused new sessions for 30 minutes."""
+    async with server_factory(max_sessions_per_token=3) as srv, httpx2.AsyncClient(timeout=10) as client:
+        manager = srv.app.state.server.session_manager
+        opened = []
+        for _ in range(12):
+            response = await client.post(f"{srv.url}/mcp/greedy", json=INITIALIZE, headers=MCP_HEADERS)
+            assert response.status_code == 200, response.text
+            opened.append(response.headers["mcp-session-id"])
+        assert len(srv.app.state.sessions.oldest_first(token="greedy")) == 3
+        assert len(manager._server_instances) <= 3
+        # The newest still work, the oldest were closed (a client then starts a new one, as after a 404).
+        for sid, alive in ((opened[-1], True), (opened[0], False)):
+            headers = {**MCP_HEADERS, "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"}
+            response = await client.post(f"{srv.url}/mcp/greedy", json=TOOLS_LIST, headers=headers)
+            assert (response.status_code == 200) is alive, (alive, response.status_code, response.text)
+        # Another vault is not affected.
+        response = await client.post(f"{srv.url}/mcp/other", json=INITIALIZE, headers=MCP_HEADERS)
+        assert response.status_code == 200, response.text
+
+
+async def test_messages_to_made_up_tokens_leave_no_sse_state_behind(server_factory):
+    """One legacy SSE app per token name ever posted to: 80,000 made-up names held 310 MB."""
+    async with server_factory() as srv, httpx2.AsyncClient(timeout=10) as client:
+        sse_apps = srv.app.state.sse_apps
+        for i in range(200):
+            response = await client.post(
+                f"{srv.url}/mcp/made-up-{i}/messages/?session_id=abc", json=INITIALIZE
+            )
+            assert response.status_code == 404, response.text
+        assert sse_apps.apps == {} and sse_apps.streams == {}
+        async with srv.session("alice", transport="sse") as session:
+            err, text = await srv.call(session, "list_memory_titles")
+            assert not err, text
+            assert list(sse_apps.apps) == ["alice"]
+        await wait_for(lambda: sse_apps.apps == {}, 5.0)  # gone once its last stream ended
