@@ -49,7 +49,9 @@ OWNED_KEYS = (
     "importance",
     "supersedes",
     "supersededBy",
+    "literalMarkers",  # see seal_markers
 )
+LITERAL_MARKERS = "literalMarkers"
 
 _YAML = YAMLHandler()  # python-frontmatter, on PyYAML's C loader when built with libyaml
 _FM_OPEN = re.compile(r"\A---[ \t]*\r?\n")
@@ -59,6 +61,7 @@ _FOOTER_CREATED = re.compile(r"^\*Created: ([^*\n]+)\*[ \t]*$", re.MULTILINE)
 _HEADING = re.compile(r"\A[ \t]*\n*# (.+?)[ \t]*(?:\n|\Z)")
 _CONFLICT_START = re.compile(r"^<<<<<<<(?: |$)", re.MULTILINE)
 _CONFLICT_END = re.compile(r"^>>>>>>>(?: |$)", re.MULTILINE)
+_CONFLICT_SEPARATOR = re.compile(r"^=======[ \t]*$", re.MULTILINE)
 _SLUG_DROP = re.compile(r"[\W_]+")
 # An owned key at the start of a frontmatter line: plain or quoted, then ":" and a space or the end.
 _FM_KEY = re.compile(r"""^(["']?)([A-Za-z_]\w*)\1[ \t]*:(?:[ \t]|$)""")
@@ -242,7 +245,33 @@ def _normalise(raw: bytes) -> str:
 
 
 def has_conflict_markers(text: str) -> bool:
-    return bool(_CONFLICT_START.search(text) and _CONFLICT_END.search(text))
+    """Git's markers at line starts, in git's order: <<<<<<<, then =======, then >>>>>>>."""
+    start = _CONFLICT_START.search(text)
+    if start is None:
+        return False
+    separator = _CONFLICT_SEPARATOR.search(text, start.end())
+    return separator is not None and _CONFLICT_END.search(text, separator.end()) is not None
+
+
+def body_seal(body: str) -> str:
+    """A short hash of a memory's body (after the frontmatter), line endings normalised."""
+    digest = hashlib.blake2b(body.replace("\r\n", "\n").encode("utf-8"), digest_size=8).hexdigest()
+    return f"h{digest}"  # a letter first: YAML must not read it as a number
+
+
+def seal_markers(text: str) -> str:
+    """``text`` as the server writes it: when the body itself holds lines that look like git
+    conflict markers (an agent wrote about merges), frontmatter ``literalMarkers`` records the
+    body's hash, so the file is not taken for a real conflict, on any machine. A merge that adds
+    markers changes the body and the hash no longer matches; markers in the frontmatter always
+    count. Without such lines the key is dropped."""
+    split = _split(text.replace("\r\n", "\n").removeprefix("\ufeff"))
+    if split.fm_text is None:
+        return text
+    wanted = body_seal(split.body) if has_conflict_markers(split.body) else None
+    if wanted is None and LITERAL_MARKERS not in split.fm_text:
+        return text
+    return rewrite(text, {LITERAL_MARKERS: wanted}, title=None, content=None)
 
 
 def _title_and_content(body: str, meta: Mapping[str, Any], stem: str) -> tuple[str, str]:
@@ -299,7 +328,12 @@ def parse_memory(
             meta = {str(k): v for k, v in loaded.items()}
         elif problem is None:
             problem = "frontmatter is not a mapping of keys to values"
-    conflicted = has_conflict_markers(text)
+    conflicted = has_conflict_markers(text) and not (
+        split.fm_text is not None
+        and problem is None
+        and not has_conflict_markers(split.fm_text)
+        and str(meta.get(LITERAL_MARKERS)) == body_seal(split.body)
+    )
     body = split.body if split.fm_text is not None and problem is None else text
     title, content = _title_and_content(body, meta, stem)
     if problem is None and size is not None and size > len(raw) >= MAX_INDEXED_BYTES:  # read was cut
@@ -751,7 +785,7 @@ class Vault:
         """Write a new memory named after its title; never overwrites (adds -2, -3, ...)."""
         stem = slugify(title)
         base = f"{folder.strip('/')}/{stem}.md" if folder else f"{stem}.md"
-        data = render_new(title, content, fields).encode("utf-8")
+        data = seal_markers(render_new(title, content, fields)).encode("utf-8")
         target = self.dir / check_id(base)
         for candidate in _numbered(target):
             if candidate.is_symlink():
@@ -796,7 +830,7 @@ class Vault:
         if expect_hash is not None and current.hash != expect_hash:
             raise InvalidArgument(f"'{id}' changed on disk while being updated; read it again and retry.")
         text = rewrite(raw.decode("utf-8", errors="replace"), fields, title=title, content=content)
-        data = text.encode("utf-8")
+        data = seal_markers(text).encode("utf-8")
         path = self.path_of(id, archived=archived)
         atomic_write(path, data)
         st = path.stat()

@@ -447,3 +447,47 @@ async def test_unloaded_tokens_give_their_descriptors_back(make_settings):
         assert [m.id for m in found.memories] == ["note.md"]
     finally:
         await store.close()
+
+
+# ------------------------------------------------------------------- marker-like lines an agent wrote
+
+MERGE_NOTES = (
+    "How to read a merge conflict:\n<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> feature\nPick one side."
+)
+
+
+async def test_content_with_conflict_like_lines_stays_writable(make_settings, vault_root):
+    """Issue 9, 9: such content turned the memory read-only forever (update, delete, supersede refused)."""
+    from memvault.errors import Conflict
+
+    store = Store(make_settings(capacity=1, ttl_p2_days=0))
+    try:
+        memory, _ = await store.write("alice", title="Git merges", content=MERGE_NOTES)
+        assert not memory.conflicted
+        assert "literalMarkers: h" in (vault_root / "alice" / memory.id).read_text(encoding="utf-8")
+        updated = await store.update("alice", memory.id, content=MERGE_NOTES + "\nAnd commit.")
+        assert not updated.conflicted and "And commit." in updated.content
+        written = await store.write_superseding(
+            "alice", title="Git merges v2", content=MERGE_NOTES, supersedes=[memory.id]
+        )
+        assert [old for old, _ in written.superseded] == [memory.id]
+        await store.update("alice", written.memory.id, content="no markers any more")
+        text = (vault_root / "alice" / written.memory.id).read_text(encoding="utf-8")
+        assert "literalMarkers" not in text  # dropped with the lines it vouched for
+        await store.update("alice", written.memory.id, content=MERGE_NOTES)
+        evicted = await store.evict("alice")  # capacity 1, TTL 0: nothing pinned by the markers
+        assert written.memory.id in {e.id for e in evicted}
+        third, _ = await store.write("alice", title="Third", content=MERGE_NOTES + " (3)")
+        assert await store.delete("alice", third.id) == third.id
+
+        # A real conflict in such a file (git adds markers to the body) is still refused.
+        made, _ = await store.write("alice", title="Real", content=MERGE_NOTES + " (real)")
+        path = vault_root / "alice" / made.id
+        text = path.read_text(encoding="utf-8")
+        path.write_text(
+            text.replace("Pick one side.", "<<<<<<< HEAD\nmine\n=======\nyours\n>>>>>>> b\n"), "utf-8"
+        )
+        with pytest.raises(Conflict):
+            await store.update("alice", made.id, content="overwrite")
+    finally:
+        await store.close()
