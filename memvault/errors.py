@@ -17,6 +17,15 @@ tool errors in one place (``tools/common.py``) and to HTTP responses in one plac
 from __future__ import annotations
 
 
+def quote(value: object, limit: int = 80) -> str:
+    """User input as it appears in a message: quoted, and cut to ``limit`` characters, so that a
+    reply never echoes a pasted document (a 840,000-character query once came back whole)."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        return repr(text[: limit - 3]) + f"... ({len(text):,} characters)"
+    return repr(text)
+
+
 class MemvaultError(Exception):
     """Root of all deliberate memvault errors; ``str(err)`` is safe to show a client."""
 
@@ -44,9 +53,8 @@ class InvalidName(MemvaultError):
     def __init__(self, value: str, why: str) -> None:
         self.value = value
         self.why = why
-        shown = value if len(value) <= 80 else value[:77] + "..."
         super().__init__(
-            f"Invalid filename {shown!r}: {why}. Use a name from list_memory_titles, "
+            f"Invalid filename {quote(value)}: {why}. Use a name from list_memory_titles, "
             "e.g. 'note-one.md' or 'projects/alpha.md'."
         )
 
@@ -89,9 +97,8 @@ class LinkedFolder(MemvaultError):
 class UnknownSession(MemvaultError):
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
-        shown = session_id if len(session_id) <= 80 else session_id[:77] + "..."
         super().__init__(
-            f"No session {shown!r}. Call list_summaries to see the session ids, "
+            f"No session {quote(session_id)}. Call list_summaries to see the session ids, "
             "or upsert_summary to start this session."
         )
 
@@ -99,8 +106,7 @@ class UnknownSession(MemvaultError):
 class UnknownEntity(MemvaultError):
     def __init__(self, name: str) -> None:
         self.name = name
-        shown = name if len(name) <= 80 else name[:77] + "..."
         super().__init__(
-            f"No entity named {shown!r}; nothing was changed. Create it with create_entities first, "
+            f"No entity named {quote(name)}; nothing was changed. Create it with create_entities first, "
             "or call search_nodes to find the exact name."
         )

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memvault.embedders import FloatMatrix
-from memvault.errors import InvalidArgument
+from memvault.errors import InvalidArgument, quote
 from memvault.text import tokenize
 from memvault.topics import Layout, creation_order
 from memvault.vault import ARCHIVE, PRIORITIES, Memory, clean_tags
@@ -255,7 +255,7 @@ def check_priorities(priority: str | Sequence[str] | None) -> frozenset[str] | N
     bad = sorted(p for p in wanted if p not in PRIORITIES)
     if bad:
         raise InvalidArgument(
-            f"priority must be P0, P1 or P2 (or several, comma-separated), not {', '.join(bad)}."
+            f"priority must be P0, P1 or P2 (or several, comma-separated), not {quote(', '.join(bad))}."
         )
     return frozenset(wanted) or None
 

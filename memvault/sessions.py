@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from memvault.errors import InvalidArgument, UnknownSession
+from memvault.errors import InvalidArgument, UnknownSession, quote
 from memvault.sidecar import Sidecar, format_time, parse_time
 from memvault.vault import clean_tags, utcnow
 
@@ -366,11 +366,11 @@ def list_sessions(
     """Filter, sort and page session infos (pure; list_summaries' rules)."""
     sort_by = sort_by or "lastUpdated"
     if sort_by not in SORT_KEYS:
-        raise InvalidArgument(f"sortBy must be {' or '.join(SORT_KEYS)}, not {sort_by!r}.")
+        raise InvalidArgument(f"sortBy must be {' or '.join(SORT_KEYS)}, not {quote(sort_by)}.")
     # Newest first is what an agent usually wants; titles read best A to Z.
     order = order or ("desc" if sort_by == "lastUpdated" else "asc")
     if order not in ORDERS:
-        raise InvalidArgument(f"order must be asc or desc, not {order!r}.")
+        raise InvalidArgument(f"order must be asc or desc, not {quote(order)}.")
     limit = DEFAULT_LIMIT if limit is None else limit
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidArgument(f"limit must be between 1 and {MAX_LIMIT}.")

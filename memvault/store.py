@@ -28,7 +28,7 @@ from memvault.columns import prefixed
 from memvault.config import Settings
 from memvault.embeddings import Embeddings
 from memvault.embeddings import from_settings as embeddings_from_settings
-from memvault.errors import Conflict, InvalidArgument, InvalidName, LinkedFolder, NotFound, TooLarge
+from memvault.errors import Conflict, InvalidArgument, InvalidName, LinkedFolder, NotFound, TooLarge, quote
 from memvault.index import Index
 from memvault.sidecar import FileStat, Sidecar
 from memvault.vault import (
@@ -991,7 +991,7 @@ class Store:
         value = priority.strip().upper()
         if value not in PRIORITIES:
             raise InvalidArgument(
-                f"priority must be P0 (permanent), P1 (90 days) or P2 (30 days), not {priority!r}."
+                f"priority must be P0 (permanent), P1 (90 days) or P2 (30 days), not {quote(priority)}."
             )
         return value
 

@@ -703,3 +703,26 @@ async def test_bad_argument_shapes_get_a_short_plain_message(server_factory):
         assert "pydantic" not in text and "validation error" not in text
         err, text = await srv.call(s, "read_memory", limit="many")
         assert err and "'limit'" in text and "input schema" in text
+
+
+async def test_replies_stay_bounded_whatever_the_arguments_echo(server_factory):
+    """Issue 9, 10: with nothing matching, read_memory, search_archive and recall echoed the whole
+    query (an 840,079-character reply against the 20,000 limit)."""
+    huge = "zqxj " * 100_000  # 500,000 characters, no match anywhere
+    async with server_factory() as srv, srv.session("alice") as s:
+        await srv.call(s, "write_memory", title="Something", content="a memory so the vault exists")
+        limit = srv.settings.max_reply_chars
+        for tool, args in [
+            ("read_memory", {"query": huge}),
+            ("search_archive", {"query": huge}),
+            ("recall", {"query": huge}),
+            ("read_memory", {"filenames": [huge.replace(" ", "")[:200_000]]}),
+            ("write_memory", {"title": "T", "content": "c", "priority": huge}),
+            ("recall", {"query": "memory", "priority": huge}),
+            ("list_summaries", {"tag": huge}),
+            ("list_summaries", {"sortBy": huge}),
+            ("get_summary", {"sessionId": huge[:150]}),
+        ]:
+            _err, text = await srv.call(s, tool, **args)
+            assert len(text) <= limit, (tool, len(text), text[:200])
+            assert len(text) < 2_000, (tool, len(text), text[:200])  # an echo is cut, not the budget filled

@@ -9,6 +9,7 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from memvault.config import Settings
+from memvault.errors import quote
 from memvault.store import Found, Store
 from memvault.tools.common import (
     CHANGES,
@@ -49,12 +50,14 @@ def render_found(found: Found, settings: Settings, *, what: str, query: str | No
             if what != "archived"
             else " Try other words, or read_memory for hot memories."
         )
-        return (f"No {where} match {query!r}.{hint}" if query else f"No {where} yet."), 0
+        return (f"No {where} match {quote(query)}.{hint}" if query else f"No {where} yet."), 0
     reply = Reply(settings.max_reply_chars)
     head = f"{found.total} {what} memor{'y' if found.total == 1 else 'ies'}"
     if query:
         head += (
-            f" match {query!r}" if found.matched_all else f" match some words of {query!r} (none match all)"
+            f" match {quote(query)}"
+            if found.matched_all
+            else f" match some words of {quote(query)} (none match all)"
         )
     shown = 0
     body = Reply(settings.max_reply_chars - len(head) - 300)

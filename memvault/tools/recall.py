@@ -9,6 +9,7 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from memvault.config import Settings
+from memvault.errors import quote
 from memvault.recall import STALE_DAYS, Recall, Recalled, Recaller, Stats
 from memvault.store import Store
 from memvault.tools.common import READ_ONLY, Reply, handles_errors, joined, show_time, text, token_of
@@ -27,12 +28,12 @@ def render_recall(found: Recall, query: str, budget: int) -> tuple[str, int]:
     """Compact lines, best first, within the budget; returns the text and how many results it shows."""
     if not found.results:
         return (
-            f"Nothing matches {query!r}. Try other words, includeArchive=true, or list_memory_titles.",
+            f"Nothing matches {quote(query)}. Try other words, includeArchive=true, or list_memory_titles.",
             0,
         )
     how = f"words and {found.vectors} vectors" if found.vectors else "words only (vectors not ready)"
     count = len(found.results)
-    head = f"{count} memor{'y' if count == 1 else 'ies'} for {query!r} ({how}), best first:"
+    head = f"{count} memor{'y' if count == 1 else 'ies'} for {quote(query)} ({how}), best first:"
     tail = "Read one in full with read_memory(filenames=[...])."
     reply = Reply(budget - len(tail) - 80)
     reply.add(head)

@@ -10,7 +10,7 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from memvault.config import Settings
-from memvault.errors import InvalidArgument, UnknownSession
+from memvault.errors import InvalidArgument, UnknownSession, quote
 from memvault.sessions import SessionInfo, Sessions, check_session_id, list_sessions
 from memvault.sessions import Version as SessionVersion
 from memvault.sidecar import Sidecar
@@ -149,7 +149,7 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         """List sessions (their latest versions): id, title, last update, version count, size and tags."""
         infos = await sidecar_read(store, token_of(ctx), lambda sidecar: sessions(sidecar).infos()) or []
         page = list_sessions(infos, tag=tag, limit=limit, offset=offset, sort_by=sortBy, order=order)
-        tagged = f" tagged {tag.strip()!r}" if tag and tag.strip() else ""
+        tagged = f" tagged {quote(tag.strip())}" if tag and tag.strip() else ""
         if page.total == 0:
             return text(f"No sessions{tagged} yet. Start one with upsert_summary.")
         if not page.sessions:
