@@ -210,12 +210,7 @@ class TokenGuard:
                 sessions.release(old)
                 if transport is not None:
                     await manager._discard_session(old, transport)
-                record = logging.LogRecord(
-                    "memvault", logging.INFO, __file__, 0,
-                    f"closed least recently used sessions at the limit ({kind})", None, None,
-                )  # fmt: skip
-                if self._closing_note.filter(record):
-                    log.handle(record)
+                self._closing_note.note(log, logging.INFO, f"closed least recently used sessions ({kind})")
 
     def _binding(self, send: Send, token: str, ending: str | None, client: str = "") -> Send:
         sessions = self.sessions

@@ -7,6 +7,7 @@
      ├── TooLarge(what, limit)      content or request over a configured cap
      ├── Conflict(id)               file holds git conflict markers; a person must resolve it
      ├── LinkedFolder()             the token's folder is a symbolic link (never followed)
+     ├── DiskFull()                 the disk (or quota) is full: nothing was written
      ├── UnknownSession(id)         no session summary under that session id
      └── UnknownEntity(name)        no knowledge-graph entity of that name
 
@@ -15,6 +16,11 @@ tool errors in one place (``tools/common.py``) and to HTTP responses in one plac
 """
 
 from __future__ import annotations
+
+import errno
+import sqlite3
+
+_SQLITE_FULL = 13
 
 
 def quote(value: object, limit: int = 80) -> str:
@@ -92,6 +98,23 @@ class LinkedFolder(MemvaultError):
             "another vault or out of the memories folder), so nothing was read or written. Ask the user "
             "to replace the link with a real folder."
         )
+
+
+class DiskFull(MemvaultError):
+    def __init__(self) -> None:
+        super().__init__(
+            "The disk is full (or over its quota), so nothing was written. Ask the user to free some "
+            "space, then try again."
+        )
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for the ways a full disk shows: ENOSPC/EDQUOT from the OS, SQLITE_FULL from SQLite."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(exc, sqlite3.OperationalError):
+        return getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL or "disk is full" in str(exc)
+    return False
 
 
 class UnknownSession(MemvaultError):

@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from memvault.embedders import FloatMatrix
 from memvault.errors import InvalidArgument, quote
+from memvault.store import bookkeep
 from memvault.text import tokenize
 from memvault.topics import Layout, creation_order
 from memvault.vault import ARCHIVE, PRIORITIES, Memory, clean_tags
@@ -401,7 +402,8 @@ class Recaller:
     @staticmethod
     def _record(state: TokenState, found: Recall) -> Recall:
         if state.sidecar is not None:
-            state.sidecar.record_search(found=bool(found.results))
+            sidecar = state.sidecar
+            bookkeep("count a search", lambda: sidecar.record_search(found=bool(found.results)))
         return found
 
     async def stats(self, token: str) -> Stats:

@@ -59,6 +59,12 @@ class OncePer(logging.Filter):
         self._last = -float("inf")
         self.held = 0
 
+    def note(self, logger: logging.Logger, level: int, message: str) -> None:
+        """Log ``message`` unless one went out within the window (then it is counted)."""
+        record = logger.makeRecord(logger.name, level, __file__, 0, message, (), None)
+        if self.filter(record):
+            logger.handle(record)
+
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.matches(record):
             return True
@@ -111,12 +117,8 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[asynci
                 assert isinstance(transport, asyncio.WriteTransport)
                 transport.write(BUSY)
                 transport.close()
-                record = logging.LogRecord(
-                    "memvault", logging.WARNING, __file__, 0,
-                    f"refused connections: {max_connections} are open (MEMVAULT_MAX_CONNECTIONS)", None, None,
-                )  # fmt: skip
-                if refused.filter(record):
-                    log.handle(record)
+                message = f"refused connections: {max_connections} are open (MEMVAULT_MAX_CONNECTIONS)"
+                refused.note(log, logging.WARNING, message)
                 return
             self._admitted = True
             super().connection_made(transport)  # type: ignore[arg-type]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
+import sqlite3
 import tempfile
 import threading
 import time
@@ -28,8 +30,18 @@ from memvault.columns import prefixed
 from memvault.config import Settings
 from memvault.embeddings import Embeddings
 from memvault.embeddings import from_settings as embeddings_from_settings
-from memvault.errors import Conflict, InvalidArgument, InvalidName, LinkedFolder, NotFound, TooLarge, quote
+from memvault.errors import (
+    Conflict,
+    InvalidArgument,
+    InvalidName,
+    LinkedFolder,
+    NotFound,
+    TooLarge,
+    is_disk_full,
+    quote,
+)
 from memvault.index import Index
+from memvault.resources import OncePer
 from memvault.sidecar import FileStat, Sidecar
 from memvault.vault import (
     ARCHIVE,
@@ -425,7 +437,8 @@ class Store:
         # A large vault restarts from its snapshot (written at shutdown), not from this cache; one
         # SQLite transaction per file was most of the time a 1,000-file git pull took to apply.
         if state.sidecar is not None and not large:
-            state.sidecar.put_file_stats([_file_stat(memory)])
+            sidecar = state.sidecar
+            bookkeep("cache a parse", lambda: sidecar.put_file_stats([_file_stat(memory)]))
 
     @staticmethod
     def _drop(state: TokenState, id: str, archived: bool) -> None:
@@ -434,7 +447,11 @@ class Store:
             large = len(state.hot.memories) + len(state.archive.memories) >= SNAPSHOT_MIN
         state.vectors.dropped(f"{ARCHIVE}/{id}" if archived else id)
         if state.sidecar is not None and not large:  # a large vault's cache is not read (snapshot)
-            state.sidecar.delete_file_stats([f"{ARCHIVE}/{id}" if archived else id])
+            sidecar = state.sidecar
+            bookkeep(
+                "drop a cached parse",
+                lambda: sidecar.delete_file_stats([f"{ARCHIVE}/{id}" if archived else id]),
+            )
 
     # ------------------------------------------------------------------ reading
 
@@ -520,7 +537,8 @@ class Store:
         memories = [m for m in (self._fresh(state, h.id, archived) for h in hits) if m is not None]
         matched_all = bool(hits) and all(h.matched_all for h in hits)
         if state.sidecar is not None and not archived:
-            state.sidecar.record_search(found=bool(hits))
+            sidecar = state.sidecar
+            bookkeep("count a search", lambda: sidecar.record_search(found=bool(hits)))
         return Found(memories, total, matched_all)
 
     def _all(self, state: TokenState, limit: int | None, archived: bool) -> Found:
@@ -542,8 +560,9 @@ class Store:
                 return
             now = self.clock()
             await anyio.to_thread.run_sync(
-                lambda: state.ensure_sidecar().record_access([m.id for m in hot], now, hit=hit)
-            )
+                lambda: bookkeep("record an access", lambda: state.ensure_sidecar().record_access(
+                    [m.id for m in hot], now, hit=hit))
+            )  # fmt: skip
             due = [m for m in hot if self._needs_file_write(m, now)]
             if due:
                 async with state.lock:
@@ -580,6 +599,9 @@ class Store:
                     updated = state.vault.update(memory.id, fields, expect_hash=memory.hash)
                 except (NotFound, Conflict, InvalidArgument, InvalidName):
                     continue  # changed or removed under us; the watcher will catch up
+                except OSError as exc:  # a full disk: the read stands, the file keeps its old time
+                    _note_failure("write lastAccessedAt back", exc)
+                    continue
                 self._remember(state, updated)
 
     # ------------------------------------------------------------------ writing
@@ -668,7 +690,10 @@ class Store:
                 if now - v[1] <= timedelta(seconds=self.settings.dedupe_window_seconds)
             }
             state.recent_writes[key] = (memory.id, now)
-            state.ensure_sidecar().record_access([memory.id], now, hit=False)
+            # From here the memory exists: bookkeeping that fails (a full disk) is logged, not raised.
+            bookkeep(
+                "record an access", lambda: state.ensure_sidecar().record_access([memory.id], now, hit=False)
+            )
             superseded = []
             for target in targets:
                 try:
@@ -708,7 +733,10 @@ class Store:
         self._drop(state, target.id, False)
         if archived is not None:
             self._remember(state, archived)
-        state.ensure_sidecar().rename_access(target.id, f"{ARCHIVE}/{archived_id}")
+        bookkeep(
+            "move access records",
+            lambda: state.ensure_sidecar().rename_access(target.id, f"{ARCHIVE}/{archived_id}"),
+        )
         return archived_id
 
     async def update(
@@ -754,7 +782,7 @@ class Store:
                 fields = {"priority": current.priority, "createdAt": current.created_at or now, **fields}
             memory = state.vault.update(id, fields, title=title, content=content)
             self._remember(state, memory)
-            state.ensure_sidecar().record_access([id], now, hit=False)
+            bookkeep("record an access", lambda: state.ensure_sidecar().record_access([id], now, hit=False))
         return memory
 
     async def delete(self, token: str, filename: str) -> str:
@@ -771,7 +799,7 @@ class Store:
                 raise Conflict(id)
             state.vault.delete(id)
             self._drop(state, id, False)
-            state.ensure_sidecar().forget([id])
+            bookkeep("forget access records", lambda: state.ensure_sidecar().forget([id]))
         return id
 
     async def restore(self, token: str, filename: str) -> str:
@@ -791,10 +819,13 @@ class Store:
             self._drop(state, id, True)
             if memory is not None:
                 self._remember(state, memory)
-            sidecar = state.ensure_sidecar()
-            sidecar.rename_access(f"{ARCHIVE}/{id}", new_id)
             # Restoring is an access: without it the next sweep would archive it again at once.
-            sidecar.record_access([new_id], now, hit=False)
+            bookkeep(
+                "move access records", lambda: state.ensure_sidecar().rename_access(f"{ARCHIVE}/{id}", new_id)
+            )
+            bookkeep(
+                "record an access", lambda: state.ensure_sidecar().record_access([new_id], now, hit=False)
+            )
         return new_id
 
     # ------------------------------------------------------------------ eviction
@@ -837,16 +868,23 @@ class Store:
                 self._drop(state, item.id, False)
                 if archived is not None:
                     self._remember(state, archived)
-                sidecar.rename_access(item.id, f"{ARCHIVE}/{new_id}")
+                bookkeep(
+                    "move access records",
+                    functools.partial(sidecar.rename_access, item.id, f"{ARCHIVE}/{new_id}"),
+                )
                 done.append(Evicted(item.id, item.reason, new_id))
-            sidecar.set_state(LAST_EVICTION, now.isoformat())
+            bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
             return done
 
     def _maybe_sweep(self, state: TokenState) -> None:
         """Lazy eviction: after a read, at most once per interval, in the background."""
         if state.evicting or state.sidecar is None:
             return
-        raw = state.sidecar.get_state(LAST_EVICTION)
+        try:
+            raw = state.sidecar.get_state(LAST_EVICTION)
+        except sqlite3.Error as exc:
+            _note_failure("read the last sweep time", exc)
+            return
         last = datetime.fromisoformat(raw) if raw else None
         if not eviction.sweep_due(last, self.clock(), self.settings.evict_interval_hours):
             return
@@ -1015,6 +1053,23 @@ class Store:
 
 
 _EPOCH = datetime.fromtimestamp(0, UTC)
+_FAILURES = OncePer(lambda record: True, window=60.0)
+
+
+def _note_failure(what: str, exc: BaseException) -> None:
+    """One log line a minute for bookkeeping that failed, without a path or a token."""
+    why = "the disk is full" if is_disk_full(exc) else type(exc).__name__
+    _FAILURES.note(log, logging.WARNING, f"could not {what} ({why})")
+
+
+def bookkeep(what: str, work: Callable[[], object]) -> None:
+    """Bookkeeping beside a change that took effect, or beside a read: access records, caches,
+    the sweep time. A failure (a full disk, a locked sidecar) costs only that record: it never
+    turns a read into an error, or a write that happened into one reported as failed."""
+    try:
+        work()
+    except (sqlite3.Error, OSError) as exc:
+        _note_failure(what, exc)
 
 
 def _areas_from(data: Mapping[str, npt.NDArray[Any]]) -> tuple[Area, Area]:

@@ -726,3 +726,47 @@ async def test_replies_stay_bounded_whatever_the_arguments_echo(server_factory):
             _err, text = await srv.call(s, tool, **args)
             assert len(text) <= limit, (tool, len(text), text[:200])
             assert len(text) < 2_000, (tool, len(text), text[:200])  # an echo is cut, not the budget filled
+
+
+async def test_a_full_disk_never_fails_a_read_nor_misreports_a_write(server_factory, vault_root, monkeypatch):
+    """Issue 9, 8: reads failed because recording the access failed; a delete or write that took
+    effect was reported as failed ("Nothing was lost; try again")."""
+    import errno
+    import sqlite3
+
+    from memvault.sidecar import Sidecar
+
+    async with server_factory() as srv, srv.session("alice") as s:
+        err, _ = await srv.call(s, "write_memory", title="Before", content="written before the disk filled")
+        assert not err
+
+        def full(*args, **kwargs):
+            raise sqlite3.OperationalError("database or disk is full")
+
+        for name in ("record_access", "rename_access", "forget", "put_file_stats", "delete_file_stats",
+                     "record_search", "set_state", "get_state"):  # fmt: skip
+            monkeypatch.setattr(Sidecar, name, full)
+        for tool, args in [
+            ("read_memory", {"query": "disk"}),
+            ("read_memory", {"filenames": ["before.md"]}),
+            ("list_memory_titles", {}),
+            ("recall", {"query": "disk filled"}),
+        ]:
+            err, text = await srv.call(s, tool, **args)
+            assert not err and "before.md" in text, (tool, text)
+        err, text = await srv.call(s, "write_memory", title="During", content="the file itself fits")
+        assert not err and "during.md" in text, text
+        assert (vault_root / "alice" / "during.md").is_file()
+        err, text = await srv.call(s, "delete_memory", filename="during.md")
+        assert not err, text
+        assert not (vault_root / "alice" / "during.md").exists()
+
+        # When the file itself cannot be written, the reply says so, and nothing is left behind.
+        def no_space(fd: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr("memvault.vault.os.fsync", no_space)
+        before = sorted(p.name for p in (vault_root / "alice").iterdir())
+        err, text = await srv.call(s, "write_memory", title="After", content="cannot be written")
+        assert err and "disk is full" in text and "nothing was written" in text, text
+        assert sorted(p.name for p in (vault_root / "alice").iterdir()) == before

@@ -14,7 +14,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ContentBlock, TextContent, ToolAnnotations
 
-from memvault.errors import MemvaultError
+from memvault.errors import DiskFull, MemvaultError, is_disk_full
 from memvault.graph import Entity, Graph
 from memvault.sidecar import Sidecar, sidecar_path
 from memvault.store import Store
@@ -67,7 +67,10 @@ def handles_errors(fn: Callable[P, Awaitable[CallToolResult]]) -> Callable[P, Aw
             return await fn(*args, **kwargs)
         except MemvaultError as exc:
             return text(str(exc), error=True)
-        except Exception:
+        except Exception as exc:
+            if is_disk_full(exc):  # raised before the change took effect (bookkeeping never raises)
+                log.warning("tool %s: the disk is full", fn.__name__)
+                return text(str(DiskFull()), error=True)
             log.exception("tool %s failed", fn.__name__)
             return text(
                 f"{fn.__name__} failed because of an internal error; the server log has details. "
