@@ -161,7 +161,7 @@ def _write_gitignore(folder: Path) -> None:
     target = folder / ".gitignore"
     if target.exists():
         return
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".memvault-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(GITIGNORE_TEXT)

@@ -23,7 +23,7 @@ from typing import Any, cast
 import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from memvault import eviction, heap, loader
 from memvault.columns import prefixed
@@ -47,6 +47,8 @@ from memvault.vault import (
     ARCHIVE,
     PRIORITIES,
     STATE_DIR,
+    TEMP_PREFIX,
+    TEMP_SUFFIX,
     Memory,
     Vault,
     check_id,
@@ -269,6 +271,7 @@ class Store:
             state.loading = True
         try:
             self._load_files(state, progress)
+            self._remove_leftovers(state)
         finally:
             with state.mem_lock:
                 state.loading = False
@@ -276,6 +279,19 @@ class Store:
                 state.missed, state.missed_rescan = set(), False
         if missed or rescan:
             self.apply_changes(state.token, missed, rescan)
+
+    @staticmethod
+    def _remove_leftovers(state: TokenState) -> None:
+        """Temp files of ours the load's scan saw, left by a crash mid-write: gone, under the lock."""
+        if not state.vault.leftovers:
+            return
+        try:
+            with state.file_lock():
+                removed = state.vault.remove_leftovers(time.time())
+        except (Timeout, OSError):
+            return  # another process holds the lock for long: the next load tries again
+        if removed:
+            log.info("removed %d temp file(s) left by an interrupted write", removed)
 
     def _load_files(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
         """Read a token's folder: from the index snapshot plus what changed since, else from the files,
@@ -393,7 +409,7 @@ class Store:
         parts.update(ready if ready is not None else loader.encode_areas(frozen))
         del ready
         path = self._snapshot_path(state)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
         try:
             with os.fdopen(fd, "wb") as handle:
                 np.savez(handle, **cast("dict[str, Any]", parts))  # (numpy stubs: see loader)
@@ -723,6 +739,8 @@ class Store:
                 kept.append((id, "it is P0 (permanent)"))
             else:
                 targets.append(current)
+        if targets:
+            state.vault.check_archive()  # before anything is written
         return targets, kept
 
     def _retire(self, state: TokenState, target: Memory, by: str) -> str:
@@ -857,6 +875,8 @@ class Store:
             plan = eviction.plan(candidates, now, self.limits)
             if dry_run:
                 return [Evicted(e.id, e.reason, None) for e in plan]
+            if plan:
+                state.vault.check_archive()  # else every move fails and the sweep looks like a no-op
             done: list[Evicted] = []
             for item in plan:
                 try:

@@ -59,6 +59,11 @@ _FM_CLOSE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
 _FOOTER = re.compile(r"\n+---[ \t]*\n+\*Created: [^*\n]*\*[ \t]*\n*\Z")
 _FOOTER_CREATED = re.compile(r"^\*Created: ([^*\n]+)\*[ \t]*$", re.MULTILINE)
 _HEADING = re.compile(r"\A[ \t]*\n*# (.+?)[ \t]*(?:\n|\Z)")
+# Our temp files: hidden (editors and git leave dot-files alone, the watcher skips them) and
+# recognisable, so one left by a crash (SIGKILL mid-write) can be removed when the token loads.
+TEMP_PREFIX, TEMP_SUFFIX = ".memvault-", ".tmp"
+_OUR_TEMP = re.compile(r"\.memvault-[a-z0-9_]{8}\.tmp|\.[a-z0-9_]{8}\.tmp")  # and before 0.2's prefix
+TEMP_MIN_AGE_SECONDS = 60.0
 _CONFLICT_START = re.compile(r"^<<<<<<<(?: |$)", re.MULTILINE)
 _CONFLICT_END = re.compile(r"^>>>>>>>(?: |$)", re.MULTILINE)
 _CONFLICT_SEPARATOR = re.compile(r"^=======[ \t]*$", re.MULTILINE)
@@ -583,7 +588,7 @@ def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> None:
         mode = stat.S_IMODE(path.stat().st_mode) if overwrite else _NEW_FILE_MODE
     except FileNotFoundError:
         mode = _NEW_FILE_MODE
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
     try:
         os.fchmod(fd, mode)  # mkstemp makes 0600; keep the file's mode, or the umask's default
         with os.fdopen(fd, "wb") as handle:
@@ -656,6 +661,7 @@ class Vault:
     def __init__(self, token_dir: Path) -> None:
         self.dir = token_dir
         self.archive_dir = token_dir / ARCHIVE
+        self.leftovers: list[Path] = []  # temp files of ours the last scan saw (see remove_leftovers)
 
     # ---- names and paths
 
@@ -707,6 +713,7 @@ class Vault:
     def scan(self) -> Iterator[tuple[str, bool, os.stat_result]]:
         """Every memory file: (id, archived, stat). Skips dot-files/folders, folder links (never followed:
         no loops, each file once) and file links that lead out of the token folder."""
+        self.leftovers = []
         if self.dir.is_symlink() or not self.dir.is_dir():
             return
         root = self.dir.resolve()
@@ -722,6 +729,8 @@ class Vault:
         for entry in entries:
             name = entry.name
             if name.startswith("."):
+                if _OUR_TEMP.fullmatch(name):
+                    self.leftovers.append(Path(entry.path))
                 continue
             try:
                 is_dir = entry.is_dir()
@@ -743,6 +752,22 @@ class Vault:
                     continue
                 if stat.S_ISREG(st.st_mode):  # not a FIFO, socket or device named *.md
                     yield "/".join((*rel, name)), archived, st
+
+    def remove_leftovers(self, now: float) -> int:
+        """Delete the temp files of ours the last scan saw that are older than a minute: left by a
+        crash mid-write (they would sit in `git status`). Call under the token's file lock, which
+        every writer of memory files holds, so no write in progress is touched."""
+        removed = 0
+        for path in self.leftovers:
+            try:
+                st = path.lstat()
+                if stat.S_ISREG(st.st_mode) and now - st.st_mtime >= TEMP_MIN_AGE_SECONDS:
+                    path.unlink()
+                    removed += 1
+            except OSError:
+                continue
+        self.leftovers = []
+        return removed
 
     def _link_inside(self, link: Path, root: Path, archived: bool) -> bool:
         """A file link is followed only to a file inside the token folder: not into a dot-folder
@@ -845,8 +870,18 @@ class Vault:
         fsync_dir(path.parent)
         self._prune_empty(path.parent)
 
+    def check_archive(self) -> None:
+        """Refuse to archive into an ``archive`` that is not a folder (a file of that name)."""
+        if self.archive_dir.exists() and not self.archive_dir.is_dir():
+            raise InvalidArgument(
+                "'archive' in this vault is a file, not a folder, so nothing can be archived. Ask the user "
+                "to rename that file; the memories stay where they are meanwhile."
+            )
+
     def move(self, id: str, *, to_archive: bool) -> str:
         """Move a memory between hot and archive; returns the new id (suffixed on collision)."""
+        if to_archive:
+            self.check_archive()
         src = self.path_of(id, archived=not to_archive)
         if not src.is_file():
             raise NotFound(check_id(id), archived=not to_archive)

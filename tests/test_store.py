@@ -491,3 +491,47 @@ async def test_content_with_conflict_like_lines_stays_writable(make_settings, va
             await store.update("alice", made.id, content="overwrite")
     finally:
         await store.close()
+
+
+async def test_a_temp_file_left_by_a_crash_is_removed_when_the_token_loads(make_settings, vault_root):
+    """Issue 9, 11: an orphan .tmp after SIGKILL stayed in the token folder and in `git status`."""
+    folder = vault_root / "alice"
+    (folder / "sub").mkdir(parents=True)
+    _hand_write(folder, "note.md", "a memory")
+    old = os.stat(folder / "note.md").st_mtime - 3600
+    ours = [folder / ".memvault-ab12cd34.tmp", folder / "sub" / ".k3j4h5g6.tmp"]  # now, and before 0.2
+    theirs = [folder / ".notes.tmp", folder / ".memvault-mine.tmp", folder / "keep.tmp"]
+    fresh = folder / ".memvault-zz99yy88.tmp"  # a write in progress elsewhere: too young to touch
+    for path in [*ours, *theirs, fresh]:
+        path.write_text("partial", encoding="utf-8")
+    for path in [*ours, *theirs]:
+        os.utime(path, (old, old))
+    store = Store(make_settings())
+    try:
+        found = await store.find("alice", query="memory")
+        assert [m.id for m in found.memories] == ["note.md"]
+        assert [p.exists() for p in ours] == [False, False]
+        assert all(p.exists() for p in theirs) and fresh.exists()
+    finally:
+        await store.close()
+
+
+async def test_an_archive_that_is_a_file_makes_the_sweep_say_so(make_settings, vault_root):
+    """Issue 9, 11: eviction failed, yet evict_memories answered 'Nothing to archive'."""
+    folder = vault_root / "alice"
+    folder.mkdir()
+    (folder / "archive").write_text("not a folder", encoding="utf-8")
+    for i in range(3):
+        _hand_write(folder, f"note-{i}.md", f"memory {i}")
+    store = Store(make_settings(capacity=1))
+    try:
+        with pytest.raises(InvalidArgument, match="'archive' in this vault is a file"):
+            await store.evict("alice")
+        assert len(await store.list_hot("alice")) == 3  # nothing moved, nothing lost
+        written, _ = await store.write("alice", title="New", content="supersedes nothing yet")
+        with pytest.raises(InvalidArgument, match="'archive' in this vault is a file"):
+            await store.write_superseding("alice", title="Newer", content="x", supersedes=[written.id])
+        assert (folder / written.id).read_text(encoding="utf-8").count("supersededBy") == 0
+        assert not (folder / "newer.md").exists()  # checked before anything was written
+    finally:
+        await store.close()
