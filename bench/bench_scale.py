@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus
 from harness import call, client, free_port, fs_type, machine, ms, pct, update_results
 
-from memvault.vault import render_new
+from memvault.markdown import render_new
 
 TOKEN = "scale"
 KINDS = corpus.KINDS
@@ -505,7 +505,8 @@ import json, os, resource, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
 from memvault.index import Index
-from memvault.vault import Vault, parse_memory
+from memvault.markdown import parse_memory
+from memvault.vault import Vault
 out = {"import": time.perf_counter() - t0}
 vault = Vault(Path(sys.argv[1]))
 t = time.perf_counter(); entries = list(vault.scan()); out["scan"] = time.perf_counter() - t

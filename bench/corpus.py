@@ -14,7 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memvault.vault import render_new, slugify
+from memvault.markdown import render_new
+from memvault.names import slugify
 
 KINDS = ("title word", "body word", "typo", "two words")
 DF_MIN, DF_MAX = 5, 200

@@ -52,8 +52,9 @@ from harness import machine_line, pct, serve, update_results
 
 from memvault import recall as ranking
 from memvault.config import Settings
+from memvault.markdown import render_new
+from memvault.names import slugify
 from memvault.recall import Recaller
-from memvault.vault import render_new, slugify
 
 CATEGORIES = (1, 2, 3, 4)
 LIMIT = 10

@@ -6,7 +6,10 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from memvault.vault import ARCHIVE, Vault, file_stamp, parse_memory, read_regular
+from memvault.files import file_stamp, read_regular
+from memvault.markdown import parse_memory
+from memvault.names import ARCHIVE
+from memvault.vault import Vault
 
 
 @dataclass(frozen=True, slots=True)

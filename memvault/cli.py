@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 from memvault import __version__
 from memvault.config import SETTINGS, Settings
 from memvault.errors import MemvaultError
-from memvault.vault import valid_token
+from memvault.names import valid_token
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -240,10 +240,10 @@ def export_line(row: Mapping[str, object]) -> str:
 
 def export(settings: Settings, token: str | None, out: Path | None) -> int:
     """Sessions and graphs as JSON lines: per token, entities, relations, then session versions, sorted."""
+    from memvault.files import atomic_write
     from memvault.graph import KnowledgeGraph
     from memvault.sessions import Sessions
     from memvault.sidecar import Sidecar, sidecar_path
-    from memvault.vault import atomic_write
 
     tokens = _tokens(settings, token)
     if tokens is None:

@@ -30,8 +30,8 @@ from memvault.errors import InvalidArgument
 from memvault.vectors import TokenVectors, Work, embed_text, text_hash
 
 if TYPE_CHECKING:
+    from memvault.markdown import Memory
     from memvault.sidecar import Sidecar
-    from memvault.vault import Memory
 
 log = logging.getLogger("memvault")
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from memvault.clock import utcnow
 from memvault.errors import InvalidArgument, UnknownEntity
 from memvault.sidecar import Sidecar, format_time, parse_time
-from memvault.vault import utcnow
 
 Clock = Callable[[], datetime]
 

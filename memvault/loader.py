@@ -31,8 +31,11 @@ import numpy as np
 import numpy.typing as npt
 
 from memvault.columns import pack_strings, prefixed, unpack_strings
+from memvault.files import file_stamp
 from memvault.index import Index, IndexSnapshot
-from memvault.vault import Memory, Vault, file_stamp, memories_to_columns, parse_memory
+from memvault.markdown import Memory, parse_memory
+from memvault.snapshot import memories_to_columns
+from memvault.vault import Vault
 
 __all__ = [
     "PARALLEL_MIN",

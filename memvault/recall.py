@@ -37,10 +37,11 @@ import numpy.typing as npt
 
 from memvault.embedders import FloatMatrix
 from memvault.errors import InvalidArgument, quote
+from memvault.markdown import PRIORITIES, Memory, clean_tags
+from memvault.names import ARCHIVE
 from memvault.store import bookkeep
 from memvault.text import tokenize
 from memvault.topics import Layout, creation_order
-from memvault.vault import ARCHIVE, PRIORITIES, Memory, clean_tags
 from memvault.vectors import VectorView
 
 if TYPE_CHECKING:

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from memvault.clock import utcnow
 from memvault.errors import InvalidArgument, UnknownSession, quote
+from memvault.markdown import clean_tags
 from memvault.sidecar import Sidecar, format_time, parse_time
-from memvault.vault import clean_tags, utcnow
 
 Clock = Callable[[], datetime]
 

@@ -26,6 +26,7 @@ import numpy.typing as npt
 from filelock import FileLock, Timeout
 
 from memvault import eviction, heap, loader
+from memvault.clock import utcnow
 from memvault.columns import prefixed
 from memvault.config import Settings
 from memvault.embeddings import Embeddings
@@ -40,30 +41,14 @@ from memvault.errors import (
     is_disk_full,
     quote,
 )
+from memvault.files import TEMP_PREFIX, TEMP_SUFFIX, file_stamp, unchanged
 from memvault.index import Index
+from memvault.markdown import PRIORITIES, Memory, clean_tags, content_hash, parse_memory
+from memvault.names import ARCHIVE, STATE_DIR, check_id, is_memory_path, valid_token
 from memvault.resources import OncePer
 from memvault.sidecar import FileStat, Sidecar
-from memvault.vault import (
-    ARCHIVE,
-    PRIORITIES,
-    STATE_DIR,
-    TEMP_PREFIX,
-    TEMP_SUFFIX,
-    Memory,
-    Vault,
-    check_id,
-    clean_tags,
-    content_hash,
-    file_stamp,
-    from_cache,
-    is_memory_path,
-    memories_from_columns,
-    parse_memory,
-    to_cache,
-    unchanged,
-    utcnow,
-    valid_token,
-)
+from memvault.snapshot import from_cache, memories_from_columns, to_cache
+from memvault.vault import Vault
 from memvault.vectors import TokenVectors
 
 log = logging.getLogger("memvault")

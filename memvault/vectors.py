@@ -22,8 +22,8 @@ from memvault import topics
 from memvault.embedders import FloatMatrix
 
 if TYPE_CHECKING:
+    from memvault.markdown import Memory
     from memvault.sidecar import Sidecar
-    from memvault.vault import Memory
 
 Int8Matrix = npt.NDArray[np.int8]
 

@@ -27,7 +27,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
-from memvault.vault import valid_token
+from memvault.names import valid_token
 
 log = logging.getLogger("memvault")
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from memvault.vault import parse_memory
+from memvault.markdown import parse_memory
 
 pytestmark = [
     pytest.mark.anyio,

@@ -765,7 +765,7 @@ async def test_a_full_disk_never_fails_a_read_nor_misreports_a_write(server_fact
         def no_space(fd: int) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr("memvault.vault.os.fsync", no_space)
+        monkeypatch.setattr("memvault.files.os.fsync", no_space)
         before = sorted(p.name for p in (vault_root / "alice").iterdir())
         err, text = await srv.call(s, "write_memory", title="After", content="cannot be written")
         assert err and "disk is full" in text and "nothing was written" in text, text

@@ -25,10 +25,10 @@ from memvault.embedders import (
 )
 from memvault.embeddings import Embeddings
 from memvault.errors import InvalidArgument
+from memvault.markdown import Memory
 from memvault.sidecar import Sidecar
 from memvault.store import Store
 from memvault.topics import matvec
-from memvault.vault import Memory
 from memvault.vectors import TokenVectors, embed_text, quantize, text_hash
 
 pytestmark = [
@@ -414,7 +414,7 @@ def test_without_the_recall_tools_nothing_is_embedded(tmp_path: Path):
 
 
 def test_the_worker_waits_while_a_token_loads(tmp_path: Path):
-    from memvault.vault import parse_memory
+    from memvault.markdown import parse_memory
     from memvault.vectors import TokenVectors
 
     embeddings = Embeddings()

@@ -10,8 +10,8 @@ import pytest
 
 from memvault.cli import main
 from memvault.errors import InvalidArgument, InvalidName
+from memvault.markdown import MAX_INDEXED_BYTES
 from memvault.store import SNAPSHOT_VERSION, Store
-from memvault.vault import MAX_INDEXED_BYTES
 
 pytestmark = pytest.mark.anyio
 

@@ -14,27 +14,14 @@ import yaml
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from memvault import vault as vault_module
+from memvault import markdown as vault_module
+from memvault.clock import format_time
 from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound
-from memvault.vault import (
-    OWNED_KEYS,
-    PRIORITIES,
-    SLUG_MAX,
-    Memory,
-    Vault,
-    atomic_write,
-    check_id,
-    format_time,
-    from_cache,
-    memories_from_columns,
-    memories_to_columns,
-    parse_memory,
-    render_new,
-    rewrite,
-    slugify,
-    to_cache,
-    valid_token,
-)
+from memvault.files import atomic_write
+from memvault.markdown import OWNED_KEYS, PRIORITIES, Memory, parse_memory, render_new, rewrite
+from memvault.names import SLUG_MAX, check_id, slugify, valid_token
+from memvault.snapshot import from_cache, memories_from_columns, memories_to_columns, to_cache
+from memvault.vault import Vault
 
 PROPS = settings(max_examples=150, deadline=None)
 PROPS_FS = settings(

@@ -14,11 +14,11 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ContentBlock, TextContent, ToolAnnotations
 
+from memvault.clock import format_time
 from memvault.errors import DiskFull, MemvaultError, is_disk_full
 from memvault.graph import Entity, Graph
 from memvault.sidecar import Sidecar, sidecar_path
 from memvault.store import Store
-from memvault.vault import format_time
 
 log = logging.getLogger("memvault")
 P = ParamSpec("P")

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from memvault.config import Settings
 from memvault.errors import quote
+from memvault.markdown import Memory
 from memvault.store import Found, Store
 from memvault.tools.common import (
     CHANGES,
@@ -23,7 +24,6 @@ from memvault.tools.common import (
     text,
     token_of,
 )
-from memvault.vault import Memory
 
 
 def render_memory(memory: Memory) -> str:

@@ -10,10 +10,10 @@ from pydantic import Field
 
 from memvault.config import Settings
 from memvault.errors import quote
+from memvault.names import ARCHIVE
 from memvault.recall import STALE_DAYS, Recall, Recalled, Recaller, Stats
 from memvault.store import Store
 from memvault.tools.common import READ_ONLY, Reply, handles_errors, joined, show_time, text, token_of
-from memvault.vault import ARCHIVE
 
 # ---------------------------------------------------------------------------- recall
 

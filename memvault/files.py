@@ -1,0 +1,160 @@
+"""File primitives: atomic writes, no-overwrite moves, non-blocking reads, a file's stat identity."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol, TypedDict
+
+# Our temp files: hidden (editors and git leave dot-files alone, the watcher skips them) and
+# recognisable, so one left by a crash (SIGKILL mid-write) can be removed when the token loads.
+TEMP_PREFIX, TEMP_SUFFIX = ".memvault-", ".tmp"
+_OUR_TEMP = re.compile(r"\.memvault-[a-z0-9_]{8}\.tmp|\.[a-z0-9_]{8}\.tmp")  # and before 0.2's prefix
+TEMP_MIN_AGE_SECONDS = 60.0
+
+
+def is_our_temp(name: str) -> bool:
+    """A temp file name of ours (atomic_write's, or the older mkstemp pattern)."""
+    return _OUR_TEMP.fullmatch(name) is not None
+
+
+def file_change(st: os.stat_result) -> int:
+    """A file's ctime and inode in one number. With mtime and size it tells whether a file is
+    unchanged since it was read: a rename-over or `cp -p`/`rsync -a` keeps mtime and size, but a
+    new file has a new inode and any write or utime moves the ctime, which user space cannot set."""
+    return ((st.st_ctime_ns * 1_000_003) ^ st.st_ino) & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class Stamp(TypedDict):
+    mtime_ns: int
+    size: int
+    change: int
+
+
+def file_stamp(st: os.stat_result) -> Stamp:
+    """What a Memory records of its file's stat (parse_memory's keyword arguments)."""
+    return {"mtime_ns": st.st_mtime_ns, "size": st.st_size, "change": file_change(st)}
+
+
+class Stamped(Protocol):
+    """Anything that recorded a file's stat: a Memory, the sidecar's FileStat."""
+
+    @property
+    def mtime_ns(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def change(self) -> int: ...
+
+
+def unchanged(seen: Stamped, st: os.stat_result) -> bool:
+    """True if the file is the one ``seen`` was read from, as far as its stat can tell."""
+    return (seen.mtime_ns, seen.size, seen.change) == (st.st_mtime_ns, st.st_size, file_change(st))
+
+
+def _umask() -> int:
+    current = os.umask(0o022)  # read it the only way there is, at import, before any thread runs
+    os.umask(current)
+    return current
+
+
+_NEW_FILE_MODE = 0o666 & ~_umask()
+
+
+def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> None:
+    """Temp file in the same folder, fsync, then replace (or link, to never overwrite), fsync folder.
+
+    With ``overwrite=False`` an existing file raises FileExistsError and is left untouched.
+    """
+    parent = path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode) if overwrite else _NEW_FILE_MODE
+    except FileNotFoundError:
+        mode = _NEW_FILE_MODE
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
+    try:
+        os.fchmod(fd, mode)  # mkstemp makes 0600; keep the file's mode, or the umask's default
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            _link_no_overwrite(Path(tmp), path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(parent)
+
+
+def _link_no_overwrite(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)  # atomic and refuses an existing name, even across processes
+    except FileExistsError:
+        raise
+    except OSError:
+        # File systems without hard links: we hold the token's file lock, so check-then-rename is safe.
+        if dst.exists():
+            raise FileExistsError(dst) from None
+        os.replace(src, dst)
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def move_no_overwrite(src: Path, dst: Path) -> Path:
+    """Move src to dst, adding -2, -3, ... to the stem if dst exists. Returns the final path."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    for candidate in numbered(dst):
+        try:
+            _link_no_overwrite(src, candidate)
+        except FileExistsError:
+            continue
+        with contextlib.suppress(FileNotFoundError):  # gone already if the fallback renamed it
+            os.unlink(src)
+        fsync_dir(candidate.parent)
+        fsync_dir(src.parent)
+        return candidate
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def numbered(path: Path) -> Iterator[Path]:
+    yield path
+    stem, suffix = path.name[: -len(path.suffix)] if path.suffix else path.name, path.suffix
+    n = 2
+    while True:
+        yield path.with_name(f"{stem}-{n}{suffix}")
+        n += 1
+
+
+class NotRegularFile(OSError):
+    """A name ending in .md that is a FIFO, socket or device: never opened for reading."""
+
+
+def read_regular(path: Path, limit: int | None = None) -> tuple[bytes, os.stat_result]:
+    """A regular file's bytes (its first ``limit`` bytes, if given) and stat. Opened without
+    blocking, so a FIFO named like a memory cannot hang a load; anything but a regular file
+    raises NotRegularFile."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(f"not a regular file: {path.name}")
+        return (handle.read() if limit is None else handle.read(limit)), st

@@ -1,0 +1,188 @@
+"""Derived state and its codecs: parse-cache rows, snapshot columns, the snapshot file saved and loaded.
+
+A Memory is stored as a parse-cache row (JSON, in the sidecar) and as snapshot columns (numpy, in
+.memvault/snapshot.npz beside the index).
+Every encoding of derived state lives here, with its version: a change to one bumps its version,
+and data of another version is read from the files again, never misread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memvault.columns import pack_strings, unpack_strings
+from memvault.markdown import NO_META, Memory
+
+# Bump when parse_memory's result for the same bytes changes: older cache entries are parsed again.
+PARSER_VERSION = 4
+
+
+def memory_row(memory: Memory) -> list[Any]:
+    """A parsed memory as a JSON-able row (times as POSIX seconds); meta is not kept."""
+
+    def stamp(at: datetime | None) -> float | None:
+        return at.timestamp() if at is not None else None
+
+    m = memory
+    return [
+        m.id, m.title, m.content, m.priority,
+        stamp(m.created_at), stamp(m.updated_at), stamp(m.last_accessed_at),
+        list(m.tags), m.importance, m.has_frontmatter, m.problem, m.conflicted,
+        m.mtime_ns, m.size, m.hash, m.change,
+    ]  # fmt: skip
+
+
+def memory_from_row(row: Sequence[Any], *, archived: bool) -> Memory:
+    """Inverse of memory_row; raises ValueError or TypeError on a malformed row."""
+
+    def when(stamp: float | None) -> datetime | None:
+        return datetime.fromtimestamp(stamp, UTC) if stamp is not None else None
+
+    (id, title, content, priority, created, updated, accessed, tags, importance, has_fm, problem, conflicted,
+     mtime_ns, size, hash, change) = row  # fmt: skip
+    return _stored(
+        archived, id, title, content, priority, when(created), when(updated), when(accessed), tuple(tags),
+        importance, has_fm, problem, conflicted, mtime_ns, size, hash, change,
+    )  # fmt: skip
+
+
+def _stored(
+    archived: bool, id: str, title: str, content: str, priority: str, created: datetime | None,
+    updated: datetime | None, accessed: datetime | None, tags: tuple[str, ...], importance: float | None,
+    has_frontmatter: bool, problem: str | None, conflicted: bool, mtime_ns: int, size: int, hash: str,
+    change: int,
+) -> Memory:  # fmt: skip
+    """A Memory from the stored form's fields (parse cache and snapshot), meta left out."""
+    return Memory(
+        id=id,
+        title=title,
+        content=content,
+        priority=priority,
+        created_at=created,
+        updated_at=updated,
+        last_accessed_at=accessed,
+        tags=tags,
+        importance=importance,
+        archived=archived,
+        meta=NO_META,
+        has_frontmatter=has_frontmatter,
+        problem=problem,
+        conflicted=conflicted,
+        mtime_ns=mtime_ns,
+        size=size,
+        change=change,
+        hash=hash,
+    )
+
+
+def to_cache(memory: Memory) -> str:
+    """The parsed form of a file as JSON, for the sidecar's file-stat cache."""
+    return json.dumps([PARSER_VERSION, *memory_row(memory)], ensure_ascii=False)
+
+
+def from_cache(
+    data: str, id: str, *, archived: bool, mtime_ns: int, size: int, hash: str, change: int = 0
+) -> Memory | None:
+    """Inverse of to_cache for the file as it is now; None if unusable (then the file is parsed again)."""
+    try:
+        version, *row = json.loads(data)
+        if version != PARSER_VERSION:
+            return None
+        memory = memory_from_row(row, archived=archived)
+    except (ValueError, TypeError):
+        return None
+    return dataclasses.replace(memory, id=id, mtime_ns=mtime_ns, size=size, change=change, hash=hash)
+
+
+_STRINGS = ("id", "title", "content", "priority", "hash", "problem", "tags")
+_TIME_COLUMNS = ("created", "updated", "accessed")
+_NUMBER_COLUMNS = ("importance", "mtime_ns", "size", "change", "flags")
+_HAS_FRONTMATTER, _CONFLICTED, _HAS_PROBLEM = 1, 2, 4
+
+
+def memories_to_columns(memories: Sequence[Memory]) -> dict[str, npt.NDArray[Any]]:
+    """Memories as numpy columns (strings packed, times as POSIX seconds, NaN for none), for the
+    index snapshot; meta is not kept. Inverse: memories_from_columns."""
+    ms = memories
+    out: dict[str, npt.NDArray[Any]] = {"version": np.array([PARSER_VERSION], dtype=np.int64)}
+    strings = {
+        "id": [m.id for m in ms],
+        "title": [m.title for m in ms],
+        "content": [m.content for m in ms],
+        "priority": [m.priority for m in ms],
+        "hash": [m.hash for m in ms],
+        "problem": [m.problem or "" for m in ms],
+        "tags": [json.dumps(m.tags, ensure_ascii=False) if m.tags else "" for m in ms],
+    }
+    for name, values in strings.items():
+        out[f"{name}.blob"], out[f"{name}.len"] = pack_strings(values)
+    for name, attr in zip(_TIME_COLUMNS, ("created_at", "updated_at", "last_accessed_at"), strict=True):
+        stamps = (getattr(m, attr) for m in ms)
+        out[name] = np.fromiter((t.timestamp() if t else np.nan for t in stamps), np.float64, len(ms))
+    importance = (np.nan if m.importance is None else m.importance for m in ms)
+    out["importance"] = np.fromiter(importance, np.float64, len(ms))
+    out["mtime_ns"] = np.fromiter((m.mtime_ns for m in ms), np.int64, len(ms))
+    out["size"] = np.fromiter((m.size for m in ms), np.int64, len(ms))
+    out["change"] = np.fromiter((m.change for m in ms), np.int64, len(ms))
+    out["flags"] = np.fromiter(
+        (
+            (_HAS_FRONTMATTER if m.has_frontmatter else 0)
+            | (_CONFLICTED if m.conflicted else 0)
+            | (_HAS_PROBLEM if m.problem is not None else 0)
+            for m in ms
+        ),
+        np.uint8,
+        len(ms),
+    )
+    return out
+
+
+def memories_from_columns(columns: Mapping[str, npt.NDArray[Any]], *, archived: bool) -> list[Memory]:
+    """Inverse of memories_to_columns. Raises ValueError (or KeyError) on data that do not fit,
+    including data from another parser version."""
+    if columns["version"].tolist() != [PARSER_VERSION]:
+        raise ValueError("snapshot from another parser version")
+    strings = {name: unpack_strings(columns[f"{name}.blob"], columns[f"{name}.len"]) for name in _STRINGS}
+    n = len(strings["id"])
+    numbers = {name: columns[name].tolist() for name in (*_TIME_COLUMNS, *_NUMBER_COLUMNS)}
+    if any(len(values) != n for values in (*strings.values(), *numbers.values())):
+        raise ValueError("snapshot columns differ in length")
+    when = {
+        name: [None if t != t else datetime.fromtimestamp(t, UTC) for t in numbers[name]]  # NaN: no time
+        for name in _TIME_COLUMNS
+    }
+    rows = zip(
+        strings["id"], strings["title"], strings["content"], strings["priority"], strings["hash"],
+        strings["problem"], strings["tags"], when["created"], when["updated"], when["accessed"],
+        numbers["importance"], numbers["mtime_ns"], numbers["size"], numbers["change"], numbers["flags"],
+        strict=True,
+    )  # fmt: skip
+    return [
+        _stored(
+            archived,
+            id,
+            title,
+            content,
+            priority,
+            created,
+            updated,
+            accessed,
+            tuple(json.loads(tags)) if tags else (),
+            None if importance != importance else importance,
+            bool(flags & _HAS_FRONTMATTER),
+            problem if flags & _HAS_PROBLEM else None,
+            bool(flags & _CONFLICTED),
+            mtime_ns,
+            size,
+            hash,
+            change,
+        )
+        for id, title, content, priority, hash, problem, tags, created, updated, accessed, importance, mtime_ns, size, change, flags in rows  # noqa: E501
+    ]
