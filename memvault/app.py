@@ -22,12 +22,12 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memvault import __version__
-from memvault.clock import utcnow
+from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.errors import InvalidArgument, MemvaultError
 from memvault.names import valid_token
 from memvault.resources import OncePer
-from memvault.store import Clock, Store
+from memvault.store import Store
 from memvault.tools import build_server
 from memvault.watcher import Watcher
 

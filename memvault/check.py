@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from memvault.files import file_stamp, read_regular
 from memvault.markdown import parse_memory
-from memvault.names import ARCHIVE
+from memvault.names import key
 from memvault.vault import Vault
 
 
@@ -22,7 +22,7 @@ def check_vault(vault: Vault) -> Iterator[Finding]:
     """Every problem in one token's folder, in path order. Reads files; never writes."""
     titles: dict[str, list[str]] = defaultdict(list)
     for id, archived, st in sorted(vault.scan(), key=lambda item: (item[1], item[0])):
-        path_id = f"{ARCHIVE}/{id}" if archived else id
+        path_id = key(id, archived)
         try:
             raw, st = read_regular(vault.area(archived) / id)  # never blocks on a FIFO
         except OSError as exc:

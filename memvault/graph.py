@@ -6,14 +6,11 @@ import sqlite3
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from memvault.clock import utcnow
+from memvault.clock import Clock, format_time, require_time, utcnow
 from memvault.errors import InvalidArgument, UnknownEntity
-from memvault.sidecar import Sidecar, format_time, parse_time
-
-Clock = Callable[[], datetime]
+from memvault.sidecar import Sidecar
 
 # Search limits (defaults of the MEMVAULT_GRAPH_* settings).
 MAX_PATH_LEN = 4  # most relations on a path joining two entry entities
@@ -480,8 +477,8 @@ class KnowledgeGraph:
                     created, updated = row.get("created") or self._now(), row.get("updated")
                     if not isinstance(created, str) or not isinstance(updated or created, str):
                         raise InvalidArgument("created and updated must be times")
-                    created = format_time(parse_time(created))
-                    updated = format_time(parse_time(updated or created))
+                    created = format_time(require_time(created))
+                    updated = format_time(require_time(updated or created))
                     parsed.entities.append((entity, created, updated))
                 elif row.get("kind") == "relation":
                     relation = Relation(row["from"], row["to"], row["relationType"])

@@ -30,17 +30,16 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from memvault import snapshot
 from memvault.columns import pack_strings, prefixed, unpack_strings
 from memvault.files import file_stamp
-from memvault.index import Index, IndexSnapshot
+from memvault.index import Index
 from memvault.markdown import Memory, parse_memory
-from memvault.snapshot import memories_to_columns
 from memvault.vault import Vault
 
 __all__ = [
     "PARALLEL_MIN",
     "build_part",
-    "encode_areas",
     "helpers_for",
     "load_in_helpers",
     "merge_parts",
@@ -101,17 +100,7 @@ def build_part(memories: Iterable[Memory]) -> Arrays:
         for m in by_area[archived]:
             index.upsert(m.id, title=m.title, body=m.content, tags=m.tags)
         areas.append((name, index.snapshot(), by_area[archived]))
-    return encode_areas(areas)
-
-
-def encode_areas(areas: Iterable[tuple[str, IndexSnapshot, Sequence[Memory]]]) -> Arrays:
-    """Areas (name, index, memories) in the snapshot's format: ``<name>.index.*`` and
-    ``<name>.memories.*`` arrays."""
-    out: Arrays = {}
-    for name, index, memories in areas:
-        out.update({f"{name}.index.{key}": value for key, value in index.arrays().items()})
-        out.update({f"{name}.memories.{key}": value for key, value in memories_to_columns(memories).items()})
-    return out
+    return snapshot.encode_areas(areas)
 
 
 def merge_parts(parts: Sequence[Mapping[str, npt.NDArray[Any]]]) -> Arrays:

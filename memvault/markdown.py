@@ -16,9 +16,9 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]
 from frontmatter.default_handlers import YAMLHandler
 
+from memvault import names
 from memvault.clock import format_time, parse_time
 from memvault.errors import InvalidArgument
-from memvault.names import ARCHIVE
 
 PRIORITIES = ("P0", "P1", "P2")
 NO_META: Mapping[str, Any] = MappingProxyType({})
@@ -85,7 +85,7 @@ class Memory:
     @property
     def path_id(self) -> str:
         """Id relative to the token folder (archived ones under ``archive/``)."""
-        return f"{ARCHIVE}/{self.id}" if self.archived else self.id
+        return names.key(self.id, self.archived)
 
     @property
     def writable(self) -> bool:

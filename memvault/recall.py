@@ -38,14 +38,15 @@ import numpy.typing as npt
 from memvault.embedders import FloatMatrix
 from memvault.errors import InvalidArgument, quote
 from memvault.markdown import PRIORITIES, Memory, clean_tags
-from memvault.names import ARCHIVE
-from memvault.store import bookkeep
+from memvault.names import key
+from memvault.resources import bookkeep
 from memvault.text import tokenize
 from memvault.topics import Layout, creation_order
 from memvault.vectors import VectorView
 
 if TYPE_CHECKING:
-    from memvault.store import Evicted, Store, TokenState
+    from memvault.store import Evicted, Store
+    from memvault.tokens import TokenState
 
 # --- ranking constants (tuned on the LoCoMo development conversations only; bench/locomo.py) ---
 CONTEXT = (0.5, 0.25)  # share of the lexical score of the neighbour 1, 2 places away
@@ -315,18 +316,15 @@ class Recaller:
         lexical = np.zeros(n, dtype=np.float64)
         eligible = where.live.copy() if include_archive else where.live & ~where.archived
         areas = [False, True] if include_archive else [False]
-        with state.mem_lock:
+        with state.reading() as reading:
             for archived in areas:
-                hits, _ = state.area(archived).index.search(query, limit=LEXICAL_LIMIT)
-                for hit in hits:
-                    row = view.rows.get(f"{ARCHIVE}/{hit.id}" if archived else hit.id)
+                for hit in reading.search(query, archived=archived, limit=LEXICAL_LIMIT):
+                    row = view.rows.get(key(hit.id, archived))
                     if row is not None:
                         lexical[row] = hit.score
             if tags or priorities:
                 for row in np.flatnonzero(eligible).tolist():
-                    key = view.keys[row] or ""
-                    archived = key.startswith(ARCHIVE + "/")
-                    memory = state.area(archived).memories.get(key[len(ARCHIVE) + 1 :] if archived else key)
+                    memory = reading.memory(view.keys[row] or "")
                     if memory is None or (priorities and memory.priority not in priorities):
                         eligible[row] = False
                     elif tags and not {t.casefold() for t in tags} <= {t.casefold() for t in memory.tags}:
@@ -358,15 +356,14 @@ class Recaller:
         )
         memories: dict[int, Memory] = {}
         weighted = np.zeros(n, dtype=np.float64)
-        with state.mem_lock:
+        with state.reading() as reading:
             for row in candidates.tolist():
-                key = view.keys[row] or ""
-                archived = key.startswith(ARCHIVE + "/")
-                memory = state.area(archived).memories.get(key[len(ARCHIVE) + 1 :] if archived else key)
+                path_key = view.keys[row] or ""
+                memory = reading.memory(path_key)
                 if memory is None:
                     continue
                 memories[row] = memory
-                last = store.last_access(memory, recorded.get(key))
+                last = store.last_access(memory, recorded.get(path_key))
                 weighted[row] = score[row] * factor(
                     memory,
                     title_hit=bool(terms.intersection(tokenize(memory.title))),
@@ -378,7 +375,7 @@ class Recaller:
         picked = [row for row in picked if weighted[row] >= MIN_SCORE * best]
         results = []
         for row in picked:
-            memory = store._fresh(state, memories[row].id, memories[row].archived)
+            memory = store.fresh(state, memories[row].id, memories[row].archived)
             if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
                 results.append(Recalled(memory, float(weighted[row]) / best, snippet(memory.content, terms)))
         return self._record(state, Recall(results, model, matched))
@@ -414,9 +411,9 @@ class Recaller:
 
     def _stats_sync(self, state: TokenState, evictions: list[Evicted]) -> Stats:
         store = self.store
-        with state.mem_lock:
-            hot = list(state.hot.memories.values())
-            archived = len(state.archive.memories)
+        with state.reading() as reading:
+            hot = reading.memories()
+            archived = reading.count(archived=True)
         by_priority = {p: 0 for p in PRIORITIES}
         for memory in hot:
             by_priority[memory.priority] = by_priority.get(memory.priority, 0) + 1

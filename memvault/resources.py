@@ -1,4 +1,4 @@
-"""Process limits under load: the open-file limit, and log records that must not flood the log.
+"""Process limits under load: the open-file limit, log floods, and bookkeeping that must not fail.
 
 A server that runs out of file descriptors fails every new connection and every file it opens,
 and asyncio logs a traceback for each refused accept: held slow connections once wrote 450,000
@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
+
+from memvault.errors import is_disk_full
 
 try:
     import resource
@@ -136,3 +139,22 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[asynci
             super().connection_lost(exc)
 
     return GuardedH11Protocol
+
+
+_FAILURES = OncePer(lambda record: True, window=60.0)
+
+
+def note_failure(what: str, exc: BaseException) -> None:
+    """One log line a minute for bookkeeping that failed, without a path or a token."""
+    why = "the disk is full" if is_disk_full(exc) else type(exc).__name__
+    _FAILURES.note(log, logging.WARNING, f"could not {what} ({why})")
+
+
+def bookkeep(what: str, work: Callable[[], object]) -> None:
+    """Bookkeeping beside a change that took effect, or beside a read: access records, caches,
+    the sweep time. A failure (a full disk, a locked sidecar) costs only that record: it never
+    turns a read into an error, or a write that happened into one reported as failed."""
+    try:
+        work()
+    except (sqlite3.Error, OSError) as exc:
+        note_failure(what, exc)

@@ -6,15 +6,12 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from memvault.clock import utcnow
+from memvault.clock import Clock, format_time, require_time, utcnow
 from memvault.errors import InvalidArgument, UnknownSession, quote
 from memvault.markdown import clean_tags
-from memvault.sidecar import Sidecar, format_time, parse_time
-
-Clock = Callable[[], datetime]
+from memvault.sidecar import Sidecar
 
 MAX_SESSION_ID_CHARS = 200
 MAX_TITLE_CHARS = 200
@@ -341,7 +338,7 @@ def _version_from_row(row: Mapping[str, Any], max_chars: int) -> Version:
             raise InvalidArgument("version must be a whole number from 1")
         if not isinstance(ts, str):
             raise InvalidArgument("ts must be a time")
-        ts = format_time(parse_time(ts))
+        ts = format_time(require_time(ts))
         if not isinstance(summary, str) or (title is not None and not isinstance(title, str)):
             raise InvalidArgument("summary and title must be text")
         if len(summary) > max_chars:

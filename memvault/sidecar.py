@@ -15,6 +15,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from memvault.clock import format_time, require_time
+
 logger = logging.getLogger(__name__)
 
 SIDECAR_DIR = ".memvault"
@@ -126,18 +128,6 @@ class FileStat:
 def sidecar_path(token_dir: Path) -> Path:
     """Where the sidecar database of a token folder lives (whether or not it exists yet)."""
     return token_dir / SIDECAR_DIR / DB_NAME
-
-
-def format_time(at: datetime) -> str:
-    """An aware datetime as UTC ISO-8601 with milliseconds and ``Z``; sorts as text in time order."""
-    if at.tzinfo is None or at.utcoffset() is None:
-        raise ValueError("sidecar times must be timezone-aware")
-    return at.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
-
-
-def parse_time(text: str) -> datetime:
-    """The inverse of :func:`format_time`: an aware UTC datetime."""
-    return datetime.fromisoformat(text).astimezone(UTC)
 
 
 def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
@@ -357,7 +347,7 @@ class Sidecar:
                 rows = conn.execute("SELECT id, last_access FROM access").fetchall()
         else:
             rows = self._select_in("SELECT id, last_access FROM access WHERE id", ids)
-        return {id_: parse_time(text) for id_, text in rows}
+        return {id_: require_time(text) for id_, text in rows}
 
     def access_counts(self) -> dict[str, tuple[int, int]]:
         """``id -> (access_count, hit_count)`` for every id with recorded access."""

@@ -8,17 +8,38 @@ and data of another version is read from the files again, never misread.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+import logging
+import os
+import tempfile
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from memvault.columns import pack_strings, unpack_strings
+from memvault import heap
+from memvault.area import Area
+from memvault.columns import pack_strings, prefixed, unpack_strings
+from memvault.files import TEMP_PREFIX, TEMP_SUFFIX, file_stamp
+from memvault.index import Index, IndexSnapshot
 from memvault.markdown import NO_META, Memory
+from memvault.names import STATE_DIR
+from memvault.sidecar import FileStat
+
+if TYPE_CHECKING:
+    from memvault.tokens import TokenState
+
+log = logging.getLogger("memvault")
+
+FILE_NAME = "snapshot.npz"
+VERSION = 3  # 3: a file's ctime and inode (Memory.change) beside mtime and size
+MIN_MEMORIES = 500  # smaller vaults load from their files fast enough (and keep the parse cache)
 
 # Bump when parse_memory's result for the same bytes changes: older cache entries are parsed again.
 PARSER_VERSION = 4
@@ -186,3 +207,98 @@ def memories_from_columns(columns: Mapping[str, npt.NDArray[Any]], *, archived: 
         )
         for id, title, content, priority, hash, problem, tags, created, updated, accessed, importance, mtime_ns, size, change, flags in rows  # noqa: E501
     ]
+
+
+# ---------------------------------------------------------------------------- the snapshot file
+
+
+def encode_areas(areas: Iterable[tuple[str, IndexSnapshot, Sequence[Memory]]]) -> dict[str, npt.NDArray[Any]]:
+    """Areas (name, index, memories) in the snapshot's format: ``<name>.index.*`` and
+    ``<name>.memories.*`` arrays."""
+    out: dict[str, npt.NDArray[Any]] = {}
+    for name, index, memories in areas:
+        out.update({f"{name}.index.{key}": value for key, value in index.arrays().items()})
+        out.update({f"{name}.memories.{key}": value for key, value in memories_to_columns(memories).items()})
+    return out
+
+
+def path(state: TokenState) -> Path:
+    """Where a token's snapshot lives (derived: deleting it costs only restart time)."""
+    return state.dir / STATE_DIR / FILE_NAME
+
+
+def load(state: TokenState) -> tuple[Area, Area] | None:
+    """The hot and archive areas as the snapshot holds them; None without a usable one."""
+    where = path(state)
+    if not where.is_file():
+        return None
+    try:
+        with np.load(where, allow_pickle=False) as data:
+            if data["version"].tolist() != [VERSION]:
+                raise ValueError("snapshot version")
+            return areas_from(data)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile) as exc:
+        log.warning("index snapshot not usable (%s); reading the files instead", type(exc).__name__)
+        return None
+
+
+def save(state: TokenState) -> None:
+    """Write the token's snapshot (worker thread). Atomic; a failure only costs restart time.
+
+    Only reference copies are taken under ``mem_lock`` (milliseconds at 100,000 memories);
+    the encoding runs outside it, so requests are not held up while it is written."""
+    if not state.loaded or state.sidecar is None:
+        return
+    with state.mem_lock:
+        # Parts merged from loader processes are the same data: a restart's rescan catches up
+        # with whatever changed since they were read, as with any snapshot.
+        ready, state.snapshot_parts = state.snapshot_parts, None
+        if ready is None:
+            frozen = [(name, area.index.snapshot(), list(area.memories.values()))
+                      for name, area in (("hot", state.hot), ("archive", state.archive))]  # fmt: skip
+        state.snapshot_stale = False
+    parts: dict[str, npt.NDArray[Any]] = {"version": np.array([VERSION], dtype=np.int64)}
+    parts.update(ready if ready is not None else encode_areas(frozen))
+    del ready
+    where = path(state)
+    fd, tmp = tempfile.mkstemp(dir=where.parent, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **cast("dict[str, Any]", parts))  # (numpy stubs: see loader)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, where)
+    except OSError as exc:
+        log.warning("could not write the index snapshot (%s)", exc.strerror or type(exc).__name__)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        del parts
+        heap.release()  # the encoding's and, after a cold load, the load's garbage
+
+
+def areas_from(data: Mapping[str, npt.NDArray[Any]]) -> tuple[Area, Area]:
+    """Hot and archive areas from arrays in the snapshot's format. Raises ValueError (or KeyError,
+    TypeError, IndexError) if they do not fit together."""
+    areas = []
+    for name, archived in (("hot", False), ("archive", True)):
+        index = Index.from_snapshot(prefixed(data, f"{name}.index."))
+        memories = memories_from_columns(prefixed(data, f"{name}.memories."), archived=archived)
+        area = Area({m.id: m for m in memories}, index)
+        if len(area.memories) != len(index) or any(id not in index for id in area.memories):
+            raise ValueError("snapshot memories and index differ")
+        areas.append(area)
+    return areas[0], areas[1]
+
+
+def from_stat(cached: FileStat, id: str, archived: bool, st: os.stat_result) -> Memory | None:
+    """The cached parse of a file whose bytes are known to be unchanged, as it is now on disk."""
+    if not cached.parsed:
+        return None
+    return from_cache(cached.parsed, id, archived=archived, hash=cached.hash, **file_stamp(st))
+
+
+def file_stat(memory: Memory) -> FileStat:
+    return FileStat(
+        memory.path_id, memory.mtime_ns, memory.size, memory.hash, to_cache(memory), memory.change
+    )

@@ -1,33 +1,23 @@
-"""Loaded tokens and the memory operations the tools and the CLI share: locks, index, access, eviction."""
+"""The memory operations the tools and the CLI share: find, access, write, update, delete, move, evict."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import hashlib
 import logging
-import os
 import sqlite3
-import tempfile
-import threading
-import time
-import zipfile
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio.to_thread
-import numpy as np
-import numpy.typing as npt
-from filelock import FileLock, Timeout
 
-from memvault import eviction, heap, loader
-from memvault.clock import utcnow
-from memvault.columns import prefixed
+from memvault import arguments, eviction, reconcile, snapshot
+from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.embeddings import Embeddings
 from memvault.embeddings import from_settings as embeddings_from_settings
@@ -35,46 +25,17 @@ from memvault.errors import (
     Conflict,
     InvalidArgument,
     InvalidName,
-    LinkedFolder,
     NotFound,
-    TooLarge,
-    is_disk_full,
-    quote,
 )
-from memvault.files import TEMP_PREFIX, TEMP_SUFFIX, file_stamp, unchanged
-from memvault.index import Index
-from memvault.markdown import PRIORITIES, Memory, clean_tags, content_hash, parse_memory
-from memvault.names import ARCHIVE, STATE_DIR, check_id, is_memory_path, valid_token
-from memvault.resources import OncePer
-from memvault.sidecar import FileStat, Sidecar
-from memvault.snapshot import from_cache, memories_from_columns, to_cache
-from memvault.vault import Vault
-from memvault.vectors import TokenVectors
+from memvault.markdown import PRIORITIES, Memory, clean_tags
+from memvault.names import check_id, key, split_key
+from memvault.resources import bookkeep, note_failure
+from memvault.tokens import Tokens, TokenState
 
 log = logging.getLogger("memvault")
 
-Clock = Callable[[], datetime]
 MAX_TITLE_CHARS = 200
 LAST_EVICTION = "last_eviction"
-SNAPSHOT_FILE = "snapshot.npz"
-SNAPSHOT_VERSION = 3  # 3: a file's ctime and inode (Memory.change) beside mtime and size
-SNAPSHOT_MIN = 500  # smaller vaults load from their files fast enough
-
-
-@dataclass
-class Area:
-    """The memories of one folder (hot or archive) and their search index."""
-
-    memories: dict[str, Memory] = field(default_factory=dict)
-    index: Index = field(default_factory=Index)
-
-    def put(self, memory: Memory) -> None:
-        self.memories[memory.id] = memory
-        self.index.upsert(memory.id, title=memory.title, body=memory.content, tags=memory.tags)
-
-    def drop(self, id: str) -> Memory | None:
-        self.index.remove(id)
-        return self.memories.pop(id, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,66 +63,54 @@ class Found:
     missing: tuple[str, ...] = ()  # names asked for by filenames= that do not exist
 
 
-class TokenState:
-    """Everything memvault holds for one token. ``mem_lock`` guards the dicts and indexes."""
-
-    def __init__(self, token: str, settings: Settings) -> None:
-        self.token = token
-        self.vault = Vault(settings.token_dir(token))
-        self.hot = Area()
-        self.archive = Area()
-        self.lock = asyncio.Lock()  # serialises this token's mutations within the process
-        self.mem_lock = threading.Lock()
-        self.vectors = TokenVectors()  # embeddings of hot and archived memories, filled in the background
-        self.sidecar: Sidecar | None = None
-        self.loaded = False
-        self.load_lock = asyncio.Lock()
-        self.recent_writes: dict[str, tuple[str, datetime]] = {}
-        self.evicting = False
-        self.last_used = 0.0
-        self.snapshot_stale = False
-        self.snapshot_parts: dict[str, npt.NDArray[Any]] | None = None  # a snapshot ready to write
-        self.loading = False  # a load is reading the folder; outside changes wait in missed
-        self.missed: set[Path] = set()
-        self.missed_rescan = False
-        self.users = 0  # operations in flight (Store.using): a token in use is never unloaded
-
-    @property
-    def dir(self) -> Path:
-        return self.vault.dir
-
-    def file_lock(self) -> FileLock:
-        """Cross-process lock (CLI and server, or two servers); creates the token folder."""
-        self.ensure_sidecar()
-        return FileLock(str(self.dir / STATE_DIR / "lock"), timeout=30)
-
-    def ensure_sidecar(self) -> Sidecar:
-        if self.sidecar is None:
-            self.vault.check_folder()  # mkdir(exist_ok=True) would follow a link
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self.sidecar = Sidecar.open(self.dir)
-        return self.sidecar
-
-    def area(self, archived: bool) -> Area:
-        return self.archive if archived else self.hot
-
-
 class Store:
     """The tokens this process has loaded, and the operations on their memories."""
 
     def __init__(self, settings: Settings, *, clock: Clock = utcnow) -> None:
         self.settings = settings
         self.clock = clock
-        self.tokens: dict[str, TokenState] = {}
-        self.parses = 0  # files parsed (not served from the cache); tests count them
-        self.unloads = 0
         self._background: set[asyncio.Task[Any]] = set()
         self.limits = eviction.Limits(
             ttl_p1_days=settings.ttl_p1_days, ttl_p2_days=settings.ttl_p2_days, capacity=settings.capacity
         )
-        self.embeddings: Embeddings = embeddings_from_settings(settings)
+        self.registry = Tokens(settings, embeddings_from_settings(settings), self._in_background)
 
-    # ------------------------------------------------------------------ loading
+    # ------------------------------------------------------------------ tokens (see memvault.tokens)
+
+    @property
+    def embeddings(self) -> Embeddings:
+        return self.registry.embeddings
+
+    @embeddings.setter
+    def embeddings(self, embeddings: Embeddings) -> None:  # tests swap in their own embedder
+        self.registry.embeddings = embeddings
+
+    @property
+    def tokens(self) -> dict[str, TokenState]:
+        return self.registry.states
+
+    @property
+    def parses(self) -> int:
+        return self.registry.parses
+
+    @property
+    def unloads(self) -> int:
+        return self.registry.unloads
+
+    def using(self, token: str) -> contextlib.AbstractAsyncContextManager[TokenState]:
+        """The token's state, loaded, and held loaded until the block ends (Tokens.using)."""
+        return self.registry.using(token)
+
+    def fresh(self, state: TokenState, id: str, archived: bool) -> Memory | None:
+        """The memory as it is on disk now (Tokens.fresh)."""
+        return self.registry.fresh(state, id, archived)
+
+    def reindex(self, token: str, progress: Callable[[int], None] | None = None) -> int:
+        return self.registry.reindex(token, progress)
+
+    def apply_changes(self, token: str, paths: Iterable[Path], rescan: bool) -> int:
+        """Outside changes to a loaded token (worker thread; see memvault.reconcile)."""
+        return reconcile.apply_changes(self.registry, token, paths, rescan)
 
     async def state(self, token: str) -> TokenState:
         """The loaded state of a token, not held: for tests and tools that only look. Operations use
@@ -169,290 +118,9 @@ class Store:
         async with self.using(token) as state:
             return state
 
-    @contextlib.asynccontextmanager
-    async def using(self, token: str) -> AsyncIterator[TokenState]:
-        """The token's state, loaded, and kept loaded (never unloaded, its sidecar never closed)
-        until the block ends. A read racing an unload once found the token emptied under it."""
-        state = self._register(token)
-        state.users += 1  # before any await: from here on no unload takes this token
-        try:
-            await self._ensure_loaded(state)
-            yield state
-        finally:
-            state.users -= 1
-
-    def _register(self, token: str) -> TokenState:
-        if not valid_token(token):
-            raise InvalidName(token, "not a valid token")
-        if self.settings.token_dir(token).is_symlink():
-            raise LinkedFolder()
-        state = self.tokens.get(token)
-        if state is None:
-            state = self.tokens.setdefault(token, TokenState(token, self.settings))
-        state.last_used = time.monotonic()
-        return state
-
-    async def _ensure_loaded(self, state: TokenState) -> None:
-        if not state.loaded:
-            async with state.load_lock:
-                if not state.loaded:
-                    with self.embeddings.paused():
-                        await anyio.to_thread.run_sync(self._load, state)
-                    self._unload_idle()
-                    if state.snapshot_stale:
-                        self._in_background(anyio.to_thread.run_sync(self.save_snapshot, state))
-                    elif len(state.hot.memories) + len(state.archive.memories) >= SNAPSHOT_MIN:
-                        self._in_background(anyio.to_thread.run_sync(heap.release))  # the load's garbage
-
-    def _unload_idle(self) -> None:
-        """Keep at most MEMVAULT_MAX_LOADED_TOKENS indexes in memory; the least recently used go.
-
-        An unloaded token closes its sidecar (three descriptors each: 5,000 tokens once ran the
-        process out of them) and reloads from its parse cache on the next request. A token in use
-        (an operation in flight, a mutation, a sweep) is never unloaded.
-        """
-        loaded = [s for s in self.tokens.values() if s.loaded]
-        excess = len(loaded) - self.settings.max_loaded_tokens
-        if excess <= 0:
-            return
-        for state in sorted(loaded, key=lambda s: s.last_used)[:excess]:
-            if state.users or state.lock.locked() or state.load_lock.locked() or state.evicting:
-                continue
-            with state.mem_lock:
-                state.hot, state.archive = Area(), Area()
-                state.loaded = False
-                state.snapshot_parts = None
-            self.embeddings.detach(state.vectors)
-            state.vectors.clear()
-            if state.sidecar is not None:
-                sidecar, state.sidecar = state.sidecar, None
-                sidecar.close()
-            if state.sidecar is None and not state.load_lock.locked() and not state.dir.is_dir():
-                # A token that never wrote anything (a read of an unknown token): forget it
-                # entirely, so that requests for made-up tokens cannot pile up state.
-                self.tokens.pop(state.token, None)
-            self.unloads += 1
-            self._in_background(anyio.to_thread.run_sync(heap.release))
-
-    def reindex(self, token: str, progress: Callable[[int], None] | None = None) -> int:
-        """Rebuild a token's derived state from its files (worker thread or CLI). Returns files read."""
-        state = self.tokens.get(token) or self.tokens.setdefault(token, TokenState(token, self.settings))
-        if not state.dir.is_dir():
-            return 0
-        with state.file_lock():
-            sidecar = state.ensure_sidecar()
-            sidecar.delete_file_stats(list(sidecar.file_stats()))
-            with state.mem_lock:
-                state.loaded = False
-                state.snapshot_parts = None
-            self._snapshot_path(state).unlink(missing_ok=True)
-            self._load(state, progress)
-        return len(state.hot.memories) + len(state.archive.memories)
-
-    def _load(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
-        """Load a token, then apply the outside changes reported while it loaded: a file changed
-        after the load read it must not stay stale until its next change."""
-        with state.mem_lock:
-            state.loading = True
-        try:
-            self._load_files(state, progress)
-            self._remove_leftovers(state)
-        finally:
-            with state.mem_lock:
-                state.loading = False
-                missed, rescan = state.missed, state.missed_rescan
-                state.missed, state.missed_rescan = set(), False
-        if missed or rescan:
-            self.apply_changes(state.token, missed, rescan)
-
-    @staticmethod
-    def _remove_leftovers(state: TokenState) -> None:
-        """Temp files of ours the load's scan saw, left by a crash mid-write: gone, under the lock."""
-        if not state.vault.leftovers:
-            return
-        try:
-            with state.file_lock():
-                removed = state.vault.remove_leftovers(time.time())
-        except (Timeout, OSError):
-            return  # another process holds the lock for long: the next load tries again
-        if removed:
-            log.info("removed %d temp file(s) left by an interrupted write", removed)
-
-    def _load_files(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
-        """Read a token's folder: from the index snapshot plus what changed since, else from the files,
-        re-parsing only files whose bytes differ from the sidecar's parse cache."""
-        if state.dir.is_dir():
-            state.ensure_sidecar()
-            restored = self._load_snapshot(state)
-            if restored is not None:
-                with state.mem_lock:
-                    state.hot, state.archive = restored
-                self._rescan(state)  # what changed on disk since the snapshot was taken
-                self._publish(state, snapshot_stale=False)
-                return
-        hot, archive = Area(), Area()
-        if state.dir.is_dir():
-            sidecar = state.ensure_sidecar()
-            cache = sidecar.file_stats()
-            ready: list[Memory] = []  # from the parse cache
-            todo: list[tuple[str, bool, FileStat | None]] = []  # to read (and parse unless unchanged)
-            seen: set[str] = set()
-            for id, archived, st in state.vault.scan():
-                key = f"{ARCHIVE}/{id}" if archived else id
-                seen.add(key)
-                cached = cache.get(key)
-                if cached is not None and cached.parsed and unchanged(cached, st):
-                    memory = _from_cache(cached, id, archived, st)
-                    if memory is not None:
-                        ready.append(memory)
-                        continue
-                todo.append((id, archived, cached))
-            helpers = loader.helpers_for(len(todo), self.settings.load_processes)
-            parts = (
-                loader.load_in_helpers(state.dir, [(i, a) for i, a, _ in todo], helpers) if helpers else None
-            )
-            if parts is not None:
-                self.parses += sum(int(part.pop("parsed")[0]) for part in parts)
-                merged = loader.merge_parts([*parts, loader.build_part(ready)])
-                del parts
-                hot, archive = _areas_from(merged)
-                state.snapshot_parts = merged  # what save_snapshot would encode; written in the background
-                if progress is not None:
-                    progress(len(ready) + len(todo))
-            else:
-                refreshed: list[Memory] = []
-                for memory in ready:
-                    (archive if memory.archived else hot).put(memory)
-                if progress is not None:
-                    progress(len(ready))
-                for id, archived, cached in todo:
-                    read = self._read_file(state, id, archived, cached)
-                    if read is not None:
-                        refreshed.append(read)
-                        (archive if archived else hot).put(read)
-                    if progress is not None:
-                        progress(1)  # file by file: `memvault reindex` shows a moving bar
-                if len(seen) < SNAPSHOT_MIN:
-                    # Large vaults restart from the snapshot written after this load instead; serialising
-                    # 100,000 parses into SQLite as well would add seconds to a cold start.
-                    sidecar.put_file_stats([_file_stat(m) for m in refreshed])
-            sidecar.delete_file_stats([key for key in cache if key not in seen])
-        with state.mem_lock:
-            state.hot, state.archive = hot, archive
-        self._publish(state, snapshot_stale=len(hot.memories) + len(archive.memories) >= SNAPSHOT_MIN)
-
-    def _publish(self, state: TokenState, *, snapshot_stale: bool) -> None:
-        with state.mem_lock:
-            state.loaded = True
-            state.snapshot_stale = snapshot_stale
-            everything = [*state.hot.memories.values(), *state.archive.memories.values()]
-        self.embeddings.attach(state.vectors, lambda: state.sidecar, everything)
-        problems = sum(1 for m in everything if m.problem and not m.archived)
-        if problems:
-            log.warning(
-                "%d file(s) with broken frontmatter, indexed as plain text (memvault check lists them)",
-                problems,
-            )
-
     # The index snapshot: the loaded memories and their index as plain data (JSON and numpy arrays,
     # never pickle: the vault may be synced from elsewhere) in .memvault/, so a restart of a large
     # vault does not re-tokenise every memory. Derived: deleting it costs only restart time.
-
-    @staticmethod
-    def _snapshot_path(state: TokenState) -> Path:
-        return state.dir / STATE_DIR / SNAPSHOT_FILE
-
-    def _load_snapshot(self, state: TokenState) -> tuple[Area, Area] | None:
-        path = self._snapshot_path(state)
-        if not path.is_file():
-            return None
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                if data["version"].tolist() != [SNAPSHOT_VERSION]:
-                    raise ValueError("snapshot version")
-                return _areas_from(data)
-        except (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile) as exc:
-            log.warning("index snapshot not usable (%s); reading the files instead", type(exc).__name__)
-            return None
-
-    def save_snapshot(self, state: TokenState) -> None:
-        """Write the token's snapshot (worker thread). Atomic; a failure only costs restart time.
-
-        Only reference copies are taken under ``mem_lock`` (milliseconds at 100,000 memories);
-        the encoding runs outside it, so requests are not held up while it is written."""
-        if not state.loaded or state.sidecar is None:
-            return
-        with state.mem_lock:
-            # Parts merged from loader processes are the same data: a restart's rescan catches up
-            # with whatever changed since they were read, as with any snapshot.
-            ready, state.snapshot_parts = state.snapshot_parts, None
-            if ready is None:
-                frozen = [(name, area.index.snapshot(), list(area.memories.values()))
-                          for name, area in (("hot", state.hot), ("archive", state.archive))]  # fmt: skip
-            state.snapshot_stale = False
-        parts: dict[str, npt.NDArray[Any]] = {"version": np.array([SNAPSHOT_VERSION], dtype=np.int64)}
-        parts.update(ready if ready is not None else loader.encode_areas(frozen))
-        del ready
-        path = self._snapshot_path(state)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                np.savez(handle, **cast("dict[str, Any]", parts))  # (numpy stubs: see loader)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            log.warning("could not write the index snapshot (%s)", exc.strerror or type(exc).__name__)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            del parts
-            heap.release()  # the encoding's and, after a cold load, the load's garbage
-
-    def _read_file(
-        self, state: TokenState, id: str, archived: bool, previous: Memory | FileStat | None = None
-    ) -> Memory | None:
-        """Read one file; parse it unless its bytes equal the previous parse (git touches mtimes)."""
-        read = state.vault.read_scanned(id, archived)
-        if read is None:
-            return None
-        raw, st = read
-        if previous is not None and previous.size == len(raw) and previous.hash == content_hash(raw):
-            if isinstance(previous, Memory):
-                return dataclasses.replace(previous, **file_stamp(st))
-            if previous.parsed:
-                memory = _from_cache(previous, id, archived, st)
-                if memory is not None:
-                    return memory
-        self.parses += 1
-        return parse_memory(raw, id, archived=archived, keep_meta=False, **file_stamp(st))
-
-    @staticmethod
-    def _remember(state: TokenState, memory: Memory) -> None:
-        """Index a memory the server just wrote or read, and cache its parse (small vaults)."""
-        with state.mem_lock:
-            area = state.area(memory.archived)
-            area.put(memory)
-            large = len(state.hot.memories) + len(state.archive.memories) >= SNAPSHOT_MIN
-        state.vectors.changed(memory)
-        # A large vault restarts from its snapshot (written at shutdown), not from this cache; one
-        # SQLite transaction per file was most of the time a 1,000-file git pull took to apply.
-        if state.sidecar is not None and not large:
-            sidecar = state.sidecar
-            bookkeep("cache a parse", lambda: sidecar.put_file_stats([_file_stat(memory)]))
-
-    @staticmethod
-    def _drop(state: TokenState, id: str, archived: bool) -> None:
-        with state.mem_lock:
-            state.area(archived).drop(id)
-            large = len(state.hot.memories) + len(state.archive.memories) >= SNAPSHOT_MIN
-        state.vectors.dropped(f"{ARCHIVE}/{id}" if archived else id)
-        if state.sidecar is not None and not large:  # a large vault's cache is not read (snapshot)
-            sidecar = state.sidecar
-            bookkeep(
-                "drop a cached parse",
-                lambda: sidecar.delete_file_stats([f"{ARCHIVE}/{id}" if archived else id]),
-            )
 
     # ------------------------------------------------------------------ reading
 
@@ -502,7 +170,7 @@ class Store:
         missing: list[str] = []
         for id in dict.fromkeys(ids):
             state.vault.path_of(id, archived=archived)  # validates links and archive escapes
-            memory = self._fresh(state, id, archived)
+            memory = self.registry.fresh(state, id, archived)
             if memory is None:
                 missing.append(id)
             else:
@@ -511,31 +179,11 @@ class Store:
             raise NotFound(missing[0], archived=archived)
         return Found(out, len(out), True, tuple(missing))
 
-    def _fresh(self, state: TokenState, id: str, archived: bool) -> Memory | None:
-        """The memory as it is on disk now (the watcher may not have caught up yet)."""
-        path = state.vault.area(archived) / id
-        with state.mem_lock:
-            known = state.area(archived).memories.get(id)
-        try:
-            st = path.stat()
-        except OSError:
-            if known is not None:
-                self._drop(state, id, archived)
-            return None
-        if known is not None and unchanged(known, st):
-            return known
-        memory = self._read_file(state, id, archived, known)
-        if memory is None:
-            self._drop(state, id, archived)
-        else:
-            self._remember(state, memory)
-        return memory
-
     def _search(self, state: TokenState, query: str, limit: int | None, archived: bool) -> Found:
         area = state.area(archived)
         with state.mem_lock:
             hits, total = area.index.search(query, limit=limit or 10)
-        memories = [m for m in (self._fresh(state, h.id, archived) for h in hits) if m is not None]
+        memories = [m for m in (self.registry.fresh(state, h.id, archived) for h in hits) if m is not None]
         matched_all = bool(hits) and all(h.matched_all for h in hits)
         if state.sidecar is not None and not archived:
             sidecar = state.sidecar
@@ -601,9 +249,9 @@ class Store:
                 except (NotFound, Conflict, InvalidArgument, InvalidName):
                     continue  # changed or removed under us; the watcher will catch up
                 except OSError as exc:  # a full disk: the read stands, the file keeps its old time
-                    _note_failure("write lastAccessedAt back", exc)
+                    note_failure("write lastAccessedAt back", exc)
                     continue
-                self._remember(state, updated)
+                self.registry.remember(state, updated)
 
     # ------------------------------------------------------------------ writing
 
@@ -639,11 +287,11 @@ class Store:
         The new memory lists them under ``supersedes``. P0 memories are never superseded (they
         stay, and ``Written.kept`` says why). Every name is checked before anything is written.
         """
-        title = self._check_title(title)
-        content = self._check_content(content)
-        prio = self._check_priority(priority) or "P2"
+        title = arguments.check_title(title)
+        content = arguments.check_content(content, self.settings.max_content_chars)
+        prio = arguments.check_priority(priority) or "P2"
         tag_tuple = clean_tags(tags)
-        self._check_importance(importance)
+        arguments.check_importance(importance)
         if isinstance(supersedes, str):
             raise InvalidArgument("supersedes must be a list of filenames.")
         replaced = tuple(dict.fromkeys(check_id(name) for name in supersedes or ()))
@@ -670,7 +318,7 @@ class Store:
             if recent is not None and now - recent[1] <= timedelta(
                 seconds=self.settings.dedupe_window_seconds
             ):
-                existing = self._fresh(state, recent[0], False)
+                existing = self.registry.fresh(state, recent[0], False)
                 if existing is not None and existing.title == title and existing.content == content.strip():
                     return Written(existing, True)
             targets, kept = self._supersede_targets(state, supersedes)
@@ -684,7 +332,7 @@ class Store:
                 "supersedes": [t.id for t in targets] or None,
             }
             memory = state.vault.create(title, content, fields)
-            self._remember(state, memory)
+            self.registry.remember(state, memory)
             state.recent_writes = {
                 k: v
                 for k, v in state.recent_writes.items()
@@ -732,13 +380,13 @@ class Store:
         """Mark ``target`` as superseded by ``by`` and move it to the archive; returns its archive id."""
         state.vault.update(target.id, {"supersededBy": by}, expect_hash=target.hash)
         archived_id = state.vault.move(target.id, to_archive=True)
-        archived = self._read_file(state, archived_id, True)
-        self._drop(state, target.id, False)
+        archived = self.registry.read_file(state, archived_id, True)
+        self.registry.drop(state, target.id, False)
         if archived is not None:
-            self._remember(state, archived)
+            self.registry.remember(state, archived)
         bookkeep(
             "move access records",
-            lambda: state.ensure_sidecar().rename_access(target.id, f"{ARCHIVE}/{archived_id}"),
+            lambda: state.ensure_sidecar().rename_access(target.id, key(archived_id, True)),
         )
         return archived_id
 
@@ -755,11 +403,11 @@ class Store:
     ) -> Memory:
         id = check_id(filename)
         if title is not None:
-            title = self._check_title(title)
+            title = arguments.check_title(title)
         if content is not None:
-            content = self._check_content(content)
-        prio = self._check_priority(priority)
-        self._check_importance(importance)
+            content = arguments.check_content(content, self.settings.max_content_chars)
+        prio = arguments.check_priority(priority)
+        arguments.check_importance(importance)
         fields: dict[str, Any] = {}
         if prio is not None:
             fields["priority"] = prio
@@ -784,7 +432,7 @@ class Store:
             if not current.has_frontmatter:
                 fields = {"priority": current.priority, "createdAt": current.created_at or now, **fields}
             memory = state.vault.update(id, fields, title=title, content=content)
-            self._remember(state, memory)
+            self.registry.remember(state, memory)
             bookkeep("record an access", lambda: state.ensure_sidecar().record_access([id], now, hit=False))
         return memory
 
@@ -801,14 +449,13 @@ class Store:
             if current.conflicted:
                 raise Conflict(id)
             state.vault.delete(id)
-            self._drop(state, id, False)
+            self.registry.drop(state, id, False)
             bookkeep("forget access records", lambda: state.ensure_sidecar().forget([id]))
         return id
 
     async def restore(self, token: str, filename: str) -> str:
         id = check_id(filename)
-        if id.startswith(f"{ARCHIVE}/"):
-            id = id[len(ARCHIVE) + 1 :]  # the path as a person sees it in the folder works too
+        id, _ = split_key(id)  # the path as a person sees it in the folder ("archive/x.md") works too
         async with self.using(token) as state:
             async with state.lock:
                 return await anyio.to_thread.run_sync(self._restore_sync, state, id)
@@ -818,13 +465,13 @@ class Store:
         now = self.clock()
         with state.file_lock():
             new_id = state.vault.move(id, to_archive=False)
-            memory = self._read_file(state, new_id, False)
-            self._drop(state, id, True)
+            memory = self.registry.read_file(state, new_id, False)
+            self.registry.drop(state, id, True)
             if memory is not None:
-                self._remember(state, memory)
+                self.registry.remember(state, memory)
             # Restoring is an access: without it the next sweep would archive it again at once.
             bookkeep(
-                "move access records", lambda: state.ensure_sidecar().rename_access(f"{ARCHIVE}/{id}", new_id)
+                "move access records", lambda: state.ensure_sidecar().rename_access(key(id, True), new_id)
             )
             bookkeep(
                 "record an access", lambda: state.ensure_sidecar().record_access([new_id], now, hit=False)
@@ -869,13 +516,13 @@ class Store:
                 except (NotFound, InvalidName, OSError) as exc:
                     log.warning("eviction skipped a memory: %s", type(exc).__name__)
                     continue
-                archived = self._read_file(state, new_id, True)
-                self._drop(state, item.id, False)
+                archived = self.registry.read_file(state, new_id, True)
+                self.registry.drop(state, item.id, False)
                 if archived is not None:
-                    self._remember(state, archived)
+                    self.registry.remember(state, archived)
                 bookkeep(
                     "move access records",
-                    functools.partial(sidecar.rename_access, item.id, f"{ARCHIVE}/{new_id}"),
+                    functools.partial(sidecar.rename_access, item.id, key(new_id, True)),
                 )
                 done.append(Evicted(item.id, item.reason, new_id))
             bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
@@ -888,7 +535,7 @@ class Store:
         try:
             raw = state.sidecar.get_state(LAST_EVICTION)
         except sqlite3.Error as exc:
-            _note_failure("read the last sweep time", exc)
+            note_failure("read the last sweep time", exc)
             return
         last = datetime.fromisoformat(raw) if raw else None
         if not eviction.sweep_due(last, self.clock(), self.settings.evict_interval_hours):
@@ -918,138 +565,16 @@ class Store:
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
-    # ------------------------------------------------------------------ outside changes
-
-    def apply_changes(self, token: str, paths: Iterable[Path], rescan: bool) -> int:
-        """Bring a loaded token in line with files changed outside the server (worker thread).
-
-        Returns how many memories changed. Our own writes are recognised by mtime and size and
-        cost a stat each.
-        """
-        state = self.tokens.get(token)
-        if state is None:
-            return 0
-        paths = list(paths)
-        with state.mem_lock:
-            if not state.loaded:
-                if state.loading:  # applied when the load is done (see _load)
-                    state.missed.update(paths)
-                    state.missed_rescan |= rescan
-                return 0
-        if rescan:
-            return self._rescan(state)
-        changed = 0
-        parents: dict[str, bool] = {}
-        for path in paths:
-            located = self._locate(state, path)
-            if located is None:
-                continue
-            id, archived = located
-            with state.mem_lock:
-                before = state.area(archived).memories.get(id)
-            try:
-                # A link (or a folder link above it) may point out of the token folder: to another
-                # token or anywhere on the machine. The scan skips those; events must too.
-                if not self._plainly_inside(state, path, parents):
-                    state.vault.path_of(id, archived=archived)
-            except InvalidName:
-                if before is not None:
-                    self._drop(state, id, archived)
-                    changed += 1
-                continue
-            after = self._fresh(state, id, archived)
-            if before is not after:
-                changed += 1
-        return changed
-
-    @staticmethod
-    def _plainly_inside(state: TokenState, path: Path, parents: dict[str, bool]) -> bool:
-        """True when no link is involved: the file is not a link and its folder resolves to itself.
-
-        Cheap (one lstat, one realpath per folder per batch); anything else gets the full check.
-        """
-        folder = os.path.dirname(path)
-        plain = parents.get(folder)
-        if plain is None:
-            plain = parents[folder] = os.path.realpath(folder) == os.path.abspath(folder)
-        return plain and not os.path.islink(path)
-
-    def _locate(self, state: TokenState, path: Path) -> tuple[str, bool] | None:
-        try:
-            rel = path.relative_to(state.dir)
-        except ValueError:
-            return None
-        parts = rel.parts
-        archived = bool(parts) and parts[0] == ARCHIVE
-        if archived:
-            parts = parts[1:]
-        if not is_memory_path(parts):
-            return None
-        return "/".join(parts), archived
-
-    def _rescan(self, state: TokenState) -> int:
-        """Bring the loaded memories in line with the folder."""
-        seen: set[tuple[str, bool]] = set()
-        changed = 0
-        with state.mem_lock:
-            known = (dict(state.hot.memories), dict(state.archive.memories))
-        for id, archived, st in state.vault.scan():
-            seen.add((id, archived))
-            before = known[archived].get(id)
-            if before is not None and unchanged(before, st):
-                continue  # unchanged: the scan's stat is enough
-            if self._fresh(state, id, archived) is not before:
-                changed += 1
-        for archived in (False, True):
-            with state.mem_lock:
-                gone = [id for id in state.area(archived).memories if (id, archived) not in seen]
-            for id in gone:
-                self._drop(state, id, archived)
-            changed += len(gone)
-        return changed
-
-    # ------------------------------------------------------------------ checks
-
-    def _check_title(self, title: str) -> str:
-        title = (title or "").strip()
-        if not title:
-            raise InvalidArgument("title is empty; give the memory a short title.")
-        if "\n" in title or "\r" in title:
-            raise InvalidArgument("title must be one line; put details in content.")
-        if len(title) > MAX_TITLE_CHARS:
-            raise TooLarge("title", len(title), MAX_TITLE_CHARS)
-        return title
-
-    def _check_content(self, content: str) -> str:
-        if content is None or not content.strip():
-            raise InvalidArgument("content is empty; say what the memory should hold.")
-        if len(content) > self.settings.max_content_chars:
-            raise TooLarge("content", len(content), self.settings.max_content_chars)
-        return content
-
-    @staticmethod
-    def _check_priority(priority: str | None) -> str | None:
-        if priority is None:
-            return None
-        value = priority.strip().upper()
-        if value not in PRIORITIES:
-            raise InvalidArgument(
-                f"priority must be P0 (permanent), P1 (90 days) or P2 (30 days), not {quote(priority)}."
-            )
-        return value
-
-    @staticmethod
-    def _check_importance(importance: float | None) -> None:
-        if importance is not None and not 0.0 <= importance <= 1.0:
-            raise InvalidArgument("importance must be between 0 and 1.")
-
     async def close(self) -> None:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*list(self._background), return_exceptions=True)
         for state in self.tokens.values():
-            if state.loaded and len(state.hot.memories) + len(state.archive.memories) >= SNAPSHOT_MIN:
-                await anyio.to_thread.run_sync(self.save_snapshot, state)
+            if (
+                state.loaded
+                and len(state.hot.memories) + len(state.archive.memories) >= snapshot.MIN_MEMORIES
+            ):
+                await anyio.to_thread.run_sync(snapshot.save, state)
         await anyio.to_thread.run_sync(self.embeddings.close)
         for state in self.tokens.values():
             if state.sidecar is not None:
@@ -1058,47 +583,3 @@ class Store:
 
 
 _EPOCH = datetime.fromtimestamp(0, UTC)
-_FAILURES = OncePer(lambda record: True, window=60.0)
-
-
-def _note_failure(what: str, exc: BaseException) -> None:
-    """One log line a minute for bookkeeping that failed, without a path or a token."""
-    why = "the disk is full" if is_disk_full(exc) else type(exc).__name__
-    _FAILURES.note(log, logging.WARNING, f"could not {what} ({why})")
-
-
-def bookkeep(what: str, work: Callable[[], object]) -> None:
-    """Bookkeeping beside a change that took effect, or beside a read: access records, caches,
-    the sweep time. A failure (a full disk, a locked sidecar) costs only that record: it never
-    turns a read into an error, or a write that happened into one reported as failed."""
-    try:
-        work()
-    except (sqlite3.Error, OSError) as exc:
-        _note_failure(what, exc)
-
-
-def _areas_from(data: Mapping[str, npt.NDArray[Any]]) -> tuple[Area, Area]:
-    """Hot and archive areas from arrays in the snapshot's format. Raises ValueError (or KeyError,
-    TypeError, IndexError) if they do not fit together."""
-    areas = []
-    for name, archived in (("hot", False), ("archive", True)):
-        index = Index.from_snapshot(prefixed(data, f"{name}.index."))
-        memories = memories_from_columns(prefixed(data, f"{name}.memories."), archived=archived)
-        area = Area({m.id: m for m in memories}, index)
-        if len(area.memories) != len(index) or any(id not in index for id in area.memories):
-            raise ValueError("snapshot memories and index differ")
-        areas.append(area)
-    return areas[0], areas[1]
-
-
-def _from_cache(cached: FileStat, id: str, archived: bool, st: os.stat_result) -> Memory | None:
-    """The cached parse of a file whose bytes are known to be unchanged, as it is now on disk."""
-    if not cached.parsed:
-        return None
-    return from_cache(cached.parsed, id, archived=archived, hash=cached.hash, **file_stamp(st))
-
-
-def _file_stat(memory: Memory) -> FileStat:
-    return FileStat(
-        memory.path_id, memory.mtime_ns, memory.size, memory.hash, to_cache(memory), memory.change
-    )

@@ -13,7 +13,8 @@ import pytest
 
 from memvault import loader
 from memvault.index import Index
-from memvault.store import Store, _areas_from
+from memvault.snapshot import areas_from as _areas_from
+from memvault.store import Store
 from memvault.vault import Vault
 
 pytestmark = pytest.mark.anyio
@@ -115,7 +116,7 @@ async def test_a_cold_load_with_helpers_equals_one_without(make_settings, vault_
     shutil.copytree(vault_root, copy)  # keeps mtimes
     serial = Store(make_settings(root=copy, load_processes=0))
     monkeypatch.setattr(loader, "PARALLEL_MIN", 8)
-    monkeypatch.setattr("memvault.store.SNAPSHOT_MIN", 0)
+    monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)
     parallel = Store(make_settings(load_processes=2))
     try:
         one = await serial.state("alice")

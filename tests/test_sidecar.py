@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memvault.clock import format_time, parse_time
 from memvault.sidecar import (
     DB_NAME,
     MIGRATIONS,
@@ -21,8 +22,6 @@ from memvault.sidecar import (
     SIDECAR_DIR,
     FileStat,
     Sidecar,
-    format_time,
-    parse_time,
     sidecar_path,
 )
 

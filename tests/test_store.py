@@ -11,7 +11,9 @@ import pytest
 from memvault.cli import main
 from memvault.errors import InvalidArgument, InvalidName
 from memvault.markdown import MAX_INDEXED_BYTES
-from memvault.store import SNAPSHOT_VERSION, Store
+from memvault.snapshot import VERSION as SNAPSHOT_VERSION
+from memvault.store import Store
+from memvault.tokens import Tokens
 
 pytestmark = pytest.mark.anyio
 
@@ -84,7 +86,7 @@ def _hand_write(folder, name, body):
 async def test_restart_from_the_index_snapshot_reads_only_what_changed(
     make_settings, vault_root, monkeypatch
 ):
-    monkeypatch.setattr("memvault.store.SNAPSHOT_MIN", 0)
+    monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)
     folder = vault_root / "alice"
     folder.mkdir()
     for i in range(30):
@@ -118,7 +120,7 @@ async def test_restart_from_the_index_snapshot_reads_only_what_changed(
 
 
 async def test_a_corrupt_snapshot_is_ignored(make_settings, vault_root, monkeypatch):
-    monkeypatch.setattr("memvault.store.SNAPSHOT_MIN", 0)
+    monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)
     folder = vault_root / "alice"
     folder.mkdir()
     for i in range(5):
@@ -137,7 +139,7 @@ async def test_a_corrupt_snapshot_is_ignored(make_settings, vault_root, monkeypa
 
 
 async def test_a_snapshot_in_an_older_format_is_ignored(make_settings, vault_root, monkeypatch, caplog):
-    monkeypatch.setattr("memvault.store.SNAPSHOT_MIN", 0)
+    monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)
     folder = vault_root / "alice"
     folder.mkdir()
     for i in range(4):
@@ -195,7 +197,7 @@ async def test_an_outside_change_reported_during_a_load_is_applied_after_it(
     for i in range(5):
         _hand_write(folder, f"note-{i}.md", f"ordinary words number{i}")
     store = Store(make_settings())
-    real_read = Store._read_file
+    real_read = Tokens.read_file
     edited = []
 
     def read_then_edit(self, state, id, archived, previous=None):
@@ -203,10 +205,10 @@ async def test_an_outside_change_reported_during_a_load_is_applied_after_it(
         if id == "note-2.md" and not edited:
             # A person saves the file just after the load read it; the watcher reports it at once.
             _hand_write(folder, "note-2.md", "fresh zebra words")
-            edited.append(self.apply_changes("alice", [folder / "note-2.md"], False))
+            edited.append(store.apply_changes("alice", [folder / "note-2.md"], False))
         return memory
 
-    monkeypatch.setattr(Store, "_read_file", read_then_edit)
+    monkeypatch.setattr(Tokens, "read_file", read_then_edit)
     try:
         found = await store.find("alice", query="zebra")
         assert edited == [0]  # not applied then: the token was still loading
@@ -328,7 +330,7 @@ async def test_a_file_replaced_with_the_same_size_and_mtime_is_read_again(
 async def test_a_large_vault_restart_sees_a_file_replaced_with_the_same_size_and_mtime(
     make_settings, vault_root, monkeypatch
 ):
-    monkeypatch.setattr("memvault.store.SNAPSHOT_MIN", 0)  # restart from the index snapshot
+    monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)  # restart from the index snapshot
     folder = vault_root / "alice"
     folder.mkdir()
     for i in range(5):

@@ -10,7 +10,6 @@ from pydantic import Field
 
 from memvault.config import Settings
 from memvault.errors import quote
-from memvault.names import ARCHIVE
 from memvault.recall import STALE_DAYS, Recall, Recalled, Recaller, Stats
 from memvault.store import Store
 from memvault.tools.common import READ_ONLY, Reply, handles_errors, joined, show_time, text, token_of
@@ -19,7 +18,7 @@ from memvault.tools.common import READ_ONLY, Reply, handles_errors, joined, show
 
 
 def _recall_line(hit: Recalled) -> str:
-    name = f"{ARCHIVE}/{hit.memory.id}" if hit.memory.archived else hit.memory.id
+    name = hit.memory.path_id
     title = hit.memory.title.replace("|", "/")
     return f"{name} | {title} | {hit.score:.2f} | {hit.snippet}"
 

@@ -1,0 +1,43 @@
+"""Arguments of the memory operations, checked before anything is read or written; each says what to do."""
+
+from __future__ import annotations
+
+from memvault.errors import InvalidArgument, TooLarge, quote
+from memvault.markdown import PRIORITIES
+
+MAX_TITLE_CHARS = 200
+
+
+def check_title(title: str) -> str:
+    title = (title or "").strip()
+    if not title:
+        raise InvalidArgument("title is empty; give the memory a short title.")
+    if "\n" in title or "\r" in title:
+        raise InvalidArgument("title must be one line; put details in content.")
+    if len(title) > MAX_TITLE_CHARS:
+        raise TooLarge("title", len(title), MAX_TITLE_CHARS)
+    return title
+
+
+def check_content(content: str, limit: int) -> str:
+    if content is None or not content.strip():
+        raise InvalidArgument("content is empty; say what the memory should hold.")
+    if len(content) > limit:
+        raise TooLarge("content", len(content), limit)
+    return content
+
+
+def check_priority(priority: str | None) -> str | None:
+    if priority is None:
+        return None
+    value = priority.strip().upper()
+    if value not in PRIORITIES:
+        raise InvalidArgument(
+            f"priority must be P0 (permanent), P1 (90 days) or P2 (30 days), not {quote(priority)}."
+        )
+    return value
+
+
+def check_importance(importance: float | None) -> None:
+    if importance is not None and not 0.0 <= importance <= 1.0:
+        raise InvalidArgument("importance must be between 0 and 1.")

@@ -1,0 +1,111 @@
+"""Outside changes: files a person or git changed, added or removed, brought into a loaded token.
+
+The watcher hands paths (or "rescan this token" after a folder event or lost events) to
+:func:`apply_changes`, in a worker thread. Our own writes are recognised by their stat and cost
+one ``stat`` each; changed files are read again (parsed only if their bytes changed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from memvault.errors import InvalidName
+from memvault.files import unchanged
+from memvault.names import ARCHIVE, is_memory_path
+
+if TYPE_CHECKING:
+    from memvault.tokens import Tokens, TokenState
+
+
+def apply_changes(tokens: Tokens, token: str, paths: Iterable[Path], rescan: bool) -> int:
+    """Bring a loaded token in line with files changed outside the server (worker thread).
+
+    Returns how many memories changed. Our own writes are recognised by mtime and size and
+    cost a stat each.
+    """
+    state = tokens.states.get(token)
+    if state is None:
+        return 0
+    paths = list(paths)
+    with state.mem_lock:
+        if not state.loaded:
+            if state.loading:  # applied when the load is done (see _load)
+                state.missed.update(paths)
+                state.missed_rescan |= rescan
+            return 0
+    if rescan:
+        return rescan_folder(tokens, state)
+    changed = 0
+    parents: dict[str, bool] = {}
+    for path in paths:
+        located = _locate(state, path)
+        if located is None:
+            continue
+        id, archived = located
+        with state.mem_lock:
+            before = state.area(archived).memories.get(id)
+        try:
+            # A link (or a folder link above it) may point out of the token folder: to another
+            # token or anywhere on the machine. The scan skips those; events must too.
+            if not _plainly_inside(state, path, parents):
+                state.vault.path_of(id, archived=archived)
+        except InvalidName:
+            if before is not None:
+                tokens.drop(state, id, archived)
+                changed += 1
+            continue
+        after = tokens.fresh(state, id, archived)
+        if before is not after:
+            changed += 1
+    return changed
+
+
+def _plainly_inside(state: TokenState, path: Path, parents: dict[str, bool]) -> bool:
+    """True when no link is involved: the file is not a link and its folder resolves to itself.
+
+    Cheap (one lstat, one realpath per folder per batch); anything else gets the full check.
+    """
+    folder = os.path.dirname(path)
+    plain = parents.get(folder)
+    if plain is None:
+        plain = parents[folder] = os.path.realpath(folder) == os.path.abspath(folder)
+    return plain and not os.path.islink(path)
+
+
+def _locate(state: TokenState, path: Path) -> tuple[str, bool] | None:
+    try:
+        rel = path.relative_to(state.dir)
+    except ValueError:
+        return None
+    parts = rel.parts
+    archived = bool(parts) and parts[0] == ARCHIVE
+    if archived:
+        parts = parts[1:]
+    if not is_memory_path(parts):
+        return None
+    return "/".join(parts), archived
+
+
+def rescan_folder(tokens: Tokens, state: TokenState) -> int:
+    """Bring the loaded memories in line with the folder."""
+    seen: set[tuple[str, bool]] = set()
+    changed = 0
+    with state.mem_lock:
+        known = (dict(state.hot.memories), dict(state.archive.memories))
+    for id, archived, st in state.vault.scan():
+        seen.add((id, archived))
+        before = known[archived].get(id)
+        if before is not None and unchanged(before, st):
+            continue  # unchanged: the scan's stat is enough
+        if tokens.fresh(state, id, archived) is not before:
+            changed += 1
+    for archived in (False, True):
+        with state.mem_lock:
+            gone = [id for id in state.area(archived).memories if (id, archived) not in seen]
+        for id in gone:
+            tokens.drop(state, id, archived)
+        changed += len(gone)
+    return changed
