@@ -35,6 +35,7 @@ import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 
+from memvault.access import last_access
 from memvault.embedders import FloatMatrix
 from memvault.errors import InvalidArgument, quote
 from memvault.markdown import PRIORITIES, Memory, clean_tags
@@ -45,7 +46,8 @@ from memvault.topics import Layout, creation_order
 from memvault.vectors import VectorView
 
 if TYPE_CHECKING:
-    from memvault.store import Evicted, Store
+    from memvault.store import Store
+    from memvault.sweeps import Evicted
     from memvault.tokens import TokenState
 
 # --- ranking constants (tuned on the LoCoMo development conversations only; bench/locomo.py) ---
@@ -363,7 +365,7 @@ class Recaller:
                 if memory is None:
                     continue
                 memories[row] = memory
-                last = store.last_access(memory, recorded.get(path_key))
+                last = last_access(memory, recorded.get(path_key))
                 weighted[row] = score[row] * factor(
                     memory,
                     title_hit=bool(terms.intersection(tokenize(memory.title))),
@@ -424,7 +426,7 @@ class Recaller:
         now = store.clock()
         stale = []
         for memory in hot:
-            last = store.last_access(memory, recorded.get(memory.id))
+            last = last_access(memory, recorded.get(memory.id))
             if last is None or (now - last).total_seconds() > STALE_DAYS * 86400:
                 stale.append(memory.id)
         dated = [m for m in hot if m.created_at is not None]

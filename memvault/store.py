@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import logging
-import sqlite3
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,7 +14,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from memvault import arguments, eviction, reconcile, snapshot
+from memvault import access, arguments, reconcile, snapshot
 from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.embeddings import Embeddings
@@ -28,21 +26,14 @@ from memvault.errors import (
     NotFound,
 )
 from memvault.markdown import PRIORITIES, Memory, clean_tags
-from memvault.names import check_id, key, split_key
-from memvault.resources import bookkeep, note_failure
+from memvault.names import check_id, split_key
+from memvault.resources import bookkeep
+from memvault.sweeps import Evicted, Sweeps
 from memvault.tokens import Tokens, TokenState
 
 log = logging.getLogger("memvault")
 
-MAX_TITLE_CHARS = 200
-LAST_EVICTION = "last_eviction"
-
-
-@dataclass(frozen=True, slots=True)
-class Evicted:
-    id: str
-    reason: str
-    archived_as: str | None  # None on a dry run
+__all__ = ["Evicted", "Found", "Store", "Written"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +61,8 @@ class Store:
         self.settings = settings
         self.clock = clock
         self._background: set[asyncio.Task[Any]] = set()
-        self.limits = eviction.Limits(
-            ttl_p1_days=settings.ttl_p1_days, ttl_p2_days=settings.ttl_p2_days, capacity=settings.capacity
-        )
         self.registry = Tokens(settings, embeddings_from_settings(settings), self._in_background)
+        self.sweeps = Sweeps(self.registry, settings, clock, self._in_background)
 
     # ------------------------------------------------------------------ tokens (see memvault.tokens)
 
@@ -118,17 +107,13 @@ class Store:
         async with self.using(token) as state:
             return state
 
-    # The index snapshot: the loaded memories and their index as plain data (JSON and numpy arrays,
-    # never pickle: the vault may be synced from elsewhere) in .memvault/, so a restart of a large
-    # vault does not re-tokenise every memory. Derived: deleting it costs only restart time.
-
     # ------------------------------------------------------------------ reading
 
     async def list_hot(self, token: str) -> list[tuple[Memory, datetime | None]]:
         async with self.using(token) as state:
             memories = await anyio.to_thread.run_sync(self._snapshot, state)
-            result = [(m, self.last_access(m, stats)) for m, stats in memories]
-            self._maybe_sweep(state)
+            result = [(m, access.last_access(m, stats)) for m, stats in memories]
+            self.sweeps.maybe_sweep(state)
             return result
 
     def _snapshot(self, state: TokenState) -> list[tuple[Memory, datetime | None]]:
@@ -136,12 +121,6 @@ class Store:
             memories = sorted(state.hot.memories.values(), key=lambda m: m.id)
         recorded = state.sidecar.last_access() if state.sidecar else {}
         return [(m, recorded.get(m.id)) for m in memories]
-
-    @staticmethod
-    def last_access(memory: Memory, recorded: datetime | None) -> datetime | None:
-        """The later of the sidecar's record and the file's lastAccessedAt, else its last change."""
-        times = [t for t in (recorded, memory.last_accessed_at) if t is not None]
-        return max(times) if times else (memory.updated_at or memory.created_at)
 
     async def find(
         self,
@@ -212,46 +191,12 @@ class Store:
                 lambda: bookkeep("record an access", lambda: state.ensure_sidecar().record_access(
                     [m.id for m in hot], now, hit=hit))
             )  # fmt: skip
-            due = [m for m in hot if self._needs_file_write(m, now)]
+            mode = self.settings.access_writeback
+            due = [m for m in hot if access.needs_file_write(m, now, mode)]
             if due:
                 async with state.lock:
-                    await anyio.to_thread.run_sync(self._write_access, state, due, now)
-            self._maybe_sweep(state)
-
-    def _needs_file_write(self, memory: Memory, now: datetime) -> bool:
-        if memory.conflicted or memory.problem is not None:
-            return False
-        if not memory.has_frontmatter:
-            return True  # legacy file: migrated once, on first access
-        mode = self.settings.access_writeback
-        if mode == "never":
-            return False
-        if mode == "always":
-            return True
-        last = memory.last_accessed_at
-        return last is None or last.date() != now.date()
-
-    def _write_access(self, state: TokenState, memories: Sequence[Memory], now: datetime) -> None:
-        with state.file_lock():
-            for memory in memories:
-                fields: dict[str, Any] = {}
-                if self.settings.access_writeback != "never":
-                    fields["lastAccessedAt"] = now
-                if not memory.has_frontmatter:
-                    fields = {
-                        "priority": memory.priority,
-                        "createdAt": memory.created_at or now,
-                        "updatedAt": memory.updated_at or memory.created_at or now,
-                        **fields,
-                    }
-                try:
-                    updated = state.vault.update(memory.id, fields, expect_hash=memory.hash)
-                except (NotFound, Conflict, InvalidArgument, InvalidName):
-                    continue  # changed or removed under us; the watcher will catch up
-                except OSError as exc:  # a full disk: the read stands, the file keeps its old time
-                    note_failure("write lastAccessedAt back", exc)
-                    continue
-                self.registry.remember(state, updated)
+                    await anyio.to_thread.run_sync(access.write_back, self.registry, state, due, now, mode)
+            self.sweeps.maybe_sweep(state)
 
     # ------------------------------------------------------------------ writing
 
@@ -379,16 +324,7 @@ class Store:
     def _retire(self, state: TokenState, target: Memory, by: str) -> str:
         """Mark ``target`` as superseded by ``by`` and move it to the archive; returns its archive id."""
         state.vault.update(target.id, {"supersededBy": by}, expect_hash=target.hash)
-        archived_id = state.vault.move(target.id, to_archive=True)
-        archived = self.registry.read_file(state, archived_id, True)
-        self.registry.drop(state, target.id, False)
-        if archived is not None:
-            self.registry.remember(state, archived)
-        bookkeep(
-            "move access records",
-            lambda: state.ensure_sidecar().rename_access(target.id, key(archived_id, True)),
-        )
-        return archived_id
+        return self.registry.move(state, target.id, to_archive=True)
 
     async def update(
         self,
@@ -464,15 +400,8 @@ class Store:
         state.vault.existing(id, archived=True)
         now = self.clock()
         with state.file_lock():
-            new_id = state.vault.move(id, to_archive=False)
-            memory = self.registry.read_file(state, new_id, False)
-            self.registry.drop(state, id, True)
-            if memory is not None:
-                self.registry.remember(state, memory)
+            new_id = self.registry.move(state, id, to_archive=False)
             # Restoring is an access: without it the next sweep would archive it again at once.
-            bookkeep(
-                "move access records", lambda: state.ensure_sidecar().rename_access(key(id, True), new_id)
-            )
             bookkeep(
                 "record an access", lambda: state.ensure_sidecar().record_access([new_id], now, hit=False)
             )
@@ -481,78 +410,8 @@ class Store:
     # ------------------------------------------------------------------ eviction
 
     async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
-        async with self.using(token) as state:
-            if not state.dir.is_dir():
-                return []
-            async with state.lock:
-                return await anyio.to_thread.run_sync(self._evict_sync, state, dry_run)
-
-    def _evict_sync(self, state: TokenState, dry_run: bool) -> list[Evicted]:
-        now = self.clock()
-        with state.file_lock():
-            sidecar = state.ensure_sidecar()
-            recorded = sidecar.last_access()
-            with state.mem_lock:
-                memories = list(state.hot.memories.values())
-            candidates = [
-                eviction.Candidate(
-                    id=m.id,
-                    priority=m.priority,
-                    last_access=self.last_access(m, recorded.get(m.id)) or now,
-                    importance=m.importance,
-                    pinned=m.conflicted,
-                )
-                for m in memories
-            ]
-            plan = eviction.plan(candidates, now, self.limits)
-            if dry_run:
-                return [Evicted(e.id, e.reason, None) for e in plan]
-            if plan:
-                state.vault.check_archive()  # else every move fails and the sweep looks like a no-op
-            done: list[Evicted] = []
-            for item in plan:
-                try:
-                    new_id = state.vault.move(item.id, to_archive=True)
-                except (NotFound, InvalidName, OSError) as exc:
-                    log.warning("eviction skipped a memory: %s", type(exc).__name__)
-                    continue
-                archived = self.registry.read_file(state, new_id, True)
-                self.registry.drop(state, item.id, False)
-                if archived is not None:
-                    self.registry.remember(state, archived)
-                bookkeep(
-                    "move access records",
-                    functools.partial(sidecar.rename_access, item.id, key(new_id, True)),
-                )
-                done.append(Evicted(item.id, item.reason, new_id))
-            bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
-            return done
-
-    def _maybe_sweep(self, state: TokenState) -> None:
-        """Lazy eviction: after a read, at most once per interval, in the background."""
-        if state.evicting or state.sidecar is None:
-            return
-        try:
-            raw = state.sidecar.get_state(LAST_EVICTION)
-        except sqlite3.Error as exc:
-            note_failure("read the last sweep time", exc)
-            return
-        last = datetime.fromisoformat(raw) if raw else None
-        if not eviction.sweep_due(last, self.clock(), self.settings.evict_interval_hours):
-            return
-        state.evicting = True
-
-        async def sweep() -> None:
-            try:
-                evicted = await self.evict(state.token)
-                if evicted:
-                    log.info("archived %d stale memories", len(evicted))
-            except Exception:
-                log.exception("background eviction failed")
-            finally:
-                state.evicting = False
-
-        self._in_background(sweep())
+        """Archive what the eviction policy says is stale (memvault.sweeps)."""
+        return await self.sweeps.evict(token, dry_run=dry_run)
 
     def _in_background(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run work after the current request; close() cancels or awaits what is left."""
@@ -570,10 +429,7 @@ class Store:
             task.cancel()
         await asyncio.gather(*list(self._background), return_exceptions=True)
         for state in self.tokens.values():
-            if (
-                state.loaded
-                and len(state.hot.memories) + len(state.archive.memories) >= snapshot.MIN_MEMORIES
-            ):
+            if state.loaded and state.large:
                 await anyio.to_thread.run_sync(snapshot.save, state)
         await anyio.to_thread.run_sync(self.embeddings.close)
         for state in self.tokens.values():

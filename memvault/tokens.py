@@ -130,6 +130,11 @@ class TokenState:
     def area(self, archived: bool) -> Area:
         return self.archive if archived else self.hot
 
+    @property
+    def large(self) -> bool:
+        """Large enough to restart from a snapshot rather than the per-file parse cache."""
+        return len(self.hot.memories) + len(self.archive.memories) >= snapshot.MIN_MEMORIES
+
 
 class Tokens:
     """The registry of tokens this process knows, loading and unloading them; ``spawn`` runs
@@ -177,7 +182,7 @@ class Tokens:
                     self.unload_idle()
                     if state.snapshot_stale:
                         self.spawn(anyio.to_thread.run_sync(snapshot.save, state))
-                    elif len(state.hot.memories) + len(state.archive.memories) >= snapshot.MIN_MEMORIES:
+                    elif state.large:
                         self.spawn(anyio.to_thread.run_sync(heap.release))  # the load's garbage
 
     def unload_idle(self) -> None:
@@ -356,7 +361,7 @@ class Tokens:
         with state.mem_lock:
             area = state.area(memory.archived)
             area.put(memory)
-            large = len(state.hot.memories) + len(state.archive.memories) >= snapshot.MIN_MEMORIES
+            large = state.large
         state.vectors.changed(memory)
         # A large vault restarts from its snapshot (written at shutdown), not from this cache; one
         # SQLite transaction per file was most of the time a 1,000-file git pull took to apply.
@@ -368,7 +373,7 @@ class Tokens:
     def drop(state: TokenState, id: str, archived: bool) -> None:
         with state.mem_lock:
             state.area(archived).drop(id)
-            large = len(state.hot.memories) + len(state.archive.memories) >= snapshot.MIN_MEMORIES
+            large = state.large
         state.vectors.dropped(key(id, archived))
         if state.sidecar is not None and not large:  # a large vault's cache is not read (snapshot)
             sidecar = state.sidecar
@@ -376,6 +381,18 @@ class Tokens:
                 "drop a cached parse",
                 lambda: sidecar.delete_file_stats([key(id, archived)]),
             )
+
+    def move(self, state: TokenState, id: str, *, to_archive: bool) -> str:
+        """Move a memory between hot and archive (file lock held): the file, then the index and
+        the access records follow. Returns its id in the other area."""
+        new_id = state.vault.move(id, to_archive=to_archive)
+        moved = self.read_file(state, new_id, to_archive)
+        self.drop(state, id, not to_archive)
+        if moved is not None:
+            self.remember(state, moved)
+        old, new = key(id, not to_archive), key(new_id, to_archive)
+        bookkeep("move access records", lambda: state.ensure_sidecar().rename_access(old, new))
+        return new_id
 
     def fresh(self, state: TokenState, id: str, archived: bool) -> Memory | None:
         """The memory as it is on disk now (the watcher may not have caught up yet)."""

@@ -1,0 +1,120 @@
+"""Eviction sweeps: moving stale memories to the archive, on demand and lazily after reads.
+
+The policy (which memories, when a sweep is due) is memvault.eviction, pure; this module gathers
+its inputs from the index and the sidecar and carries out its plan under the token's locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import anyio.to_thread
+
+from memvault import eviction
+from memvault.access import last_access
+from memvault.clock import Clock
+from memvault.config import Settings
+from memvault.errors import InvalidName, NotFound
+from memvault.resources import bookkeep, note_failure
+from memvault.tokens import Tokens, TokenState
+
+log = logging.getLogger("memvault")
+
+LAST_EVICTION = "last_eviction"  # sidecar state key: when the last sweep ran
+
+
+@dataclass(frozen=True, slots=True)
+class Evicted:
+    id: str
+    reason: str
+    archived_as: str | None  # None on a dry run
+
+
+class Sweeps:
+    """Runs eviction for the registry's tokens; ``spawn`` runs a lazy sweep after the current request."""
+
+    def __init__(
+        self,
+        tokens: Tokens,
+        settings: Settings,
+        clock: Clock,
+        spawn: Callable[[Coroutine[Any, Any, Any]], None],
+    ) -> None:
+        self.tokens = tokens
+        self.settings = settings
+        self.clock = clock
+        self.spawn = spawn
+        self.limits = eviction.Limits(
+            ttl_p1_days=settings.ttl_p1_days, ttl_p2_days=settings.ttl_p2_days, capacity=settings.capacity
+        )
+
+    async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
+        async with self.tokens.using(token) as state:
+            if not state.dir.is_dir():
+                return []
+            async with state.lock:
+                return await anyio.to_thread.run_sync(self._evict_sync, state, dry_run)
+
+    def _evict_sync(self, state: TokenState, dry_run: bool) -> list[Evicted]:
+        now = self.clock()
+        with state.file_lock():
+            sidecar = state.ensure_sidecar()
+            recorded = sidecar.last_access()
+            with state.mem_lock:
+                memories = list(state.hot.memories.values())
+            candidates = [
+                eviction.Candidate(
+                    id=m.id,
+                    priority=m.priority,
+                    last_access=last_access(m, recorded.get(m.id)) or now,
+                    importance=m.importance,
+                    pinned=m.conflicted,
+                )
+                for m in memories
+            ]
+            plan = eviction.plan(candidates, now, self.limits)
+            if dry_run:
+                return [Evicted(e.id, e.reason, None) for e in plan]
+            if plan:
+                state.vault.check_archive()  # else every move fails and the sweep looks like a no-op
+            done: list[Evicted] = []
+            for item in plan:
+                try:
+                    new_id = self.tokens.move(state, item.id, to_archive=True)
+                except (NotFound, InvalidName, OSError) as exc:
+                    log.warning("eviction skipped a memory: %s", type(exc).__name__)
+                    continue
+                done.append(Evicted(item.id, item.reason, new_id))
+            bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
+            return done
+
+    def maybe_sweep(self, state: TokenState) -> None:
+        """Lazy eviction: after a read, at most once per interval, in the background."""
+        if state.evicting or state.sidecar is None:
+            return
+        try:
+            raw = state.sidecar.get_state(LAST_EVICTION)
+        except sqlite3.Error as exc:
+            note_failure("read the last sweep time", exc)
+            return
+        last = datetime.fromisoformat(raw) if raw else None
+        if not eviction.sweep_due(last, self.clock(), self.settings.evict_interval_hours):
+            return
+        state.evicting = True
+
+        async def sweep() -> None:
+            try:
+                evicted = await self.evict(state.token)
+                if evicted:
+                    log.info("archived %d stale memories", len(evicted))
+            except Exception:
+                log.exception("background eviction failed")
+            finally:
+                state.evicting = False
+
+        self.spawn(sweep())
