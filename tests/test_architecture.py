@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,30 +15,56 @@ MODULES = sorted(p.relative_to(PACKAGE).with_suffix("").as_posix() for p in PACK
 
 # Core modules know nothing of MCP or the HTTP layer; store sits between tools and the core.
 NO_MCP_NO_UPPER_LAYERS = (
-    "vault",
-    "index",
-    "eviction",
-    "sidecar",
-    "config",
-    "errors",
+    "access",
+    "area",
+    "arguments",
     "check",
-    "watcher",
-    "sessions",
-    "graph",
-    "embeddings",
-    "embedders",
-    "vectors",
-    "topics",
-    "recall",
+    "clock",
     "columns",
+    "config",
+    "embedders",
+    "embeddings",
+    "errors",
+    "eviction",
+    "files",
+    "graph",
+    "heap",
+    "index",
+    "lexicon",
+    "markdown",
+    "names",
+    "reconcile",
+    "recall",
+    "resources",
+    "sessions",
+    "sidecar",
+    "snapshot",
+    "sweeps",
     "text",
+    "tokens",
+    "topics",
+    "vault",
+    "vectors",
+    "watcher",
 )
+# The parts of the store know nothing of the Store that composes them.
+BELOW_STORE = ("access", "area", "arguments", "reconcile", "snapshot", "sweeps", "tokens")
+# The pure basics: no I/O layers, no server, nothing of the store.
+BASICS = ("clock", "names", "text", "markdown", "eviction", "errors")
 FORBIDDEN = {
     **{name: ("memvault.app", "memvault.tools", "mcp") for name in NO_MCP_NO_UPPER_LAYERS},
+    **{name: ("memvault.app", "memvault.tools", "mcp", "memvault.store") for name in BELOW_STORE},
+    **{
+        name: ("memvault.app", "memvault.tools", "mcp", "memvault.store", "memvault.tokens",
+               "memvault.vault", "memvault.sidecar", "memvault.files", "memvault.index", "numpy")
+        for name in BASICS
+    },
     "store": ("memvault.app", "memvault.tools"),
     # Helper processes import it: it must stay light (no server, no store).
     "loader": ("memvault.app", "memvault.tools", "mcp", "memvault.store", "memvault.embeddings"),
-}
+}  # fmt: skip
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 400
 
 
 def imported_modules(module: str) -> set[str]:
@@ -74,6 +102,28 @@ def test_core_modules_do_not_import_upper_layers_or_mcp(module: str) -> None:
         name for name in imported_modules(module) for banned in FORBIDDEN[module] if violates(name, banned)
     )
     assert not bad, f"memvault/{module}.py imports {bad}; dependencies must point one way (DESIGN.md)"
+
+
+def test_the_loader_stays_light_at_run_time() -> None:
+    """Helper processes import the loader; what it pulls in, directly or not, they all pay for."""
+    probe = (
+        "import sys, memvault.loader\n"
+        "heavy = ('mcp', 'starlette', 'memvault.store', 'memvault.embeddings', 'memvault.tokens')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", f"importing memvault.loader also imports {out.stdout.strip()}"
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_modules_and_classes_stay_small_enough_to_read(module: str) -> None:
+    source = (PACKAGE / f"{module}.py").read_text(encoding="utf-8")
+    lines = source.count("\n")
+    assert lines <= MAX_MODULE_LINES, f"memvault/{module}.py has {lines} lines; split it by concept"
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            size = (node.end_lineno or node.lineno) - node.lineno + 1
+            assert size <= MAX_CLASS_LINES, f"class {node.name} in memvault/{module}.py has {size} lines"
 
 
 def test_import_parser_sees_every_form_of_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
