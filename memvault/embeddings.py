@@ -27,6 +27,7 @@ from memvault.embedders import (
     load_embedder,
 )
 from memvault.errors import InvalidArgument
+from memvault.sidecar import StoredVector
 from memvault.vectors import TokenVectors, Work, embed_text, text_hash
 
 if TYPE_CHECKING:
@@ -270,17 +271,18 @@ class Embeddings:
                 missing = []
                 stored = sidecar.get_vectors([w.key for w in work])
                 by_hash = sidecar.vectors_by_hash(name, hashes)
-                reused: list[tuple[str, str, int, str, bytes]] = []
+                reused: dict[str, StoredVector] = {}
                 for i, item in enumerate(work):
                     row = stored.get(item.key)
-                    blob = row[3] if row is not None and row[0] == name and row[2] == hashes[i] else None
+                    current = row is not None and row.model == name and row.hash == hashes[i]
+                    blob = row.vec if row is not None and current else None
                     if blob is None:
                         blob = by_hash.get(hashes[i])
                         if blob is None:
                             moved = vectors.recent(name, hashes[i])
                             blob = moved.tobytes() if moved is not None else None
                         if blob is not None:
-                            reused.append((item.key, name, embedder.dim, hashes[i], blob))
+                            reused[item.key] = StoredVector(name, embedder.dim, hashes[i], blob)
                     if blob is not None and len(blob) == 4 * embedder.dim:
                         found.append((item, hashes[i], np.frombuffer(blob, dtype=np.float32)))
                     else:
@@ -291,7 +293,9 @@ class Embeddings:
                 self.embedded += len(missing)
                 rows = [(work[i], hashes[i], matrix[j]) for j, i in enumerate(missing)]
                 if sidecar is not None:
-                    sidecar.put_vectors([(w.key, name, embedder.dim, h, v.tobytes()) for w, h, v in rows])
+                    sidecar.put_vectors(
+                        {w.key: StoredVector(name, embedder.dim, h, v.tobytes()) for w, h, v in rows}
+                    )
                 found += rows
             if sidecar is not None and removed:
                 sidecar.delete_vectors(removed)

@@ -7,7 +7,7 @@ import os
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -218,6 +218,16 @@ def _migrate(conn: sqlite3.Connection, db: Path) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVector:
+    """A memory's embedding as stored: the model that made it, from which text, and its bytes."""
+
+    model: str
+    dim: int
+    hash: str  # text_hash of the embedded text: a changed text is embedded again
+    vec: bytes  # float32, dim values
 
 
 class Sidecar:
@@ -435,10 +445,10 @@ class Sidecar:
 
     # -- vectors (embeddings of memory texts; derived) -------------------------------------
 
-    def get_vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, int, str, bytes]]:
-        """``id -> (model, dim, text hash, float32 bytes)`` for the given ids that have a vector."""
+    def get_vectors(self, ids: Sequence[str]) -> dict[str, StoredVector]:
+        """The stored vector of each given id that has one."""
         rows = self._select_in("SELECT id, model, dim, hash, vec FROM vectors WHERE id", ids)
-        return {row[0]: (row[1], int(row[2]), row[3], bytes(row[4])) for row in rows}
+        return {row[0]: StoredVector(row[1], int(row[2]), row[3], bytes(row[4])) for row in rows}
 
     def vectors_by_hash(self, model: str, hashes: Sequence[str]) -> dict[str, bytes]:
         """``text hash -> float32 bytes`` of any memory's vector from ``model`` with that text."""
@@ -455,16 +465,16 @@ class Sidecar:
                 rows += conn.execute(f"{select} IN ({marks})", (*first, *chunk)).fetchall()
         return rows
 
-    def put_vectors(self, rows: Sequence[tuple[str, str, int, str, bytes]]) -> None:
-        """Insert or replace ``(id, model, dim, text hash, float32 bytes)`` rows in one transaction."""
-        if not rows:
+    def put_vectors(self, vectors: Mapping[str, StoredVector]) -> None:
+        """Insert or replace the vectors of the given ids, in one transaction."""
+        if not vectors:
             return
         with self._write() as conn:
             conn.executemany(
                 "INSERT INTO vectors (id, model, dim, hash, vec) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (id) DO UPDATE SET model = excluded.model, dim = excluded.dim, "
                 "hash = excluded.hash, vec = excluded.vec",
-                rows,
+                [(id_, v.model, v.dim, v.hash, v.vec) for id_, v in vectors.items()],
             )
 
     def delete_vectors(self, ids: Sequence[str]) -> None:

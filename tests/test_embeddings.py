@@ -26,7 +26,7 @@ from memvault.embedders import (
 from memvault.embeddings import Embeddings
 from memvault.errors import InvalidArgument
 from memvault.markdown import Memory
-from memvault.sidecar import Sidecar
+from memvault.sidecar import Sidecar, StoredVector
 from memvault.store import Store
 from memvault.topics import matvec
 from memvault.vectors import TokenVectors, embed_text, quantize, text_hash
@@ -194,7 +194,7 @@ async def settle(store: Store) -> None:
     assert await asyncio.to_thread(store.embeddings.wait_idle, 20)
 
 
-def stored_vectors(root: Path, token: str) -> dict[str, tuple[str, int, str, bytes]]:
+def stored_vectors(root: Path, token: str) -> dict[str, StoredVector]:
     with Sidecar.open(root / token) as sidecar:
         with sidecar.snapshot() as conn:
             ids = [row[0] for row in conn.execute("SELECT id FROM vectors")]
@@ -212,7 +212,8 @@ async def test_vectors_are_computed_after_a_write_and_recomputed_on_change(
         await settle(store)
         rows = stored_vectors(settings.root, "t")
         assert list(rows) == ["deploy.md"]
-        model, dim, digest, blob = rows["deploy.md"]
+        stored = rows["deploy.md"]
+        model, dim, digest, blob = stored.model, stored.dim, stored.hash, stored.vec
         assert (model, dim, len(blob)) == ("counting-v1", 16, 64)
         assert digest == text_hash(embed_text(memory))
         assert len(embedder.texts) == 1
@@ -225,7 +226,7 @@ async def test_vectors_are_computed_after_a_write_and_recomputed_on_change(
         await store.update("t", "deploy.md", content="Canary releases on Tuesdays.")
         await settle(store)
         assert len(embedder.texts) == 2 and "Canary" in embedder.texts[-1]
-        assert stored_vectors(settings.root, "t")["deploy.md"][2] != digest
+        assert stored_vectors(settings.root, "t")["deploy.md"].hash != digest
         state = await store.state("t")
         assert state.vectors.counts() == (1, 1)
     finally:
@@ -304,7 +305,7 @@ async def test_a_restart_reuses_stored_vectors_and_a_model_change_re_embeds(
     await store.state("t")
     await settle(store)
     assert len(other.texts) == 5
-    assert {row[0] for row in stored_vectors(settings.root, "t").values()} == {"counting-v2"}
+    assert {row.model for row in stored_vectors(settings.root, "t").values()} == {"counting-v2"}
     await store.close()
 
 
