@@ -93,20 +93,7 @@ class Settings:
                 f"MEMVAULT_TOOLS has unknown group(s) {', '.join(unknown)}; "
                 f"choose from {', '.join(TOOL_GROUPS)}."
             )
-        for name in (
-            "max_body_bytes",
-            "max_import_line_bytes",
-            "max_connections",
-            "max_sessions_per_token",
-            "max_sessions_per_client",
-            "max_content_chars",
-            "max_reply_chars",
-            "capacity",
-            "max_loaded_tokens",
-        ):
-            if getattr(self, name) < 1:
-                raise InvalidArgument(f"MEMVAULT_{name.upper()} must be at least 1.")
-        for name in ("graph_entries_per_term", "graph_max_results"):
+        for name in _AT_LEAST_ONE:
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"MEMVAULT_{name.upper()} must be at least 1.")
         if self.load_processes is not None and self.load_processes < 0:
@@ -134,6 +121,21 @@ class Settings:
             raise InvalidArgument(
                 f"MEMVAULT_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}."
             )
+
+
+_AT_LEAST_ONE = (  # counts and sizes where 0 would refuse everything
+    "max_body_bytes",
+    "max_import_line_bytes",
+    "max_connections",
+    "max_sessions_per_token",
+    "max_sessions_per_client",
+    "max_content_chars",
+    "max_reply_chars",
+    "capacity",
+    "max_loaded_tokens",
+    "graph_entries_per_term",
+    "graph_max_results",
+)
 
 
 def check_spec(spec: str) -> str:
@@ -264,54 +266,33 @@ SETTINGS: dict[str, Setting] = {
     "log_level": Setting("MEMVAULT_LOG_LEVEL", "info", "debug, info, warning or error."),
 }
 
-_INTS = {
-    "port",
-    "max_body_bytes",
-    "max_connections",
-    "max_sessions_per_token",
-    "max_sessions_per_client",
-    "max_import_line_bytes",
-    "max_content_chars",
-    "max_reply_chars",
-    "capacity",
-    "max_loaded_tokens",
-}
-_INTS |= {"graph_max_path_len", "graph_entries_per_term", "graph_max_results"}
-_FLOATS = {
-    "header_timeout_seconds",
-    "ttl_p1_days",
-    "ttl_p2_days",
-    "evict_interval_hours",
-    "dedupe_window_seconds",
-    "poll_interval_seconds",
-}
-_BOOLS = {"watch"}
-_LISTS = {"allowed_hosts", "tools"}
-_PATHS = {"root", "tokens_file"}
+# How a variable's text becomes a value follows the field's declared type (Settings' annotations).
+_FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(Settings)}
 
 
 def _parse(name: str, env: str, raw: str) -> Any:
+    kind = _FIELD_TYPES[name]
     try:
-        if name in _INTS:
+        if kind == "int":
             return int(raw)
-        if name in _FLOATS:
+        if kind == "float":
             return float(raw)
     except ValueError:
         raise InvalidArgument(f"{env} must be a number, not {raw!r}.") from None
-    if name in _BOOLS:
+    if kind == "bool":
         lowered = raw.strip().lower()
         if lowered in ("1", "true", "yes", "on"):
             return True
         if lowered in ("0", "false", "no", "off"):
             return False
         raise InvalidArgument(f"{env} must be true or false, not {raw!r}.")
-    if name in _LISTS:
+    if kind.startswith("tuple["):
         return tuple(part.strip() for part in raw.split(",") if part.strip())
-    if name in _PATHS:
+    if kind.startswith("Path"):
         return Path(raw).expanduser()
     if name == "log_level":
         return raw.strip().lower()
-    if name == "load_processes":
+    if kind == "int | None":  # a count, or auto
         if raw.strip().lower() == "auto":
             return None
         try:
