@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from memvault import canonical
 from memvault.files import file_stamp, read_regular
 from memvault.markdown import parse_memory
 from memvault.names import key
@@ -44,3 +45,5 @@ def check_vault(vault: Vault) -> Iterator[Finding]:
             for id in ids:
                 others = ", ".join(other for other in ids if other != id)
                 yield Finding(id, f"duplicate title (also {others})")
+    for path, problem in canonical.problems(vault.dir):
+        yield Finding(path, problem)

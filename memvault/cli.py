@@ -42,6 +42,15 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--root", type=Path, help="vault folder (default ./memories)")
     check.add_argument("--token", help="only this token (default: every token in the vault)")
 
+    migrate = sub.add_parser(
+        "migrate",
+        help="give hand-made files without frontmatter memvault's (priority, times), as mem-mcp did on "
+        "a first read; memvault never does it by itself",
+    )
+    migrate.add_argument("--root", type=Path, help="vault folder (default ./memories)")
+    migrate.add_argument("--token", help="only this token (default: every token in the vault)")
+    migrate.add_argument("--dry-run", action="store_true", help="only list the files it would change")
+
     reindex = sub.add_parser("reindex", help="rebuild the derived state (parse cache) from the files")
     reindex.add_argument("--root", type=Path, help="vault folder (default ./memories)")
     reindex.add_argument("--token", help="only this token (default: every token in the vault)")
@@ -79,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(evict(settings, args.token, args.dry_run))
     if args.command == "check":
         return check(settings, args.token)
+    if args.command == "migrate":
+        return asyncio.run(migrate(settings, args.token, args.dry_run))
     if args.command == "reindex":
         return reindex(settings, args.token)
     if args.command == "export":
@@ -203,6 +214,27 @@ def reindex(settings: Settings, token: str | None) -> int:
     return 0
 
 
+async def migrate(settings: Settings, token: str | None, dry_run: bool) -> int:
+    from memvault.store import Store
+
+    tokens = _tokens(settings, token)
+    if tokens is None:
+        return 2
+    store = Store(settings)
+    try:
+        for name in tokens:
+            done = await store.migrate(name, dry_run=dry_run)
+            print(f"{name}: {'would give' if dry_run else 'gave'} {len(done)} file(s) frontmatter")
+            for id in done:
+                print(f"  {id}")
+    except MemvaultError as exc:
+        print(f"memvault: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await store.close()
+    return 0
+
+
 async def evict(settings: Settings, token: str | None, dry_run: bool) -> int:
     from memvault.store import Store
 
@@ -240,6 +272,7 @@ def export_line(row: Mapping[str, object]) -> str:
 
 def export(settings: Settings, token: str | None, out: Path | None) -> int:
     """Sessions and graphs as JSON lines: per token, entities, relations, then session versions, sorted."""
+    from memvault import canonical
     from memvault.files import atomic_write
     from memvault.graph import KnowledgeGraph
     from memvault.sessions import Sessions
@@ -250,9 +283,11 @@ def export(settings: Settings, token: str | None, out: Path | None) -> int:
         return 2
     lines: list[str] = []
     for name in tokens:
-        if not sidecar_path(settings.token_dir(name)).is_file():
+        folder = settings.token_dir(name)
+        if not sidecar_path(folder).is_file() and not canonical.has_files(folder):
             continue  # nothing stored yet; exporting must not create a folder
-        with Sidecar.open(settings.token_dir(name)) as sidecar:
+        with Sidecar.open(folder) as sidecar:
+            canonical.sync(sidecar, folder)  # the files are canonical: a pull since is included
             rows = KnowledgeGraph(sidecar, max_chars=settings.max_content_chars).export_rows()
             rows += Sessions(sidecar, max_chars=settings.max_content_chars).export_rows()
         lines += [export_line({"token": name, **row}) for row in rows]
@@ -304,7 +339,11 @@ def import_(settings: Settings, token: str | None, file: Path) -> int:
     """Load an export: every line is read and checked before anything is written, each token is
     written in one transaction (graph and sessions together), and every row already present is
     left as it is, so importing twice changes nothing."""
+    from filelock import FileLock
+
+    from memvault import canonical
     from memvault.graph import GraphRows, KnowledgeGraph
+    from memvault.names import STATE_DIR
     from memvault.sessions import Sessions, Version
     from memvault.sidecar import Sidecar
 
@@ -351,10 +390,19 @@ def import_(settings: Settings, token: str | None, file: Path) -> int:
         return 1
     done: list[str] = []
     for name in sorted(set(graphs) | set(versions)):
+        folder = settings.token_dir(name)
         try:
-            with Sidecar.open(settings.token_dir(name)) as sidecar, sidecar.transaction() as conn:
-                g = KnowledgeGraph.import_into(conn, graphs.get(name, GraphRows([], [])))
-                s = Sessions.import_into(conn, versions.get(name, []))
+            with Sidecar.open(folder) as sidecar, FileLock(str(folder / STATE_DIR / "lock"), timeout=30):
+                canonical.sync(sidecar, folder)
+                with sidecar.transaction() as conn:
+                    g = KnowledgeGraph.import_into(conn, graphs.get(name, GraphRows([], [])))
+                    s = Sessions.import_into(conn, versions.get(name, []))
+                    # The files first, inside the transaction: they are what a clone or a backup keeps.
+                    if g.entities or g.observations or g.relations:
+                        canonical.GraphFile(folder).written(conn)
+                    if s.added:
+                        for session_id in sorted({v.session_id for v in versions.get(name, [])}):
+                            canonical.SessionFiles(folder).rewrite(conn, session_id)
         except (OSError, sqlite3.Error, MemvaultError) as exc:
             why = (
                 exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__

@@ -91,6 +91,18 @@ class Conflict(MemvaultError):
         )
 
 
+class FileConflict(MemvaultError):
+    """A session or graph file git left conflict markers in (or that does not parse)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(
+            f"'{path}' holds git merge conflict markers or lines that do not parse, so the server "
+            "will not write it. Ask the user to resolve it in an editor and commit; until then "
+            "what it holds can still be read."
+        )
+
+
 class LinkedFolder(MemvaultError):
     def __init__(self) -> None:
         super().__init__(

@@ -3,74 +3,50 @@
 from __future__ import annotations
 
 import sqlite3
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from memvault.clock import Clock, format_time, require_time, utcnow
 from memvault.errors import InvalidArgument, UnknownEntity
+from memvault.graphsearch import (
+    MAX_PATH_LEN,
+    MAX_QUERY_CHARS,
+    MAX_RESULT_ENTITIES,
+    Entity,
+    Graph,
+    Node,
+    Relation,
+    SearchLimits,
+    query_terms,
+    search,
+    term_score,
+)
 from memvault.sidecar import Sidecar
 
-# Search limits (defaults of the MEMVAULT_GRAPH_* settings).
-MAX_PATH_LEN = 4  # most relations on a path joining two entry entities
-MAX_ENTRY_PER_TERM = 5  # most entry entities one query term picks
-MAX_RESULT_ENTITIES = 50  # most entities one search returns
-MAX_TERMS = 16
-MAX_QUERY_CHARS = 2048  # as the official server
-ENTRY_RATIO = 0.5  # an entry entity scores at least this share of its term's best score
+__all__ = [
+    "MAX_PATH_LEN",
+    "MAX_RESULT_ENTITIES",
+    "Entity",
+    "Graph",
+    "GraphRows",
+    "Imported",
+    "KnowledgeGraph",
+    "Node",
+    "Relation",
+    "SearchLimits",
+    "graph_rows",
+    "query_terms",
+    "search",
+    "term_score",
+]
+
 MAX_NAME_CHARS = 500
 
 _CHUNK = 500  # below SQLite's host-parameter limit
 _INSERT_ENTITY = "INSERT OR IGNORE INTO entities (name, entity_type, created, updated) VALUES (?, ?, ?, ?)"
 _INSERT_RELATION = "INSERT OR IGNORE INTO relations (from_entity, to_entity, relation_type) VALUES (?, ?, ?)"
-
-
-@dataclass(frozen=True, slots=True)
-class Entity:
-    name: str
-    entity_type: str
-    observations: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "entityType": self.entity_type, "observations": list(self.observations)}
-
-
-@dataclass(frozen=True, slots=True)
-class Relation:
-    source: str  # "from" on the wire
-    target: str  # "to"
-    relation_type: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"from": self.source, "to": self.target, "relationType": self.relation_type}
-
-
-@dataclass(frozen=True, slots=True)
-class Graph:
-    entities: tuple[Entity, ...] = ()
-    relations: tuple[Relation, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "entities": [e.to_json() for e in self.entities],
-            "relations": [r.to_json() for r in self.relations],
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """An entity with its last change time, for ranking by recency."""
-
-    entity: Entity
-    updated: str
-
-
-@dataclass(frozen=True, slots=True)
-class SearchLimits:
-    max_path_len: int = MAX_PATH_LEN
-    entries_per_term: int = MAX_ENTRY_PER_TERM
-    max_results: int = MAX_RESULT_ENTITIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,144 +94,27 @@ def _check_relation(relation: Relation) -> Relation:
     return relation
 
 
-# ---------------------------------------------------------------------------- search (pure)
-
-
-def query_terms(query: str) -> list[str]:
-    """The distinct, case-folded whitespace-separated terms of a query, in order."""
-    return list(dict.fromkeys(t.casefold() for t in query.split()))[:MAX_TERMS]
-
-
-def _word_start(text: str, term: str) -> bool:
-    start = text.find(term)
-    while start >= 0:
-        if start == 0 or not text[start - 1].isalnum():
-            return True
-        start = text.find(term, start + 1)
-    return False
-
-
-def term_score(term: str, entity: Entity) -> float:
-    """How well one (case-folded) term matches an entity: name above type above observations."""
-    name = entity.name.casefold()
-    kind = entity.entity_type.casefold()
-    score = 0.0
-    if name == term:
-        score += 10
-    elif _word_start(name, term):
-        score += 6
-    elif term in name:
-        score += 4
-    if kind == term:
-        score += 3
-    elif term in kind:
-        score += 1
-    # Term frequency in the observations, capped so one chatty entity cannot drown a name match.
-    score += min(5, sum(o.casefold().count(term) for o in entity.observations))
-    return score
-
-
-def _ranked(
-    names: Iterable[str], score: Mapping[str, float], degree: Mapping[str, int], updated: Mapping[str, str]
-) -> list[str]:
-    out = sorted(names)
-    out.sort(key=lambda n: updated[n], reverse=True)  # recency breaks ties ...
-    out.sort(key=lambda n: (-score[n], -degree[n]))  # ... after score and connectedness
-    return out
-
-
-def _shortest_paths(
-    source: str, targets: set[str], adjacency: Mapping[str, Sequence[str]], max_len: int
-) -> dict[str, list[str]]:
-    """Breadth-first from ``source`` (at most ``max_len`` relations): the path to each reachable target."""
-    parent: dict[str, str | None] = {source: None}
-    frontier = deque([(source, 0)])
-    found: dict[str, list[str]] = {}
-    while frontier and len(found) < len(targets):
-        node, depth = frontier.popleft()
-        if node in targets and node != source and node not in found:
-            path = [node]
-            while (step := parent[path[-1]]) is not None:
-                path.append(step)
-            found[node] = path[::-1]
-        if depth == max_len:
-            continue
-        for nxt in adjacency.get(node, ()):
-            if nxt not in parent:
-                parent[nxt] = node
-                frontier.append((nxt, depth + 1))
-    return found
-
-
-def search(nodes: Sequence[Node], relations: Sequence[Relation], query: str, limits: SearchLimits) -> Graph:
-    """Entities matching the query, ranked, plus the entities on short paths joining the terms' best matches.
-
-    Each term picks its entry entities: its best matches (name, type, observations; scored by
-    :func:`term_score`, then connectedness, then recency), at most ``entries_per_term``, each
-    scoring at least half of the term's best. The shortest path (relations read both ways, at
-    most ``max_path_len`` long) between entry entities of different terms is added, so a query
-    for two concepts also returns what connects them. Then come entities matching every term,
-    then those matching some term. An entity that matches no term and joins nothing is left out.
-    Relations returned are those among the result entities.
-    """
-    terms = query_terms(query)
-    by_name = {n.entity.name: n for n in nodes}
-    adjacency: dict[str, set[str]] = {}
-    for r in relations:
-        if r.source != r.target and r.source in by_name and r.target in by_name:
-            adjacency.setdefault(r.source, set()).add(r.target)
-            adjacency.setdefault(r.target, set()).add(r.source)
-    degree = {name: len(adjacency.get(name, ())) for name in by_name}
-    updated = {name: n.updated for name, n in by_name.items()}
-    ordered_adjacency = {name: sorted(near) for name, near in adjacency.items()}
-
-    per_term: list[dict[str, float]] = []
-    for term in terms:
-        scores = {name: s for name, n in by_name.items() if (s := term_score(term, n.entity)) > 0}
-        per_term.append(scores)
-
-    entries: list[list[str]] = []
-    for scores in per_term:
-        ranked = _ranked(scores, scores, degree, updated)
-        best = scores[ranked[0]] if ranked else 0.0
-        entries.append([n for n in ranked if scores[n] >= best * ENTRY_RATIO][: limits.entries_per_term])
-
-    result: dict[str, None] = {}
-    for group in entries:
-        result.update(dict.fromkeys(group))
-
-    # Connecting paths between the entry entities of different terms.
-    if limits.max_path_len > 0:
-        for i, group in enumerate(entries):
-            later = {n for other in entries[i + 1 :] for n in other} - set(group)
-            if not later:
-                continue
-            for source in group:
-                paths = _shortest_paths(source, later, ordered_adjacency, limits.max_path_len)
-                for target in sorted(paths):
-                    result.update(dict.fromkeys(paths[target]))
-
-    total = {name: sum(scores.get(name, 0.0) for scores in per_term) for name in by_name}
-    if per_term:
-        every = [n for n in by_name if all(n in scores for scores in per_term)]
-        some = [n for n in by_name if any(n in scores for scores in per_term)]
-        result.update(dict.fromkeys(_ranked(every, total, degree, updated)))
-        result.update(dict.fromkeys(_ranked(some, total, degree, updated)))
-
-    chosen = list(result)[: limits.max_results]
-    keep = set(chosen)
-    return Graph(
-        tuple(by_name[name].entity for name in chosen),
-        tuple(r for r in relations if r.source in keep and r.target in keep),
-    )
-
-
 # ---------------------------------------------------------------------------- storage
 
 
 def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
     for start in range(0, len(items), _CHUNK):
         yield items[start : start + _CHUNK]
+
+
+class GraphFiles(Protocol):
+    """Where the graph is canonical (memvault.canonical.GraphFile): checked before, written after a change."""
+
+    def check(self, conn: sqlite3.Connection) -> None: ...
+
+    def written(self, conn: sqlite3.Connection) -> None: ...
+
+
+def graph_rows(conn: sqlite3.Connection) -> dict[str, tuple[Entity, str, str]]:
+    """Every entity with its created and updated times, in creation order."""
+    nodes, _ = _load(conn)
+    created = dict(conn.execute("SELECT name, created FROM entities").fetchall())
+    return {n.entity.name: (n.entity, created[n.entity.name], n.updated) for n in nodes}
 
 
 class KnowledgeGraph:
@@ -272,8 +131,10 @@ class KnowledgeGraph:
         max_chars: int,
         clock: Clock = utcnow,
         limits: SearchLimits | None = None,
+        files: GraphFiles | None = None,
     ) -> None:
         self._source = sidecar
+        self.files = files
         self.max_chars = max_chars
         self.clock = clock
         self.limits = limits or SearchLimits()
@@ -287,6 +148,18 @@ class KnowledgeGraph:
 
     def _now(self) -> str:
         return format_time(self.clock())
+
+    @contextmanager
+    def _changing(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction; the graph's file, if any, is refused when conflicted and rewritten
+        before the commit when the transaction changed something."""
+        with self.sidecar.transaction() as conn:
+            if self.files is not None:
+                self.files.check(conn)
+            before = conn.total_changes
+            yield conn
+            if self.files is not None and conn.total_changes != before:
+                self.files.written(conn)
 
     # ------------------------------------------------------------------ writing
 
@@ -303,7 +176,7 @@ class KnowledgeGraph:
             cleaned.append(Entity(entity.name, entity.entity_type, observations))
         now = self._now()
         created: list[Entity] = []
-        with self.sidecar.transaction() as conn:
+        with self._changing() as conn:
             for entity in cleaned:
                 cur = conn.execute(
                     _INSERT_ENTITY,
@@ -326,7 +199,7 @@ class KnowledgeGraph:
         for relation in relations:
             _check_relation(relation)
         created: list[Relation] = []
-        with self.sidecar.transaction() as conn:
+        with self._changing() as conn:
             names = list(dict.fromkeys(n for r in relations for n in (r.source, r.target)))
             missing = [n for n in names if n not in _existing(conn, names)]
             if missing:
@@ -351,7 +224,7 @@ class KnowledgeGraph:
         ]
         now = self._now()
         results: list[tuple[str, list[str]]] = []
-        with self.sidecar.transaction() as conn:
+        with self._changing() as conn:
             for name, contents in checked:
                 if conn.execute("SELECT 1 FROM entities WHERE name = ?", (name,)).fetchone() is None:
                     raise UnknownEntity(name)
@@ -368,7 +241,7 @@ class KnowledgeGraph:
         """
         deleted: list[str] = []
         not_found: list[str] = []
-        with self.sidecar.transaction() as conn:
+        with self._changing() as conn:
             for name in dict.fromkeys(names):
                 cur = conn.execute("DELETE FROM entities WHERE name = ?", (name,))
                 if cur.rowcount != 1:
@@ -384,7 +257,7 @@ class KnowledgeGraph:
         now = self._now()
         count = 0
         missing: list[str] = []
-        with self.sidecar.transaction() as conn:
+        with self._changing() as conn:
             for name, observations in deletions:
                 if conn.execute("SELECT 1 FROM entities WHERE name = ?", (name,)).fetchone() is None:
                     missing.append(name)
@@ -402,7 +275,7 @@ class KnowledgeGraph:
     def delete_relations(self, relations: Sequence[Relation]) -> int:
         """Delete exactly matching relations; returns how many were deleted."""
         count = 0
-        with self.sidecar.transaction() as conn:
+        with self._changing() as conn:
             for r in dict.fromkeys(relations):
                 count += conn.execute(
                     "DELETE FROM relations WHERE from_entity = ? AND to_entity = ? AND relation_type = ?",
@@ -496,7 +369,7 @@ class KnowledgeGraph:
         An existing entity keeps its type and gains only the observations it lacks.
         """
         parsed = self.parse_rows(rows)
-        with self.sidecar.transaction() as conn:
+        with self._changing() as conn:
             return self.import_into(conn, parsed)
 
     @staticmethod

@@ -10,6 +10,9 @@ from memvault.errors import InvalidName
 
 ARCHIVE = "archive"
 STATE_DIR = ".memvault"
+# Reserved in a token folder: the session files and the knowledge graph (memvault.canonical).
+SESSIONS_DIR = "sessions"
+GRAPH_FILE = "graph.jsonl"
 MAX_NAME_CHARS = 255
 MAX_ID_CHARS = 1024
 SLUG_MAX = 80
@@ -62,6 +65,8 @@ def check_id(name: str) -> str:
     if not value.lower().endswith(".md"):
         value += ".md"
     parts = value.split("/")
+    if parts[0] == SESSIONS_DIR and len(parts) > 1:
+        raise InvalidName(name, f"'{SESSIONS_DIR}/' holds the session summaries; pick another folder")
     for part in parts:
         if part in ("", ".", ".."):
             raise InvalidName(name, "empty, '.' or '..' path segments are not allowed")
@@ -76,4 +81,9 @@ def check_id(name: str) -> str:
 
 def is_memory_path(rel_parts: Sequence[str]) -> bool:
     """A file (parts relative to the hot or archive folder) that counts as a memory."""
-    return bool(rel_parts) and rel_parts[-1].endswith(".md") and not any(p.startswith(".") for p in rel_parts)
+    return (
+        bool(rel_parts)
+        and rel_parts[-1].endswith(".md")
+        and not any(p.startswith(".") for p in rel_parts)
+        and not (len(rel_parts) > 1 and rel_parts[0] == SESSIONS_DIR)
+    )

@@ -6,12 +6,15 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from memvault.clock import Clock, format_time, require_time, utcnow
 from memvault.errors import InvalidArgument, UnknownSession, quote
 from memvault.markdown import clean_tags
+from memvault.sessionfiles import APPEND_SEPARATOR, Version
 from memvault.sidecar import Sidecar
+
+__all__ = ["APPEND_SEPARATOR", "Imported", "Page", "SessionFiles", "SessionInfo", "Sessions", "Version"]
 
 MAX_SESSION_ID_CHARS = 200
 MAX_TITLE_CHARS = 200
@@ -19,21 +22,8 @@ SORT_KEYS = ("lastUpdated", "title")
 ORDERS = ("asc", "desc")
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 200
-APPEND_SEPARATOR = "\n\n"  # append_summary: latest text, a blank line, the new content
 
 _COLUMNS = "session_id, version, ts, title, tags, summary"
-
-
-@dataclass(frozen=True, slots=True)
-class Version:
-    """One saved version of a session summary."""
-
-    session_id: str
-    version: int
-    ts: str  # UTC ISO-8601 with milliseconds and Z
-    title: str | None
-    tags: tuple[str, ...]
-    summary: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,13 +108,27 @@ def _tags_json(tags: Sequence[str]) -> str:
     return json.dumps(list(tags), ensure_ascii=False)
 
 
+class SessionFiles(Protocol):
+    """Where sessions are canonical (memvault.canonical.SessionFiles): checked before, written after."""
+
+    def check(self, conn: sqlite3.Connection, session_id: str) -> None: ...
+
+    def written(self, conn: sqlite3.Connection, new: Version, *, meta: bool = False) -> None: ...
+
+
 class Sessions:
     """The session summaries of one token, kept in its sidecar. Thread-safe (the sidecar serialises)."""
 
     def __init__(
-        self, sidecar: Sidecar | Callable[[], Sidecar], *, max_chars: int, clock: Clock = utcnow
+        self,
+        sidecar: Sidecar | Callable[[], Sidecar],
+        *,
+        max_chars: int,
+        clock: Clock = utcnow,
+        files: SessionFiles | None = None,
     ) -> None:
         self._source = sidecar
+        self.files = files
         self.max_chars = max_chars
         self.clock = clock
 
@@ -178,6 +182,8 @@ class Sessions:
         # Read-latest-then-insert in one BEGIN IMMEDIATE transaction: two appends, even from two
         # processes, cannot both build on the same latest version.
         with self.sidecar.transaction() as conn:
+            if self.files is not None:
+                self.files.check(conn, session_id)
             latest = _latest(conn, session_id)
             text = text_for(latest)
             if latest is not None:
@@ -194,6 +200,8 @@ class Sessions:
                 f"INSERT INTO session_versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
                 (new.session_id, new.version, new.ts, new.title, _tags_json(new.tags), new.summary),
             )
+            if self.files is not None:
+                self.files.written(conn, new)  # the file first: it commits before the copy does
         return new
 
     def update_metadata(
@@ -206,6 +214,8 @@ class Sessions:
         title = check_title(title)
         tag_tuple = None if tags is None else clean_tags(tags)
         with self.sidecar.transaction() as conn:
+            if self.files is not None:
+                self.files.check(conn, session_id)
             latest = _latest(conn, session_id)
             if latest is None:
                 raise UnknownSession(session_id)
@@ -215,7 +225,10 @@ class Sessions:
                 "UPDATE session_versions SET title = ?, tags = ? WHERE session_id = ? AND version = ?",
                 (new_title, _tags_json(new_tags), session_id, latest.version),
             )
-        return Version(session_id, latest.version, latest.ts, new_title, new_tags, latest.summary)
+            updated = Version(session_id, latest.version, latest.ts, new_title, new_tags, latest.summary)
+            if self.files is not None:
+                self.files.written(conn, updated, meta=True)
+        return updated
 
     # ------------------------------------------------------------------ reading
 

@@ -99,6 +99,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 5: a file's ctime and inode beside mtime and size (vault.file_change): a rename-over keeping
     # mtime and size must not pass for the file already parsed. Old rows have 0: read again once.
     ("ALTER TABLE file_stat ADD COLUMN change INT NOT NULL DEFAULT 0",),
+    # 6: the session and graph files (memvault.canonical) as their tables were last loaded from
+    # or written to them: a file whose stat differs is read again.
+    (
+        """CREATE TABLE IF NOT EXISTS canonical_files (
+            path TEXT PRIMARY KEY,
+            sig TEXT NOT NULL,
+            session_id TEXT,
+            conflicted INT NOT NULL DEFAULT 0
+        ) WITHOUT ROWID""",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -195,7 +195,7 @@ class Store:
             due = [m for m in hot if access.needs_file_write(m, now, mode)]
             if due:
                 async with state.lock:
-                    await anyio.to_thread.run_sync(access.write_back, self.registry, state, due, now, mode)
+                    await anyio.to_thread.run_sync(access.write_back, self.registry, state, due, now)
             self.sweeps.maybe_sweep(state)
 
     # ------------------------------------------------------------------ writing
@@ -408,6 +408,20 @@ class Store:
         return new_id
 
     # ------------------------------------------------------------------ eviction
+
+    async def migrate(self, token: str, *, dry_run: bool = False) -> list[str]:
+        """Give the token's hand-made files (no frontmatter) memvault's frontmatter: mem-mcp did so
+        on a file's first read; memvault only when asked (`memvault migrate`)."""
+        async with self.using(token) as state:
+            with state.reading() as reading:
+                plain = [m for m in reading.memories() if not m.has_frontmatter and m.writable]
+            plain.sort(key=lambda m: m.id)
+            if dry_run or not plain:
+                return [m.id for m in plain]
+            async with state.lock:
+                return await anyio.to_thread.run_sync(
+                    access.add_frontmatter, self.registry, state, plain, self.clock()
+                )
 
     async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
         """Archive what the eviction policy says is stale (memvault.sweeps)."""

@@ -73,7 +73,8 @@ class Sweeps:
                     priority=m.priority,
                     last_access=last_access(m, recorded.get(m.id)) or now,
                     importance=m.importance,
-                    pinned=m.conflicted,
+                    # A file a person made (no frontmatter, so no priority) is never moved.
+                    pinned=m.conflicted or not m.has_frontmatter,
                 )
                 for m in memories
             ]

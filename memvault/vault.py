@@ -21,7 +21,7 @@ from memvault.files import (
     read_regular,
 )
 from memvault.markdown import MAX_INDEXED_BYTES, Memory, parse_memory, render_new, rewrite, seal_markers
-from memvault.names import ARCHIVE, check_id, slugify
+from memvault.names import ARCHIVE, SESSIONS_DIR, check_id, slugify
 
 
 class Vault:
@@ -110,6 +110,8 @@ class Vault:
                     continue
                 if not rel and not archived and name == ARCHIVE:
                     yield from self._walk(Path(entry.path), (), True, root)
+                elif not rel and name == SESSIONS_DIR:
+                    continue  # session files (memvault.sessionfiles), not memories
                 else:
                     yield from self._walk(Path(entry.path), (*rel, name), archived, root)
             elif name.endswith(".md"):

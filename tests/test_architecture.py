@@ -18,6 +18,7 @@ NO_MCP_NO_UPPER_LAYERS = (
     "access",
     "area",
     "arguments",
+    "canonical",
     "check",
     "clock",
     "columns",
@@ -28,6 +29,7 @@ NO_MCP_NO_UPPER_LAYERS = (
     "eviction",
     "files",
     "graph",
+    "graphsearch",
     "heap",
     "index",
     "lexicon",
@@ -36,6 +38,7 @@ NO_MCP_NO_UPPER_LAYERS = (
     "reconcile",
     "recall",
     "resources",
+    "sessionfiles",
     "sessions",
     "sidecar",
     "snapshot",
@@ -50,7 +53,7 @@ NO_MCP_NO_UPPER_LAYERS = (
 # The parts of the store know nothing of the Store that composes them.
 BELOW_STORE = ("access", "area", "arguments", "reconcile", "snapshot", "sweeps", "tokens")
 # The pure basics: no I/O layers, no server, nothing of the store.
-BASICS = ("clock", "names", "text", "markdown", "eviction", "errors")
+BASICS = ("clock", "names", "text", "markdown", "eviction", "errors", "graphsearch")
 FORBIDDEN = {
     **{name: ("memvault.app", "memvault.tools", "mcp") for name in NO_MCP_NO_UPPER_LAYERS},
     **{name: ("memvault.app", "memvault.tools", "mcp", "memvault.store") for name in BELOW_STORE},

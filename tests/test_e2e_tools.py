@@ -6,8 +6,11 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import anyio.to_thread
 import pytest
 import yaml
+
+from memvault.cli import main
 
 pytestmark = [
     pytest.mark.anyio,
@@ -543,7 +546,9 @@ async def test_eviction_by_capacity_archives_least_recent_p2_first(server_factor
 # ---------------------------------------------------------------------------- legacy and odd files
 
 
-async def test_legacy_file_is_migrated_once_on_first_read(server_factory, vault_root):
+async def test_reads_never_rewrite_a_hand_made_file_and_migrate_gives_it_frontmatter_once(
+    server_factory, vault_root
+):
     folder = vault_root / "alice"
     original = "Remember: the staging kubeconfig lives in vault.\nRotate it monthly.\n"
     legacy = hand_file(folder, "legacy-note.md", original)
@@ -555,20 +560,26 @@ async def test_legacy_file_is_migrated_once_on_first_read(server_factory, vault_
         assert not err
         assert any(line.startswith("legacy-note.md|legacy-note|P2|") for line in text.splitlines()), text
         assert any(line.startswith("wifi.md|Wifi password|P2|") for line in text.splitlines()), text
-        assert legacy.read_text(encoding="utf-8") == original  # listing is not an access
 
         err, text = await srv.call(s, "read_memory", query="kubeconfig")
         assert not err and "Rotate it monthly." in text, text
+        err, text = await srv.call(s, "read_memory", filenames=["wifi"])
+        assert not err and "## Wifi password" in text and "gazebo" in text, text
+        # The person's files stay theirs: no frontmatter appears from reading them.
+        assert legacy.read_text(encoding="utf-8") == original
+        assert headed.read_text(encoding="utf-8") == headed_original
+
+        # `memvault migrate` (run beside the server) does what mem-mcp did on a first read, once.
+        code = await anyio.to_thread.run_sync(lambda: main(["migrate", "--root", str(vault_root)]))
+        assert code == 0
         migrated = legacy.read_text(encoding="utf-8")
         assert migrated.startswith("---\n")
         assert fence_count(migrated) == 2
         assert migrated.endswith("\n---\n" + original), migrated
         meta = frontmatter_of(legacy)
-        assert meta["priority"] == "P2" and "createdAt" in meta and "lastAccessedAt" in meta
-
-        err, text = await srv.call(s, "read_memory", filenames=["wifi"])
-        assert not err and "## Wifi password" in text and "gazebo" in text, text
+        assert meta["priority"] == "P2" and "createdAt" in meta
         assert headed.read_text(encoding="utf-8").endswith("\n---\n" + headed_original)
+        assert await anyio.to_thread.run_sync(lambda: main(["migrate", "--root", str(vault_root)])) == 0
 
         # Further reads (query, name, all) never add a second block.
         for args in ({"query": "kubeconfig"}, {"filenames": ["legacy-note.md", "wifi.md"]}, {}):
@@ -636,7 +647,10 @@ async def test_odd_files_are_listed_searchable_and_never_double_fronted(server_f
         )
         assert bom_text.count("\ufeff") == 1
 
-        # A legacy file with BOM and CRLF gets exactly one block, the original text kept as body.
+        # A hand-made file with BOM and CRLF: reads leave it alone; migrate gives it exactly one
+        # block, the original text kept as its body.
+        assert legacy_bom.read_bytes() == legacy_bom_bytes
+        assert await srv.app.state.store.migrate("alice") == ["legacy-bom.md"]
         legacy_text = legacy_bom.read_bytes().decode("utf-8")
         assert legacy_text.count("\ufeff") <= 1 and legacy_text.lstrip("\ufeff").startswith("---")
         assert fence_count(legacy_text) == 2

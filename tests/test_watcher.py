@@ -402,8 +402,10 @@ async def test_own_writes_are_not_reparsed(server_factory):
         assert not err, text
         err, text = await srv.call(s, "delete_memory", filename="short-lived.md")
         assert not err, text
-        # Reads write too: the one-time migration of a legacy file, and the access time on a new day.
+        # The server writes for `memvault migrate` (frontmatter for a hand-made file) and for reads
+        # (the access time on a new day).
         before = (folder / "legacy.md").read_bytes()
+        assert await store.migrate("alice") == ["legacy.md"]
         err, text = await srv.call(s, "read_memory", query="koudouorgan")
         assert not err and "legacy.md" in text, text
         assert (folder / "legacy.md").read_bytes() != before

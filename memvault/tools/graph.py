@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
 
+from memvault.canonical import GraphFile
 from memvault.config import Settings
 from memvault.graph import Entity, Graph, KnowledgeGraph, Relation, SearchLimits
 from memvault.sidecar import Sidecar
@@ -90,11 +92,17 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     )
     budget = settings.max_reply_chars
 
-    def graph(sidecar: Sidecar | Callable[[], Sidecar]) -> KnowledgeGraph:
-        return KnowledgeGraph(sidecar, max_chars=settings.max_content_chars, clock=store.clock, limits=limits)
+    def graph(sidecar: Sidecar | Callable[[], Sidecar], folder: Path) -> KnowledgeGraph:
+        return KnowledgeGraph(
+            sidecar,
+            max_chars=settings.max_content_chars,
+            clock=store.clock,
+            limits=limits,
+            files=GraphFile(folder),
+        )
 
     async def read(ctx: Context, work: Callable[[KnowledgeGraph], Graph]) -> Graph:
-        found = await sidecar_read(store, token_of(ctx), lambda sidecar: work(graph(sidecar)))
+        found = await sidecar_read(store, token_of(ctx), lambda sidecar, folder: work(graph(sidecar, folder)))
         return Graph() if found is None else found
 
     @server.tool(annotations=CREATES)
@@ -104,7 +112,9 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     ) -> Annotated[CallToolResult, EntitiesOut]:
         """Create multiple new entities in the knowledge graph. Names that exist already are skipped."""
         wanted = [Entity(e.name, e.entityType, tuple(e.observations)) for e in entities]
-        created = await sidecar_write(store, token_of(ctx), lambda sc: graph(sc).create_entities(wanted))
+        created = await sidecar_write(
+            store, token_of(ctx), lambda sc, folder: graph(sc, folder).create_entities(wanted)
+        )
         made = {e.name for e in created}
         skipped = list(dict.fromkeys(e.name for e in wanted if e.name not in made))
         note = (
@@ -127,7 +137,9 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
         already is skipped.
         """
         wanted = [r.relation() for r in relations]
-        created = await sidecar_write(store, token_of(ctx), lambda sc: graph(sc).create_relations(wanted))
+        created = await sidecar_write(
+            store, token_of(ctx), lambda sc, folder: graph(sc, folder).create_relations(wanted)
+        )
         skipped = len(wanted) - len(created)
         note = f"[Skipped {skipped} relation(s) that exist already.]" if skipped else ""
         return list_result("relations", [r.to_json() for r in created], budget, "relations", note)
@@ -142,7 +154,9 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     ) -> Annotated[CallToolResult, ObservationResultsOut]:
         """Add new observations to existing entities in the knowledge graph; ones they have are skipped."""
         wanted = [(o.entityName, list(o.contents)) for o in observations]
-        results = await sidecar_write(store, token_of(ctx), lambda sc: graph(sc).add_observations(wanted))
+        results = await sidecar_write(
+            store, token_of(ctx), lambda sc, folder: graph(sc, folder).add_observations(wanted)
+        )
         items = [{"entityName": name, "addedObservations": added} for name, added in results]
         return list_result("results", items, budget, "results")
 
@@ -154,7 +168,7 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     ) -> Annotated[CallToolResult, OutcomeOut]:
         """Delete multiple entities and their associated relations from the knowledge graph."""
         deleted, not_found = await sidecar_write(
-            store, token_of(ctx), lambda sc: graph(sc).delete_entities(entityNames)
+            store, token_of(ctx), lambda sc, folder: graph(sc, folder).delete_entities(entityNames)
         )
         if not not_found:
             return outcome("Entities deleted successfully")
@@ -172,7 +186,7 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
         """Delete specific observations from entities in the knowledge graph."""
         wanted = [(d.entityName, list(d.observations)) for d in deletions]
         count, missing = await sidecar_write(
-            store, token_of(ctx), lambda sc: graph(sc).delete_observations(wanted)
+            store, token_of(ctx), lambda sc, folder: graph(sc, folder).delete_observations(wanted)
         )
         requested = sum(len(set(obs)) for _, obs in wanted)
         if count == requested:
@@ -190,7 +204,9 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     ) -> Annotated[CallToolResult, OutcomeOut]:
         """Delete multiple relations from the knowledge graph."""
         wanted = list(dict.fromkeys(r.relation() for r in relations))
-        count = await sidecar_write(store, token_of(ctx), lambda sc: graph(sc).delete_relations(wanted))
+        count = await sidecar_write(
+            store, token_of(ctx), lambda sc, folder: graph(sc, folder).delete_relations(wanted)
+        )
         if count == len(wanted):
             return outcome("Relations deleted successfully")
         return outcome(f"Deleted {count} of {len(wanted)} relations. The rest matched nothing.")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
+from memvault.canonical import SessionFiles
 from memvault.config import Settings
 from memvault.errors import InvalidArgument, UnknownSession, quote
 from memvault.sessions import SessionInfo, Sessions, check_session_id, list_sessions
@@ -52,8 +54,10 @@ NewTagsArg = Annotated[list[str] | None, Field(description="Optional tags; else 
 
 
 def register_session_tools(server: MCPServer, store: Store, settings: Settings) -> None:
-    def sessions(sidecar: Sidecar | Callable[[], Sidecar]) -> Sessions:
-        return Sessions(sidecar, max_chars=settings.max_content_chars, clock=store.clock)
+    def sessions(sidecar: Sidecar | Callable[[], Sidecar], folder: Path) -> Sessions:
+        return Sessions(
+            sidecar, max_chars=settings.max_content_chars, clock=store.clock, files=SessionFiles(folder)
+        )
 
     @server.tool(annotations=CREATES, structured_output=False)
     @handles_errors
@@ -69,7 +73,9 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         Earlier versions are kept: get_session_history shows them.
         """
         v = await sidecar_write(
-            store, token_of(ctx), lambda sc: sessions(sc).upsert(sessionId, summary, title=title, tags=tags)
+            store,
+            token_of(ctx),
+            lambda sc, folder: sessions(sc, folder).upsert(sessionId, summary, title=title, tags=tags),
         )
         size = f"{len(v.summary):,} characters"
         return text(f"Saved session {v.session_id!r} version {v.version} at {v.ts} ({size}).")
@@ -88,7 +94,9 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         Creates the session if it is new. Earlier versions are kept.
         """
         v = await sidecar_write(
-            store, token_of(ctx), lambda sc: sessions(sc).append(sessionId, content, title=title, tags=tags)
+            store,
+            token_of(ctx),
+            lambda sc, folder: sessions(sc, folder).append(sessionId, content, title=title, tags=tags),
         )
         size = f"{len(v.summary):,} characters"
         return text(f"Appended to session {v.session_id!r}: version {v.version} at {v.ts} ({size}).")
@@ -106,7 +114,9 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         if maxLength is not None and maxLength < 1:
             raise InvalidArgument("maxLength must be at least 1.")
         check_session_id(sessionId)
-        latest = await sidecar_read(store, token_of(ctx), lambda sidecar: sessions(sidecar).latest(sessionId))
+        latest = await sidecar_read(
+            store, token_of(ctx), lambda sidecar, folder: sessions(sidecar, folder).latest(sessionId)
+        )
         if latest is None:
             raise UnknownSession(sessionId)
         v, count = latest
@@ -147,7 +157,12 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         ] = None,
     ) -> CallToolResult:
         """List sessions (their latest versions): id, title, last update, version count, size and tags."""
-        infos = await sidecar_read(store, token_of(ctx), lambda sidecar: sessions(sidecar).infos()) or []
+        infos = (
+            await sidecar_read(
+                store, token_of(ctx), lambda sidecar, folder: sessions(sidecar, folder).infos()
+            )
+            or []
+        )
         page = list_sessions(infos, tag=tag, limit=limit, offset=offset, sort_by=sortBy, order=order)
         tagged = f" tagged {quote(tag.strip())}" if tag and tag.strip() else ""
         if page.total == 0:
@@ -177,7 +192,9 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
     ) -> CallToolResult:
         """Change the title and/or tags of a session's latest version; no new version, timestamp unchanged."""
         v = await sidecar_write(
-            store, token_of(ctx), lambda sc: sessions(sc).update_metadata(sessionId, title=title, tags=tags)
+            store,
+            token_of(ctx),
+            lambda sc, folder: sessions(sc, folder).update_metadata(sessionId, title=title, tags=tags),
         )
         tags_text = ", ".join(v.tags) if v.tags else "(none)"
         return text(
@@ -194,7 +211,7 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         """Every version of a session's summary, newest first."""
         check_session_id(sessionId)
         versions = await sidecar_read(
-            store, token_of(ctx), lambda sidecar: sessions(sidecar).history(sessionId)
+            store, token_of(ctx), lambda sidecar, folder: sessions(sidecar, folder).history(sessionId)
         )
         if versions is None:
             raise UnknownSession(sessionId)
