@@ -40,6 +40,9 @@ from memvault.sessionfiles import (
 from memvault.sidecar import Sidecar
 
 SYNCED = "canonical_files"  # sidecar state key: set once sidecar-only data was written out to files
+# Per sidecar file: the file signatures last found in line with its tables. A write or a change by
+# another process changes some file's signature, so a stale entry only costs one look at SQLite.
+_in_line: dict[Path, dict[str, str]] = {}
 
 _VERSION_COLUMNS = "session_id, version, ts, title, tags, summary"
 
@@ -51,16 +54,30 @@ def has_files(folder: Path) -> bool:
 
 def scan(folder: Path) -> dict[str, str]:
     """Each session or graph file (path relative to the token folder) and its stat signature."""
-    candidates = [GRAPH_FILE]
-    sessions = folder / SESSIONS_DIR
-    if sessions.is_dir() and not sessions.is_symlink():
+    found: dict[str, str] = {}
+    graph = scan_one(folder, GRAPH_FILE)
+    if graph is not None:
+        found[GRAPH_FILE] = graph
+    sessions = os.path.join(folder, SESSIONS_DIR)
+    if os.path.isdir(sessions) and not os.path.islink(sessions):
         try:
-            names = os.listdir(sessions)
+            entries = list(os.scandir(sessions))
         except OSError:
-            names = []
-        candidates += [f"{SESSIONS_DIR}/{n}" for n in names if stem_of(n) is not None]
-    found = {rel: scan_one(folder, rel) for rel in candidates}
-    return {rel: sig for rel, sig in found.items() if sig is not None}
+            entries = []
+        for entry in entries:  # os.scandir: a thousand sessions are a few milliseconds
+            if stem_of(entry.name) is None:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found[f"{SESSIONS_DIR}/{entry.name}"] = _signature(st)
+    return found
+
+
+def _signature(st: os.stat_result) -> str:
+    return f"{st.st_size}:{st.st_mtime_ns}:{file_change(st)}"
 
 
 def _mtime_ts(path: Path) -> str:
@@ -76,11 +93,15 @@ def _mtime_ts(path: Path) -> str:
 def sync(sidecar: Sidecar, folder: Path) -> None:
     """Bring the sidecar's sessions and graph in line with the files (cheap when nothing changed)."""
     current = scan(folder)
+    if _in_line.get(sidecar.path) == current:
+        return  # as this process last saw them in line: no need to ask SQLite
     with sidecar.snapshot() as conn:
         stored = dict(conn.execute("SELECT path, sig FROM canonical_files").fetchall())
         done = conn.execute("SELECT 1 FROM state WHERE key = ?", (SYNCED,)).fetchone() is not None
     if done and stored == current:
+        _in_line[sidecar.path] = current
         return
+    _in_line.pop(sidecar.path, None)
     with sidecar.transaction() as conn:
         done = conn.execute("SELECT 1 FROM state WHERE key = ?", (SYNCED,)).fetchone() is not None
         if not done:
@@ -122,7 +143,7 @@ def scan_one(folder: Path, rel: str) -> str | None:
         return None
     if not stat.S_ISREG(st.st_mode):
         return None
-    return f"{st.st_size}:{st.st_mtime_ns}:{file_change(st)}"
+    return _signature(st)
 
 
 def _load_session(conn: sqlite3.Connection, folder: Path, stem: str, owners: dict[str, str | None]) -> None:

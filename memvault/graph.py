@@ -118,10 +118,11 @@ def graph_rows(conn: sqlite3.Connection) -> dict[str, tuple[Entity, str, str]]:
 
 
 class KnowledgeGraph:
-    """One token's knowledge graph in its sidecar, with the official memory server's semantics.
+    """One token's knowledge graph, queried in its sidecar, with the official memory server's semantics.
 
     Every write is one BEGIN IMMEDIATE transaction, so a failed call (a missing entity) changes
-    nothing, and two processes cannot interleave. Names are exact and case-sensitive.
+    nothing, and two processes cannot interleave; with ``files`` a change also rewrites graph.jsonl
+    (memvault.canonical), which is canonical, before the commit. Names are exact and case-sensitive.
     """
 
     def __init__(

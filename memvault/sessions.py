@@ -117,7 +117,9 @@ class SessionFiles(Protocol):
 
 
 class Sessions:
-    """The session summaries of one token, kept in its sidecar. Thread-safe (the sidecar serialises)."""
+    """One token's session summaries, queried in its sidecar; with ``files`` every change also goes
+    to the session's files (memvault.canonical), which are canonical. Thread-safe (the sidecar
+    serialises)."""
 
     def __init__(
         self,

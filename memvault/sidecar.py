@@ -52,7 +52,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # 2: the parsed form of each file beside its stat, so a restart re-parses only what changed.
     ("ALTER TABLE file_stat ADD COLUMN parsed TEXT",),
-    # 3: session summaries (every version kept) and the knowledge graph (canonical, not derived).
+    # 3: session summaries (every version kept) and the knowledge graph: since schema 6 a copy of
+    # their files (memvault.canonical), before it their only home.
     (
         """CREATE TABLE IF NOT EXISTS session_versions (
             session_id TEXT NOT NULL,
@@ -261,8 +262,8 @@ class Sidecar:
         """Open (creating if needed) the sidecar of ``token_dir`` and bring its schema up to date.
 
         Creates ``token_dir/.memvault/`` with a ``.gitignore`` of ``*``. A database file that
-        SQLite reports as corrupt or not a database is moved aside (kept, for the sessions and
-        graph in it) and replaced by a fresh one; the rest of it is derived from the markdown files.
+        SQLite reports as corrupt or not a database is moved aside (kept: an older memvault kept
+        sessions and the graph only there) and replaced by a fresh one, rebuilt from the files.
         """
         folder = token_dir / SIDECAR_DIR
         folder.mkdir(parents=True, exist_ok=True)
