@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from memvault import canonical
 from memvault.errors import InvalidArgument, UnknownSession
 from memvault.sessions import SessionInfo, Sessions, list_sessions
 from memvault.sidecar import SIDECAR_DIR, Sidecar
@@ -267,7 +269,9 @@ async def test_reads_of_a_new_token_return_nothing_and_create_nothing(
 
 
 @pytest.mark.anyio
-async def test_concurrent_appends_from_twenty_clients_lose_nothing(server_factory) -> None:
+async def test_concurrent_appends_from_twenty_clients_lose_nothing(
+    server_factory, vault_root, tmp_path
+) -> None:
     async with server_factory() as srv:
 
         async def client(n: int) -> None:
@@ -284,6 +288,14 @@ async def test_concurrent_appends_from_twenty_clients_lose_nothing(server_factor
         assert all(f"note {n:02d}" in latest for n in range(20))
         assert "version 20 of 20" in latest
         assert history.count("## Version ") == 20
+    # The files alone (a copy without .memvault/) hold every version too.
+    copy = tmp_path / "copy"
+    shutil.copytree(vault_root / "alice", copy, ignore=shutil.ignore_patterns(SIDECAR_DIR))
+    with Sidecar.open(copy) as sidecar:
+        canonical.sync(sidecar, copy)
+        versions = Sessions(sidecar, max_chars=100_000).history("shared")
+    assert [v.version for v in versions] == list(range(20, 0, -1))
+    assert all(f"note {n:02d}" in versions[0].summary for n in range(20))
 
 
 @pytest.mark.anyio
