@@ -9,14 +9,17 @@ import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from memvault import __version__
 from memvault.config import SETTINGS, Settings
 from memvault.errors import MemvaultError
 from memvault.names import valid_token
+
+if TYPE_CHECKING:
+    from memvault.store import Store
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -214,7 +217,10 @@ def reindex(settings: Settings, token: str | None) -> int:
     return 0
 
 
-async def migrate(settings: Settings, token: str | None, dry_run: bool) -> int:
+async def _each_token(
+    settings: Settings, token: str | None, work: Callable[[Store, str], Awaitable[list[str]]]
+) -> int:
+    """Run an operation of the store on one token or every token, printing what it reports."""
     from memvault.store import Store
 
     tokens = _tokens(settings, token)
@@ -223,38 +229,32 @@ async def migrate(settings: Settings, token: str | None, dry_run: bool) -> int:
     store = Store(settings)
     try:
         for name in tokens:
-            done = await store.migrate(name, dry_run=dry_run)
-            print(f"{name}: {'would give' if dry_run else 'gave'} {len(done)} file(s) frontmatter")
-            for id in done:
-                print(f"  {id}")
+            for line in await work(store, name):
+                print(line)
     except MemvaultError as exc:
         print(f"memvault: {exc}", file=sys.stderr)
         return 1
     finally:
         await store.close()
     return 0
+
+
+async def migrate(settings: Settings, token: str | None, dry_run: bool) -> int:
+    async def one(store: Store, name: str) -> list[str]:
+        done = await store.migrate(name, dry_run=dry_run)
+        verb = "would give" if dry_run else "gave"
+        return [f"{name}: {verb} {len(done)} file(s) frontmatter", *(f"  {id}" for id in done)]
+
+    return await _each_token(settings, token, one)
 
 
 async def evict(settings: Settings, token: str | None, dry_run: bool) -> int:
-    from memvault.store import Store
+    async def one(store: Store, name: str) -> list[str]:
+        evicted = await store.evict(name, dry_run=dry_run)
+        verb = "would archive" if dry_run else "archived"
+        return [f"{name}: {verb} {len(evicted)}", *(f"  {item.id}: {item.reason}" for item in evicted)]
 
-    tokens = _tokens(settings, token)
-    if tokens is None:
-        return 2
-    store = Store(settings)
-    try:
-        for name in tokens:
-            evicted = await store.evict(name, dry_run=dry_run)
-            verb = "would archive" if dry_run else "archived"
-            print(f"{name}: {verb} {len(evicted)}")
-            for item in evicted:
-                print(f"  {item.id}: {item.reason}")
-    except MemvaultError as exc:
-        print(f"memvault: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        await store.close()
-    return 0
+    return await _each_token(settings, token, one)
 
 
 # Characters str.splitlines (and some editors) take for line ends; JSON allows them raw in strings,
