@@ -11,6 +11,7 @@ import pytest
 
 from memvault import canonical
 from memvault.check import check_vault
+from memvault.cli import main
 from memvault.errors import FileConflict, InvalidName
 from memvault.graph import Entity, KnowledgeGraph, Relation
 from memvault.names import check_id
@@ -235,3 +236,21 @@ def test_the_sessions_folder_is_reserved(tmp_path: Path) -> None:
     write_some(folder)
     (folder / "real.md").write_text("# Real\n\nA memory.\n")
     assert sorted(id for id, _, _ in Vault(folder).scan()) == ["real.md"]
+
+
+def test_migrate_lists_then_gives_frontmatter_only_to_hand_made_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    (folder / "plain.md").write_text("just my text\n")
+    managed = "---\npriority: P1\n---\n# Managed\n\nalready has frontmatter\n"
+    (folder / "managed.md").write_text(managed)
+    assert main(["migrate", "--root", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "alice: would give 1 file(s) frontmatter" in out and "  plain.md" in out
+    assert (folder / "plain.md").read_text() == "just my text\n"
+    assert main(["migrate", "--root", str(tmp_path)]) == 0
+    migrated = (folder / "plain.md").read_text()
+    assert migrated.startswith("---\npriority: P2\n") and migrated.endswith("---\njust my text\n")
+    assert (folder / "managed.md").read_text() == managed
