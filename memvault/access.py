@@ -6,14 +6,123 @@ The sidecar records every access; the file's ``lastAccessedAt`` follows at most 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
 
 from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound
+from memvault.files import fsync_dir
 from memvault.markdown import Memory
-from memvault.resources import note_failure
-from memvault.tokens import Tokens, TokenState
+from memvault.resources import bookkeep, note_failure
+
+if TYPE_CHECKING:
+    from memvault.tokens import Tokens, TokenState
+
+BATCH = 64  # file write-backs per turn of the token's lock: a mutation waits for at most one batch
+
+
+class Pending:
+    """A token's accesses not yet recorded: sidecar rows, search counts and file write-backs.
+
+    Reads only add to it (microseconds, no I/O); a background task drains it in batches, one
+    SQLite transaction for every row and search count, one folder fsync per batch of files, so
+    nothing a read must wait for is on its path. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.records: list[tuple[tuple[str, ...], datetime, bool]] = []
+        self.searches: list[bool] = []
+        self.files: dict[str, tuple[Memory, datetime]] = {}
+        self.draining = False
+
+    def add(self, ids: Sequence[str], at: datetime, hit: bool, due: Sequence[Memory] = ()) -> None:
+        with self._lock:
+            self.records.append((tuple(ids), at, hit))
+            for memory in due:
+                self.files[memory.id] = (memory, at)
+
+    def searched(self, found: bool) -> None:
+        with self._lock:
+            self.searches.append(found)
+
+    def take_records(self) -> tuple[list[tuple[tuple[str, ...], datetime, bool]], list[bool]]:
+        with self._lock:
+            records, self.records = self.records, []
+            searches, self.searches = self.searches, []
+        return records, searches
+
+    def take_files(self, limit: int = BATCH) -> list[tuple[Memory, datetime]]:
+        with self._lock:
+            ids = list(self.files)[:limit]
+            return [self.files.pop(id) for id in ids]
+
+    def empty(self) -> bool:
+        with self._lock:
+            return not self.records and not self.searches and not self.files
+
+
+class Recorder:
+    """Drains each token's Pending in the background; ``spawn`` runs work after the current request."""
+
+    def __init__(self, tokens: Tokens, spawn: Callable[[Coroutine[Any, Any, Any]], None]) -> None:
+        self.tokens = tokens
+        self.spawn = spawn
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def noted(self, state: TokenState) -> None:
+        """Something was added to the token's Pending: start its drain unless one runs (from a
+        worker thread, by way of the event loop)."""
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self.noted, state)
+            return
+        if not state.pending.draining:
+            state.pending.draining = True
+            self.spawn(self._drain(state))
+
+    def searched(self, state: TokenState, found: bool) -> None:
+        """Count a search (and whether it found anything) for memory_stats."""
+        if state.sidecar is not None:
+            state.pending.searched(found)
+            self.noted(state)
+
+    async def _drain(self, state: TokenState) -> None:
+        """Rows in one transaction, then file write-backs in batches, each under the token's lock
+        (a write waits for one batch at most); the token stays loaded meanwhile."""
+        try:
+            async with self.tokens.using(state.token):
+                while not state.pending.empty():
+                    await anyio.to_thread.run_sync(flush_records, state)
+                    due = state.pending.take_files()
+                    if due:
+                        async with state.lock:
+                            await anyio.to_thread.run_sync(write_back, self.tokens, state, due)
+        finally:
+            state.pending.draining = False
+
+    def drain_now(self, state: TokenState) -> None:
+        """Everything pending, at once (worker thread; at shutdown)."""
+        flush_records(state)
+        due = state.pending.take_files(len(state.pending.files))
+        if due:
+            write_back(self.tokens, state, due)
+
+
+def flush_records(state: TokenState) -> None:
+    """Write the pending access rows and search counts in one transaction (worker thread)."""
+    records, searches = state.pending.take_records()
+    if not records and not searches:
+        return
+    if state.sidecar is None and not state.dir.is_dir():
+        return  # a token that never wrote anything keeps no statistics (and gets no folder)
+    bookkeep("record accesses", lambda: state.ensure_sidecar().record_batch(records, searches))
 
 
 def last_access(memory: Memory, recorded: datetime | None) -> datetime | None:
@@ -47,12 +156,23 @@ def frontmatter_for(memory: Memory, now: datetime) -> dict[str, Any]:
     }
 
 
-def write_back(tokens: Tokens, state: TokenState, memories: Sequence[Memory], now: datetime) -> None:
-    """Write the access time into each file; a file changed or removed under us, or a full disk,
-    skips it: the read stands either way."""
-    _update_each(
-        tokens, state, memories, lambda _memory: {"lastAccessedAt": now}, "write lastAccessedAt back"
+def write_back(tokens: Tokens, state: TokenState, due: Sequence[tuple[Memory, datetime]]) -> None:
+    """Write each access time into its file (one folder fsync for the batch); a file changed or
+    removed under us, or a full disk, skips it: the read stood either way."""
+    by_id = {memory.id: now for memory, now in due}
+    done = _update_each(
+        tokens,
+        state,
+        [memory for memory, _ in due],
+        lambda memory: {"lastAccessedAt": by_id[memory.id]},
+        "write lastAccessedAt back",
+        sync_folder=False,
     )
+    for folder in {(state.vault.area(False) / id).parent for id in done}:
+        try:
+            fsync_dir(folder)
+        except OSError as exc:
+            note_failure("write lastAccessedAt back", exc)
 
 
 def add_frontmatter(
@@ -68,12 +188,16 @@ def _update_each(
     memories: Sequence[Memory],
     fields_for: Callable[[Memory], dict[str, Any]],
     what: str,
+    *,
+    sync_folder: bool = True,
 ) -> list[str]:
     done: list[str] = []
     with state.file_lock():
         for memory in memories:
             try:
-                updated = state.vault.update(memory.id, fields_for(memory), expect_hash=memory.hash)
+                updated = state.vault.update(
+                    memory.id, fields_for(memory), expect_hash=memory.hash, sync_folder=sync_folder
+                )
             except (NotFound, Conflict, InvalidArgument, InvalidName):
                 continue  # changed or removed under us; the watcher will catch up
             except OSError as exc:  # a full disk: the file keeps what it had

@@ -66,10 +66,11 @@ def _umask() -> int:
 _NEW_FILE_MODE = 0o666 & ~_umask()
 
 
-def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> None:
+def atomic_write(path: Path, data: bytes, *, overwrite: bool = True, sync_folder: bool = True) -> None:
     """Temp file in the same folder, fsync, then replace (or link, to never overwrite), fsync folder.
 
-    With ``overwrite=False`` an existing file raises FileExistsError and is left untouched.
+    With ``overwrite=False`` an existing file raises FileExistsError and is left untouched. With
+    ``sync_folder=False`` the caller fsyncs the folder (once for a batch of files).
     """
     parent = path.parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -91,7 +92,8 @@ def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    fsync_dir(parent)
+    if sync_folder:
+        fsync_dir(parent)
 
 
 def _link_no_overwrite(src: Path, dst: Path) -> None:

@@ -35,12 +35,11 @@ import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 
-from memvault.access import last_access
+from memvault.access import flush_records, last_access
 from memvault.embedders import FloatMatrix
 from memvault.errors import InvalidArgument, quote
 from memvault.markdown import PRIORITIES, Memory, clean_tags
 from memvault.names import key
-from memvault.resources import bookkeep
 from memvault.text import tokenize
 from memvault.topics import Layout, creation_order
 from memvault.vectors import VectorView
@@ -399,11 +398,8 @@ class Recaller:
         topic[:m] = np.where(cached[1], scores[:m], 0.0)
         return topic
 
-    @staticmethod
-    def _record(state: TokenState, found: Recall) -> Recall:
-        if state.sidecar is not None:
-            sidecar = state.sidecar
-            bookkeep("count a search", lambda: sidecar.record_search(found=bool(found.results)))
+    def _record(self, state: TokenState, found: Recall) -> Recall:
+        self.store.note_search(state, bool(found.results))
         return found
 
     async def stats(self, token: str) -> Stats:
@@ -421,6 +417,7 @@ class Recaller:
             by_priority[memory.priority] = by_priority.get(memory.priority, 0) + 1
         embedded, rows = state.vectors.counts()
         status = store.embeddings.status()
+        flush_records(state)
         searches, misses = state.sidecar.search_counts() if state.sidecar else (0, 0)
         recorded = state.sidecar.last_access() if state.sidecar else {}
         now = store.clock()

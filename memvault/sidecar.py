@@ -361,6 +361,32 @@ class Sidecar:
                 [(id_, stamp, hits) for id_ in ids],
             )
 
+    def record_batch(
+        self, accesses: Sequence[tuple[Sequence[str], datetime, bool]], searches: Sequence[bool] = ()
+    ) -> None:
+        """Many accesses ``(ids, at, hit)`` and search outcomes (found or not) in one transaction."""
+        rows = []
+        for ids, at, hit in accesses:
+            _check_ids(ids)
+            stamp = format_time(at)
+            rows += [(id_, stamp, 1 if hit else 0) for id_ in ids]
+        if not rows and not searches:
+            return
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT INTO access (id, last_access, access_count, hit_count) VALUES (?, ?, 1, ?) "
+                "ON CONFLICT (id) DO UPDATE SET "
+                "last_access = max(access.last_access, excluded.last_access), "
+                "access_count = access.access_count + 1, "
+                "hit_count = access.hit_count + excluded.hit_count",
+                rows,
+            )
+            if searches:
+                conn.execute(
+                    "UPDATE search_stats SET searches = searches + ?, misses = misses + ? WHERE one = 1",
+                    (len(searches), sum(1 for found in searches if not found)),
+                )
+
     def last_access(self, ids: Sequence[str] | None = None) -> dict[str, datetime]:
         """Last recorded access per id; ids never accessed are absent. ``None`` means all."""
         if ids is None:

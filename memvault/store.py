@@ -63,6 +63,7 @@ class Store:
         self._background: set[asyncio.Task[Any]] = set()
         self.registry = Tokens(settings, embeddings_from_settings(settings), self._in_background)
         self.sweeps = Sweeps(self.registry, settings, clock, self._in_background)
+        self.recorder = access.Recorder(self.registry, self._in_background)
 
     # ------------------------------------------------------------------ tokens (see memvault.tokens)
 
@@ -117,6 +118,7 @@ class Store:
             return result
 
     def _snapshot(self, state: TokenState) -> list[tuple[Memory, datetime | None]]:
+        access.flush_records(state)
         with state.mem_lock:
             memories = sorted(state.hot.memories.values(), key=lambda m: m.id)
         recorded = state.sidecar.last_access() if state.sidecar else {}
@@ -164,9 +166,8 @@ class Store:
             hits, total = area.index.search(query, limit=limit or 10)
         memories = [m for m in (self.registry.fresh(state, h.id, archived) for h in hits) if m is not None]
         matched_all = bool(hits) and all(h.matched_all for h in hits)
-        if state.sidecar is not None and not archived:
-            sidecar = state.sidecar
-            bookkeep("count a search", lambda: sidecar.record_search(found=bool(hits)))
+        if not archived:
+            self.note_search(state, bool(hits))
         return Found(memories, total, matched_all)
 
     def _all(self, state: TokenState, limit: int | None, archived: bool) -> Found:
@@ -181,22 +182,22 @@ class Store:
         return Found(memories[:limit] if limit else memories, total, True)
 
     async def touch(self, token: str, memories: Sequence[Memory], *, hit: bool = True) -> None:
-        """Record access to hot memories: always in the sidecar, in the file per the writeback policy."""
+        """Record access to hot memories: always in the sidecar, in the file per the writeback policy.
+
+        Only queued here: a background task records them in batches (access.Recorder)."""
         async with self.using(token) as state:
             hot = [m for m in memories if not m.archived]
             if not hot or not state.dir.is_dir():
                 return
             now = self.clock()
-            await anyio.to_thread.run_sync(
-                lambda: bookkeep("record an access", lambda: state.ensure_sidecar().record_access(
-                    [m.id for m in hot], now, hit=hit))
-            )  # fmt: skip
             mode = self.settings.access_writeback
             due = [m for m in hot if access.needs_file_write(m, now, mode)]
-            if due:
-                async with state.lock:
-                    await anyio.to_thread.run_sync(access.write_back, self.registry, state, due, now)
+            state.pending.add([m.id for m in hot], now, hit, due)
+            self.recorder.noted(state)
             self.sweeps.maybe_sweep(state)
+
+    def note_search(self, state: TokenState, found: bool) -> None:
+        self.recorder.searched(state, found)
 
     # ------------------------------------------------------------------ writing
 
@@ -442,6 +443,9 @@ class Store:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*list(self._background), return_exceptions=True)
+        for state in self.tokens.values():  # accesses still queued: recorded, not lost
+            if state.loaded:
+                await anyio.to_thread.run_sync(self.recorder.drain_now, state)
         for state in self.tokens.values():
             if state.loaded and state.large:
                 await anyio.to_thread.run_sync(snapshot.save, state)

@@ -16,7 +16,7 @@ from typing import Any
 import anyio.to_thread
 
 from memvault import eviction
-from memvault.access import last_access
+from memvault.access import flush_records, last_access
 from memvault.clock import Clock
 from memvault.config import Settings
 from memvault.errors import InvalidName, NotFound
@@ -64,6 +64,7 @@ class Sweeps:
         now = self.clock()
         with state.file_lock():
             sidecar = state.ensure_sidecar()
+            flush_records(state)  # accesses still queued count
             recorded = sidecar.last_access()
             with state.mem_lock:
                 memories = list(state.hot.memories.values())

@@ -29,6 +29,7 @@ import numpy.typing as npt
 from filelock import FileLock, Timeout
 
 from memvault import heap, loader, reconcile, snapshot
+from memvault.access import Pending
 from memvault.area import Area
 from memvault.config import Settings
 from memvault.embeddings import Embeddings
@@ -95,6 +96,7 @@ class TokenState:
         self.missed: set[Path] = set()
         self.missed_rescan = False
         self.users = 0  # operations in flight (Store.using): a token in use is never unloaded
+        self.pending = Pending()  # accesses to record, drained in the background (memvault.access)
 
     @property
     def loaded(self) -> bool:

@@ -46,6 +46,8 @@ class Vault:
         path = self.area(archived) / id
         if self._through_link(path):
             raise InvalidName(id, "a folder on its way is a symbolic link, which memvault does not follow")
+        if not path.is_symlink():
+            return path  # no link from the token folder down to it: it is where its name says
         root = self.dir.resolve()
         try:
             resolved = path.resolve()
@@ -205,8 +207,11 @@ class Vault:
         content: str | None = None,
         archived: bool = False,
         expect_hash: str | None = None,
+        sync_folder: bool = True,
     ) -> Memory:
-        """Rewrite owned fields (and title/content) in place, preserving everything else."""
+        """Rewrite owned fields (and title/content) in place, preserving everything else.
+
+        ``sync_folder=False`` leaves the folder's fsync to the caller (one for a batch of files)."""
         raw, _ = self.read_raw(id, archived=archived)
         id = check_id(id)
         if len(raw) > MAX_INDEXED_BYTES:
@@ -228,7 +233,7 @@ class Vault:
         text = rewrite(raw.decode("utf-8", errors="replace"), fields, title=title, content=content)
         data = seal_markers(text).encode("utf-8")
         path = self.path_of(id, archived=archived)
-        atomic_write(path, data)
+        atomic_write(path, data, sync_folder=sync_folder)
         st = path.stat()
         return parse_memory(data, id, archived=archived, **file_stamp(st))
 

@@ -671,6 +671,7 @@ async def test_access_time_written_back_at_most_once_a_day(server_factory, vault
     async with server_factory(clock=lambda: clock_now[0]) as srv, srv.session("alice") as s:
         err, text = await srv.call(s, "read_memory", query="ibis")
         assert not err and "## Daily" in text
+        await srv.app.state.store.idle()  # the write-back runs after the reply, off the read's path
         first = path.read_bytes()
         first_mtime = path.stat().st_mtime_ns
         assert first != original
@@ -680,6 +681,7 @@ async def test_access_time_written_back_at_most_once_a_day(server_factory, vault
         for args in ({"query": "ibis"}, {"filenames": ["daily.md"]}, {}):
             err, text = await srv.call(s, "read_memory", **args)
             assert not err and "## Daily" in text
+        await srv.app.state.store.idle()
         assert path.read_bytes() == first
         assert path.stat().st_mtime_ns == first_mtime
 
@@ -687,6 +689,7 @@ async def test_access_time_written_back_at_most_once_a_day(server_factory, vault
         clock_now[0] = NOW + timedelta(days=1)
         err, text = await srv.call(s, "read_memory", query="ibis")
         assert not err
+        await srv.app.state.store.idle()
         assert f"lastAccessedAt: {iso(NOW + timedelta(days=1))}".encode() in path.read_bytes()
         assert fence_count(path.read_text(encoding="utf-8")) == 2
 

@@ -413,6 +413,7 @@ async def test_own_writes_are_not_reparsed(server_factory):
         before = (folder / "own-write.md").read_bytes()
         err, text = await srv.call(s, "read_memory", query="okapiharp")
         assert not err and "own-write.md" in text, text
+        await store.idle()  # the access write-back runs after the reply
         assert (folder / "own-write.md").read_bytes() != before
         await store.idle()
         assert store.parses == parses

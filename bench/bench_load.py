@@ -1,0 +1,379 @@
+#!/usr/bin/env python
+"""Many agents at once (issue 12): a mix of tool calls from N clients, against memvault and the SDK floor.
+
+    python bench/bench_load.py [--tokens 32] [--memories 1000] [--seconds 20] [--locomo DIR]
+                               [--out bench/RESULTS.md]
+
+Builds a vault of N tokens x M memories (LoCoMo turns, or synthetic prose), last read 1-20 days
+ago (so the first read of each memory today is one the access write-back acts on). Then, in the same
+run, on the same machine, with the same light client (raw JSON-RPC over streamable HTTP, one
+session per client, httpx with keep-alive, every client in this one process):
+
+- the floor: `bench/floor_server.py`, a bare MCP SDK server with one trivial tool, every client
+  calling it;
+- memvault: `python -m memvault serve` (MEMVAULT_CAPACITY=1000000000: no sweep interferes), each
+  client on its own token, sending 55% read_memory, 15% recall, 10% list_memory_titles,
+  12% write_memory, 8% update_memory, right after the tokens loaded (the embedding worker still
+  busy with them).
+
+Each phase runs for --seconds; reported: calls/s, p50/p95/p99 latency, failed calls, and memvault
+against the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import corpus
+import httpx2
+from harness import free_port, machine_line, ms, pct, update_results
+
+from memvault.markdown import render_new
+from memvault.names import slugify
+
+MARK_START = "<!-- bench_load:start -->"
+MARK_END = "<!-- bench_load:end -->"
+MIX = (
+    ("read_memory", 55),
+    ("recall", 15),
+    ("list_memory_titles", 10),
+    ("write_memory", 12),
+    ("update_memory", 8),
+)
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+@dataclass
+class Tally:
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    failed: Counter[str] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def all(self) -> list[float]:
+        return [x for values in self.latencies.values() for x in values]
+
+
+class Client:
+    """One MCP session over raw JSON-RPC: initialize, then tools/call, nothing else."""
+
+    def __init__(self, http: httpx2.AsyncClient, url: str) -> None:
+        self.http, self.url, self.session, self.next_id = http, url, "", 0
+
+    async def start(self) -> None:
+        reply = await self.rpc(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "load", "version": "1"},
+            },
+        )
+        assert "result" in reply, reply
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        await self.http.post(self.url, json=note, headers=self.headers())
+
+    def headers(self) -> dict[str, str]:
+        extra = {"Mcp-Session-Id": self.session, "MCP-Protocol-Version": "2025-06-18"} if self.session else {}
+        return {**HEADERS, **extra}
+
+    async def rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.next_id += 1
+        body = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        response = await self.http.post(self.url, json=body, headers=self.headers())
+        if response.status_code != 200:
+            return {"error": {"message": f"HTTP {response.status_code}"}}
+        self.session = response.headers.get("mcp-session-id", self.session)
+        text = response.text
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
+        return dict(json.loads(text))
+
+    async def call(self, tool: str, args: dict[str, Any]) -> str | None:
+        """None when the call worked, else why not."""
+        reply = await self.rpc("tools/call", {"name": tool, "arguments": args})
+        if "error" in reply:
+            return str(reply["error"].get("message", "error"))[:60]
+        if reply.get("result", {}).get("isError"):
+            return str(reply["result"]["content"][0]["text"])[:60]
+        return None
+
+
+def write_tokens(
+    root: Path, tokens: int, docs: list[corpus.Doc], per_token: int, seed: int
+) -> list[list[str]]:
+    """Each token's files (last accessed 1-20 days ago); returns each token's file names."""
+    rng = random.Random(seed)
+    now = datetime.now(UTC)
+    names: list[list[str]] = []
+    for t in range(tokens):
+        folder = root / f"agent{t:02d}"
+        folder.mkdir(parents=True)
+        mine: list[str] = []
+        for i in range(per_token):
+            doc = docs[(t * per_token + i) % len(docs)]
+            created = now - timedelta(days=rng.uniform(21, 60))
+            fields = {
+                "priority": "P1",
+                "createdAt": created,
+                "updatedAt": created,
+                "lastAccessedAt": now - timedelta(days=rng.uniform(1, 20)),
+            }
+            name = f"{slugify(doc.title)[:60]}-{i}.md"
+            (folder / name).write_text(render_new(doc.title, doc.content, fields), encoding="utf-8")
+            mine.append(name)
+        names.append(mine)
+    return names
+
+
+def start(cmd: list[str], env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            return proc
+        except OSError as exc:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: {log.read_text()[-2000:]}") from exc
+            if "404" in str(exc):  # the floor has no /healthz: it is up
+                return proc
+            time.sleep(0.1)
+    raise RuntimeError("server did not start")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+async def drive(urls: list[str], seconds: float, plan: Any, *, warm: Any = None) -> tuple[Tally, float]:
+    """Every client in a loop for ``seconds``: ``plan(i, rng)`` gives its next (tool, args)."""
+    limits = httpx2.Limits(max_connections=len(urls) * 2, max_keepalive_connections=len(urls) * 2)
+    async with httpx2.AsyncClient(timeout=60, limits=limits) as http:
+        clients = [Client(http, url) for url in urls]
+        await asyncio.gather(*(c.start() for c in clients))
+        if warm is not None:
+            await asyncio.gather(*(c.call(*warm(i)) for i, c in enumerate(clients)))
+        tally = Tally()
+        end = time.monotonic() + seconds
+
+        async def loop(i: int, client: Client) -> None:
+            rng = random.Random(i)
+            while time.monotonic() < end:
+                tool, args = plan(i, rng)
+                t0 = time.perf_counter()
+                try:
+                    why = await client.call(tool, args)
+                except (httpx2.HTTPError, OSError, ValueError, StopIteration) as exc:
+                    why = type(exc).__name__
+                tally.latencies[tool].append(time.perf_counter() - t0)
+                if why is not None:
+                    tally.failed[tool] += 1
+                    tally.reasons[why] += 1
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(loop(i, c) for i, c in enumerate(clients)))
+        return tally, time.monotonic() - t0
+
+
+def memvault_plan(names: list[list[str]], words: list[str]) -> Any:
+    weights = [w for _, w in MIX]
+    tools = [t for t, _ in MIX]
+    counter = [0]
+
+    def plan(i: int, rng: random.Random) -> tuple[str, dict[str, Any]]:
+        tool = rng.choices(tools, weights)[0]
+        word = rng.choice(words)
+        if tool == "read_memory":
+            if rng.random() < 0.3:
+                return tool, {"filenames": [rng.choice(names[i])]}
+            return tool, {"query": word}
+        if tool == "recall":
+            return tool, {"query": f"what did they say about {word}?"}
+        if tool == "list_memory_titles":
+            return tool, {}
+        if tool == "write_memory":
+            counter[0] += 1
+            return tool, {
+                "title": f"Load note {i} {counter[0]}",
+                "content": f"About {word}, number {counter[0]}.",
+            }
+        return tool, {"filename": rng.choice(names[i]), "tags": [word[:20]]}
+
+    return plan
+
+
+def report(tally: Tally, elapsed: float) -> dict[str, Any]:
+    values = tally.all()
+    return {
+        "calls": len(values),
+        "rate": len(values) / elapsed,
+        "p50": pct(values, 0.5),
+        "p95": pct(values, 0.95),
+        "p99": pct(values, 0.99),
+        "failed": sum(tally.failed.values()),
+        "reasons": dict(tally.reasons.most_common(3)),
+        "per_tool": {t: (len(v), pct(v, 0.5), pct(v, 0.99)) for t, v in sorted(tally.latencies.items())},
+    }
+
+
+def row(name: str, result: dict[str, Any], floor: dict[str, Any]) -> str:
+    ratio = result["rate"] / floor["rate"]
+    return (
+        f"| {name} | {result['rate']:,.0f} | {ratio:.2f} | {ms(result['p50'])} | {ms(result['p99'])} | "
+        f"{result['failed']} |"
+    )
+
+
+def write_section(args: argparse.Namespace, floor: dict[str, Any], mv: dict[str, Any], loaded: float) -> None:
+    command = "python bench/bench_load.py"
+    command += f" --tokens {args.tokens} --memories {args.memories} --seconds {args.seconds:g}"
+    command += (" --locomo ../shared/data/locomo" if args.locomo else "") + " --out bench/RESULTS.md"
+    per_tool = [
+        f"| {tool} | {n:,} | {ms(p50)} | {ms(p99)} |" for tool, (n, p50, p99) in mv["per_tool"].items()
+    ]
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"## {stamp}: many agents at once (issue 12), {args.tokens} clients x {args.memories:,} memories",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {machine_line()}. Client (raw JSON-RPC over streamable HTTP, httpx, keep-alive, one "
+        "session per client, all in one process) and server in separate processes on this machine.",
+        "",
+        f"Each client on its own token, for {args.seconds:g} s right after the tokens loaded (loading all "
+        f"of them took {loaded:.1f} s; the embedding worker still busy with them): 55% read_memory (30% of "
+        "them by filename), 15% recall, 10% list_memory_titles, 12% write_memory, 8% update_memory. "
+        "Memories were last read 1-20 days ago, so first reads write lastAccessedAt back. The floor: the "
+        "same clients against a bare MCP SDK server with one trivial tool (bench/floor_server.py), same run.",
+        "",
+        "| server | calls/s | x floor | p50 ms | p99 ms | failed |",
+        "|---|---:|---:|---:|---:|---:|",
+        row("SDK floor (one trivial tool)", floor, floor),
+        row("memvault, one process", mv, floor),
+        "",
+        "| memvault tool | calls | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|",
+        *per_tool,
+        "",
+    ]
+    update_results(args.out, "\n".join(lines), command, MARK_START, MARK_END, grouped=False)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--memories", type=int, default=1000, help="memories per token")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--locomo", type=Path)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--spy", type=Path, help="py-spy the server during the load (collapsed stacks to this file)"
+    )
+    args = parser.parse_args()
+
+    here = Path(__file__).resolve().parent
+    work = Path(tempfile.mkdtemp(prefix="memvault-load-"))
+    try:
+        n_docs = min(args.tokens * args.memories, 20_000)
+        docs = (
+            corpus.locomo_docs(args.locomo, n_docs)
+            if args.locomo
+            else corpus.synthetic_docs(n_docs, args.seed)
+        )
+        root = work / "vault"
+        t0 = time.monotonic()
+        names = write_tokens(root, args.tokens, docs, args.memories, args.seed)
+        print(f"vault: {args.tokens} x {args.memories} in {time.monotonic() - t0:.1f} s", flush=True)
+        words = [w for d in docs[:2000] for w in d.content.split() if w.isalpha() and len(w) > 5][:5000]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
+
+        port = free_port()
+        floor = start(
+            [sys.executable, str(here / "floor_server.py"), "--port", str(port)],
+            env,
+            port,
+            work / "floor.log",
+        )
+        try:
+            urls = [f"http://127.0.0.1:{port}/mcp/" for _ in range(args.tokens)]
+            tally, elapsed = asyncio.run(drive(urls, args.seconds, lambda i, rng: ("echo", {"text": "hi"})))
+            floor_result = report(tally, elapsed)
+        finally:
+            stop(floor)
+        print(f"floor: {floor_result['rate']:.0f} calls/s", flush=True)
+
+        port = free_port()
+        mv_env = {
+            **env,
+            "MEMVAULT_ROOT": str(root),
+            "MEMVAULT_PORT": str(port),
+            "MEMVAULT_CAPACITY": "1000000000",
+            "MEMVAULT_LOG_LEVEL": "warning",
+        }
+        server = start([sys.executable, "-m", "memvault", "serve"], mv_env, port, work / "memvault.log")
+        try:
+            urls = [f"http://127.0.0.1:{port}/mcp/agent{t:02d}" for t in range(args.tokens)]
+            t0 = time.monotonic()
+            asyncio.run(
+                drive(
+                    urls,
+                    0,
+                    lambda i, rng: ("list_memory_titles", {}),
+                    warm=lambda i: ("list_memory_titles", {}),
+                )
+            )
+            loaded = time.monotonic() - t0
+            spy = None
+            if args.spy:
+                spy_cmd = [
+                    "py-spy",
+                    "record",
+                    "-p",
+                    str(server.pid),
+                    "-d",
+                    str(int(args.seconds)),
+                    "-f",
+                    "raw",
+                ]
+                spy = subprocess.Popen([*spy_cmd, "-o", str(args.spy), "--nonblocking", "--threads"])
+            tally, elapsed = asyncio.run(drive(urls, args.seconds, memvault_plan(names, words)))
+            mv_result = report(tally, elapsed)
+            if spy is not None:
+                spy.wait(60)
+        finally:
+            stop(server)
+        ratio = mv_result["rate"] / floor_result["rate"]
+        print(f"memvault: {mv_result['rate']:.0f} calls/s ({ratio:.2f} of the floor)", flush=True)
+        print(json.dumps({"floor": floor_result, "memvault": mv_result}, indent=1, default=str))
+        if args.out:
+            write_section(args, floor_result, mv_result, loaded)
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
