@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from memvault.resources import bookkeep, note_failure
 if TYPE_CHECKING:
     from memvault.tokens import Tokens, TokenState
 
-BATCH = 64  # file write-backs per turn of the token's lock: a mutation waits for at most one batch
+BATCH = 16  # file write-backs per turn of the token's lock: a mutation waits for at most one batch
 
 
 class Pending:
@@ -73,6 +74,7 @@ class Recorder:
         self.tokens = tokens
         self.spawn = spawn
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._one_at_a_time = asyncio.Lock()
 
     def noted(self, state: TokenState) -> None:
         """Something was added to the token's Pending: start its drain unless one runs (from a
@@ -100,12 +102,22 @@ class Recorder:
             async with self.tokens.using(state.token):
                 while not state.pending.empty():
                     await anyio.to_thread.run_sync(flush_records, state)
-                    due = state.pending.take_files()
-                    if due:
-                        async with state.lock:
-                            await anyio.to_thread.run_sync(write_back, self.tokens, state, due)
+                    if state.pending.files:
+                        await self._write_some(state)
         finally:
             state.pending.draining = False
+
+    async def _write_some(self, state: TokenState) -> None:
+        """One batch of write-backs, one token at a time in the process, then a pause as long as
+        the batch took: under load they use at most half the disk, and requests go first."""
+        async with self._one_at_a_time:
+            due = state.pending.take_files()
+            if not due:
+                return
+            started = time.monotonic()
+            async with state.lock:
+                await anyio.to_thread.run_sync(write_back, self.tokens, state, due)
+            await asyncio.sleep(min(1.0, time.monotonic() - started))
 
     def drain_now(self, state: TokenState) -> None:
         """Everything pending, at once (worker thread; at shutdown)."""

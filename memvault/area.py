@@ -16,7 +16,14 @@ class Area:
     index: Index = field(default_factory=Index)
 
     def put(self, memory: Memory) -> None:
+        old = self.memories.get(memory.id)
         self.memories[memory.id] = memory
+        if old is not None and (old.title, old.tags, old.content) == (
+            memory.title,
+            memory.tags,
+            memory.content,
+        ):
+            return  # the same words (only an access time or a priority changed): so is the index
         self.index.upsert(memory.id, title=memory.title, body=memory.content, tags=memory.tags)
 
     def drop(self, id: str) -> Memory | None:

@@ -39,6 +39,8 @@ log = logging.getLogger("memvault")
 BATCH = 64
 RELEASE_AFTER = 1000  # memories handled before the worker, once idle, releases free heap memory
 WORKER_DUTY_PAUSE = 1.0  # after each batch the worker rests as long as the batch took
+BUSY_DUTY_PAUSE = 4.0  # while requests come in: a fifth of one core
+BUSY_SECONDS = 1.0  # a request within this long makes the process busy
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,7 @@ class Embeddings:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._worked = 0  # memories taken since the heap was last released (see heap)
+        self.last_request = 0.0  # time.monotonic() of the latest request (Tokens.using sets it)
         self.embedded = 0  # texts embedded by the model (not reused from the sidecar); tests count them
         # Which memories count as written together, for the topic model (recall sets the same).
         self.context_depth = 1
@@ -237,10 +240,13 @@ class Embeddings:
                     started = time.monotonic()
                     self._step(embedder, vectors)
                     failures = 0
-                    # Background work takes at most about half of one core, so requests and the
-                    # watcher stay quick while a large vault is embedded.
+                    # Background work takes at most about half of one core, and a fifth while
+                    # requests come in (the GIL is shared), so they stay quick while a large
+                    # vault is embedded.
+                    took = time.monotonic() - started
+                    busy = time.monotonic() - self.last_request < BUSY_SECONDS
                     with self._cond:
-                        self._cond.wait((time.monotonic() - started) * WORKER_DUTY_PAUSE)
+                        self._cond.wait(took * (BUSY_DUTY_PAUSE if busy else WORKER_DUTY_PAUSE))
                 except Exception as exc:
                     # A model endpoint that is down: retry with a growing pause, log now and then.
                     failures += 1

@@ -187,7 +187,7 @@ class Store:
         Only queued here: a background task records them in batches (access.Recorder)."""
         async with self.using(token) as state:
             hot = [m for m in memories if not m.archived]
-            if not hot or not state.dir.is_dir():
+            if not hot or (state.sidecar is None and not state.dir.is_dir()):
                 return
             now = self.clock()
             mode = self.settings.access_writeback

@@ -49,6 +49,7 @@ class Sweeps:
         self.settings = settings
         self.clock = clock
         self.spawn = spawn
+        self._last: dict[str, datetime | None] = {}  # each token's last sweep, as this process knows it
         self.limits = eviction.Limits(
             ttl_p1_days=settings.ttl_p1_days, ttl_p2_days=settings.ttl_p2_days, capacity=settings.capacity
         )
@@ -93,19 +94,21 @@ class Sweeps:
                     continue
                 done.append(Evicted(item.id, item.reason, new_id))
             bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
+            self._last[state.token] = now
             return done
 
     def maybe_sweep(self, state: TokenState) -> None:
         """Lazy eviction: after a read, at most once per interval, in the background."""
         if state.evicting or state.sidecar is None:
             return
-        try:
-            raw = state.sidecar.get_state(LAST_EVICTION)
-        except sqlite3.Error as exc:
-            note_failure("read the last sweep time", exc)
-            return
-        last = datetime.fromisoformat(raw) if raw else None
-        if not eviction.sweep_due(last, self.clock(), self.settings.evict_interval_hours):
+        if state.token not in self._last:  # read once per token: not a query on every read
+            try:
+                raw = state.sidecar.get_state(LAST_EVICTION)
+            except sqlite3.Error as exc:
+                note_failure("read the last sweep time", exc)
+                return
+            self._last[state.token] = datetime.fromisoformat(raw) if raw else None
+        if not eviction.sweep_due(self._last[state.token], self.clock(), self.settings.evict_interval_hours):
             return
         state.evicting = True
 

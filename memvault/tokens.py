@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import enum
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -91,6 +92,7 @@ class TokenState:
         self.recent_writes: dict[str, tuple[str, datetime]] = {}
         self.evicting = False
         self.last_used = 0.0
+        self.link_checked = 0.0  # when the registry last made sure the folder is not a link
         self.snapshot_stale = False
         self.snapshot_parts: dict[str, npt.NDArray[Any]] | None = None  # a snapshot ready to write
         self.missed: set[Path] = set()
@@ -158,6 +160,7 @@ class Tokens:
         until the block ends. A read racing an unload once found the token emptied under it."""
         state = self.register(token)
         state.users += 1  # before any await: from here on no unload takes this token
+        self.embeddings.last_request = time.monotonic()  # background embedding makes way
         try:
             await self.ensure_loaded(state)
             yield state
@@ -167,12 +170,17 @@ class Tokens:
     def register(self, token: str) -> TokenState:
         if not valid_token(token):
             raise InvalidName(token, "not a valid token")
-        if self.settings.token_dir(token).is_symlink():
-            raise LinkedFolder()
+        now = time.monotonic()
         state = self.states.get(token)
-        if state is None:
-            state = self.states.setdefault(token, TokenState(token, self.settings))
-        state.last_used = time.monotonic()
+        # A lstat per request was 7% of the event loop under load: a token's folder is looked at
+        # again once a second (and every file operation checks it too, in Vault.path_of).
+        if state is None or now - state.link_checked > 1.0:
+            if os.path.islink(self.settings.token_dir(token)):
+                raise LinkedFolder()
+            if state is None:
+                state = self.states.setdefault(token, TokenState(token, self.settings))
+            state.link_checked = now
+        state.last_used = now
         return state
 
     async def ensure_loaded(self, state: TokenState) -> None:

@@ -46,7 +46,7 @@ class Vault:
         path = self.area(archived) / id
         if self._through_link(path):
             raise InvalidName(id, "a folder on its way is a symbolic link, which memvault does not follow")
-        if not path.is_symlink():
+        if not os.path.islink(path):
             return path  # no link from the token folder down to it: it is where its name says
         root = self.dir.resolve()
         try:
@@ -61,7 +61,7 @@ class Vault:
 
     def check_folder(self) -> None:
         """Refuse a token folder that is a link: to another token's folder or out of the root."""
-        if self.dir.is_symlink():
+        if os.path.islink(self.dir):
             raise LinkedFolder()
 
     def _through_link(self, path: Path) -> bool:
@@ -69,7 +69,7 @@ class Vault:
         followed: one may lead out of the vault, and `ln -s . a` would make every walk endless."""
         folder = path.parent
         while len(folder.parts) > len(self.dir.parts):
-            if folder.is_symlink():
+            if os.path.islink(folder):
                 return True
             folder = folder.parent
         return False

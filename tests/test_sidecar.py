@@ -394,3 +394,15 @@ def test_two_connections_to_one_database_lose_no_counts(token_dir: Path) -> None
     finally:
         first.close()
         second.close()
+
+
+def test_a_batch_of_accesses_and_searches_is_one_write(tmp_path: Path) -> None:
+    with Sidecar.open(tmp_path / "t") as sidecar:
+        sidecar.record_batch(
+            [(["a.md", "b.md"], T0, True), (["a.md"], T0 + timedelta(hours=1), False)], [True, False, False]
+        )
+        assert sidecar.last_access() == {"a.md": T0 + timedelta(hours=1), "b.md": T0}
+        assert sidecar.access_counts()["a.md"] == (2, 1)
+        assert sidecar.search_counts() == (3, 2)
+        sidecar.record_batch([], [])
+        assert sidecar.search_counts() == (3, 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -535,5 +536,47 @@ async def test_an_archive_that_is_a_file_makes_the_sweep_say_so(make_settings, v
             await store.write_superseding("alice", title="Newer", content="x", supersedes=[written.id])
         assert (folder / written.id).read_text(encoding="utf-8").count("supersededBy") == 0
         assert not (folder / "newer.md").exists()  # checked before anything was written
+    finally:
+        await store.close()
+
+
+async def test_a_read_records_its_access_after_the_reply_not_before(make_settings, vault_root):
+    """The access write-back left the read's path (issue 12): the file changes once the token's
+    background drain has run, never inside the call."""
+    folder = vault_root / "alice"
+    folder.mkdir()
+    path = folder / "old.md"
+    path.write_text(
+        "---\npriority: P1\ncreatedAt: 2026-01-01T00:00:00.000Z\nlastAccessedAt: 2026-01-01T00:00:00.000Z\n"
+        "---\n# Old\n\nan old note about walruses\n"
+    )
+    before = path.read_bytes()
+    store = Store(make_settings())
+    try:
+        found = await store.find("alice", query="walruses")
+        await store.touch("alice", found.memories)
+        assert path.read_bytes() == before  # queued, not written in the call
+        await store.idle()
+        assert b"lastAccessedAt: 2026-01-01" not in path.read_bytes()
+        state = await store.state("alice")
+        assert state.sidecar is not None and "old.md" in state.sidecar.last_access()
+    finally:
+        await store.close()
+
+
+async def test_an_access_time_alone_leaves_the_index_untouched(make_settings, vault_root, monkeypatch):
+    folder = vault_root / "alice"
+    folder.mkdir()
+    _hand_write(folder, "a.md", "ordinary words")
+    store = Store(make_settings())
+    try:
+        state = await store.state("alice")
+        memory = state.hot.memories["a.md"]
+        calls = []
+        monkeypatch.setattr(state.hot.index, "upsert", lambda *a, **k: calls.append(a))
+        state.hot.put(dataclasses.replace(memory, priority="P0", mtime_ns=memory.mtime_ns + 1))
+        assert calls == []
+        state.hot.put(dataclasses.replace(memory, content="other words"))
+        assert len(calls) == 1
     finally:
         await store.close()
