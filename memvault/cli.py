@@ -58,6 +58,18 @@ def _parser() -> argparse.ArgumentParser:
     reindex.add_argument("--root", type=Path, help="vault folder (default ./memories)")
     reindex.add_argument("--token", help="only this token (default: every token in the vault)")
 
+    proxy = sub.add_parser(
+        "nginx",
+        help="write an nginx configuration that spreads tokens over several memvault processes "
+        "(each token always to the same one)",
+    )
+    proxy.add_argument("--backends", required=True, help="memvault processes, host:port,host:port,...")
+    proxy.add_argument("--listen", default="3000", help="what nginx listens on (default 3000)")
+    proxy.add_argument(
+        "--standalone", action="store_true", help="a whole nginx.conf, not an http-level include"
+    )
+    proxy.add_argument("--out", type=Path, help="write to this file instead of stdout")
+
     export = sub.add_parser("export", help="write session summaries and knowledge graphs as JSON lines")
     export.add_argument("--root", type=Path, help="vault folder (default ./memories)")
     export.add_argument("--token", help="only this token (default: every token in the vault)")
@@ -95,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(migrate(settings, args.token, args.dry_run))
     if args.command == "reindex":
         return reindex(settings, args.token)
+    if args.command == "nginx":
+        return nginx_config(args.backends, args.listen, args.standalone, args.out)
     if args.command == "export":
         return export(settings, args.token, args.out)
     if args.command == "import":
@@ -268,6 +282,24 @@ def export_line(row: Mapping[str, object]) -> str:
     for char, escape in _LINE_BREAKS.items():
         line = line.replace(char, escape)
     return line
+
+
+def nginx_config(backends: str, listen: str, whole: bool, out: Path | None) -> int:
+    from memvault import nginx
+    from memvault.files import atomic_write
+
+    try:
+        names = backends.split(",")
+        text = nginx.standalone(names, listen=listen) if whole else nginx.http_block(names, listen=listen)
+    except MemvaultError as exc:
+        print(f"memvault: {exc}", file=sys.stderr)
+        return 2
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        atomic_write(out, text.encode("utf-8"))
+        print(f"wrote {out}", file=sys.stderr)
+    return 0
 
 
 def export(settings: Settings, token: str | None, out: Path | None) -> int:
