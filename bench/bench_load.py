@@ -28,6 +28,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -246,10 +247,14 @@ def row(name: str, result: dict[str, Any], floor: dict[str, Any]) -> str:
     )
 
 
-def write_section(args: argparse.Namespace, floor: dict[str, Any], mv: dict[str, Any], loaded: float) -> None:
+def write_section(
+    args: argparse.Namespace, floor: dict[str, Any], results: dict[str, dict[str, Any]], loaded: float
+) -> None:
+    mv = results["memvault, one process"]
     command = "python bench/bench_load.py"
     command += f" --tokens {args.tokens} --memories {args.memories} --seconds {args.seconds:g}"
-    command += (" --locomo ../shared/data/locomo" if args.locomo else "") + " --out bench/RESULTS.md"
+    command += (" --locomo ../shared/data/locomo" if args.locomo else "") + (" --nginx" if args.nginx else "")
+    command += " --out bench/RESULTS.md"
     per_tool = [
         f"| {tool} | {n:,} | {ms(p50)} | {ms(p99)} |" for tool, (n, p50, p99) in mv["per_tool"].items()
     ]
@@ -271,7 +276,7 @@ def write_section(args: argparse.Namespace, floor: dict[str, Any], mv: dict[str,
         "| server | calls/s | x floor | p50 ms | p99 ms | failed |",
         "|---|---:|---:|---:|---:|---:|",
         row("SDK floor (one trivial tool)", floor, floor),
-        row("memvault, one process", mv, floor),
+        *(row(name, result, floor) for name, result in results.items()),
         "",
         "| memvault tool | calls | p50 ms | p99 ms |",
         "|---|---:|---:|---:|",
@@ -279,6 +284,82 @@ def write_section(args: argparse.Namespace, floor: dict[str, Any], mv: dict[str,
         "",
     ]
     update_results(args.out, "\n".join(lines), command, MARK_START, MARK_END, grouped=False)
+
+
+def run_memvault(
+    args: argparse.Namespace,
+    env: dict[str, str],
+    root: Path,
+    processes: int,
+    work: Path,
+    names: list[list[str]],
+    words: list[str],
+) -> tuple[dict[str, Any], float]:
+    """Start ``processes`` servers on the vault (behind nginx when more than one), load every
+    token, then drive the mix; returns the report and the seconds the loading took."""
+    ports = [free_port() for _ in range(processes)]
+    servers = []
+    proxy = None
+    try:
+        for n, port in enumerate(ports):
+            mv_env = {
+                **env,
+                "MEMVAULT_ROOT": str(root),
+                "MEMVAULT_PORT": str(port),
+                "MEMVAULT_CAPACITY": "1000000000",
+                "MEMVAULT_LOG_LEVEL": "warning",
+            }
+            cmd = [sys.executable, "-m", "memvault", "serve"]
+            servers.append(start(cmd, mv_env, port, work / f"memvault-{processes}-{n}.log"))
+        front = ports[0]
+        if processes > 1:
+            front = free_port()
+            proxy = start_nginx([f"127.0.0.1:{p}" for p in ports], front, work / f"nginx-{processes}")
+        urls = [f"http://127.0.0.1:{front}/mcp/agent{t:02d}" for t in range(args.tokens)]
+        t0 = time.monotonic()
+        listing = ("list_memory_titles", {})
+        asyncio.run(drive(urls, 0, lambda i, rng: listing, warm=lambda i: listing))
+        loaded = time.monotonic() - t0
+        spy = None
+        if args.spy and processes == 1:
+            spy_cmd = [
+                "py-spy",
+                "record",
+                "-p",
+                str(servers[0].pid),
+                "-d",
+                str(int(args.seconds)),
+                "-f",
+                "raw",
+            ]
+            spy = subprocess.Popen([*spy_cmd, "-o", str(args.spy), "--nonblocking", "--threads"])
+        tally, elapsed = asyncio.run(drive(urls, args.seconds, memvault_plan(names, words)))
+        if spy is not None:
+            spy.wait(60)
+        return report(tally, elapsed), loaded
+    finally:
+        if proxy is not None:
+            stop(proxy)
+        for server in servers:
+            stop(server)
+
+
+def start_nginx(backends: list[str], port: int, prefix: Path) -> subprocess.Popen[bytes]:
+    from memvault import nginx
+
+    prefix.mkdir(parents=True)
+    conf = prefix / "nginx.conf"
+    conf.write_text(nginx.standalone(backends, listen=f"127.0.0.1:{port}", prefix=str(prefix)))
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    with open(prefix / "stderr.log", "wb") as log:
+        proc = subprocess.Popen([binary, "-c", str(conf), "-p", str(prefix)], stdout=log, stderr=log)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.05)
+    raise RuntimeError("nginx did not start: " + (prefix / "stderr.log").read_text())
 
 
 def main() -> int:
@@ -289,6 +370,7 @@ def main() -> int:
     parser.add_argument("--locomo", type=Path)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--nginx", action="store_true", help="also two memvault processes behind nginx")
     parser.add_argument(
         "--spy", type=Path, help="py-spy the server during the load (collapsed stacks to this file)"
     )
@@ -325,51 +407,22 @@ def main() -> int:
             stop(floor)
         print(f"floor: {floor_result['rate']:.0f} calls/s", flush=True)
 
-        port = free_port()
-        mv_env = {
-            **env,
-            "MEMVAULT_ROOT": str(root),
-            "MEMVAULT_PORT": str(port),
-            "MEMVAULT_CAPACITY": "1000000000",
-            "MEMVAULT_LOG_LEVEL": "warning",
-        }
-        server = start([sys.executable, "-m", "memvault", "serve"], mv_env, port, work / "memvault.log")
-        try:
-            urls = [f"http://127.0.0.1:{port}/mcp/agent{t:02d}" for t in range(args.tokens)]
-            t0 = time.monotonic()
-            asyncio.run(
-                drive(
-                    urls,
-                    0,
-                    lambda i, rng: ("list_memory_titles", {}),
-                    warm=lambda i: ("list_memory_titles", {}),
-                )
+        pristine = work / "pristine"
+        if args.nginx:
+            shutil.copytree(root, pristine)  # the nginx phase starts from the same vault
+        mv_result, loaded = run_memvault(args, env, root, 1, work, names, words)
+        results = {"memvault, one process": mv_result}
+        if args.nginx:
+            shutil.rmtree(root)
+            pristine.rename(root)
+            results["memvault, 2 processes behind nginx"], _ = run_memvault(
+                args, env, root, 2, work, names, words
             )
-            loaded = time.monotonic() - t0
-            spy = None
-            if args.spy:
-                spy_cmd = [
-                    "py-spy",
-                    "record",
-                    "-p",
-                    str(server.pid),
-                    "-d",
-                    str(int(args.seconds)),
-                    "-f",
-                    "raw",
-                ]
-                spy = subprocess.Popen([*spy_cmd, "-o", str(args.spy), "--nonblocking", "--threads"])
-            tally, elapsed = asyncio.run(drive(urls, args.seconds, memvault_plan(names, words)))
-            mv_result = report(tally, elapsed)
-            if spy is not None:
-                spy.wait(60)
-        finally:
-            stop(server)
-        ratio = mv_result["rate"] / floor_result["rate"]
-        print(f"memvault: {mv_result['rate']:.0f} calls/s ({ratio:.2f} of the floor)", flush=True)
-        print(json.dumps({"floor": floor_result, "memvault": mv_result}, indent=1, default=str))
+        for name, result in results.items():
+            print(f"{name}: {result['rate']:.0f} calls/s ({result['rate'] / floor_result['rate']:.2f})")
+        print(json.dumps({"floor": floor_result, **results}, indent=1, default=str))
         if args.out:
-            write_section(args, floor_result, mv_result, loaded)
+            write_section(args, floor_result, results, loaded)
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
