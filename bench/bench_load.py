@@ -278,7 +278,7 @@ def write_section(
         row("SDK floor (one trivial tool)", floor, floor),
         *(row(name, result, floor) for name, result in results.items()),
         "",
-        "| memvault tool | calls | p50 ms | p99 ms |",
+        "| memvault tool (one process) | calls | p50 ms | p99 ms |",
         "|---|---:|---:|---:|",
         *per_tool,
         "",

@@ -51,6 +51,16 @@ class Pending:
         with self._lock:
             self.searches.append(found)
 
+    def latest(self) -> dict[str, datetime]:
+        """The latest queued access of each id (not yet in the sidecar)."""
+        latest: dict[str, datetime] = {}
+        with self._lock:
+            for ids, at, _hit in self.records:
+                for id in ids:
+                    if id not in latest or latest[id] < at:
+                        latest[id] = at
+        return latest
+
     def take_records(self) -> tuple[list[tuple[tuple[str, ...], datetime, bool]], list[bool]]:
         with self._lock:
             records, self.records = self.records, []
@@ -125,6 +135,15 @@ class Recorder:
         due = state.pending.take_files(len(state.pending.files))
         if due:
             write_back(self.tokens, state, due)
+
+
+def recorded(state: TokenState) -> dict[str, datetime]:
+    """Each memory's last access as the sidecar has it, with the accesses still queued."""
+    times = state.sidecar.last_access() if state.sidecar else {}
+    for id, at in state.pending.latest().items():
+        if id not in times or times[id] < at:
+            times[id] = at
+    return times
 
 
 def flush_records(state: TokenState) -> None:

@@ -118,10 +118,9 @@ class Store:
             return result
 
     def _snapshot(self, state: TokenState) -> list[tuple[Memory, datetime | None]]:
-        access.flush_records(state)
         with state.mem_lock:
             memories = sorted(state.hot.memories.values(), key=lambda m: m.id)
-        recorded = state.sidecar.last_access() if state.sidecar else {}
+        recorded = access.recorded(state)
         return [(m, recorded.get(m.id)) for m in memories]
 
     async def find(
