@@ -6,6 +6,7 @@ its inputs from the index and the sidecar and carries out its plan under the tok
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from collections.abc import Callable, Coroutine
@@ -26,6 +27,7 @@ from memvault.tokens import Tokens, TokenState
 log = logging.getLogger("memvault")
 
 LAST_EVICTION = "last_eviction"  # sidecar state key: when the last sweep ran
+CHUNK = 100  # files moved per turn of the token's lock
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +57,29 @@ class Sweeps:
         )
 
     async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
+        """Plan, then move the plan's files in batches of CHUNK, each under the token's locks: a
+        sweep of thousands of files never holds a write for more than one batch (it once held
+        one for a minute)."""
         async with self.tokens.using(token) as state:
             if not state.dir.is_dir():
                 return []
             async with state.lock:
-                return await anyio.to_thread.run_sync(self._evict_sync, state, dry_run)
+                now, plan = await anyio.to_thread.run_sync(self._plan, state)
+            if dry_run:
+                return [Evicted(e.id, e.reason, None) for e in plan]
+            done: list[Evicted] = []
+            for start in range(0, len(plan), CHUNK):
+                async with state.lock:
+                    done += await anyio.to_thread.run_sync(
+                        self._move, state, plan[start : start + CHUNK], now
+                    )
+                await asyncio.sleep(0)  # requests waiting for the loop go first
+            sidecar = state.ensure_sidecar()
+            bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
+            self._last[state.token] = now
+            return done
 
-    def _evict_sync(self, state: TokenState, dry_run: bool) -> list[Evicted]:
+    def _plan(self, state: TokenState) -> tuple[datetime, list[eviction.Eviction]]:
         now = self.clock()
         with state.file_lock():
             sidecar = state.ensure_sidecar()
@@ -81,20 +99,25 @@ class Sweeps:
                 for m in memories
             ]
             plan = eviction.plan(candidates, now, self.limits)
-            if dry_run:
-                return [Evicted(e.id, e.reason, None) for e in plan]
             if plan:
                 state.vault.check_archive()  # else every move fails and the sweep looks like a no-op
+            return now, plan
+
+    def _move(self, state: TokenState, batch: list[eviction.Eviction], planned: datetime) -> list[Evicted]:
+        """Move one batch; a memory read or changed since the plan stays (its access is newer)."""
+        with state.file_lock():
+            flush_records(state)
+            touched = state.ensure_sidecar().last_access([e.id for e in batch])
             done: list[Evicted] = []
-            for item in plan:
+            for item in batch:
+                if item.id in touched and touched[item.id] > planned:
+                    continue
                 try:
                     new_id = self.tokens.move(state, item.id, to_archive=True)
                 except (NotFound, InvalidName, OSError) as exc:
                     log.warning("eviction skipped a memory: %s", type(exc).__name__)
                     continue
                 done.append(Evicted(item.id, item.reason, new_id))
-            bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
-            self._last[state.token] = now
             return done
 
     def maybe_sweep(self, state: TokenState) -> None:

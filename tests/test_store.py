@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -578,5 +579,39 @@ async def test_an_access_time_alone_leaves_the_index_untouched(make_settings, va
         assert calls == []
         state.hot.put(dataclasses.replace(memory, content="other words"))
         assert len(calls) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_sweep_moves_in_batches_and_keeps_what_was_read_since_its_plan(
+    make_settings, vault_root, monkeypatch
+):
+    import memvault.sweeps as sweeps
+
+    folder = vault_root / "alice"
+    folder.mkdir()
+    old = (
+        "---\npriority: P2\ncreatedAt: 2026-01-01T00:00:00.000Z\n"
+        "lastAccessedAt: 2026-01-01T00:00:00.000Z\n---\n"
+    )
+    for name in ("a", "b", "c", "d", "e"):
+        (folder / f"{name}.md").write_text(f"{old}# {name}\n\nstale note {name}\n")
+    store = Store(make_settings(capacity=100, ttl_p2_days=30))
+    monkeypatch.setattr(sweeps, "CHUNK", 2)
+    real_move = sweeps.Sweeps._move
+    batches = []
+
+    def move_and_read(self, state, batch, planned):
+        batches.append([e.id for e in batch])
+        if len(batches) == 1:  # between two batches, someone reads d.md
+            state.pending.add(["d.md"], planned + timedelta(seconds=1), True)
+        return real_move(self, state, batch, planned)
+
+    monkeypatch.setattr(sweeps.Sweeps, "_move", move_and_read)
+    try:
+        evicted = await store.evict("alice")
+        assert [len(b) for b in batches] == [2, 2, 1]
+        assert sorted(e.id for e in evicted) == ["a.md", "b.md", "c.md", "e.md"]
+        assert (folder / "d.md").exists() and not (folder / "archive" / "d.md").exists()
     finally:
         await store.close()
