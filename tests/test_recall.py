@@ -263,9 +263,11 @@ async def test_recall_tool_replies_with_compact_lines_and_counts_hits(server_fac
             assert "read_memory(filenames=" in lines[-1]
 
             state = await store.state("tok")
+            await store.idle()  # accesses are recorded after the reply
             counts = state.sidecar.access_counts()
             assert counts["deploy-notes.md"][1] == 1  # a recall hit
             await srv.call(session, "read_memory", filenames=["deploy-notes.md"])
+            await store.idle()
             assert state.sidecar.access_counts()["deploy-notes.md"] == (counts["deploy-notes.md"][0] + 1, 1)
 
             is_error, reply = await srv.call(session, "recall", query="zzqx")
