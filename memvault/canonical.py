@@ -29,11 +29,13 @@ from memvault.sessionfiles import (
     HISTORY_SUFFIX,
     Version,
     append_lines,
+    check_folder,
     history_line,
     json_line,
     last_history_version,
     paths,
     read,
+    read_text,
     stem_of,
     write_markdown,
 )
@@ -196,10 +198,7 @@ def _load_graph(conn: sqlite3.Connection, folder: Path) -> bool:
 
 def read_graph(path: Path) -> tuple[dict[str, Entity], list[Relation], bool]:
     """The entities and relations of a graph.jsonl, and whether some line is neither (markers, damage)."""
-    try:
-        raw = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError:
-        raw = ""
+    raw = read_text(path)
     entities: dict[str, Entity] = {}
     relations: dict[Relation, None] = {}
     conflicted = False
@@ -313,6 +312,7 @@ class SessionFiles:
     def written(self, conn: sqlite3.Connection, new: Version, *, meta: bool = False) -> None:
         """After ``new`` went into the tables: its history line (and any version the history
         lacks, such as a person's edit of the markdown file), then the markdown file."""
+        check_folder(self.folder)
         versions = _versions(conn, new.session_id)
         by_number = {v.version: v for v in versions}
         md, history = paths(self.folder, new.session_id)
@@ -336,6 +336,7 @@ class SessionFiles:
         versions = _versions(conn, session_id)
         if not versions:
             return
+        check_folder(self.folder)
         md, history = paths(self.folder, session_id)
         lines, previous = [], None
         for v in versions:

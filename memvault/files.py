@@ -150,11 +150,16 @@ class NotRegularFile(OSError):
     """A name ending in .md that is a FIFO, socket or device: never opened for reading."""
 
 
-def read_regular(path: Path, limit: int | None = None) -> tuple[bytes, os.stat_result]:
+def read_regular(
+    path: Path, limit: int | None = None, *, follow_links: bool = True
+) -> tuple[bytes, os.stat_result]:
     """A regular file's bytes (its first ``limit`` bytes, if given) and stat. Opened without
     blocking, so a FIFO named like a memory cannot hang a load; anything but a regular file
-    raises NotRegularFile."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    raises NotRegularFile. ``follow_links=False``: a link raises OSError (ELOOP)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags)
     with os.fdopen(fd, "rb") as handle:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

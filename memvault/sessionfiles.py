@@ -23,7 +23,7 @@ import yaml  # type: ignore[import-untyped]
 
 from memvault.clock import format_time, require_time
 from memvault.errors import InvalidArgument
-from memvault.files import atomic_write, fsync_dir
+from memvault.files import NotRegularFile, atomic_write, fsync_dir, read_regular
 from memvault.markdown import clean_tags, has_conflict_markers
 from memvault.names import SESSIONS_DIR, slugify
 
@@ -152,16 +152,32 @@ def write_markdown(path: Path, latest: Version, created: str) -> None:
 # ---------------------------------------------------------------------------- reading
 
 
+def read_text(path: Path) -> str:
+    """A session or graph file's text; "" when it is missing, a link (never followed: it could
+    lead out of the vault) or not a regular file."""
+    try:
+        raw, _ = read_regular(path, follow_links=False)
+    except (OSError, NotRegularFile):
+        return ""
+    return raw.decode("utf-8", errors="replace")
+
+
+def check_folder(folder: Path) -> None:
+    """Refuse to write through a ``sessions`` folder that is a link (it could lead out of the vault)."""
+    if os.path.islink(folder / SESSIONS_DIR):
+        raise InvalidArgument(
+            f"'{SESSIONS_DIR}/' in this vault is a symbolic link, which memvault does not write through; "
+            "ask the user to replace it with a real folder."
+        )
+
+
 def read(md: Path, history: Path, *, mtime_ts: str) -> SessionFiles:
     """A session's versions from its files. Lines that are not versions (git's markers, a damaged
     line) mark the session conflicted: it is served as far as it reads, and not written."""
     versions: dict[int, Version] = {}
     conflicted = False
     session_id: str | None = None
-    try:
-        raw = history.read_bytes().decode("utf-8", errors="replace")
-    except (FileNotFoundError, NotADirectoryError):
-        raw = ""
+    raw = read_text(history)
     for line in raw.split("\n"):
         if not line.strip():
             continue
@@ -219,9 +235,8 @@ def _apply(row: Any, versions: dict[int, Version]) -> Version:
 def _from_markdown(md: Path, latest: Version | None, session_id: str | None, mtime_ts: str) -> Any:
     """The version a person's edit of the markdown file makes: None when it holds nothing new,
     "conflicted" when git left markers in it (and it is not simply our rendering of such a text)."""
-    try:
-        text = md.read_bytes().decode("utf-8", errors="replace")
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+    text = read_text(md)
+    if not text:
         return None
     match = _FM.match(text)
     meta: Any = None

@@ -12,7 +12,7 @@ import pytest
 from memvault import canonical
 from memvault.check import check_vault
 from memvault.cli import main
-from memvault.errors import FileConflict, InvalidName
+from memvault.errors import FileConflict, InvalidArgument, InvalidName
 from memvault.graph import Entity, KnowledgeGraph, Relation
 from memvault.names import check_id
 from memvault.sessionfiles import file_stem, paths
@@ -254,3 +254,26 @@ def test_migrate_lists_then_gives_frontmatter_only_to_hand_made_files(
     migrated = (folder / "plain.md").read_text()
     assert migrated.startswith("---\npriority: P2\n") and migrated.endswith("---\njust my text\n")
     assert (folder / "managed.md").read_text() == managed
+
+
+def test_links_in_place_of_session_or_graph_files_are_never_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.jsonl"
+    secret.write_text(
+        json.dumps({"type": "entity", "name": "Secret", "entityType": "x", "observations": []}) + "\n"
+    )
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    (folder / "graph.jsonl").symlink_to(secret)
+    (folder / "sessions").symlink_to(outside, target_is_directory=True)
+    with Sidecar.open(folder) as sidecar:
+        g = graph(sidecar, folder)
+        assert g.read_graph().entities == ()  # the link's target is not read
+        g.create_entities([Entity("Mine", "thing")])
+        s = sessions(sidecar, folder)
+        with pytest.raises(InvalidArgument, match="symbolic link"):
+            s.upsert("notes", "text")
+        assert s.infos() == []  # refused before anything was written
+    assert not (folder / "graph.jsonl").is_symlink()  # replaced by a real file, the target untouched
+    assert "Secret" in secret.read_text() and sorted(p.name for p in outside.iterdir()) == ["secret.jsonl"]
