@@ -264,8 +264,20 @@ class SseApps:
             await app(scope, receive, send)
             return
         self.streams[token] = self.streams.get(token, 0) + 1
+        answered = False
+
+        async def sending(message: Message) -> None:
+            nonlocal answered
+            answered = answered or message["type"] == "http.response.start"
+            await send(message)
+
         try:
-            await app(scope, receive, send)
+            await app(scope, receive, sending)
+        except ValueError as exc:
+            # The SDK answers a refused Host or Origin (421/403, logged as one line) and then
+            # raises: a 70-line traceback per request, a log flood anyone could trigger.
+            if not answered or "validation failed" not in str(exc):
+                raise
         finally:
             self.streams[token] -= 1
             if not self.streams[token]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -539,3 +540,15 @@ async def test_messages_to_made_up_tokens_leave_no_sse_state_behind(server_facto
             assert not err, text
             assert list(sse_apps.apps) == ["alice"]
         await wait_for(lambda: sse_apps.apps == {}, 5.0)  # gone once its last stream ended
+
+
+async def test_a_refused_legacy_sse_request_is_one_log_line_not_a_traceback(server_factory, caplog):
+    """A refused Host or Origin on GET /mcp/<token>/sse once logged a 70-line traceback each time."""
+    caplog.set_level(logging.WARNING)
+    async with server_factory() as srv, httpx2.AsyncClient(timeout=10) as client:
+        for headers in ({"Host": "evil.example"}, {"Origin": "http://evil.example"}):
+            response = await client.get(f"{srv.url}/mcp/a/sse", headers=headers)
+            assert response.status_code in (403, 421), response.status_code
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [r for r in records if r.exc_info], [r.getMessage() for r in records if r.exc_info]
+    assert len(records) <= 2, [r.getMessage() for r in records]
