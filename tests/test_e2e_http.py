@@ -545,10 +545,15 @@ async def test_messages_to_made_up_tokens_leave_no_sse_state_behind(server_facto
 async def test_a_refused_legacy_sse_request_is_one_log_line_not_a_traceback(server_factory, caplog):
     """A refused Host or Origin on GET /mcp/<token>/sse once logged a 70-line traceback each time."""
     caplog.set_level(logging.WARNING)
+    uvicorn_log = logging.getLogger("uvicorn.error")  # uvicorn's loggers do not reach the root's
     async with server_factory() as srv, httpx2.AsyncClient(timeout=10) as client:
-        for headers in ({"Host": "evil.example"}, {"Origin": "http://evil.example"}):
-            response = await client.get(f"{srv.url}/mcp/a/sse", headers=headers)
-            assert response.status_code in (403, 421), response.status_code
+        uvicorn_log.addHandler(caplog.handler)
+        try:
+            for headers in ({"Host": "evil.example"}, {"Origin": "http://evil.example"}):
+                response = await client.get(f"{srv.url}/mcp/a/sse", headers=headers)
+                assert response.status_code in (403, 421), response.status_code
+        finally:
+            uvicorn_log.removeHandler(caplog.handler)
     records = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not [r for r in records if r.exc_info], [r.getMessage() for r in records if r.exc_info]
     assert len(records) <= 2, [r.getMessage() for r in records]
