@@ -557,3 +557,14 @@ async def test_a_refused_legacy_sse_request_is_one_log_line_not_a_traceback(serv
     records = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not [r for r in records if r.exc_info], [r.getMessage() for r in records if r.exc_info]
     assert len(records) <= 2, [r.getMessage() for r in records]
+
+
+async def test_an_unknown_prompt_is_invalid_params_without_a_traceback(server_factory, caplog):
+    from mcp.shared.exceptions import MCPError
+
+    caplog.set_level(logging.INFO)
+    async with server_factory() as srv, srv.session("a") as session:
+        with pytest.raises(MCPError) as info:
+            await session.get_prompt("no-such-prompt")
+    assert info.value.code == -32602 and "no-such-prompt" in info.value.message
+    assert not [r.getMessage() for r in caplog.records if r.exc_info]

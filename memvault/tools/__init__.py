@@ -6,11 +6,13 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, InputRequiredResult
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 
 from memvault import __version__
 from memvault.config import Settings
+from memvault.errors import quote
 from memvault.store import Store
 from memvault.tools.common import INSTRUCTIONS
 from memvault.tools.graph import register_graph_tools
@@ -33,6 +35,15 @@ class Server(MCPServer):
             if isinstance(exc.__cause__, ValidationError):
                 raise ToolError(argument_errors(name, exc.__cause__)) from None
             raise
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> Any:
+        """An unknown prompt is an invalid parameter (-32602, as the spec says), not an internal
+        error with a traceback in the log."""
+        if self._prompt_manager.get_prompt(name) is None:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {quote(name)}")
+        return await super().get_prompt(name, arguments, context)
 
 
 def argument_errors(tool: str, error: ValidationError) -> str:
