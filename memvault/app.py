@@ -15,6 +15,7 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -124,7 +125,10 @@ def load_allowlist(path: Path | None) -> frozenset[str] | None:
 
 
 def _error(status: int, message: str) -> Response:
-    return JSONResponse({"error": message}, status_code=status)
+    """Every HTTP error memvault writes has the SDK's shape: a JSON-RPC error without an id."""
+    code = INVALID_REQUEST if status < 500 else INTERNAL_ERROR
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    return JSONResponse(body, status_code=status)
 
 
 class TokenGuard:

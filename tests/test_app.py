@@ -88,7 +88,9 @@ async def test_wrong_urls_say_what_the_endpoint_is(server_factory):
             status, _ = await _post(srv.url + path, INIT, HEADERS)
             assert status == 404, path
         body = await anyio.to_thread.run_sync(_get_error_body, srv.url + "/mcp/")
-        assert "/mcp/<token>" in body["error"]
+        # The SDK's error shape (a JSON-RPC error without an id), like every HTTP error the server writes.
+        assert body["jsonrpc"] == "2.0" and body["id"] is None and body["error"]["code"] == -32600
+        assert "/mcp/<token>" in body["error"]["message"]
 
 
 def _get_error_body(url: str) -> dict:
