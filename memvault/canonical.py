@@ -280,6 +280,13 @@ def _conflicted(conn: sqlite3.Connection, rels: Iterable[str]) -> str | None:
     return None
 
 
+def conflicted_file(sidecar: Sidecar, folder: Path, session_id: str) -> str | None:
+    """The session's file that holds conflict markers or damage, if one does (for read replies)."""
+    md, history = paths(folder, session_id)
+    with sidecar.snapshot() as conn:
+        return _conflicted(conn, [_rel(folder, history), _rel(folder, md)])
+
+
 class GraphFile:
     """Keeps a token's graph.jsonl in step with the graph tables (KnowledgeGraph's ``files``)."""
 

@@ -159,3 +159,19 @@ async def test_reads_recall_and_sweeps_never_rewrite_or_move_hand_made_notes(
         assert not (folder / "archive").exists(), swept
     after = {p.name: p.read_bytes() for p in folder.iterdir() if not p.name.startswith(".")}
     assert after == before
+
+
+async def test_the_session_tools_say_when_a_sessions_file_is_conflicted(
+    make_settings: Any, vault_root: Path
+) -> None:
+    async with run_server(make_settings()) as srv, srv.session(TOKEN) as s:
+        await call_ok(srv, s, "upsert_summary", sessionId="plan", summary="Step one.")
+        history = vault_root / TOKEN / "sessions" / "plan.history.jsonl"
+        history.write_text(history.read_text() + "<<<<<<< HEAD\n=======\n>>>>>>> laptop\n")
+        summary = await call_ok(srv, s, "get_summary", sessionId="plan")
+        assert "Step one." in summary and "sessions/plan.history.jsonl holds git conflict markers" in summary
+        assert "conflict markers" in await call_ok(srv, s, "get_session_history", sessionId="plan")
+        err, reply = await srv.call(s, "append_summary", sessionId="plan", content="Step two.")
+        assert err and "sessions/plan.history.jsonl" in reply and "resolve" in reply
+        await call_ok(srv, s, "upsert_summary", sessionId="other", summary="All clear.")
+        assert "conflict" not in await call_ok(srv, s, "get_summary", sessionId="other")

@@ -10,7 +10,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from memvault.canonical import SessionFiles
+from memvault.canonical import SessionFiles, conflicted_file
 from memvault.config import Settings
 from memvault.errors import InvalidArgument, UnknownSession, quote
 from memvault.sessions import SessionInfo, Sessions, check_session_id, list_sessions
@@ -36,6 +36,15 @@ def _session_line(info: SessionInfo) -> str:
     if info.tags:
         line += " | tags: " + ", ".join(info.tags)
     return line
+
+
+def conflict_note(path: str | None) -> str:
+    if path is None:
+        return ""
+    return (
+        f"\n[{path} holds git conflict markers or damaged lines: this is what it holds as far as it "
+        "reads, and the session is read-only until a person resolves the file and commits.]"
+    )
 
 
 def _version_head(v: SessionVersion) -> str:
@@ -114,12 +123,17 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         if maxLength is not None and maxLength < 1:
             raise InvalidArgument("maxLength must be at least 1.")
         check_session_id(sessionId)
-        latest = await sidecar_read(
-            store, token_of(ctx), lambda sidecar, folder: sessions(sidecar, folder).latest(sessionId)
+        found = await sidecar_read(
+            store,
+            token_of(ctx),
+            lambda sidecar, folder: (
+                sessions(sidecar, folder).latest(sessionId),
+                conflicted_file(sidecar, folder, sessionId),
+            ),
         )
-        if latest is None:
+        if found is None:
             raise UnknownSession(sessionId)
-        v, count = latest
+        (v, count), conflict = found
         facts = [f"session {v.session_id}", f"version {v.version} of {count}", f"updated {v.ts}"]
         if v.tags:
             facts.append("tags: " + ", ".join(v.tags))
@@ -139,7 +153,7 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
                 f"\n[cut at the reply limit: showing {shown:,} of {len(v.summary):,} characters; "
                 "pass a smaller maxLength, or keep the summary shorter]"
             )
-        return text(head + "\n" + body + note)
+        return text(head + conflict_note(conflict) + "\n" + body + note)
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @handles_errors
@@ -210,14 +224,22 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
     ) -> CallToolResult:
         """Every version of a session's summary, newest first."""
         check_session_id(sessionId)
-        versions = await sidecar_read(
-            store, token_of(ctx), lambda sidecar, folder: sessions(sidecar, folder).history(sessionId)
+        found = await sidecar_read(
+            store,
+            token_of(ctx),
+            lambda sidecar, folder: (
+                sessions(sidecar, folder).history(sessionId),
+                conflicted_file(sidecar, folder, sessionId),
+            ),
         )
-        if versions is None:
+        if found is None:
             raise UnknownSession(sessionId)
+        versions, conflict = found
         reply = Reply(settings.max_reply_chars - 300)
         plural = "s" if len(versions) != 1 else ""
-        reply.add(f"Session {sessionId!r}: {len(versions)} version{plural}, newest first.")
+        reply.add(
+            f"Session {sessionId!r}: {len(versions)} version{plural}, newest first." + conflict_note(conflict)
+        )
         full = 0
         for v in versions:
             if not reply.add(_version_head(v) + "\n" + v.summary + "\n"):
