@@ -6,13 +6,11 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_PARAMS, CallToolResult, InputRequiredResult
+from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 
 from memvault import __version__
 from memvault.config import Settings
-from memvault.errors import quote
 from memvault.store import Store
 from memvault.tools.common import INSTRUCTIONS
 from memvault.tools.graph import register_graph_tools
@@ -36,15 +34,6 @@ class Server(MCPServer):
                 raise ToolError(argument_errors(name, exc.__cause__)) from None
             raise
 
-    async def get_prompt(
-        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
-    ) -> Any:
-        """An unknown prompt is an invalid parameter (-32602, as the spec says), not an internal
-        error with a traceback in the log."""
-        if self._prompt_manager.get_prompt(name) is None:
-            raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {quote(name)}")
-        return await super().get_prompt(name, arguments, context)
-
 
 def argument_errors(tool: str, error: ValidationError) -> str:
     """One short line per bad argument, and what to do next."""
@@ -61,8 +50,16 @@ def argument_errors(tool: str, error: ValidationError) -> str:
     )
 
 
+# The SDK registers these for every server, so it advertises prompts and resources; memvault
+# serves neither yet, and a capability with nothing behind it misleads clients (issue 14).
+UNSERVED = ("prompts/list", "prompts/get", "resources/list", "resources/read", "resources/templates/list")
+
+
 def build_server(store: Store, settings: Settings) -> MCPServer:
     server = Server(name="memvault", version=__version__, instructions=INSTRUCTIONS)
+    handlers = server._lowlevel_server._request_handlers  # the SDK offers no public way to drop them
+    for method in UNSERVED:
+        handlers.pop(method, None)
     if "memories" in settings.tools:
         register_memory_tools(server, store, settings)
     if "sessions" in settings.tools:
