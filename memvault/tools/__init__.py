@@ -7,6 +7,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, InputRequiredResult
+from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
 
 from memvault import __version__
@@ -16,13 +17,22 @@ from memvault.tools.common import INSTRUCTIONS
 from memvault.tools.graph import register_graph_tools
 from memvault.tools.memories import register_memory_tools, render_found
 from memvault.tools.recall import register_recall_tools
+from memvault.tools.schema import compact
 from memvault.tools.summaries import register_session_tools
 
 __all__ = ["build_server", "render_found"]
 
 
 class Server(MCPServer):
-    """The SDK's server, with argument errors worded for the agent instead of pydantic's dump."""
+    """The SDK's server, with lean tool schemas and argument errors worded for the agent."""
+
+    _listed: list[MCPTool] | None = None
+
+    async def list_tools(self) -> list[MCPTool]:
+        # Tools are registered once, before serving: compact their schemas once.
+        if self._listed is None:
+            self._listed = [lean(tool) for tool in await super().list_tools()]
+        return self._listed
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -33,6 +43,12 @@ class Server(MCPServer):
             if isinstance(exc.__cause__, ValidationError):
                 raise ToolError(argument_errors(name, exc.__cause__)) from None
             raise
+
+
+def lean(tool: MCPTool) -> MCPTool:
+    """The tool as listed, with its schemas compacted (see schema.compact)."""
+    output = compact(tool.output_schema, optional_null=False, described=False) if tool.output_schema else None
+    return tool.model_copy(update={"input_schema": compact(tool.input_schema), "output_schema": output})
 
 
 def argument_errors(tool: str, error: ValidationError) -> str:

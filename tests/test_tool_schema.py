@@ -1,0 +1,54 @@
+"""Lean tool schemas: what compact() drops, and what it must keep."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import jsonschema
+import pytest
+from pydantic import BaseModel, Field, TypeAdapter
+
+from memvault.tools.schema import compact
+
+
+class Shape(BaseModel):
+    title: Annotated[str, Field(description="A property named title stays.")]
+    size: Annotated[int | None, Field(description="Optional size.")] = None
+    parts: list[str] | None = None
+
+
+def test_compact_drops_titles_but_keeps_a_property_named_title() -> None:
+    schema = compact(Shape.model_json_schema())
+    assert "title" not in schema
+    assert set(schema["properties"]) == {"title", "size", "parts"}
+    assert schema["properties"]["title"] == {"description": "A property named title stays.", "type": "string"}
+    assert schema["required"] == ["title"]
+
+
+def test_compact_spells_an_optional_input_as_its_type() -> None:
+    props = compact(Shape.model_json_schema())["properties"]
+    assert props["size"] == {"description": "Optional size.", "type": "integer"}
+    assert props["parts"] == {"items": {"type": "string"}, "type": "array"}
+
+
+def test_compact_output_keeps_null_and_drops_descriptions() -> None:
+    props = compact(Shape.model_json_schema(), optional_null=False, described=False)["properties"]
+    assert props["size"] == {"anyOf": [{"type": "integer"}, {"type": "null"}]}
+    assert props["title"] == {"type": "string"}
+
+
+@pytest.mark.parametrize("value", [{"title": "x", "size": None}, {"title": "x", "size": 3, "parts": ["a"]}])
+def test_compacted_output_schema_accepts_what_the_model_writes(value: dict[str, object]) -> None:
+    schema = compact(Shape.model_json_schema(), optional_null=False, described=False)
+    dumped = TypeAdapter(Shape).dump_python(Shape.model_validate(value), mode="json")
+    jsonschema.validate(dumped, schema)
+
+
+def test_compact_keeps_refs_and_defs_usable() -> None:
+    class Outer(BaseModel):
+        shapes: list[Shape]
+
+    schema = compact(Outer.model_json_schema())
+    assert schema["properties"]["shapes"]["items"] == {"$ref": "#/$defs/Shape"}
+    assert "title" not in schema["$defs"]["Shape"]
+    assert "title" in schema["$defs"]["Shape"]["properties"]
