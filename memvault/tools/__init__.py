@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from memvault import __version__
 from memvault.config import Settings
 from memvault.store import Store
-from memvault.tools.common import INSTRUCTIONS
 from memvault.tools.graph import register_graph_tools
+from memvault.tools.guide import instructions
 from memvault.tools.memories import register_memory_tools, render_found
 from memvault.tools.recall import register_recall_tools
 from memvault.tools.schema import compact
@@ -72,7 +72,7 @@ UNSERVED = ("prompts/list", "prompts/get", "resources/list", "resources/read", "
 
 
 def build_server(store: Store, settings: Settings) -> MCPServer:
-    server = Server(name="memvault", version=__version__, instructions=INSTRUCTIONS)
+    server = Server(name="memvault", version=__version__, instructions=instructions(settings.tools))
     handlers = server._lowlevel_server._request_handlers  # the SDK offers no public way to drop them
     for method in UNSERVED:
         handlers.pop(method, None)

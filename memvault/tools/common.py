@@ -40,13 +40,6 @@ MOVES = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
 )
 
-INSTRUCTIONS = """\
-memvault keeps your long-term memories as markdown files the user can read and edit.
-Call list_memory_titles or read_memory(query=...) at the start of a task to recall what you know;
-write_memory to save something worth keeping (priority P0 = permanent, P1 = project, kept 90 days
-without use, P2 = temporary, kept 30 days). Stale memories move to an archive on their own;
-search_archive and restore_memory bring them back."""
-
 
 def token_of(ctx: Context) -> str:
     """The token always comes from the path of the request being served."""

@@ -1,13 +1,17 @@
-"""Lean tool schemas: what compact() drops, and what it must keep."""
+"""What a client reads before its first call: lean tool schemas, the instructions."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import jsonschema
 import pytest
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel, Field, TypeAdapter
 
+from memvault.tools.guide import instructions
 from memvault.tools.schema import compact
 
 
@@ -52,3 +56,20 @@ def test_compact_keeps_refs_and_defs_usable() -> None:
     assert schema["properties"]["shapes"]["items"] == {"$ref": "#/$defs/Shape"}
     assert "title" not in schema["$defs"]["Shape"]
     assert "title" in schema["$defs"]["Shape"]["properties"]
+
+
+def test_instructions_name_only_the_tools_served() -> None:
+    every = instructions(("memories", "sessions", "graph", "recall"))
+    assert "recall(query)" in every and "read_memory(filenames=" in every and "append_summary" in every
+    lean = instructions(("memories",))
+    assert "recall" not in lean and "summary" not in lean and "write_memory" in lean
+
+
+@pytest.mark.anyio
+async def test_the_server_tells_agents_when_to_recall(server_factory: Callable[..., Any]) -> None:
+    async with server_factory() as srv:
+        async with streamable_http_client(srv.mcp_url("alice")) as (read, write):
+            async with ClientSession(read, write) as session:
+                result = await session.initialize()
+    assert result.instructions is not None
+    assert result.instructions.index("recall(query)") < result.instructions.index("read_memory(query=")
