@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from memvault.edits import Edit
 from memvault.errors import InvalidArgument, TooLarge, quote
-from memvault.markdown import PRIORITIES
+from memvault.markdown import PRIORITIES, clean_tags
 
 MAX_TITLE_CHARS = 200
 
@@ -15,7 +19,7 @@ def check_title(title: str) -> str:
     if "\n" in title or "\r" in title:
         raise InvalidArgument("title must be one line; put details in content.")
     if len(title) > MAX_TITLE_CHARS:
-        raise TooLarge("title", len(title), MAX_TITLE_CHARS)
+        raise TooLarge("title", len(title), MAX_TITLE_CHARS, "Shorten it; details belong in content.")
     return title
 
 
@@ -41,3 +45,35 @@ def check_priority(priority: str | None) -> str | None:
 def check_importance(importance: float | None) -> None:
     if importance is not None and not 0.0 <= importance <= 1.0:
         raise InvalidArgument("importance must be between 0 and 1.")
+
+
+def update_fields(
+    id: str,
+    priority: str | None,
+    tags: Sequence[str] | None,
+    importance: float | None,
+    edit: Edit,
+    title: str | None,
+    limit: int,
+) -> dict[str, Any]:
+    """The frontmatter fields an update sets, its content checked; refuses an update of nothing."""
+    if edit.content is not None:
+        check_content(edit.content, limit)
+    for name, part in (("append", edit.append), ("newText", edit.new_text)):
+        if part is not None and len(part) > limit:
+            raise TooLarge(name, len(part), limit, f"Make the {name} shorter, or write a new memory.")
+    prio = check_priority(priority)
+    check_importance(importance)
+    fields: dict[str, Any] = {}
+    if prio is not None:
+        fields["priority"] = prio
+    if tags is not None:
+        fields["tags"] = list(clean_tags(tags))
+    if importance is not None:
+        fields["importance"] = importance
+    if not fields and title is None and not edit.given:
+        raise InvalidArgument(
+            f"Nothing to change in '{id}': give content, append, section with content, oldText with "
+            "newText, title, priority, tags or importance."
+        )
+    return fields

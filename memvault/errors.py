@@ -72,13 +72,13 @@ class InvalidArgument(MemvaultError):
 
 
 class TooLarge(MemvaultError):
-    def __init__(self, what: str, size: int, limit: int) -> None:
+    def __init__(
+        self, what: str, size: int, limit: int, advice: str = "Split it into several smaller memories."
+    ) -> None:
         self.what = what
         self.size = size
         self.limit = limit
-        super().__init__(
-            f"{what} is {size:,} characters; the limit is {limit:,}. Split it into several smaller memories."
-        )
+        super().__init__(f"{what} is {size:,} characters; the limit is {limit:,}. {advice}")
 
 
 class Conflict(MemvaultError):

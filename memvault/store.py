@@ -17,6 +17,7 @@ import anyio.to_thread
 from memvault import access, arguments, reconcile, snapshot
 from memvault.clock import Clock, utcnow
 from memvault.config import Settings
+from memvault.edits import Edit, apply_edit, check_version
 from memvault.embeddings import Embeddings
 from memvault.embeddings import from_settings as embeddings_from_settings
 from memvault.errors import (
@@ -336,27 +337,21 @@ class Store:
         priority: str | None = None,
         tags: Sequence[str] | None = None,
         importance: float | None = None,
+        edit: Edit | None = None,
     ) -> Memory:
+        """Change a memory in place; ``edit`` changes all or part of its content, if its version is right."""
         id = check_id(filename)
-        if title is not None:
-            title = arguments.check_title(title)
-        if content is not None:
-            content = arguments.check_content(content, self.settings.max_content_chars)
-        prio = arguments.check_priority(priority)
-        arguments.check_importance(importance)
-        fields: dict[str, Any] = {}
-        if prio is not None:
-            fields["priority"] = prio
-        if tags is not None:
-            fields["tags"] = list(clean_tags(tags))
-        if importance is not None:
-            fields["importance"] = importance
+        edit = edit or Edit(content=content)
+        title = arguments.check_title(title) if title is not None else None
+        fields = arguments.update_fields(
+            id, priority, tags, importance, edit, title, self.settings.max_content_chars
+        )
         async with self.using(token) as state:
             async with state.lock:
-                return await anyio.to_thread.run_sync(self._update_sync, state, id, fields, title, content)
+                return await anyio.to_thread.run_sync(self._update_sync, state, id, fields, title, edit)
 
     def _update_sync(
-        self, state: TokenState, id: str, fields: dict[str, Any], title: str | None, content: str | None
+        self, state: TokenState, id: str, fields: dict[str, Any], title: str | None, edit: Edit
     ) -> Memory:
         state.vault.existing(id)
         now = self.clock()
@@ -364,10 +359,14 @@ class Store:
             current = state.vault.read(id)
             if current.conflicted:
                 raise Conflict(id)
+            check_version(current, edit.expected)
+            content = apply_edit(current.content, edit, id)
+            if content is not None:
+                content = arguments.check_content(content, self.settings.max_content_chars)
             fields = {**fields, "updatedAt": now, "lastAccessedAt": now}
             if not current.has_frontmatter:
                 fields = {"priority": current.priority, "createdAt": current.created_at or now, **fields}
-            memory = state.vault.update(id, fields, title=title, content=content)
+            memory = state.vault.update(id, fields, title=title, content=content, expect_hash=current.hash)
             self.registry.remember(state, memory)
             bookkeep("record an access", lambda: state.ensure_sidecar().record_access([id], now, hit=False))
         return memory

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -9,7 +10,8 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from memvault.config import Settings
-from memvault.errors import quote
+from memvault.edits import Edit, version_of
+from memvault.errors import InvalidArgument, quote
 from memvault.markdown import Memory
 from memvault.store import Found, Store
 from memvault.tools.common import (
@@ -26,8 +28,10 @@ from memvault.tools.common import (
 )
 
 
-def render_memory(memory: Memory) -> str:
-    facts = [memory.id, memory.priority]
+def render_memory(memory: Memory, *, offset: int = 0, room: int | None = None) -> str:
+    """One memory as read_memory shows it; its content from ``offset``, cut to fit ``room``
+    characters with a note that says how to read on."""
+    facts = [memory.id, memory.priority, f"version {version_of(memory)}"]
     if memory.tags:
         facts.append("tags: " + ", ".join(memory.tags))
     if memory.importance is not None:
@@ -38,11 +42,47 @@ def render_memory(memory: Memory) -> str:
         facts.append("HAS GIT CONFLICT MARKERS (read-only until resolved)")
     if memory.problem:
         facts.append(f"read-only until fixed: {memory.problem}")
-    return f"## {memory.title}\n[{' | '.join(facts)}]\n{memory.content}\n"
+    head = f"## {memory.title}\n[{' | '.join(facts)}]\n"
+    content = memory.content[offset:]
+    if offset:
+        head += f"[... from character {offset:,} of {len(memory.content):,}]\n"
+    if room is not None and len(head) + len(content) + 1 > room:
+        keep = max(0, room - len(head) - 160)
+        end = offset + keep
+        rest = len(memory.content) - end
+        content = (
+            content[:keep] + f"\n[... {rest:,} more characters: "
+            f"read_memory(filenames=[{json.dumps(memory.id)}], offset={end})]"
+        )
+    return head + content + "\n"
 
 
-def render_found(found: Found, settings: Settings, *, what: str, query: str | None) -> tuple[str, int]:
-    """The reply text, and how many of found.memories it shows in full (the rest were left out)."""
+def shares(sizes: list[int], budget: int) -> list[int]:
+    """Room for each item: all of it when everything fits; else the small ones whole and the
+    large ones an equal share of what is left (so one huge memory cannot crowd out the rest)."""
+    if sum(sizes) <= budget:
+        return sizes
+    room = list(sizes)
+    left, pending = budget, sorted(range(len(sizes)), key=lambda i: sizes[i])
+    while pending:
+        share = left // len(pending)
+        i = pending[0]
+        if sizes[i] > share:
+            for j in pending:
+                room[j] = share
+            break
+        left -= sizes[i]
+        pending.pop(0)
+    return room
+
+
+MIN_SHOWN = 400  # below this, a shortened memory says too little: it is left out and named instead
+
+
+def render_found(
+    found: Found, settings: Settings, *, what: str, query: str | None, offset: int = 0
+) -> tuple[str, list[Memory]]:
+    """The reply text, and the memories it shows (whole or shortened; the rest are named)."""
     if not found.memories:
         where = "archive" if what == "archived" else "hot memories"
         hint = (
@@ -50,31 +90,42 @@ def render_found(found: Found, settings: Settings, *, what: str, query: str | No
             if what != "archived"
             else " Try other words, or read_memory for hot memories."
         )
-        return (f"No {where} match {quote(query)}.{hint}" if query else f"No {where} yet."), 0
+        return (f"No {where} match {quote(query)}.{hint}" if query else f"No {where} yet."), []
     reply = Reply(settings.max_reply_chars)
     head = f"{found.total} {what} memor{'y' if found.total == 1 else 'ies'}"
     if query:
+        matches = "matches" if found.total == 1 else "match"
         head += (
-            f" match {quote(query)}"
+            f" {matches} {quote(query)}"
             if found.matched_all
-            else f" match some words of {quote(query)} (none match all)"
+            else f" {matches} some words of {quote(query)} (none match all)"
         )
-    shown = 0
-    body = Reply(settings.max_reply_chars - len(head) - 300)
+    budget = settings.max_reply_chars - len(head) - 300
+    # Show as many as can each have a useful share of the reply, in rank order.
+    full: list[str] = []
+    floor = 0
     for memory in found.memories:
-        if not body.add(render_memory(memory)):
+        rendered = render_memory(memory, offset=offset)
+        floor += min(len(rendered) + 1, MIN_SHOWN)
+        if full and floor > budget:
             break
-        shown += 1
-    left = found.total - shown
-    reply.add(head + (f"; showing {shown}:" if left else ":"))
-    reply.parts.extend(body.parts)
+        full.append(rendered)
+    count = len(full)
+    rooms = shares([len(f) + 1 for f in full[:count]], budget)
+    parts, shown = [], []
+    for memory, text_, room in zip(found.memories[:count], full, rooms, strict=False):
+        parts.append(text_ if len(text_) < room else render_memory(memory, offset=offset, room=room - 1))
+        shown.append(memory)
+    left = found.total - len(shown)
+    reply.add(head + (f"; showing {len(shown)}:" if left else ":"))
+    reply.parts.extend(parts)
     # The notes below must fit in what is left of the budget (the body kept 300 characters for them).
     if left:
         note = (
             f"[{left} more left out to keep this reply short.{{}} Narrow the query, or pass "
             "filenames=[...] to read specific ones.]"
         )
-        rest = [m.id for m in found.memories[shown:]][:20]
+        rest = [m.id for m in found.memories[len(shown) :]][:20]
         room = settings.max_reply_chars - len(reply.text()) - len(note) - 80
         names = fit_names(rest, room - len(" Next: .")) if rest else ""
         reply.parts.append(note.format(f" Next: {names}." if names else ""))
@@ -128,25 +179,29 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     async def read_memory(
         ctx: Context,
         query: Annotated[
-            str | None, Field(description="Words to search for in titles, filenames, tags and bodies.")
+            str | None, Field(description="Words to find in titles, filenames, tags, bodies.")
         ] = None,
-        filenames: Annotated[
-            list[str] | None, Field(description="Exact memory filenames to read (from list_memory_titles).")
-        ] = None,
-        limit: Annotated[
-            int | None, Field(description="Most memories to return (default 10 for a query).")
+        filenames: Annotated[list[str] | None, Field(description="Filenames to read.")] = None,
+        limit: Annotated[int | None, Field(description="Most memories (default 10 for a query).")] = None,
+        offset: Annotated[
+            int | None, Field(description="With one filename: start at this character (to read on).")
         ] = None,
     ) -> CallToolResult:
-        """Read hot memories: the best matches for a query, the named files, or all of them.
+        """Read whole memories: the best matches for a query (typos tolerated), the named files, or all.
 
-        Every query word must match (typos and word prefixes are tolerated); when no memory
-        matches all words, the memories matching the most words are returned.
-        """
+        Each shows its version, for update_memory's expectedVersion."""
+        if offset and len(filenames or ()) != 1:
+            raise InvalidArgument("offset reads on in one memory: pass it with exactly one filename.")
         token = token_of(ctx)
         found = await store.find(token, query=query, filenames=filenames, limit=limit)
-        reply, shown = render_found(found, settings, what="hot", query=query)
+        if offset and found.memories and offset >= len(found.memories[0].content):
+            size = len(found.memories[0].content)
+            raise InvalidArgument(
+                f"offset {offset:,} is past the end: '{found.memories[0].id}' has {size:,} characters."
+            )
+        reply, shown = render_found(found, settings, what="hot", query=query, offset=max(0, offset or 0))
         # Only what the agent actually saw counts as an access.
-        await store.touch(token, found.memories[:shown], hit=not filenames)
+        await store.touch(token, shown, hit=not filenames)
         return text(reply)
 
     @server.tool(annotations=CREATES, structured_output=False)
@@ -199,24 +254,37 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     @handles_errors
     async def update_memory(
         ctx: Context,
-        filename: Annotated[str, Field(description="The memory's filename, from list_memory_titles.")],
+        filename: Annotated[str, Field(description="The memory's filename.")],
         title: Annotated[str | None, Field(description="New title (the filename stays).")] = None,
-        content: Annotated[str | None, Field(description="New content; replaces the old content.")] = None,
-        priority: Annotated[str | None, Field(description="New priority: P0, P1 or P2.")] = None,
-        tags: Annotated[list[str] | None, Field(description="New tags; replace the old ones.")] = None,
-        importance: Annotated[float | None, Field(description="New importance from 0 to 1.")] = None,
+        content: Annotated[
+            str | None, Field(description="New content (or, with section, that section's).")
+        ] = None,
+        priority: Annotated[str | None, Field(description="P0, P1 or P2.")] = None,
+        tags: Annotated[list[str] | None, Field(description="New tags, replacing the old.")] = None,
+        importance: Annotated[float | None, Field(description="0 to 1.")] = None,
+        append: Annotated[str | None, Field(description="Text to add at the end.")] = None,
+        section: Annotated[
+            str | None, Field(description="A heading, e.g. '## Setup': content replaces its body.")
+        ] = None,
+        oldText: Annotated[str | None, Field(description="A unique passage to replace with newText.")] = None,
+        newText: Annotated[str | None, Field(description="Replacement for oldText.")] = None,
+        expectedVersion: Annotated[
+            str | None, Field(description="The version read_memory showed: refused if it changed since.")
+        ] = None,
     ) -> CallToolResult:
-        """Change a memory in place; fields not given stay as they are. The filename does not change."""
+        """Change a memory in place: the whole content, an append, one section or one passage, and
+        any of title, priority, tags, importance. The filename stays."""
+        edit = Edit(content, append, section, oldText, newText, expected=expectedVersion)
         memory = await store.update(
             token_of(ctx),
             filename,
             title=title,
-            content=content,
             priority=priority,
             tags=tags,
             importance=importance,
+            edit=edit,
         )
-        return text(f"Updated {memory.id}.")
+        return text(f"Updated {memory.id} (version {version_of(memory)}).")
 
     @server.tool(annotations=CHANGES, structured_output=False)
     @handles_errors
