@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -204,7 +205,14 @@ async def test_session_tools_end_to_end(server_factory, transport: str) -> None:
         assert "# CI" in reply and "version 2 of 2" in reply
 
         error, reply = await srv.call(s, "get_summary", sessionId="chat-1", maxLength=5)
-        assert not error and "Set u" in reply and "Set up" not in reply and "truncated" in reply
+        assert not error and "test." in reply and "Set" not in reply  # the newest text first
+        assert 'earlier text from get_summary(sessionId="chat-1", offset=' in reply
+        error, reply = await srv.call(s, "get_summary", sessionId="chat-1", maxLength=5, offset=0)
+        assert not error and "Set u" in reply and "Set up" not in reply and "offset=5)" in reply
+        error, reply = await srv.call(s, "get_summary", sessionId="chat-1", version=1)
+        assert not error and "version 1 of 2" in reply and "Fixed" not in reply and "Set up CI." in reply
+        error, reply = await srv.call(s, "get_summary", sessionId="chat-1", version=7)
+        assert error and "versions 1 to 2" in reply
 
         error, reply = await srv.call(s, "update_summary_metadata", sessionId="chat-1", tags=["ci", "tests"])
         assert not error and "no new version" in reply
@@ -332,7 +340,7 @@ async def test_session_replies_stay_within_the_reply_limit(server_factory) -> No
         assert len(listing) <= limit and "offset=" in listing
         await srv.call(s, "upsert_summary", sessionId="big", summary="z" * 5000)
         _, big = await srv.call(s, "get_summary", sessionId="big")
-        assert len(big) <= limit and "reply limit" in big
+        assert len(big) <= limit and "earlier text from" in big
 
 
 @pytest.mark.anyio
@@ -344,3 +352,29 @@ async def test_tool_groups_select_session_and_graph_tools(server_factory) -> Non
     async with server_factory(tools=("memories",)) as srv, srv.session("alice") as s:
         names = {t.name for t in (await s.list_tools()).tools}
     assert "upsert_summary" not in names and "create_entities" not in names
+
+
+@pytest.mark.anyio
+async def test_a_long_session_reads_whole_by_paging(server_factory) -> None:
+    parts = [f"Step {i:04d}: " + " ".join(["did things"] * 8) for i in range(900)]
+    async with server_factory() as srv, srv.session("alice") as s:
+        for chunk in range(0, len(parts), 300):
+            error, _ = await srv.call(
+                s, "append_summary", sessionId="long", content="\n".join(parts[chunk : chunk + 300])
+            )
+            assert not error
+        error, reply = await srv.call(s, "get_summary", sessionId="long")
+        assert not error and parts[-1] in reply and "the newest" in reply  # cut: the newest end shown
+        whole, offset = [], 0
+        for _ in range(500):
+            error, reply = await srv.call(s, "get_summary", sessionId="long", offset=offset)
+            assert not error, reply
+            body = reply.split("\n", 3)[3]
+            note = re.search(r"\n\[characters [\d,]+ to [\d,]+ of [\d,]+;.*\]\Z", body)
+            assert note, body[-300:]
+            whole.append(body[: note.start()])
+            more = re.search(r"the rest from .*offset=(\d+)\)", note.group(0))
+            if not more:
+                break
+            offset = int(more.group(1))
+        assert "".join(whole) == "\n\n".join("\n".join(parts[c : c + 300]) for c in range(0, 900, 300))

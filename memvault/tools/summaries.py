@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
@@ -115,45 +116,42 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
     async def get_summary(
         ctx: Context,
         sessionId: Annotated[str, Field(description="The session id.")],
-        maxLength: Annotated[
-            int | None, Field(description="Return at most this many characters of the summary.")
+        maxLength: Annotated[int | None, Field(description="At most this many characters.")] = None,
+        offset: Annotated[int | None, Field(description="Start at this character (to page).")] = None,
+        version: Annotated[
+            int | None, Field(description="An older version's number (default: latest).")
         ] = None,
     ) -> CallToolResult:
-        """Read the latest version of a session's summary."""
+        """Read a session's summary (its latest version, or an older one); when it is cut, the newest
+        text is shown and the reply says how to page back."""
         if maxLength is not None and maxLength < 1:
             raise InvalidArgument("maxLength must be at least 1.")
+        if offset is not None and offset < 0:
+            raise InvalidArgument("offset must be 0 or more.")
         check_session_id(sessionId)
-        found = await sidecar_read(
-            store,
-            token_of(ctx),
-            lambda sidecar, folder: (
-                sessions(sidecar, folder).latest(sessionId),
-                conflicted_file(sidecar, folder, sessionId),
-            ),
-        )
+
+        def pick(sidecar: Sidecar, folder: Path) -> tuple[tuple[SessionVersion, int], str | None]:
+            found = sessions(sidecar, folder)
+            if version is None:
+                return found.latest(sessionId), conflicted_file(sidecar, folder, sessionId)
+            every = found.history(sessionId)
+            chosen = [v for v in every if v.version == version]
+            if not chosen:
+                raise InvalidArgument(
+                    f"Session {sessionId!r} has no version {version}; it has versions 1 to {len(every)}."
+                )
+            return (chosen[0], len(every)), conflicted_file(sidecar, folder, sessionId)
+
+        found = await sidecar_read(store, token_of(ctx), pick)
         if found is None:
             raise UnknownSession(sessionId)
         (v, count), conflict = found
         facts = [f"session {v.session_id}", f"version {v.version} of {count}", f"updated {v.ts}"]
         if v.tags:
             facts.append("tags: " + ", ".join(v.tags))
-        head = f"# {v.title or v.session_id}\n[{' | '.join(facts)}]\n"
-        body, note = v.summary, ""
-        if maxLength is not None and len(body) > maxLength:
-            body = body[:maxLength]
-            note = (
-                f"\n[truncated to {maxLength:,} of {len(v.summary):,} characters; "
-                "call get_summary without maxLength for the whole text]"
-            )
-        room = settings.max_reply_chars - len(head) - len(note) - 200
-        if len(body) > room:
-            shown = max(0, room)
-            body = body[:shown]
-            note = (
-                f"\n[cut at the reply limit: showing {shown:,} of {len(v.summary):,} characters; "
-                "pass a smaller maxLength, or keep the summary shorter]"
-            )
-        return text(head + conflict_note(conflict) + "\n" + body + note)
+        head = f"# {v.title or v.session_id}\n[{' | '.join(facts)}]\n" + conflict_note(conflict) + "\n"
+        window = min(maxLength or settings.max_reply_chars, settings.max_reply_chars - len(head) - 300)
+        return text(head + page(v.summary, offset, max(1, window), sessionId, version))
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @handles_errors
@@ -258,6 +256,26 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
                 + " to keep this reply short; every version is kept.]"
             )
         return text(reply.text())
+
+
+def page(summary: str, offset: int | None, window: int, session_id: str, version: int | None) -> str:
+    """The part of a summary that fits ``window``: from ``offset`` when given, else all of it or,
+    when it is too long, its newest end; with a note that says how to read the rest."""
+    size = len(summary)
+    if offset is None and size <= window:
+        return summary
+    if offset is not None and offset >= size > 0:
+        raise InvalidArgument(f"offset {offset:,} is past the end: the summary has {size:,} characters.")
+    start = max(0, size - window) if offset is None else offset
+    end = min(size, start + window)
+    call = f"get_summary(sessionId={json.dumps(session_id)}" + (f", version={version}" if version else "")
+    notes = []
+    if start > 0:
+        notes.append(f"earlier text from {call}, offset={max(0, start - window)})")
+    if end < size:
+        notes.append(f"the rest from {call}, offset={end})")
+    shown = f"[characters {start:,} to {end:,} of {size:,}" + ("; the newest" if offset is None else "")
+    return summary[start:end] + f"\n{shown}; " + "; ".join(notes) + "]"
 
 
 # Tool argument and result shapes of the official MCP memory server (camelCase on the wire).
