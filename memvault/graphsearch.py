@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from rapidfuzz.distance import OSA
 
 # Search limits (defaults of the MEMVAULT_GRAPH_* settings).
 MAX_PATH_LEN = 4  # most relations on a path joining two entry entities
@@ -66,6 +69,9 @@ class SearchLimits:
 # ---------------------------------------------------------------------------- search (pure)
 
 
+_WORDS = re.compile(r"\w+")
+
+
 def query_terms(query: str) -> list[str]:
     """The distinct, case-folded whitespace-separated terms of a query, in order."""
     return list(dict.fromkeys(t.casefold() for t in query.split()))[:MAX_TERMS]
@@ -97,7 +103,21 @@ def term_score(term: str, entity: Entity) -> float:
         score += 1
     # Term frequency in the observations, capped so one chatty entity cannot drown a name match.
     score += min(5, sum(o.casefold().count(term) for o in entity.observations))
+    if score == 0:
+        # A typo, as read_memory tolerates them: a word of the name (or type) within one edit or swap
+        # (4-7 letters) or two (8 or more) of the term.
+        score = 3.0 if _near_word(term, name) else 1.0 if _near_word(term, kind) else 0.0
     return score
+
+
+def _near_word(term: str, text: str) -> bool:
+    if len(term) < 4:
+        return False
+    most = 1 if len(term) < 8 else 2
+    return any(
+        abs(len(word) - len(term)) <= most and OSA.distance(term, word, score_cutoff=most) <= most
+        for word in _WORDS.findall(text)
+    )
 
 
 def _ranked(

@@ -231,6 +231,11 @@ def test_empty_query_returns_the_whole_graph(kg: KnowledgeGraph) -> None:
 async def call(srv: Any, session: Any, tool: str, **args: Any) -> tuple[bool, str, Any]:
     result = await session.call_tool(tool, args)
     text = "\n".join(c.text for c in result.content if hasattr(c, "text"))
+    if not result.is_error:
+        # Every graph reply is one JSON document, notes included (issue 13).
+        assert len(result.content) == 1, text
+        parsed = json.loads(text)
+        assert parsed == result.structured_content or parsed == next(iter(result.structured_content.values()))
     return bool(result.is_error), text, result.structured_content
 
 
@@ -254,13 +259,13 @@ async def test_graph_tools_follow_the_official_memory_server(server_factory, tra
         error, text, data = await call(
             srv, s, "create_entities", entities=[{"name": "Alice", "entityType": "robot", "observations": []}]
         )
-        assert not error and data == {"entities": []} and "exist already" in text
+        assert not error and data["entities"] == [] and "exist already" in data["notes"][0]
 
         rel = {"from": "Alice", "to": "Acme", "relationType": "works_at"}
         error, _, data = await call(srv, s, "create_relations", relations=[rel, rel])
-        assert not error and data == {"relations": [rel]}
+        assert not error and data["relations"] == [rel] and "Skipped 1" in data["notes"][0]
         error, _, data = await call(srv, s, "create_relations", relations=[rel])
-        assert not error and data == {"relations": []}
+        assert not error and data["relations"] == []
         error, text, _ = await call(
             srv, s, "create_relations", relations=[{"from": "Alice", "to": "Ghost", "relationType": "x"}]
         )
@@ -292,12 +297,14 @@ async def test_graph_tools_follow_the_official_memory_server(server_factory, tra
         error, text, data = await call(
             srv, s, "delete_observations", deletions=[{"entityName": "Alice", "observations": ["Runs"]}]
         )
-        assert not error and text == "Observations deleted successfully" and data["success"] is True
-        error, text, _ = await call(srv, s, "delete_relations", relations=[rel])
-        assert not error and text == "Relations deleted successfully"
+        assert (
+            not error and data["message"] == "Observations deleted successfully" and data["success"] is True
+        )
+        error, text, data = await call(srv, s, "delete_relations", relations=[rel])
+        assert not error and data["message"] == "Relations deleted successfully"
         await call(srv, s, "create_relations", relations=[rel])
-        error, text, _ = await call(srv, s, "delete_entities", entityNames=["Acme"])
-        assert not error and text == "Entities deleted successfully"
+        error, text, data = await call(srv, s, "delete_entities", entityNames=["Acme"])
+        assert not error and data["message"] == "Entities deleted successfully"
 
         error, text, data = await call(srv, s, "read_graph")
         assert not error
@@ -390,8 +397,20 @@ async def test_graph_replies_stay_within_the_reply_limit(server_factory) -> None
         assert not error and len(text) <= limit + 200
         assert "Reply limit: showing" in text and 0 < len(data["entities"]) < 100
         error, text, data = await call(srv, s, "create_entities", entities=[])
-        assert not error and data == {"entities": []}
+        assert not error and data == {"entities": []} and text == "[]"
         big = {"name": "big", "entityType": "blob", "observations": ["y" * 2500, "z" * 2500]}
         await call(srv, s, "create_entities", entities=[big])
         error, text, data = await call(srv, s, "open_nodes", names=["big"])
         assert not error and len(text) <= limit + 200 and data["entities"][0]["name"] == "big"
+
+
+def test_search_nodes_tolerates_typos_like_read_memory(tmp_path: Path) -> None:
+    nodes = [
+        Node(Entity("Alice", "person", ("Speaks Dutch",)), "2026-01-01"),
+        Node(Entity("Bob", "person", ()), "2026-01-01"),
+        Node(Entity("Rotterdam Harbour", "place", ()), "2026-01-01"),
+    ]
+    found = search(nodes, [], "alcie", SearchLimits())
+    assert [e.name for e in found.entities] == ["Alice"]
+    assert [e.name for e in search(nodes, [], "roterdam", SearchLimits()).entities] == ["Rotterdam Harbour"]
+    assert search(nodes, [], "bxb", SearchLimits()).entities == ()  # 3 letters: too short to guess

@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context
-from mcp.types import CallToolResult, ContentBlock, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from memvault import canonical
 from memvault.clock import format_time
@@ -190,10 +190,17 @@ def dumps(payload: Any) -> str:
 
 
 def json_result(payload: Any, structured: dict[str, Any], *notes: str) -> CallToolResult:
-    """JSON text (as the official memory server replies) plus structured content, plus notes for the agent."""
-    texts = [dumps(payload), *(note for note in notes if note)]
-    blocks: list[ContentBlock] = [TextContent(type="text", text=t) for t in texts]
-    return CallToolResult(content=blocks, structured_content=structured)
+    """One JSON text, as the official memory server replies, and the same as structured content.
+
+    Notes for the agent (skipped names, a cut reply) go in a "notes" field, so the text stays one
+    JSON document: then the text is the structured object, never the payload plus loose lines."""
+    told = [note for note in notes if note]
+    if told:
+        structured = {**structured, "notes": told}
+        payload = structured
+    return CallToolResult(
+        content=[TextContent(type="text", text=dumps(payload))], structured_content=structured
+    )
 
 
 def graph_result(found: Graph, budget: int, *, either_end: bool = False) -> CallToolResult:
@@ -242,5 +249,8 @@ def list_result(key: str, items: list[Any], budget: int, what: str, *notes: str)
 
 
 def outcome(message: str) -> CallToolResult:
+    """A deletion's result, as JSON like every graph reply (the official server answers plain text)."""
     structured = {"success": True, "message": message}
-    return CallToolResult(content=[TextContent(type="text", text=message)], structured_content=structured)
+    return CallToolResult(
+        content=[TextContent(type="text", text=dumps(structured))], structured_content=structured
+    )

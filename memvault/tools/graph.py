@@ -60,14 +60,17 @@ class ObservationDeletionArg(BaseModel):
 class GraphOut(BaseModel):
     entities: list[EntityArg]
     relations: list[RelationArg]
+    notes: list[str] | None = None
 
 
 class EntitiesOut(BaseModel):
     entities: list[EntityArg]
+    notes: list[str] | None = None
 
 
 class RelationsOut(BaseModel):
     relations: list[RelationArg]
+    notes: list[str] | None = None
 
 
 class AddedObservationsOut(BaseModel):
@@ -77,6 +80,7 @@ class AddedObservationsOut(BaseModel):
 
 class ObservationResultsOut(BaseModel):
     results: list[AddedObservationsOut]
+    notes: list[str] | None = None
 
 
 class OutcomeOut(BaseModel):
