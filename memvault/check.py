@@ -1,4 +1,4 @@
-"""`memvault check`: find files a person has to fix (broken frontmatter, conflicts, duplicates)."""
+"""`memvault check`: files a person has to fix (errors) and things worth a look (notes)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ from memvault.vault import Vault
 class Finding:
     id: str  # relative to the token folder (archived ones under archive/)
     problem: str
+    # An error is a file a person must fix (memvault serves it read-only or not at all); a note is
+    # worth a look but normal (agents write standup.md and standup-2.md), so it never fails a check.
+    error: bool = True
 
 
 def check_vault(vault: Vault) -> Iterator[Finding]:
@@ -44,6 +47,6 @@ def check_vault(vault: Vault) -> Iterator[Finding]:
         if len(ids) > 1:
             for id in ids:
                 others = ", ".join(other for other in ids if other != id)
-                yield Finding(id, f"duplicate title (also {others})")
+                yield Finding(id, f"duplicate title (also {others})", error=False)
     for path, problem in canonical.problems(vault.dir):
         yield Finding(path, problem)

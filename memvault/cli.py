@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import os
+import socket
 import sqlite3
 import sys
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -38,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     evict.add_argument("--root", type=Path, help="vault folder (default ./memories)")
     evict.add_argument("--token", help="only this token (default: every token in the vault)")
     evict.add_argument("--dry-run", action="store_true", help="only report what would be archived")
+    evict.add_argument("--list", action="store_true", help="list each file and why (default: counts only)")
 
     check = sub.add_parser(
         "check", help="report files to fix: broken frontmatter, conflicts, duplicate titles"
@@ -79,7 +83,33 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--root", type=Path, help="vault folder (default ./memories)")
     load.add_argument("--token", help="load every line into this token (default: the token on each line)")
     load.add_argument("file", type=Path, help="the file written by memvault export ('-' for stdin)")
+    for name, command in sub.choices.items():
+        command.description = DESCRIPTIONS[name]
     return parser
+
+
+# What each subcommand's --help says it does (the listing of `memvault --help` shows the short help).
+DESCRIPTIONS = {
+    "serve": "Serve the vault to agents over MCP: streamable HTTP at /mcp/<token> and the legacy SSE "
+    "transport at /mcp/<token>/sse. Each token is a folder of markdown files under the root; edits "
+    "made by hand are picked up live. Settings come from MEMVAULT_* variables (see the README).",
+    "evict": "Archive stale memories now, as the server does lazily: P1 unused for 90 days, P2 for 30, "
+    "then the least recently used over the capacity. P0 and important memories stay. Prints a "
+    "summary per token; --list names each file and why. Safe while a server runs.",
+    "check": "Read every memory file and report, without changing anything, errors a person must fix "
+    "(broken frontmatter, git conflict markers, unreadable files; exit status 1) and notes worth a "
+    "look (duplicate titles; exit status 0). Usable as a pre-commit check.",
+    "migrate": "Give hand-made files without frontmatter memvault's (priority, times), as mem-mcp did on "
+    "a first read. memvault never changes them by itself; --dry-run lists them.",
+    "reindex": "Rebuild the derived state of each token (parse cache, search snapshot) from its files, "
+    "now rather than at the server's next load of the token.",
+    "nginx": "Print an nginx configuration that spreads tokens over several memvault processes by a "
+    "consistent hash of the token, so each token always reaches the same process.",
+    "export": "Write session summaries (every version) and knowledge graphs as JSON lines, one token "
+    "after another; memvault import loads them back.",
+    "import": "Load a file written by memvault export. Every line is checked before anything is "
+    "written; what is there already stays (running it twice changes nothing).",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -100,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return serve(settings)
     if args.command == "evict":
-        return asyncio.run(evict(settings, args.token, args.dry_run))
+        return asyncio.run(evict(settings, args.token, args.dry_run, args.list))
     if args.command == "check":
         return check(settings, args.token)
     if args.command == "migrate":
@@ -138,19 +168,43 @@ def serve(settings: Settings) -> int:
     except MemvaultError as exc:
         print(f"memvault: {exc}", file=sys.stderr)
         return 2
+    sock = listen(settings.host, settings.port)
+    if sock is None:
+        return 1
     print(
         f"memvault {__version__}: serving {settings.root.resolve()} "
         f"on http://{settings.host}:{settings.port}/mcp/<token>"
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
         log_level=settings.log_level,
         lifespan="on",
         http=resources.guarded_protocol(settings.max_connections, settings.header_timeout_seconds),
     )
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket | None:
+    """The bound socket, before anything says it is serving; None (after one clear line) when the
+    address is taken or cannot be used."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: restarts need no wait
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        taken = exc.errno == errno.EADDRINUSE
+        why = "another program (maybe another memvault serve) uses it" if taken else exc.strerror or str(exc)
+        print(
+            f"memvault: cannot listen on {host}:{port}: {why}. Stop that program, or choose another "
+            f"port with --port or {SETTINGS['port'].env}.",
+            file=sys.stderr,
+        )
+        return None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _tokens(settings: Settings, token: str | None) -> list[str] | None:
@@ -186,13 +240,18 @@ def check(settings: Settings, token: str | None) -> int:
     tokens = _tokens(settings, token)
     if tokens is None:
         return 2
-    problems = 0
+    errors = notes = 0
     for name in tokens:
         for finding in check_vault(Vault(settings.token_dir(name))):
-            print(f"{name}/{finding.id}: {finding.problem}")
-            problems += 1
-    print(f"{problems} problem(s) in {len(tokens)} token(s).", file=sys.stderr)
-    return 1 if problems else 0
+            print(f"{'error' if finding.error else 'note'}: {name}/{finding.id}: {finding.problem}")
+            errors += finding.error
+            notes += not finding.error
+    print(
+        f"{errors} error(s) to fix and {notes} note(s) in {len(tokens)} token(s)"
+        + ("; notes do not fail the check." if notes else "."),
+        file=sys.stderr,
+    )
+    return 1 if errors else 0
 
 
 class _Progress:
@@ -262,13 +321,26 @@ async def migrate(settings: Settings, token: str | None, dry_run: bool) -> int:
     return await _each_token(settings, token, one)
 
 
-async def evict(settings: Settings, token: str | None, dry_run: bool) -> int:
+async def evict(settings: Settings, token: str | None, dry_run: bool, listed: bool) -> int:
     async def one(store: Store, name: str) -> list[str]:
         evicted = await store.evict(name, dry_run=dry_run)
         verb = "would archive" if dry_run else "archived"
-        return [f"{name}: {verb} {len(evicted)}", *(f"  {item.id}: {item.reason}" for item in evicted)]
+        kinds = Counter(_why(item.reason) for item in evicted)
+        summary = "; ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
+        lines = [f"{name}: {verb} {len(evicted)}" + (f" ({summary})" if summary else "")]
+        if listed:
+            lines += [f"  {item.id}: {item.reason}" for item in evicted]
+        elif evicted:
+            lines.append("  (--list shows each file and why)")
+        return lines
 
     return await _each_token(settings, token, one)
+
+
+def _why(reason: str) -> str:
+    """A line of evict's summary: "P2 past their TTL" or "over capacity" (see eviction.plan)."""
+    first = reason.split(",")[0]
+    return f"{first} past their TTL" if first in ("P1", "P2") else "over capacity"
 
 
 # Characters str.splitlines (and some editors) take for line ends; JSON allows them raw in strings,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,12 @@ class Watcher:
         self._busy = False
 
     async def start(self, *, force_polling: bool = False) -> None:
+        # When git makes nested folders in quick succession (.git/logs/refs/heads), watchdog adds a
+        # watch it already holds and warns with a screenful per folder. The watch is the same and
+        # nothing is lost; events under .git/ (any dot-folder) are dropped in push() anyway.
+        warnings.filterwarnings(
+            "ignore", message=r"Callback with id .* already exists", category=RuntimeWarning
+        )
         self.loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._task = self.loop.create_task(self._run())

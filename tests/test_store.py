@@ -61,10 +61,21 @@ def test_check_reports_problems_with_exit_status_1(vault_root, capsys):
     (token / "dup.md").write_text("# Fine\n\nsame title\n", encoding="utf-8")
     assert main(["check", "--root", str(vault_root)]) == 1
     out = capsys.readouterr().out
-    assert "alice/broken.md: broken frontmatter" in out
-    assert "alice/conflict.md: holds git conflict markers" in out
-    assert "alice/dup.md: duplicate title (also ok.md)" in out
-    assert "ok.md: duplicate" in out and "alice/ok.md: broken" not in out
+    assert "error: alice/broken.md: broken frontmatter" in out
+    assert "error: alice/conflict.md: holds git conflict markers" in out
+    assert "note: alice/dup.md: duplicate title (also ok.md)" in out
+    assert "note: alice/ok.md: duplicate" in out and "alice/ok.md: broken" not in out
+
+
+def test_duplicate_titles_are_notes_that_do_not_fail_check(vault_root, capsys):
+    token = vault_root / "alice"
+    token.mkdir()
+    (token / "standup.md").write_text("# Standup\n\nMonday\n", encoding="utf-8")
+    (token / "standup-2.md").write_text("# Standup\n\nTuesday\n", encoding="utf-8")
+    assert main(["check", "--root", str(vault_root)]) == 0
+    captured = capsys.readouterr()
+    assert "note: alice/standup-2.md: duplicate title" in captured.out
+    assert "0 error(s) to fix and 2 note(s)" in captured.err
 
 
 def test_check_of_a_clean_vault_exits_0(vault_root, capsys):
