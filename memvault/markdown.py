@@ -46,6 +46,7 @@ _FM_OPEN = re.compile(r"\A---[ \t]*\r?\n")
 _FM_CLOSE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
 _FOOTER = re.compile(r"\n+---[ \t]*\n+\*Created: [^*\n]*\*[ \t]*\n*\Z")
 _FOOTER_CREATED = re.compile(r"^\*Created: ([^*\n]+)\*[ \t]*$", re.MULTILINE)
+_FIRST_HEADING = re.compile(r"^# (.+?)[ \t]*$", re.M)
 _HEADING = re.compile(r"\A[ \t]*\n*# (.+?)[ \t]*(?:\n|\Z)")
 _CONFLICT_START = re.compile(r"^<<<<<<<(?: |$)", re.MULTILINE)
 _CONFLICT_END = re.compile(r"^>>>>>>>(?: |$)", re.MULTILINE)
@@ -262,6 +263,11 @@ def parse_memory(
     )
     body = split.body if split.fm_text is not None and problem is None else text
     title, content = _title_and_content(body, meta, stem)
+    if problem is not None and title == stem:
+        # Broken frontmatter: the whole text is the content (a person must see it to fix it), but
+        # its `# Heading` still names it better than the filename.
+        heading = _FIRST_HEADING.search(text)
+        title = heading.group(1).strip() if heading else stem
     if problem is None and size is not None and size > len(raw) >= MAX_INDEXED_BYTES:  # read was cut
         problem = (
             f"file is over {MAX_INDEXED_BYTES // 2**20} MiB; only its start is indexed, and the server "

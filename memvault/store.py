@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from memvault import access, arguments, reconcile, snapshot
+from memvault import access, arguments, reconcile, snapshot, supersede
 from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.edits import Edit, apply_edit, check_version
@@ -399,7 +399,9 @@ class Store:
         state.vault.existing(id, archived=True)
         now = self.clock()
         with state.file_lock():
+            before = state.vault.read(id, archived=True)
             new_id = self.registry.move(state, id, to_archive=False)
+            supersede.unlink_restored(self.registry, state, before, new_id)
             # Restoring is an access: without it the next sweep would archive it again at once.
             bookkeep(
                 "record an access", lambda: state.ensure_sidecar().record_access([new_id], now, hit=False)

@@ -788,3 +788,18 @@ async def test_a_full_disk_never_fails_a_read_nor_misreports_a_write(server_fact
         err, text = await srv.call(s, "write_memory", title="After", content="cannot be written")
         assert err and "disk is full" in text and "nothing was written" in text, text
         assert sorted(p.name for p in (vault_root / "alice").iterdir()) == before
+
+
+async def test_small_replies_are_worded_right(server_factory, vault_root):
+    async with server_factory() as srv, srv.session("alice") as s:
+        assert not (await srv.call(s, "write_memory", title="Kettle", content="Descale monthly."))[0]
+        err, text = await srv.call(s, "read_memory", query="kettle")
+        assert not err and text.startswith("1 hot memory matches 'kettle'")
+        err, text = await srv.call(s, "search_archive", query="kettle")
+        assert not err and text.startswith("No archived memory matches 'kettle'.")
+        err, text = await srv.call(s, "write_memory", title="t" * 300, content="x")
+        assert err and "the limit is 200" in text and "Shorten it" in text and "split" not in text.lower()
+    (vault_root / "alice" / "broken.md").write_text("---\npriority: [P1\n---\n# Broken\n\nbody\n")
+    async with server_factory() as srv, srv.session("alice") as s:
+        err, text = await srv.call(s, "list_memory_titles")
+        assert not err and "broken.md|Broken|" in text

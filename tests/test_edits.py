@@ -162,3 +162,18 @@ async def test_agents_edit_safely_and_page_through_long_memories(server_factory,
         err, text = await srv.call(s, "read_memory")
         assert not err and "left out" not in text
         assert all(f"## Small {i}" in text for i in range(3)) and "## Long" in text and "## Notes" in text
+
+
+@pytest.mark.anyio
+async def test_a_restored_memory_is_no_longer_listed_as_superseded(make_settings, vault_root: Path) -> None:
+    store = Store(make_settings())
+    try:
+        old, _ = await store.write("alice", title="Old plan", content="Plan A.")
+        new = await store.write_superseding("alice", title="New plan", content="Plan B.", supersedes=[old.id])
+        assert "supersedes:" in (vault_root / "alice" / new.memory.id).read_text()
+        restored = await store.restore("alice", old.id)
+        await store.delete("alice", restored)
+        text = (vault_root / "alice" / new.memory.id).read_text()
+        assert "supersedes" not in text and "Plan B." in text
+    finally:
+        await store.close()

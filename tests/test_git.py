@@ -235,7 +235,7 @@ async def test_git_folder_is_never_indexed(server_factory, vault_root: Path):
             for word in ("xylocarpcommit", "vervetbranch", "quetzaltag", "wapitinote"):
                 assert not hot_hits(srv, word), word
                 text = await call_ok(srv, s, "read_memory", query=word)
-                assert "No hot memories match" in text, text
+                assert "No hot memory matches" in text, text
             assert hot_ids(srv) == {"visible.md", "sentinel.md"}
 
     # A fresh load (folder scan, not watcher events) skips .git/ too.

@@ -449,7 +449,7 @@ async def test_dot_folders_and_other_files_are_never_indexed(server_factory):
         assert not archive_hits(srv, "hyenaflute")
         assert hot_ids(srv) == {"seed.md", "fresh/sentinel.md"}
         err, text = await srv.call(s, "read_memory", query="hyenaflute")
-        assert not err and "No hot memories match" in text, text
+        assert not err and "No hot memory matches" in text, text
         assert await listed(srv, s) == {"seed.md", "fresh/sentinel.md"}
 
 

@@ -84,13 +84,14 @@ def render_found(
 ) -> tuple[str, list[Memory]]:
     """The reply text, and the memories it shows (whole or shortened; the rest are named)."""
     if not found.memories:
-        where = "archive" if what == "archived" else "hot memories"
         hint = (
             " Try other words, or search_archive for older memories."
             if what != "archived"
             else " Try other words, or read_memory for hot memories."
         )
-        return (f"No {where} match {quote(query)}.{hint}" if query else f"No {where} yet."), []
+        if query:
+            return f"No {what} memory matches {quote(query)}.{hint}", []
+        return ("No archived memories yet." if what == "archived" else "No hot memories yet."), []
     reply = Reply(settings.max_reply_chars)
     head = f"{found.total} {what} memor{'y' if found.total == 1 else 'ies'}"
     if query:
