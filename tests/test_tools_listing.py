@@ -73,3 +73,18 @@ async def test_the_server_tells_agents_when_to_recall(server_factory: Callable[.
                 result = await session.initialize()
     assert result.instructions is not None
     assert result.instructions.index("recall(query)") < result.instructions.index("read_memory(query=")
+
+
+# tools/list of every tool group on d2f9dc8, before issue 13, measured as below: 24,193 characters.
+LISTING_BEFORE = 24_193
+
+
+@pytest.mark.anyio
+async def test_tools_list_is_at_most_60_percent_of_what_it_was(server_factory: Callable[..., Any]) -> None:
+    async with server_factory() as srv, srv.session("alice") as session:
+        listed = await session.list_tools()
+    size = len(listed.model_dump_json(by_alias=True, exclude_none=True))
+    assert len(listed.tools) >= 25
+    assert size <= 0.6 * LISTING_BEFORE, f"tools/list is {size:,} characters"
+    schemas = {tool.name: tool.output_schema for tool in listed.tools}
+    assert schemas["read_graph"] is not None and schemas["create_entities"] is None

@@ -45,9 +45,17 @@ class Server(MCPServer):
             raise
 
 
+LISTED_OUTPUTS = ("read_graph",)
+
+
 def lean(tool: MCPTool) -> MCPTool:
-    """The tool as listed, with its schemas compacted (see schema.compact)."""
-    output = compact(tool.output_schema, optional_null=False, described=False) if tool.output_schema else None
+    """The tool as listed, with its schemas compacted (see schema.compact).
+
+    Only read_graph lists its output schema: the graph tools' replies are JSON text (their
+    structured results are sent all the same), the other read tools return the same shape, and
+    the mutations' schemas cost every session about 3,000 characters for nothing an agent reads."""
+    keep = tool.output_schema is not None and tool.name in LISTED_OUTPUTS
+    output = compact(tool.output_schema or {}, optional_null=False, described=False) if keep else None
     return tool.model_copy(update={"input_schema": compact(tool.input_schema), "output_schema": output})
 
 

@@ -31,30 +31,28 @@ from memvault.tools.common import (
 
 
 class EntityArg(BaseModel):
-    name: str = Field(description="The name of the entity")
-    entityType: str = Field(description="The type of the entity")
-    observations: list[str] = Field(
-        default_factory=list, description="An array of observation contents associated with the entity"
-    )
+    name: str = Field(description="Entity name")
+    entityType: str = Field(description="Entity type")
+    observations: list[str] = Field(default_factory=list, description="Facts about it")
 
 
 class RelationArg(BaseModel):
-    source: str = Field(alias="from", description="The name of the entity where the relation starts")
-    to: str = Field(description="The name of the entity where the relation ends")
-    relationType: str = Field(description="The type of the relation")
+    source: str = Field(alias="from", description="Source entity")
+    to: str = Field(description="Target entity")
+    relationType: str = Field(description="Relation type")
 
     def relation(self) -> Relation:
         return Relation(self.source, self.to, self.relationType)
 
 
 class ObservationAdditionArg(BaseModel):
-    entityName: str = Field(description="The name of the entity to add the observations to")
-    contents: list[str] = Field(description="An array of observation contents to add")
+    entityName: str = Field(description="Entity name")
+    contents: list[str] = Field(description="Observations to add")
 
 
 class ObservationDeletionArg(BaseModel):
-    entityName: str = Field(description="The name of the entity containing the observations")
-    observations: list[str] = Field(description="An array of observations to delete")
+    entityName: str = Field(description="Entity name")
+    observations: list[str] = Field(description="Observations to delete")
 
 
 class GraphOut(BaseModel):
@@ -112,9 +110,9 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     @server.tool(annotations=CREATES)
     @handles_errors
     async def create_entities(
-        ctx: Context, entities: Annotated[list[EntityArg], Field(description="The entities to create")]
+        ctx: Context, entities: Annotated[list[EntityArg], Field(description="Entities to create")]
     ) -> Annotated[CallToolResult, EntitiesOut]:
-        """Create multiple new entities in the knowledge graph. Names that exist already are skipped."""
+        """Create entities in the knowledge graph; existing names are skipped."""
         wanted = [Entity(e.name, e.entityType, tuple(e.observations)) for e in entities]
         created = await sidecar_write(
             store, token_of(ctx), lambda sc, folder: graph(sc, folder).create_entities(wanted)
@@ -133,13 +131,9 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     @handles_errors
     async def create_relations(
         ctx: Context,
-        relations: Annotated[list[RelationArg], Field(description="The relations to create")],
+        relations: Annotated[list[RelationArg], Field(description="Relations to create")],
     ) -> Annotated[CallToolResult, RelationsOut]:
-        """Create multiple new relations between entities in the knowledge graph.
-
-        Relations should be in active voice. Both entities must exist; a relation that exists
-        already is skipped.
-        """
+        """Create relations (active voice) between existing entities; existing ones are skipped."""
         wanted = [r.relation() for r in relations]
         created = await sidecar_write(
             store, token_of(ctx), lambda sc, folder: graph(sc, folder).create_relations(wanted)
@@ -152,11 +146,9 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     @handles_errors
     async def add_observations(
         ctx: Context,
-        observations: Annotated[
-            list[ObservationAdditionArg], Field(description="Observations to add, per entity")
-        ],
+        observations: Annotated[list[ObservationAdditionArg], Field(description="Per entity")],
     ) -> Annotated[CallToolResult, ObservationResultsOut]:
-        """Add new observations to existing entities in the knowledge graph; ones they have are skipped."""
+        """Add observations to existing entities; ones they have are skipped."""
         wanted = [(o.entityName, list(o.contents)) for o in observations]
         results = await sidecar_write(
             store, token_of(ctx), lambda sc, folder: graph(sc, folder).add_observations(wanted)
@@ -168,9 +160,9 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     @handles_errors
     async def delete_entities(
         ctx: Context,
-        entityNames: Annotated[list[str], Field(description="An array of entity names to delete")],
+        entityNames: Annotated[list[str], Field(description="Entity names")],
     ) -> Annotated[CallToolResult, OutcomeOut]:
-        """Delete multiple entities and their associated relations from the knowledge graph."""
+        """Delete entities and their relations."""
         deleted, not_found = await sidecar_write(
             store, token_of(ctx), lambda sc, folder: graph(sc, folder).delete_entities(entityNames)
         )
@@ -183,11 +175,9 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     @handles_errors
     async def delete_observations(
         ctx: Context,
-        deletions: Annotated[
-            list[ObservationDeletionArg], Field(description="Observations to delete, per entity")
-        ],
+        deletions: Annotated[list[ObservationDeletionArg], Field(description="Per entity")],
     ) -> Annotated[CallToolResult, OutcomeOut]:
-        """Delete specific observations from entities in the knowledge graph."""
+        """Delete observations from entities."""
         wanted = [(d.entityName, list(d.observations)) for d in deletions]
         count, missing = await sidecar_write(
             store, token_of(ctx), lambda sc, folder: graph(sc, folder).delete_observations(wanted)
@@ -204,9 +194,9 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     @handles_errors
     async def delete_relations(
         ctx: Context,
-        relations: Annotated[list[RelationArg], Field(description="An array of relations to delete")],
+        relations: Annotated[list[RelationArg], Field(description="Relations to delete")],
     ) -> Annotated[CallToolResult, OutcomeOut]:
-        """Delete multiple relations from the knowledge graph."""
+        """Delete relations."""
         wanted = list(dict.fromkeys(r.relation() for r in relations))
         count = await sidecar_write(
             store, token_of(ctx), lambda sc, folder: graph(sc, folder).delete_relations(wanted)
@@ -227,24 +217,17 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
         ctx: Context,
         query: Annotated[
             str,
-            Field(
-                description="The search query to match against entity names, types, and observation content"
-            ),
+            Field(description="Words to find"),
         ],
     ) -> Annotated[CallToolResult, GraphOut]:
-        """Search for nodes in the knowledge graph based on a query.
-
-        Each word picks its best matching entities (name, type, observations; case-insensitive);
-        the entities on short paths connecting the words' matches are added, so a query for two
-        concepts also returns what links them. Returns the entities and the relations among them.
-        """
+        """Search the graph (names, types, observations; typos ok), adding entities that link the matches."""
         return graph_result(await read(ctx, lambda g: g.search_nodes(query)), budget)
 
     @server.tool(annotations=READ_ONLY)
     @handles_errors
     async def open_nodes(
         ctx: Context,
-        names: Annotated[list[str], Field(description="An array of entity names to retrieve")],
+        names: Annotated[list[str], Field(description="Entity names")],
     ) -> Annotated[CallToolResult, GraphOut]:
-        """Open specific nodes in the knowledge graph by their names, with every relation from or to them."""
+        """Entities by name, with their relations."""
         return graph_result(await read(ctx, lambda g: g.open_nodes(names)), budget, either_end=True)

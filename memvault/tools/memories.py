@@ -144,10 +144,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @handles_errors
     async def list_memory_titles(ctx: Context) -> CallToolResult:
-        """List every hot memory, one per line: filename|title|priority|lastAccessedAt.
-
-        A fifth field flags a file a person must fix (git conflict markers, broken frontmatter).
-        """
+        """List hot memories, one per line: filename|title|priority|lastAccessedAt[|problem to fix]."""
         rows = await store.list_hot(token_of(ctx))
         if not rows:
             return text("No memories yet. Save one with write_memory.")
@@ -188,9 +185,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
             int | None, Field(description="With one filename: start at this character (to read on).")
         ] = None,
     ) -> CallToolResult:
-        """Read whole memories: the best matches for a query (typos tolerated), the named files, or all.
-
-        Each shows its version, for update_memory's expectedVersion."""
+        """Read whole memories: best matches for a query (typos ok), named files, or all; with versions."""
         if offset and len(filenames or ()) != 1:
             raise InvalidArgument("offset reads on in one memory: pass it with exactly one filename.")
         token = token_of(ctx)
@@ -209,25 +204,20 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     @handles_errors
     async def write_memory(
         ctx: Context,
-        title: Annotated[str, Field(description="Short title; it also names the file.")],
-        content: Annotated[str, Field(description="The memory itself, in markdown.")],
+        title: Annotated[str, Field(description="Short title; names the file.")],
+        content: Annotated[str, Field(description="Markdown.")],
         priority: Annotated[
             str | None,
-            Field(description="P0 permanent, P1 project (90 days), P2 temporary (30 days, default)."),
+            Field(description="P0 permanent, P1 90 days, P2 30 days (default)."),
         ] = None,
-        tags: Annotated[list[str] | None, Field(description="Optional tags.")] = None,
-        importance: Annotated[float | None, Field(description="Optional importance from 0 to 1.")] = None,
+        tags: Annotated[list[str] | None, Field(description="Tags.")] = None,
+        importance: Annotated[float | None, Field(description="0 to 1.")] = None,
         supersedes: Annotated[
             list[str] | None,
-            Field(
-                description="Filenames of memories this one replaces; they are archived, marked supersededBy."
-            ),
+            Field(description="Filenames this replaces (archived)."),
         ] = None,
     ) -> CallToolResult:
-        """Save a new memory as a markdown file and return its filename. Never overwrites another memory.
-
-        With supersedes, the outdated memories it replaces are archived (P0 ones stay; the reply says so).
-        """
+        """Save a new memory as a markdown file; returns its filename. Never overwrites."""
         written = await store.write_superseding(
             token_of(ctx),
             title=title,
@@ -270,11 +260,10 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
         oldText: Annotated[str | None, Field(description="A unique passage to replace with newText.")] = None,
         newText: Annotated[str | None, Field(description="Replacement for oldText.")] = None,
         expectedVersion: Annotated[
-            str | None, Field(description="The version read_memory showed: refused if it changed since.")
+            str | None, Field(description="Version read_memory showed; refused if changed since.")
         ] = None,
     ) -> CallToolResult:
-        """Change a memory in place: the whole content, an append, one section or one passage, and
-        any of title, priority, tags, importance. The filename stays."""
+        """Change a memory in place: all content, an append, a section or a passage; title, priority, tags."""
         edit = Edit(content, append, section, oldText, newText, expected=expectedVersion)
         memory = await store.update(
             token_of(ctx),
@@ -291,9 +280,9 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     @handles_errors
     async def delete_memory(
         ctx: Context,
-        filename: Annotated[str, Field(description="The memory's filename, from list_memory_titles.")],
+        filename: Annotated[str, Field(description="Its filename.")],
     ) -> CallToolResult:
-        """Delete a hot memory's file for good."""
+        """Delete a hot memory for good."""
         id = await store.delete(token_of(ctx), filename)
         return text(f"Deleted {id}.")
 
@@ -301,10 +290,10 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     @handles_errors
     async def search_archive(
         ctx: Context,
-        query: Annotated[str, Field(description="Words to search for in archived memories.")],
-        limit: Annotated[int | None, Field(description="Most memories to return (default 10).")] = None,
+        query: Annotated[str, Field(description="Words to find.")],
+        limit: Annotated[int | None, Field(description="Most results (default 10).")] = None,
     ) -> CallToolResult:
-        """Search memories that were archived as stale. Bring one back with restore_memory."""
+        """Search archived (stale) memories; restore_memory brings one back."""
         found = await store.find(token_of(ctx), query=query, limit=limit, archived=True)
         return text(render_found(found, settings, what="archived", query=query)[0])
 
@@ -312,9 +301,9 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     @handles_errors
     async def restore_memory(
         ctx: Context,
-        filename: Annotated[str, Field(description="The archived memory's filename, from search_archive.")],
+        filename: Annotated[str, Field(description="From search_archive.")],
     ) -> CallToolResult:
-        """Move an archived memory back to the hot memories."""
+        """Move an archived memory back to the hot ones."""
         id = await store.restore(token_of(ctx), filename)
         return text(f"Restored as {id}.")
 
@@ -322,9 +311,9 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     @handles_errors
     async def evict_memories(
         ctx: Context,
-        dryRun: Annotated[bool, Field(description="Only report what would be archived.")] = False,
+        dryRun: Annotated[bool, Field(description="Only report.")] = False,
     ) -> CallToolResult:
-        """Archive stale memories now (P1 after 90 days, P2 after 30 days without access, then over capacity)."""  # noqa: E501
+        """Archive stale memories now (P1 unused 90 days, P2 30 days, then over capacity)."""
         evicted = await store.evict(token_of(ctx), dry_run=dryRun)
         if not evicted:
             return text("Nothing to archive: every hot memory is fresh and within capacity.")

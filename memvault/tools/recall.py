@@ -115,7 +115,6 @@ def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @handles_errors
     async def memory_stats(ctx: Context) -> CallToolResult:
-        """How this vault is doing: counts by priority, hot and archived, vector coverage, search miss
-        rate, memories not used for 30 days, oldest and newest, and what the next eviction would archive."""
+        """Vault health: counts, vector coverage, search misses, unused memories, next eviction."""
         stats = await recaller.stats(token_of(ctx))
         return text(render_stats(stats))

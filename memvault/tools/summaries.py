@@ -58,9 +58,9 @@ def _version_head(v: SessionVersion) -> str:
 
 
 # Tool annotations are evaluated in this module's namespace, so shared argument types live here.
-SessionIdArg = Annotated[str, Field(description="Your id for this conversation; reuse it to update.")]
-NewTitleArg = Annotated[str | None, Field(description="Optional title; else the previous version's.")]
-NewTagsArg = Annotated[list[str] | None, Field(description="Optional tags; else the previous version's.")]
+SessionIdArg = Annotated[str, Field(description="Your id for this conversation.")]
+NewTitleArg = Annotated[str | None, Field(description="Title (default: the previous).")]
+NewTagsArg = Annotated[list[str] | None, Field(description="Tags (default: the previous).")]
 
 
 def register_session_tools(server: MCPServer, store: Store, settings: Settings) -> None:
@@ -74,14 +74,11 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
     async def upsert_summary(
         ctx: Context,
         sessionId: SessionIdArg,
-        summary: Annotated[str, Field(description="The whole summary so far, in markdown.")],
+        summary: Annotated[str, Field(description="The whole summary, markdown.")],
         title: NewTitleArg = None,
         tags: NewTagsArg = None,
     ) -> CallToolResult:
-        """Save a session summary as a new version (creates the session if new); returns its timestamp.
-
-        Earlier versions are kept: get_session_history shows them.
-        """
+        """Save a session's whole summary as a new version (earlier ones are kept)."""
         v = await sidecar_write(
             store,
             token_of(ctx),
@@ -95,14 +92,11 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
     async def append_summary(
         ctx: Context,
         sessionId: SessionIdArg,
-        content: Annotated[str, Field(description="Text to add at the end of the latest summary.")],
+        content: Annotated[str, Field(description="Text to add.")],
         title: NewTitleArg = None,
         tags: NewTagsArg = None,
     ) -> CallToolResult:
-        """Add text to a session's summary as a new version: the latest text, a blank line, then the content.
-
-        Creates the session if it is new. Earlier versions are kept.
-        """
+        """Add text to a session's summary as a new version (creates the session if new)."""
         v = await sidecar_write(
             store,
             token_of(ctx),
@@ -115,15 +109,14 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
     @handles_errors
     async def get_summary(
         ctx: Context,
-        sessionId: Annotated[str, Field(description="The session id.")],
+        sessionId: Annotated[str, Field(description="Session id.")],
         maxLength: Annotated[int | None, Field(description="At most this many characters.")] = None,
         offset: Annotated[int | None, Field(description="Start at this character (to page).")] = None,
         version: Annotated[
             int | None, Field(description="An older version's number (default: latest).")
         ] = None,
     ) -> CallToolResult:
-        """Read a session's summary (its latest version, or an older one); when it is cut, the newest
-        text is shown and the reply says how to page back."""
+        """Read a session's summary (latest or an older version); a long one shows its newest text first."""
         if maxLength is not None and maxLength < 1:
             raise InvalidArgument("maxLength must be at least 1.")
         if offset is not None and offset < 0:
@@ -157,18 +150,18 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
     @handles_errors
     async def list_summaries(
         ctx: Context,
-        tag: Annotated[str | None, Field(description="Only sessions with this tag (any case).")] = None,
-        limit: Annotated[int | None, Field(description="Most sessions to list (default 20).")] = None,
-        offset: Annotated[int | None, Field(description="Sessions to skip, for the next page.")] = None,
+        tag: Annotated[str | None, Field(description="Only this tag.")] = None,
+        limit: Annotated[int | None, Field(description="Most (default 20).")] = None,
+        offset: Annotated[int | None, Field(description="Skip this many.")] = None,
         sortBy: Annotated[
             Literal["lastUpdated", "title"] | None, Field(description="lastUpdated (default) or title.")
         ] = None,
         order: Annotated[
             Literal["asc", "desc"] | None,
-            Field(description="desc (default for lastUpdated) or asc (default for title)."),
+            Field(description="asc or desc."),
         ] = None,
     ) -> CallToolResult:
-        """List sessions (their latest versions): id, title, last update, version count, size and tags."""
+        """List sessions: id, title, last update, versions, size, tags."""
         infos = (
             await sidecar_read(
                 store, token_of(ctx), lambda sidecar, folder: sessions(sidecar, folder).infos()
@@ -198,11 +191,11 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
     @handles_errors
     async def update_summary_metadata(
         ctx: Context,
-        sessionId: Annotated[str, Field(description="The session id.")],
-        title: Annotated[str | None, Field(description="New title (an empty string removes it).")] = None,
-        tags: Annotated[list[str] | None, Field(description="New tags; replace the old ones.")] = None,
+        sessionId: Annotated[str, Field(description="Session id.")],
+        title: Annotated[str | None, Field(description="New title ('' removes it).")] = None,
+        tags: Annotated[list[str] | None, Field(description="New tags.")] = None,
     ) -> CallToolResult:
-        """Change the title and/or tags of a session's latest version; no new version, timestamp unchanged."""
+        """Change a session's title or tags, without a new version."""
         v = await sidecar_write(
             store,
             token_of(ctx),
@@ -218,7 +211,7 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
     @handles_errors
     async def get_session_history(
         ctx: Context,
-        sessionId: Annotated[str, Field(description="The session id.")],
+        sessionId: Annotated[str, Field(description="Session id.")],
     ) -> CallToolResult:
         """Every version of a session's summary, newest first."""
         check_session_id(sessionId)
