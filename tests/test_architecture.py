@@ -22,6 +22,7 @@ NO_MCP_NO_UPPER_LAYERS = (
     "check",
     "clock",
     "columns",
+    "edits",
     "config",
     "embedders",
     "embeddings",
@@ -42,6 +43,7 @@ NO_MCP_NO_UPPER_LAYERS = (
     "sessions",
     "sidecar",
     "snapshot",
+    "supersede",
     "sweeps",
     "text",
     "tokens",
@@ -51,9 +53,9 @@ NO_MCP_NO_UPPER_LAYERS = (
     "watcher",
 )
 # The parts of the store know nothing of the Store that composes them.
-BELOW_STORE = ("access", "area", "arguments", "reconcile", "snapshot", "sweeps", "tokens")
+BELOW_STORE = ("access", "area", "arguments", "reconcile", "snapshot", "supersede", "sweeps", "tokens")
 # The pure basics: no I/O layers, no server, nothing of the store.
-BASICS = ("clock", "names", "text", "markdown", "eviction", "errors", "graphsearch")
+BASICS = ("clock", "names", "text", "markdown", "edits", "eviction", "errors", "graphsearch")
 FORBIDDEN = {
     **{name: ("memvault.app", "memvault.tools", "mcp") for name in NO_MCP_NO_UPPER_LAYERS},
     **{name: ("memvault.app", "memvault.tools", "mcp", "memvault.store") for name in BELOW_STORE},
