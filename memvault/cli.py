@@ -37,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help=f"address to listen on (env {SETTINGS['host'].env}, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help=f"port (env {SETTINGS['port'].env}, default 3000)")
 
+    stdio = sub.add_parser("stdio", help="serve one token's vault over stdio (for desktop clients)")
+    stdio.add_argument("--root", type=Path, help="vault folder (default ./memories)")
+    stdio.add_argument("--token", required=True, help="the token (vault folder) to serve")
+
     evict = sub.add_parser("evict", help="archive stale memories now (safe while a server runs)")
     evict.add_argument("--root", type=Path, help="vault folder (default ./memories)")
     evict.add_argument("--token", help="only this token (default: every token in the vault)")
@@ -93,6 +97,9 @@ DESCRIPTIONS = {
     "serve": "Serve the vault to agents over MCP: streamable HTTP at /mcp/<token> and the legacy SSE "
     "transport at /mcp/<token>/sse. Each token is a folder of markdown files under the root; edits "
     "made by hand are picked up live. Settings come from MEMVAULT_* variables (see the README).",
+    "stdio": "Serve one token's vault over stdio, for clients that start their server themselves "
+    "(desktop apps). Same tools, same file locks and live index as serve, so a stdio client and an "
+    "HTTP server can share a vault. Protocol on stdout, logs on stderr.",
     "evict": "Archive stale memories now, as the server does lazily: P1 unused for 90 days, P2 for 30, "
     "then the least recently used over the capacity. P0 and important memories stay. Prints a "
     "summary per token; --list names each file and why. Safe while a server runs.",
@@ -129,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("mcp").setLevel(logging.WARNING)
     if args.command == "serve":
         return serve(settings)
+    if args.command == "stdio":
+        return stdio(settings, args.token)
     if args.command == "evict":
         return asyncio.run(evict(settings, args.token, args.dry_run, args.list))
     if args.command == "check":
@@ -205,6 +214,21 @@ def listen(host: str, port: int) -> socket.socket | None:
         return None
     sock.set_inheritable(True)
     return sock
+
+
+def stdio(settings: Settings, token: str) -> int:
+    import anyio
+
+    from memvault.stdio import serve_stdio
+
+    if not valid_token(token) or settings.token_dir(token).is_symlink():
+        print(
+            f"memvault: {token!r} is not a token memvault can serve (see the README's tokens).",
+            file=sys.stderr,
+        )
+        return 2
+    anyio.run(serve_stdio, settings, token)
+    return 0
 
 
 def _tokens(settings: Settings, token: str | None) -> list[str] | None:

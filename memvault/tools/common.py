@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import inspect
 import json
@@ -41,10 +42,16 @@ MOVES = ToolAnnotations(
 )
 
 
+# The one token a `memvault stdio` process serves (there is no request path to take it from).
+SERVED_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "memvault_served_token", default=None
+)
+
+
 def token_of(ctx: Context) -> str:
-    """The token always comes from the path of the request being served."""
+    """The token comes from the path of the request being served, or over stdio from the command line."""
     request = ctx.request_context.request
-    token = getattr(request, "path_params", {}).get("token")
+    token = getattr(request, "path_params", {}).get("token") if request is not None else SERVED_TOKEN.get()
     if not isinstance(token, str):
         raise MemvaultError("This endpoint has no token; connect to /mcp/<token>.")
     return token
