@@ -26,6 +26,7 @@ from memvault import __version__
 from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.errors import InvalidArgument, MemvaultError
+from memvault.keys import KeyRing
 from memvault.names import valid_token
 from memvault.resources import OncePer
 from memvault.store import Store
@@ -129,6 +130,39 @@ def _error(status: int, message: str) -> Response:
     code = INVALID_REQUEST if status < 500 else INTERNAL_ERROR
     body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
     return JSONResponse(body, status_code=status)
+
+
+READ_ONLY_STATE = "memvault_read_only"
+
+
+class BearerAuth:
+    """In front of /mcp when a keys file is set: the bearer key names the vault (put where the
+    token of a path would be, so TokenGuard and the tools work unchanged) and its scope."""
+
+    def __init__(self, app: ASGIApp, keyring: KeyRing) -> None:
+        self.app = app
+        self.keyring = keyring
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        header = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin-1")
+        scheme, _, key = header.partition(" ")
+        key = key.strip()
+        grant = self.keyring.find(key) if scheme.lower() == "bearer" and key else None
+        if grant is None:
+            why = "none was sent" if not header else "the key sent is unknown or revoked"
+            response = _error(
+                401,
+                f"This server needs a key: send 'Authorization: Bearer <key>' ({why}). Ask its owner.",
+            )
+            # RFC 6750, as the MCP authorization spec asks of a resource server.
+            response.headers["WWW-Authenticate"] = 'Bearer realm="memvault"' + (
+                ', error="invalid_token"' if header else ""
+            )
+            await response(scope, receive, send)
+            return
+        params = {**scope.get("path_params", {}), "token": grant.token}
+        state = {**scope.get("state", {}), READ_ONLY_STATE: grant.read_only}
+        await self.app({**scope, "path_params": params, "state": state}, receive, send)
 
 
 class TokenGuard:
@@ -354,12 +388,19 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     mcp_http = TokenGuard(StreamableHTTPASGIApp(manager), settings, sessions, manager)
     sse_apps = SseApps(server, security, settings.max_body_bytes)
     mcp_sse = TokenGuard(sse_apps, settings, None)
-    app = Starlette(
-        routes=[
-            Route("/healthz", healthz, methods=["GET"]),
+    routes: list[Route | Mount] = [Route("/healthz", healthz, methods=["GET"])]
+    keyring = KeyRing(settings.keys_file) if settings.keys_file is not None else None
+    if keyring is not None:
+        routes.append(
+            Route("/mcp", endpoint=BearerAuth(mcp_http, keyring), methods=["GET", "POST", "DELETE"])
+        )
+    if settings.path_tokens == "on" or (settings.path_tokens == "auto" and keyring is None):
+        routes += [
             Route("/mcp/{token}", endpoint=mcp_http, methods=["GET", "POST", "DELETE"]),
             Mount("/mcp/{token}", app=mcp_sse),
-        ],
+        ]
+    app = Starlette(
+        routes=routes,
         lifespan=lifespan,
         exception_handlers={MemvaultError: _memvault_error, 404: _not_found},
     )

@@ -41,6 +41,13 @@ def _parser() -> argparse.ArgumentParser:
     stdio.add_argument("--root", type=Path, help="vault folder (default ./memories)")
     stdio.add_argument("--token", required=True, help="the token (vault folder) to serve")
 
+    keys = sub.add_parser("keys", help="add, list or revoke bearer keys (MEMVAULT_KEYS_FILE)")
+    keys.add_argument("action", choices=("add", "list", "revoke"))
+    keys.add_argument("name", nargs="?", help="the key's name (add, revoke), e.g. laptop-claude")
+    keys.add_argument("--token", help="the vault the key opens (add)")
+    keys.add_argument("--read-only", action="store_true", help="the key may only read (add)")
+    keys.add_argument("--file", type=Path, help="the keys file (default: MEMVAULT_KEYS_FILE)")
+
     evict = sub.add_parser("evict", help="archive stale memories now (safe while a server runs)")
     evict.add_argument("--root", type=Path, help="vault folder (default ./memories)")
     evict.add_argument("--token", help="only this token (default: every token in the vault)")
@@ -100,6 +107,9 @@ DESCRIPTIONS = {
     "stdio": "Serve one token's vault over stdio, for clients that start their server themselves "
     "(desktop apps). Same tools, same file locks and live index as serve, so a stdio client and an "
     "HTTP server can share a vault. Protocol on stdout, logs on stderr.",
+    "keys": "Manage the bearer keys of MEMVAULT_KEYS_FILE: `add NAME --token T [--read-only]` prints a "
+    "new key once (only its hash is stored), `list` shows names, vaults and scopes (never keys), "
+    "`revoke NAME` removes one; a running server applies changes at once.",
     "evict": "Archive stale memories now, as the server does lazily: P1 unused for 90 days, P2 for 30, "
     "then the least recently used over the capacity. P0 and important memories stay. Prints a "
     "summary per token; --list names each file and why. Safe while a server runs.",
@@ -138,6 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(settings)
     if args.command == "stdio":
         return stdio(settings, args.token)
+    if args.command == "keys":
+        return keys_command(settings, args)
     if args.command == "evict":
         return asyncio.run(evict(settings, args.token, args.dry_run, args.list))
     if args.command == "check":
@@ -214,6 +226,16 @@ def listen(host: str, port: int) -> socket.socket | None:
         return None
     sock.set_inheritable(True)
     return sock
+
+
+def keys_command(settings: Settings, args: argparse.Namespace) -> int:
+    from memvault import keys
+
+    path = args.file or settings.keys_file
+    if path is None:
+        print("memvault: no keys file: pass --file PATH or set MEMVAULT_KEYS_FILE.", file=sys.stderr)
+        return 2
+    return keys.command(path, args.action, args.name, args.token, read_only=args.read_only)
 
 
 def stdio(settings: Settings, token: str) -> int:

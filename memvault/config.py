@@ -33,6 +33,8 @@ class Settings:
     port: int = 3000
     allowed_hosts: tuple[str, ...] = ()
     tokens_file: Path | None = None
+    keys_file: Path | None = None
+    path_tokens: str = "auto"
     max_body_bytes: int = 1024 * 1024
     max_connections: int = 1000
     max_sessions_per_token: int = 100
@@ -117,6 +119,8 @@ class Settings:
                 f"not {self.poll_interval_seconds!r}."
             )
         check_spec(self.embedder)
+        if self.path_tokens not in ("auto", "on", "off"):
+            raise InvalidArgument(f"MEMVAULT_PATH_TOKENS must be auto, on or off, not {self.path_tokens!r}.")
         if self.log_level not in LOG_LEVELS:  # uvicorn looks the name up as given and fails late
             raise InvalidArgument(
                 f"MEMVAULT_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}."
@@ -165,6 +169,17 @@ SETTINGS: dict[str, Setting] = {
     ),
     "tokens_file": Setting(
         "MEMVAULT_TOKENS_FILE", "(unset)", "File with one allowed token per line; others are refused."
+    ),
+    "keys_file": Setting(
+        "MEMVAULT_KEYS_FILE",
+        "(unset)",
+        "Keys file (`memvault keys`): clients send `Authorization: Bearer <key>` to `/mcp`; the key names "
+        "the vault and whether it is read-only.",
+    ),
+    "path_tokens": Setting(
+        "MEMVAULT_PATH_TOKENS",
+        "auto",
+        "Whether `/mcp/<token>` URLs work: `auto` (only without a keys file), `on` or `off`.",
     ),
     "max_body_bytes": Setting("MEMVAULT_MAX_BODY_BYTES", "1048576", "Largest HTTP request body (413 above)."),
     "max_connections": Setting(

@@ -81,6 +81,7 @@ SAMPLES = {
     "host": ("::1", "::1"),
     "embedder": ("openai", "openai"),
     "load_processes": (" 3 ", 3),
+    "path_tokens": ("on", "on"),
 }
 
 

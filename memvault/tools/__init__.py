@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, InputRequiredResult
+from mcp.types import CallToolResult, InputRequiredResult, ListToolsResult, PaginatedRequestParams
 from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
 
@@ -34,9 +35,22 @@ class Server(MCPServer):
             self._listed = [lean(tool) for tool in await super().list_tools()]
         return self._listed
 
+    async def _handle_list_tools(
+        self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        tools = await self.list_tools()
+        if read_only(ctx.request):
+            tools = [t for t in tools if t.annotations is not None and t.annotations.read_only_hint]
+        return ListToolsResult(tools=tools)
+
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        if context is not None and read_only(context.request_context.request):
+            tool = self._tool_manager.get_tool(name)
+            if tool is not None and not (tool.annotations and tool.annotations.read_only_hint):
+                # Refused before the tool runs: nothing is read for it, nothing written.
+                raise ToolError(f"This key is read-only, so {name} is refused; nothing was changed.")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -46,6 +60,12 @@ class Server(MCPServer):
 
 
 LISTED_OUTPUTS = ("read_graph",)
+
+
+def read_only(request: Any) -> bool:
+    """Whether the request came with a read-only key (app.BearerAuth marks it in its state)."""
+    state = getattr(request, "scope", {}).get("state", {}) if request is not None else {}
+    return bool(state.get("memvault_read_only", False))
 
 
 def lean(tool: MCPTool) -> MCPTool:
