@@ -56,6 +56,7 @@ class Settings:
     graph_entries_per_term: int = 5
     graph_max_results: int = 50
     embedder: str = "hash"
+    recall_floor: float = 0.05
     embed_url: str | None = None
     embed_key: str | None = field(default=None, repr=False)
     embed_model: str | None = None
@@ -117,6 +118,11 @@ class Settings:
                 f"not {self.poll_interval_seconds!r}."
             )
         check_spec(self.embedder)
+        if not 0 <= self.recall_floor < 1:
+            raise InvalidArgument(
+                "MEMVAULT_RECALL_FLOOR must be a share of the best score from 0 (no floor) up to, "
+                f"not including, 1; not {self.recall_floor!r}."
+            )
         if self.log_level not in LOG_LEVELS:  # uvicorn looks the name up as given and fails late
             raise InvalidArgument(
                 f"MEMVAULT_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}."
@@ -251,6 +257,11 @@ SETTINGS: dict[str, Setting] = {
         "hash",
         "Embeddings for `recall`: `hash` (built in, offline), `model2vec:<name-or-path>`, "
         "`sentence-transformers:<name-or-path>` or `openai`; one that cannot load falls back to `hash`.",
+    ),
+    "recall_floor": Setting(
+        "MEMVAULT_RECALL_FLOOR",
+        "0.05",
+        "`recall` leaves out results scoring below this share of the best one (0: none left out).",
     ),
     "embed_url": Setting(
         "MEMVAULT_EMBED_URL",
