@@ -490,7 +490,8 @@ async def test_scores_are_shown_in_the_order_they_ranked(make_settings: Callable
         clock.now += timedelta(days=10)
         await store.write("t", title="Gradle two", content="The gradle build cache lives on the shared disk!")
         clock.now += timedelta(days=10)
-        await store.write("t", title="Gradle three", content="Our gradle build cache is wiped nightly.")
+        other = "Our gradle build cache gets wiped every night by cron."
+        await store.write("t", title="Gradle three", content=other)
         await settle(store)
         found = await recaller.recall(
             "t", "gradle build cache", weights=recaller.weights.replace(floor=0, repeat=0.5)
