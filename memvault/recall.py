@@ -42,6 +42,7 @@ from memvault.embedders import FloatMatrix
 from memvault.errors import InvalidArgument, quote
 from memvault.markdown import PRIORITIES, Memory, clean_tags
 from memvault.names import key
+from memvault.rerankers import Reranker, RerankerUnavailable, Reranking
 from memvault.text import tokenize
 from memvault.topics import Layout, creation_order
 from memvault.vectors import VectorView
@@ -72,6 +73,8 @@ POOL = 40  # candidates considered for diversity (at least 4 x limit)
 LEXICAL_LIMIT = 500  # lexical hits scored per query (the rest score too little to matter)
 SNIPPET_CHARS = 160
 STALE_DAYS = 30
+RERANK_TOP = 20  # candidates a reranker (MEMVAULT_RERANKER) looks at
+RERANK_WEIGHT = 1.0  # its min-max normalised score, added to the share of the best
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -320,9 +323,12 @@ def check_time(name: str, value: str | None) -> float | None:
 class Recaller:
     """The recall and stats operations over a :class:`Store`'s tokens."""
 
-    def __init__(self, store: Store, weights: Weights = DEFAULT_WEIGHTS) -> None:
+    def __init__(
+        self, store: Store, weights: Weights = DEFAULT_WEIGHTS, reranking: Reranking | None = None
+    ) -> None:
         self.store = store
         self.weights = weights
+        self.reranking = reranking
         self._layouts: dict[str, tuple[int, Layout]] = {}
         self._fitted: dict[str, tuple[int, npt.NDArray[np.bool_]]] = {}
 
@@ -446,6 +452,9 @@ class Recaller:
                     now=now,
                     title_boost=weights.title,
                 )
+        reranker = self.reranking.get() if self.reranking is not None else None
+        if reranker is not None and memories:
+            self._rerank(reranker, query, memories, weighted)
         picked = diversify(
             list(memories),
             weighted,
@@ -463,6 +472,29 @@ class Recaller:
             if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
                 results.append(Recalled(memory, max(value, 0.0), snippet(memory.content, terms)))
         return self._record(state, Recall(results, model, matched))
+
+    def _rerank(
+        self, reranker: Reranker, query: str, memories: dict[int, Memory], weighted: FloatArray
+    ) -> None:
+        """Add the reranker's view of the best candidates to their scores (in place)."""
+        rows = sorted(memories, key=lambda r: -weighted[r])[:RERANK_TOP]
+        try:
+            raw = reranker.score(query, [f"{memories[r].title}\n{memories[r].content}" for r in rows])
+            if len(raw) != len(rows) or not np.isfinite(raw).all():
+                raise RerankerUnavailable(f"it returned {len(raw)} scores for {len(rows)} texts")
+        except RerankerUnavailable as exc:
+            assert self.reranking is not None
+            self.reranking.failed(exc)
+            return
+        low, high = float(np.min(raw)), float(np.max(raw))
+        spread = (
+            (np.asarray(raw, dtype=np.float64) - low) / (high - low) if high > low else np.zeros(len(rows))
+        )
+        top = float(weighted[rows[0]]) or 1.0
+        for i, row in enumerate(rows):
+            weighted[row] = weighted[row] / top + RERANK_WEIGHT * spread[i]
+        chosen = set(rows)
+        weighted[[r for r in memories if r not in chosen]] /= top
 
     def _topic_scores(self, token: str, view: VectorView, query: str) -> FloatArray | None:
         """Cosine with the query's topics for rows that still hold the memory the model saw."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -17,6 +19,7 @@ from memvault.embeddings import Embeddings
 from memvault.errors import InvalidArgument
 from memvault.markdown import Memory
 from memvault.recall import Recaller, layout, snippet
+from memvault.rerankers import RerankerUnavailable, Reranking
 from memvault.store import Store
 from memvault.vectors import VectorView
 
@@ -556,3 +559,89 @@ async def test_recall_tool_takes_after_and_before(server_factory):
             assert not is_error and reply.startswith("Nothing matches")
             is_error, reply = await srv.call(session, "recall", query="deploy", before="yesterday")
             assert is_error and "before must be an ISO date" in reply
+
+
+# ---------------------------------------------------------------------------- reranking
+
+
+class Prefers:
+    """A stand-in cross-encoder: scores a text by whether it holds one word."""
+
+    name = "prefers-v1"
+
+    def __init__(self, word: str) -> None:
+        self.word = word
+        self.calls = 0
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        return np.array([5.0 if self.word in text else -5.0 for text in texts])
+
+
+async def test_a_reranker_reorders_the_best_candidates(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, _ = await make(make_settings(), clock=clock)
+    try:
+        for i, city in enumerate(("Lisbon", "Porto", "Madrid")):
+            await store.write("t", title=f"Trip {i}", content=f"The team trip goes to {city} in spring.")
+            clock.now += timedelta(days=5)
+        await settle(store)
+        cities = {"trip-0.md": "Lisbon", "trip-1.md": "Porto", "trip-2.md": "Madrid"}
+        plain = names(await Recaller(store).recall("t", "team trip spring"))
+        assert len(plain) == 3
+        prefers = Prefers(cities[plain[-1]])  # the reranker prefers the one ranked last without it
+        recaller = Recaller(store, reranking=Reranking(loader=lambda: prefers))
+        found = await recaller.recall("t", "team trip spring")
+        assert names(found)[0] == plain[-1] and prefers.calls == 1
+    finally:
+        await store.close()
+
+
+async def test_a_missing_reranker_leaves_recall_as_it_is_with_one_log_line(
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # not installed
+    store, plain = await make(make_settings())
+    try:
+        await store.write("t", title="Deploy", content="Deploy the billing service.")
+        await store.write("t", title="Cat", content="The cat eats salmon.")
+        await settle(store)
+        reranking = Reranking("cross-encoder:/nowhere/model")
+        recaller = Recaller(store, reranking=reranking)
+        with caplog.at_level(logging.WARNING, logger="memvault.rerankers"):
+            first = await recaller.recall("t", "deploy billing")
+            await recaller.recall("t", "cat")
+        assert names(first) == names(await plain.recall("t", "deploy billing"))
+        assert len([r for r in caplog.records if "reranker" in r.getMessage()]) == 1
+        assert reranking.fallback is not None and "sentence-transformers" in reranking.fallback
+    finally:
+        await store.close()
+
+
+async def test_a_reranker_that_fails_is_dropped_and_recall_goes_on(make_settings: Callable[..., Settings]):
+    class Broken:
+        name = "broken"
+
+        def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+            raise RerankerUnavailable("it broke")
+
+    store, _ = await make(make_settings())
+    try:
+        await store.write("t", title="Deploy", content="Deploy the billing service.")
+        await settle(store)
+        reranking = Reranking(loader=lambda: Broken())
+        found = await Recaller(store, reranking=reranking).recall("t", "deploy")
+        assert names(found) == ["deploy.md"] and reranking.fallback == "it broke"
+    finally:
+        await store.close()
+
+
+def test_the_reranker_setting_is_checked():
+    with pytest.raises(InvalidArgument, match="MEMVAULT_RERANKER"):
+        Settings.from_env({"MEMVAULT_RERANKER": "bert"})
+    with pytest.raises(InvalidArgument, match="needs a model"):
+        Settings.from_env({"MEMVAULT_RERANKER": "cross-encoder"})
+    assert (
+        Settings.from_env({"MEMVAULT_RERANKER": "cross-encoder:/models/ce"}).reranker
+        == "cross-encoder:/models/ce"
+    )

@@ -11,6 +11,7 @@ from pydantic import Field
 from memvault.config import Settings
 from memvault.errors import quote
 from memvault.recall import DEFAULT_WEIGHTS, STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
+from memvault.rerankers import Reranking
 from memvault.store import Store
 from memvault.tools.common import READ_ONLY, Reply, handles_errors, joined, show_time, text, token_of
 
@@ -83,7 +84,9 @@ def render_stats(stats: Stats) -> str:
 
 
 def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -> None:
-    recaller = Recaller(store, DEFAULT_WEIGHTS.replace(floor=settings.recall_floor))
+    recaller = Recaller(
+        store, DEFAULT_WEIGHTS.replace(floor=settings.recall_floor), Reranking(settings.reranker)
+    )
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @handles_errors
