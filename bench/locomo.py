@@ -319,6 +319,7 @@ AXES: dict[str, tuple[Any, ...]] = {
     "title": (0.0, 0.15, 0.3, 0.5),
     "repeat": (0.0, 0.1, 0.2, 0.4),
     "neighbour": (0.0, 0.1, 0.15, 0.25, 0.4),
+    "when": (0.0, 0.2, 0.4, 0.7, 1.0),
     "floor": (0.0, 0.05, 0.1, 0.2, 0.3),
 }
 ROUNDS = 2
@@ -353,7 +354,16 @@ class Grid:
 
     async def scores(self, weights: Weights) -> dict[str, Scores]:
         if weights not in self.cache:
+            start = time.perf_counter()
             self.cache[weights] = await score_weights(self.recaller, self.conversations, self.names, weights)
+            total = pooled(self.cache[weights].values())
+            print(
+                f"cv: {len(self.cache)} settings scored ({time.perf_counter() - start:.1f} s): "
+                f"{fmt(total.pct(total.turn_any[10]))} / {fmt(total.pct(total.session_all_10))} "
+                f"with {show_weights(weights)}",
+                file=sys.stderr,
+                flush=True,
+            )
         return self.cache[weights]
 
     async def fit(self, train: Sequence[str], start: Weights) -> Weights:

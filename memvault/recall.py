@@ -62,6 +62,7 @@ FLOOR = 0.05  # default relevance floor: results below this share of the best ar
 ACCESS_TOP = 3  # the first results shown always count as an access...
 ACCESS_SHARE = 0.5  # ...the others only when they score at least this share of the best
 TITLE_BOOST = 0.3  # a query word in the title
+WHEN_BOOST = 0.0  # x(1 + this) for a memory naming a time when the question asks when
 IMPORTANCE_WEIGHT = 0.3  # importance 1 -> x1.15, 0 -> x0.85, unset -> x1
 RECENCY_WEIGHT = 0.1  # x1.1 just accessed, halving every RECENCY_HALF_LIFE_DAYS
 RECENCY_HALF_LIFE_DAYS = 30.0
@@ -92,6 +93,7 @@ class Weights:
     repeat: float = REPEAT_PENALTY
     neighbour: float = NEIGHBOUR_PENALTY
     floor: float = FLOOR  # relevance floor: a share of the best result's score
+    when: float = WHEN_BOOST  # a "when ..." question, a memory that says when (yesterday, last week)
 
     def replace(self, **changes: object) -> Weights:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -211,6 +213,26 @@ def diversify(
 
 
 _WORD = re.compile(r"[^\W_]+")
+_ASKS_WHEN = re.compile(
+    r"^\W*(when|what (day|date|month|year|time)|how long ago|in which (month|year))\b", re.I
+)
+_DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_SAYS_WHEN = re.compile(
+    r"\b(yesterday|today|tonight|tomorrow|ago|recently|lately|"
+    rf"(last|next|this|past) (week|weekend|month|year|night|summer|winter|spring|fall|autumn|{_DAYS})|"
+    rf"{_DAYS}|weekend)\b",
+    re.I,
+)
+
+
+def asks_when_question(query: str) -> bool:
+    """A question about when something happened ("When did ...", "What year ...")."""
+    return _ASKS_WHEN.search(query) is not None
+
+
+def says_when(text: str) -> bool:
+    """Text that places something in time relative to when it was said ("last week", "yesterday")."""
+    return _SAYS_WHEN.search(text) is not None
 
 
 def snippet(text: str, terms: set[str], width: int = SNIPPET_CHARS) -> str:
@@ -429,6 +451,7 @@ class Recaller:
             candidates = candidates[np.argpartition(-score[candidates], pool_size - 1)[:pool_size]]
 
         terms = {t for t in tokenize(query)} - _QUESTION_WORDS
+        asks_when = weights.when > 0 and asks_when_question(query)
         now = store.clock()
         recorded = (
             state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()])
@@ -452,6 +475,8 @@ class Recaller:
                     now=now,
                     title_boost=weights.title,
                 )
+                if asks_when and says_when(memory.content):
+                    weighted[row] *= 1.0 + weights.when
         reranker = self.reranking.get() if self.reranking is not None else None
         if reranker is not None and memories:
             self._rerank(reranker, query, memories, weighted)

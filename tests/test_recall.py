@@ -645,3 +645,35 @@ def test_the_reranker_setting_is_checked():
         Settings.from_env({"MEMVAULT_RERANKER": "cross-encoder:/models/ce"}).reranker
         == "cross-encoder:/models/ce"
     )
+
+
+# ---------------------------------------------------------------------------- dates in the text
+
+
+def test_when_questions_and_memories_that_say_when_are_recognised():
+    assert ranking.asks_when_question("When did Caroline go to the support group?")
+    assert ranking.asks_when_question("what year did they move?")
+    assert not ranking.asks_when_question("What did Caroline paint?")
+    assert ranking.says_when("I went to the support group yesterday.")
+    assert ranking.says_when("We moved there last year")
+    assert not ranking.says_when("The support group was lovely.")
+
+
+async def test_a_when_question_prefers_the_memory_that_says_when(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(), clock=clock)
+    try:
+        await store.write("t", title="Note one", content="The support group was lovely.")
+        clock.now += timedelta(days=5)
+        await store.write("t", title="Note two", content="I went to the support group yesterday.")
+        await settle(store)
+        question = "When did Caroline go to the support group?"
+        weights = recaller.weights.replace(when=0.0, floor=0.0)
+        assert names(await recaller.recall("t", question, weights=weights))[0] == "note-one.md"
+        boosted = recaller.weights.replace(when=1.0, floor=0.0)
+        assert names(await recaller.recall("t", question, weights=boosted))[0] == "note-two.md"
+        # Only questions about when: the same words asked otherwise rank as before.
+        plain = await recaller.recall("t", "Caroline support group", weights=boosted)
+        assert names(plain)[0] == "note-one.md"
+    finally:
+        await store.close()
