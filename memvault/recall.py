@@ -53,21 +53,21 @@ if TYPE_CHECKING:
     from memvault.tokens import TokenState
 
 # --- ranking constants (tuned on the LoCoMo development conversations only; bench/locomo.py) ---
-CONTEXT = (0.5, 0.25)  # share of the lexical score of the neighbour 1, 2 places away
+CONTEXT = (0.7, 0.35)  # share of the lexical score of the neighbour 1, 2 places away
 CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
 VECTOR_WEIGHT = 0.6
 TOPIC_WEIGHT = 0.5  # the vault's own topic model (memvault.topics)
 VECTOR_FLOOR = 0.1  # a cosine below this is noise (the hash embedder's chance collisions)
-FLOOR = 0.05  # default relevance floor: results below this share of the best are left out
+FLOOR = 0.3  # default relevance floor: results below this share of the best's relevance are left out
 ACCESS_TOP = 3  # the first results shown always count as an access...
 ACCESS_SHARE = 0.5  # ...the others only when they score at least this share of the best
-TITLE_BOOST = 0.3  # a query word in the title
-WHEN_BOOST = 0.0  # x(1 + this) for a memory naming a time when the question asks when
+TITLE_BOOST = 0.5  # a query word in the title
+WHEN_BOOST = 1.0  # x(1 + this) for a memory naming a time when the question asks when
 IMPORTANCE_WEIGHT = 0.3  # importance 1 -> x1.15, 0 -> x0.85, unset -> x1
 RECENCY_WEIGHT = 0.1  # x1.1 just accessed, halving every RECENCY_HALF_LIFE_DAYS
 RECENCY_HALF_LIFE_DAYS = 30.0
 PRIORITY_FACTOR = {"P0": 1.1, "P1": 1.05, "P2": 1.0}
-REPEAT_PENALTY = 0.2  # times the best cosine with a result already picked
+REPEAT_PENALTY = 0.4  # times the best cosine with a result already picked
 NEIGHBOUR_PENALTY = 0.25  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked
 NEIGHBOUR_SCALE = 10.0
 POOL = 40  # candidates considered for diversity (at least 4 x limit)
@@ -178,10 +178,11 @@ def diversify(
     repeat_penalty: float | None = None,
     neighbour_penalty: float | None = None,
     scale: float | None = None,
-) -> list[tuple[int, float]]:
+) -> list[tuple[int, float, float]]:
     """Pick ``limit`` rows greedily: best score, less what repeats a row already picked. Returns each
-    row with the value that picked it (a share of the best score, less its penalties then). The
-    values never rise down the list: penalties only grow, so what is left only loses value."""
+    row with the value that picked it (a share of the best score, less its penalties then) and its
+    relevance (the share of the best score alone). The values never rise down the list: penalties
+    only grow, so what is left only loses value."""
     repeat_penalty = REPEAT_PENALTY if repeat_penalty is None else repeat_penalty
     neighbour_penalty = NEIGHBOUR_PENALTY if neighbour_penalty is None else neighbour_penalty
     scale = NEIGHBOUR_SCALE if scale is None else scale
@@ -195,13 +196,13 @@ def diversify(
     near = np.zeros(len(left))
     positions = where.position[np.array(left)]
     threads = where.thread[np.array(left)]
-    picked: list[tuple[int, float]] = []
+    picked: list[tuple[int, float, float]] = []
     alive = np.ones(len(left), dtype=bool)
     while len(picked) < limit and alive.any():
         value = rel - repeat_penalty * repeat - neighbour_penalty * near
         value[~alive] = -np.inf
         i = int(np.argmax(value))
-        picked.append((left[i], float(value[i])))
+        picked.append((left[i], float(value[i]), float(rel[i])))
         alive[i] = False
         if vectors is not None:
             repeat = np.maximum(repeat, vectors @ vectors[i])
@@ -490,9 +491,9 @@ class Recaller:
             neighbour_penalty=weights.neighbour,
         )
         results = []
-        for row, value in picked:
-            if weights.floor > 0 and value < weights.floor:  # values only fall down the list
-                break
+        for row, value, relevance in picked:
+            if relevance < weights.floor:  # the relevance floor (diversity is not relevance)
+                continue
             memory = store.fresh(state, memories[row].id, memories[row].archived)
             if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
                 results.append(Recalled(memory, max(value, 0.0), snippet(memory.content, terms)))
