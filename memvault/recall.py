@@ -18,15 +18,23 @@ How a memory is scored for a query, and why:
    three legs scored 70.4 turn any@10 / 86.6 session all@10 against 75.1 / 87.6 for this fusion.
 4. Weights: a query word in the memory's title, importance, recency of access and priority
    multiply the score by small factors, so they order near-ties rather than override relevance.
-5. Diversity: results are picked one by one, each time discounting candidates that repeat a
+   A question about when ("When did ...", "What year ...") favours memories that place something
+   in time relative to when they were written ("yesterday", "last week", a weekday).
+5. Reranking (optional, memvault.rerankers): a cross-encoder's view of the best candidates is added.
+6. Diversity: results are picked one by one, each time discounting candidates that repeat a
    result already picked (cosine of their vectors) or sit right next to it in creation order
-   (their context is the same), so ten results cover more than one conversation.
+   (their context is the same), so ten results cover more than one conversation. The value that
+   picked a result is the score shown, so scores fall down the list.
+7. Floor: a result whose relevance (before diversity) is below ``Weights.floor`` of the best's is
+   left out (MEMVAULT_RECALL_FLOOR), so a small vault answers with what is relevant only.
+
+The weights (:class:`Weights`) were chosen by leave-one-conversation-out cross-validation on the
+LoCoMo development conversations (bench/locomo.py --cv); bench/RESULTS.md has the held-back figures.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,6 +50,7 @@ from memvault.embedders import FloatMatrix
 from memvault.errors import InvalidArgument, quote
 from memvault.markdown import PRIORITIES, Memory, clean_tags
 from memvault.names import key
+from memvault.recalltext import asks_when_question, says_when, snippet
 from memvault.rerankers import Reranker, RerankerUnavailable, Reranking
 from memvault.text import tokenize
 from memvault.topics import Layout, creation_order
@@ -52,7 +61,7 @@ if TYPE_CHECKING:
     from memvault.sweeps import Evicted
     from memvault.tokens import TokenState
 
-# --- ranking constants (tuned on the LoCoMo development conversations only; bench/locomo.py) ---
+# --- ranking constants (chosen by cross-validation on the LoCoMo dev conversations; bench/locomo.py --cv) ---
 CONTEXT = (0.7, 0.35)  # share of the lexical score of the neighbour 1, 2 places away
 CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
 VECTOR_WEIGHT = 0.6
@@ -72,7 +81,6 @@ NEIGHBOUR_PENALTY = 0.25  # times exp(-distance / NEIGHBOUR_SCALE) to a result a
 NEIGHBOUR_SCALE = 10.0
 POOL = 40  # candidates considered for diversity (at least 4 x limit)
 LEXICAL_LIMIT = 500  # lexical hits scored per query (the rest score too little to matter)
-SNIPPET_CHARS = 160
 STALE_DAYS = 30
 RERANK_TOP = 20  # candidates a reranker (MEMVAULT_RERANKER) looks at
 RERANK_WEIGHT = 1.0  # its min-max normalised score, added to the share of the best
@@ -211,61 +219,6 @@ def diversify(
             closeness = np.where(same, np.exp(-np.abs(positions - positions[i]) / scale), 0.0)
             near = np.maximum(near, np.nan_to_num(closeness))
     return picked
-
-
-_WORD = re.compile(r"[^\W_]+")
-_ASKS_WHEN = re.compile(
-    r"^\W*(when|what (day|date|month|year|time)|how long ago|in which (month|year))\b", re.I
-)
-_DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
-_SAYS_WHEN = re.compile(
-    r"\b(yesterday|today|tonight|tomorrow|ago|recently|lately|"
-    rf"(last|next|this|past) (week|weekend|month|year|night|summer|winter|spring|fall|autumn|{_DAYS})|"
-    rf"{_DAYS}|weekend)\b",
-    re.I,
-)
-
-
-def asks_when_question(query: str) -> bool:
-    """A question about when something happened ("When did ...", "What year ...")."""
-    return _ASKS_WHEN.search(query) is not None
-
-
-def says_when(text: str) -> bool:
-    """Text that places something in time relative to when it was said ("last week", "yesterday")."""
-    return _SAYS_WHEN.search(text) is not None
-
-
-def snippet(text: str, terms: set[str], width: int = SNIPPET_CHARS) -> str:
-    """A short, one-line excerpt of ``text`` around the densest run of query terms."""
-    flat = " ".join(text.split())
-    if len(flat) <= width:
-        return flat
-    start = 0
-    if terms:
-        # Only words sharing their first three letters with a query term are stemmed and compared.
-        heads = {t[:3] for t in terms}
-        hits: list[tuple[int, str]] = []
-        for match in _WORD.finditer(flat):
-            word = match.group().lower()
-            if word in terms:
-                hits.append((match.start(), word))
-            elif word[:3] in heads:
-                hits += [(match.start(), t) for t in tokenize(word) if t in terms]
-        best = 0
-        for i, (at, _) in enumerate(hits):
-            found = {t for pos, t in hits[i:] if pos < at + width}
-            if len(found) > best:
-                best, start = len(found), at
-        # Begin a little before the first match, at a word boundary.
-        back = max(0, start - width // 5)
-        space = flat.rfind(" ", 0, back + 1)
-        start = 0 if back == 0 else (space + 1 if space >= 0 else back)
-    piece = flat[start : start + width]
-    if start + width < len(flat):
-        cut = piece.rfind(" ")
-        piece = (piece[:cut] if cut > width // 2 else piece) + "…"
-    return ("…" if start > 0 else "") + piece
 
 
 # ---------------------------------------------------------------------------- orchestration

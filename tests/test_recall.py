@@ -19,6 +19,7 @@ from memvault.embeddings import Embeddings
 from memvault.errors import InvalidArgument
 from memvault.markdown import Memory
 from memvault.recall import Recaller, layout, snippet
+from memvault.recalltext import SNIPPET_CHARS, asks_when_question, says_when
 from memvault.rerankers import RerankerUnavailable, Reranking
 from memvault.store import Store
 from memvault.vectors import VectorView
@@ -195,7 +196,7 @@ def test_snippet_shows_the_part_that_matches():
     cut = snippet(text, {"deploy", "force"})
     assert "deploy script" in cut and "--force" in cut
     assert cut.startswith("…") and cut.endswith("…")
-    assert len(cut) <= ranking.SNIPPET_CHARS + 2
+    assert len(cut) <= SNIPPET_CHARS + 2
     assert snippet("short\n\ntext", {"x"}) == "short text"
 
 
@@ -263,7 +264,7 @@ async def test_recall_tool_replies_with_compact_lines_and_counts_hits(server_fac
             first = LINE.match(lines[1])
             assert first is not None, lines[1]
             assert first["name"] == "deploy-notes.md" and first["score"] == "1.00"
-            assert len(first["snippet"]) <= ranking.SNIPPET_CHARS + 2  # not the whole file
+            assert len(first["snippet"]) <= SNIPPET_CHARS + 2  # not the whole file
             assert "read_memory(filenames=" in lines[-1]
 
             state = await store.state("tok")
@@ -651,12 +652,12 @@ def test_the_reranker_setting_is_checked():
 
 
 def test_when_questions_and_memories_that_say_when_are_recognised():
-    assert ranking.asks_when_question("When did Caroline go to the support group?")
-    assert ranking.asks_when_question("what year did they move?")
-    assert not ranking.asks_when_question("What did Caroline paint?")
-    assert ranking.says_when("I went to the support group yesterday.")
-    assert ranking.says_when("We moved there last year")
-    assert not ranking.says_when("The support group was lovely.")
+    assert asks_when_question("When did Caroline go to the support group?")
+    assert asks_when_question("what year did they move?")
+    assert not asks_when_question("What did Caroline paint?")
+    assert says_when("I went to the support group yesterday.")
+    assert says_when("We moved there last year")
+    assert not says_when("The support group was lovely.")
 
 
 async def test_a_when_question_prefers_the_memory_that_says_when(make_settings: Callable[..., Settings]):
