@@ -57,7 +57,7 @@ class Settings:
     graph_entries_per_term: int = 5
     graph_max_results: int = 50
     embedder: str = "hash"
-    recall_floor: float = 0.3
+    recall_floor: float = 0.05
     reranker: str = "off"
     embed_url: str | None = None
     embed_key: str | None = field(default=None, repr=False)
@@ -274,7 +274,7 @@ SETTINGS: dict[str, Setting] = {
     ),
     "recall_floor": Setting(
         "MEMVAULT_RECALL_FLOOR",
-        "0.3",
+        "0.05",
         "`recall` leaves out results scoring below this share of the best one (0: none left out).",
     ),
     "reranker": Setting(

@@ -25,8 +25,9 @@ How a memory is scored for a query, and why:
    result already picked (cosine of their vectors) or sit right next to it in creation order
    (their context is the same), so ten results cover more than one conversation. The value that
    picked a result is the score shown, so scores fall down the list.
-7. Floor: a result whose relevance (before diversity) is below ``Weights.floor`` of the best's is
-   left out (MEMVAULT_RECALL_FLOOR), so a small vault answers with what is relevant only.
+7. Floor: a result whose shown score (the value that picked it, a share of the best) is below
+   ``Weights.floor`` is left out (MEMVAULT_RECALL_FLOOR), so a small vault answers with what is
+   relevant only; cross-validation keeps the highest floor that costs LoCoMo nothing.
 
 The weights (:class:`Weights`) were chosen by leave-one-conversation-out cross-validation on the
 LoCoMo development conversations (bench/locomo.py --cv); bench/RESULTS.md has the held-back figures.
@@ -67,7 +68,7 @@ CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not
 VECTOR_WEIGHT = 0.6
 TOPIC_WEIGHT = 0.5  # the vault's own topic model (memvault.topics)
 VECTOR_FLOOR = 0.1  # a cosine below this is noise (the hash embedder's chance collisions)
-FLOOR = 0.3  # default relevance floor: results below this share of the best's relevance are left out
+FLOOR = 0.05  # results whose shown score (the value that ranked them) is below this are left out
 ACCESS_TOP = 3  # the first results shown always count as an access...
 ACCESS_SHARE = 0.5  # ...the others only when they score at least this share of the best
 TITLE_BOOST = 0.5  # a query word in the title
@@ -444,9 +445,9 @@ class Recaller:
             neighbour_penalty=weights.neighbour,
         )
         results = []
-        for row, value, relevance in picked:
-            if relevance < weights.floor:  # the relevance floor (diversity is not relevance)
-                continue
+        for row, value, _ in picked:
+            if weights.floor > 0 and value < weights.floor:  # values only fall down the list
+                break
             memory = store.fresh(state, memories[row].id, memories[row].archived)
             if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
                 results.append(Recalled(memory, max(value, 0.0), snippet(memory.content, terms)))
