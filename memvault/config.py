@@ -13,6 +13,7 @@ from memvault.errors import InvalidArgument
 
 WRITEBACK_MODES = ("day", "always", "never")
 EMBEDDER_KINDS = ("hash", "model2vec", "sentence-transformers", "openai")
+RERANKER_KINDS = ("off", "cross-encoder")
 TOOL_GROUPS = ("memories", "recall", "sessions", "graph")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -58,6 +59,8 @@ class Settings:
     graph_entries_per_term: int = 5
     graph_max_results: int = 50
     embedder: str = "hash"
+    recall_floor: float = 0.05
+    reranker: str = "off"
     embed_url: str | None = None
     embed_key: str | None = field(default=None, repr=False)
     embed_model: str | None = None
@@ -121,6 +124,12 @@ class Settings:
         check_spec(self.embedder)
         if self.path_tokens not in ("auto", "on", "off"):
             raise InvalidArgument(f"MEMVAULT_PATH_TOKENS must be auto, on or off, not {self.path_tokens!r}.")
+        check_reranker(self.reranker)
+        if not 0 <= self.recall_floor < 1:
+            raise InvalidArgument(
+                "MEMVAULT_RECALL_FLOOR must be a share of the best score from 0 (no floor) up to, "
+                f"not including, 1; not {self.recall_floor!r}."
+            )
         if self.log_level not in LOG_LEVELS:  # uvicorn looks the name up as given and fails late
             raise InvalidArgument(
                 f"MEMVAULT_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}."
@@ -153,6 +162,17 @@ def check_spec(spec: str) -> str:
         )
     if kind in ("model2vec", "sentence-transformers") and not target.strip():
         raise InvalidArgument(f"MEMVAULT_EMBEDDER={kind} needs a model: {kind}:<name-or-path>.")
+    return kind
+
+
+def check_reranker(spec: str) -> str:
+    """The kind of a MEMVAULT_RERANKER value; an unknown kind or a missing model is a configuration error."""
+    kind, _, target = spec.partition(":")
+    kind = kind.strip().lower()
+    if kind not in RERANKER_KINDS:
+        raise InvalidArgument(f"MEMVAULT_RERANKER must be off or cross-encoder:<model folder>, not {spec!r}.")
+    if kind == "cross-encoder" and not target.strip():
+        raise InvalidArgument("MEMVAULT_RERANKER=cross-encoder needs a model: cross-encoder:<model folder>.")
     return kind
 
 
@@ -266,6 +286,17 @@ SETTINGS: dict[str, Setting] = {
         "hash",
         "Embeddings for `recall`: `hash` (built in, offline), `model2vec:<name-or-path>`, "
         "`sentence-transformers:<name-or-path>` or `openai`; one that cannot load falls back to `hash`.",
+    ),
+    "recall_floor": Setting(
+        "MEMVAULT_RECALL_FLOOR",
+        "0.05",
+        "`recall` leaves out results scoring below this share of the best one (0: none left out).",
+    ),
+    "reranker": Setting(
+        "MEMVAULT_RERANKER",
+        "off",
+        "`recall` reranks its best candidates with `cross-encoder:<model folder>` (needs "
+        "sentence-transformers); one that cannot load is left out with one log line.",
     ),
     "embed_url": Setting(
         "MEMVAULT_EMBED_URL",

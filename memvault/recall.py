@@ -18,14 +18,24 @@ How a memory is scored for a query, and why:
    three legs scored 70.4 turn any@10 / 86.6 session all@10 against 75.1 / 87.6 for this fusion.
 4. Weights: a query word in the memory's title, importance, recency of access and priority
    multiply the score by small factors, so they order near-ties rather than override relevance.
-5. Diversity: results are picked one by one, each time discounting candidates that repeat a
+   A question about when ("When did ...", "What year ...") favours memories that place something
+   in time relative to when they were written ("yesterday", "last week", a weekday).
+5. Reranking (optional, memvault.rerankers): a cross-encoder's view of the best candidates is added.
+6. Diversity: results are picked one by one, each time discounting candidates that repeat a
    result already picked (cosine of their vectors) or sit right next to it in creation order
-   (their context is the same), so ten results cover more than one conversation.
+   (their context is the same), so ten results cover more than one conversation. The value that
+   picked a result is the score shown, so scores fall down the list.
+7. Floor: a result whose shown score (the value that picked it, a share of the best) is below
+   ``Weights.floor`` is left out (MEMVAULT_RECALL_FLOOR), so a small vault answers with what is
+   relevant only; cross-validation keeps the highest floor that costs LoCoMo nothing.
+
+The weights (:class:`Weights`) were chosen by leave-one-conversation-out cross-validation on the
+LoCoMo development conversations (bench/locomo.py --cv); bench/RESULTS.md has the held-back figures.
 """
 
 from __future__ import annotations
 
-import re
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,10 +46,13 @@ import numpy as np
 import numpy.typing as npt
 
 from memvault.access import flush_records, last_access
+from memvault.clock import parse_time
 from memvault.embedders import FloatMatrix
 from memvault.errors import InvalidArgument, quote
 from memvault.markdown import PRIORITIES, Memory, clean_tags
 from memvault.names import key
+from memvault.recalltext import asks_when_question, says_when, snippet
+from memvault.rerankers import Reranker, RerankerUnavailable, Reranking
 from memvault.text import tokenize
 from memvault.topics import Layout, creation_order
 from memvault.vectors import VectorView
@@ -49,28 +62,53 @@ if TYPE_CHECKING:
     from memvault.sweeps import Evicted
     from memvault.tokens import TokenState
 
-# --- ranking constants (tuned on the LoCoMo development conversations only; bench/locomo.py) ---
-CONTEXT = (0.5, 0.25)  # share of the lexical score of the neighbour 1, 2 places away
+# --- ranking constants (chosen by cross-validation on the LoCoMo dev conversations; bench/locomo.py --cv) ---
+CONTEXT = (0.7, 0.35)  # share of the lexical score of the neighbour 1, 2 places away
 CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
 VECTOR_WEIGHT = 0.6
 TOPIC_WEIGHT = 0.5  # the vault's own topic model (memvault.topics)
 VECTOR_FLOOR = 0.1  # a cosine below this is noise (the hash embedder's chance collisions)
-MIN_SCORE = 0.05  # results scoring below this share of the best are left out
-TITLE_BOOST = 0.3  # a query word in the title
+FLOOR = 0.05  # results whose shown score (the value that ranked them) is below this are left out
+ACCESS_TOP = 3  # the first results shown always count as an access...
+ACCESS_SHARE = 0.5  # ...the others only when they score at least this share of the best
+TITLE_BOOST = 0.5  # a query word in the title
+WHEN_BOOST = 1.0  # x(1 + this) for a memory naming a time when the question asks when
 IMPORTANCE_WEIGHT = 0.3  # importance 1 -> x1.15, 0 -> x0.85, unset -> x1
 RECENCY_WEIGHT = 0.1  # x1.1 just accessed, halving every RECENCY_HALF_LIFE_DAYS
 RECENCY_HALF_LIFE_DAYS = 30.0
 PRIORITY_FACTOR = {"P0": 1.1, "P1": 1.05, "P2": 1.0}
-REPEAT_PENALTY = 0.2  # times the best cosine with a result already picked
+REPEAT_PENALTY = 0.4  # times the best cosine with a result already picked
 NEIGHBOUR_PENALTY = 0.25  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked
 NEIGHBOUR_SCALE = 10.0
 POOL = 40  # candidates considered for diversity (at least 4 x limit)
 LEXICAL_LIMIT = 500  # lexical hits scored per query (the rest score too little to matter)
-SNIPPET_CHARS = 160
 STALE_DAYS = 30
+RERANK_TOP = 20  # candidates a reranker (MEMVAULT_RERANKER) looks at
+RERANK_WEIGHT = 1.0  # its min-max normalised score, added to the share of the best
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """The ranking's tunable weights, passed per call so a benchmark can try candidates without
+    touching module state (bench/locomo.py --cv chooses the defaults by cross-validation)."""
+
+    context: tuple[float, ...] = CONTEXT  # at most len(CONTEXT) places (the layout's depth)
+    vector: float = VECTOR_WEIGHT
+    topic: float = TOPIC_WEIGHT
+    title: float = TITLE_BOOST
+    repeat: float = REPEAT_PENALTY
+    neighbour: float = NEIGHBOUR_PENALTY
+    floor: float = FLOOR  # relevance floor: a share of the best result's score
+    when: float = WHEN_BOOST  # a "when ..." question, a memory that says when (yesterday, last week)
+
+    def replace(self, **changes: object) -> Weights:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+DEFAULT_WEIGHTS = Weights()
 
 
 # ---------------------------------------------------------------------------- pure ranking
@@ -127,9 +165,10 @@ def factor(
     title_hit: bool,
     last_access: datetime | None,
     now: datetime,
+    title_boost: float = TITLE_BOOST,
 ) -> float:
     """Small multipliers: title match, importance, recency of access, priority."""
-    value = 1.0 + (TITLE_BOOST if title_hit else 0.0)
+    value = 1.0 + (title_boost if title_hit else 0.0)
     if memory.importance is not None:
         value *= 1.0 + IMPORTANCE_WEIGHT * (float(memory.importance) - 0.5)
     if last_access is not None:
@@ -148,8 +187,11 @@ def diversify(
     repeat_penalty: float | None = None,
     neighbour_penalty: float | None = None,
     scale: float | None = None,
-) -> list[int]:
-    """Pick ``limit`` rows greedily: best score, less what repeats a row already picked."""
+) -> list[tuple[int, float, float]]:
+    """Pick ``limit`` rows greedily: best score, less what repeats a row already picked. Returns each
+    row with the value that picked it (a share of the best score, less its penalties then) and its
+    relevance (the share of the best score alone). The values never rise down the list: penalties
+    only grow, so what is left only loses value."""
     repeat_penalty = REPEAT_PENALTY if repeat_penalty is None else repeat_penalty
     neighbour_penalty = NEIGHBOUR_PENALTY if neighbour_penalty is None else neighbour_penalty
     scale = NEIGHBOUR_SCALE if scale is None else scale
@@ -157,64 +199,27 @@ def diversify(
     if not left:
         return []
     top = float(scores[left[0]]) or 1.0
-    rel = {r: float(scores[r]) / top for r in left}
-    vectors = vectors_of(np.array(left)) if vectors_of is not None else None
-    slot = {r: i for i, r in enumerate(left)}
+    rel = np.array([float(scores[r]) / top for r in left])
+    vectors = vectors_of(np.array(left)) if vectors_of is not None and repeat_penalty else None
     repeat = np.zeros(len(left))
     near = np.zeros(len(left))
     positions = where.position[np.array(left)]
     threads = where.thread[np.array(left)]
-    picked: list[int] = []
+    picked: list[tuple[int, float, float]] = []
     alive = np.ones(len(left), dtype=bool)
     while len(picked) < limit and alive.any():
-        value = np.array([rel[r] for r in left]) - repeat_penalty * repeat - neighbour_penalty * near
+        value = rel - repeat_penalty * repeat - neighbour_penalty * near
         value[~alive] = -np.inf
         i = int(np.argmax(value))
-        row = left[i]
-        picked.append(row)
+        picked.append((left[i], float(value[i]), float(rel[i])))
         alive[i] = False
         if vectors is not None:
-            repeat = np.maximum(repeat, vectors @ vectors[slot[row]])
-        if threads[i] >= 0:
+            repeat = np.maximum(repeat, vectors @ vectors[i])
+        if neighbour_penalty and threads[i] >= 0:
             same = threads == threads[i]
             closeness = np.where(same, np.exp(-np.abs(positions - positions[i]) / scale), 0.0)
             near = np.maximum(near, np.nan_to_num(closeness))
     return picked
-
-
-_WORD = re.compile(r"[^\W_]+")
-
-
-def snippet(text: str, terms: set[str], width: int = SNIPPET_CHARS) -> str:
-    """A short, one-line excerpt of ``text`` around the densest run of query terms."""
-    flat = " ".join(text.split())
-    if len(flat) <= width:
-        return flat
-    start = 0
-    if terms:
-        # Only words sharing their first three letters with a query term are stemmed and compared.
-        heads = {t[:3] for t in terms}
-        hits: list[tuple[int, str]] = []
-        for match in _WORD.finditer(flat):
-            word = match.group().lower()
-            if word in terms:
-                hits.append((match.start(), word))
-            elif word[:3] in heads:
-                hits += [(match.start(), t) for t in tokenize(word) if t in terms]
-        best = 0
-        for i, (at, _) in enumerate(hits):
-            found = {t for pos, t in hits[i:] if pos < at + width}
-            if len(found) > best:
-                best, start = len(found), at
-        # Begin a little before the first match, at a word boundary.
-        back = max(0, start - width // 5)
-        space = flat.rfind(" ", 0, back + 1)
-        start = 0 if back == 0 else (space + 1 if space >= 0 else back)
-    piece = flat[start : start + width]
-    if start + width < len(flat):
-        cut = piece.rfind(" ")
-        piece = (piece[:cut] if cut > width // 2 else piece) + "…"
-    return ("…" if start > 0 else "") + piece
 
 
 # ---------------------------------------------------------------------------- orchestration
@@ -223,8 +228,23 @@ def snippet(text: str, terms: set[str], width: int = SNIPPET_CHARS) -> str:
 @dataclass(frozen=True, slots=True)
 class Recalled:
     memory: Memory
-    score: float  # relative to the best result (1.0)
+    score: float  # the value that ranked it: a share of the best result (1.0), less diversity penalties
     snippet: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Filters:
+    include_archive: bool
+    tags: tuple[str, ...]
+    priorities: frozenset[str] | None
+    after: float | None  # POSIX seconds, inclusive
+    before: float | None  # exclusive
+
+
+def accessed(results: Sequence[Recalled]) -> list[Recalled]:
+    """The results an agent is likely to use, which count as accesses: the first ``ACCESS_TOP`` and
+    any other scoring at least ``ACCESS_SHARE`` of the best (the rest only passed by in a list)."""
+    return [hit for i, hit in enumerate(results) if i < ACCESS_TOP or hit.score >= ACCESS_SHARE]
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,11 +284,28 @@ def check_priorities(priority: str | Sequence[str] | None) -> frozenset[str] | N
     return frozenset(wanted) or None
 
 
+def check_time(name: str, value: str | None) -> float | None:
+    """An ``after``/``before`` argument (ISO date or date and time, UTC unless it says otherwise) as
+    POSIX seconds."""
+    if value is None or not str(value).strip():
+        return None
+    at = parse_time(str(value))
+    if at is None:
+        raise InvalidArgument(
+            f"{name} must be an ISO date such as 2026-01-15 or 2026-01-15T09:30:00Z, not {quote(str(value))}."
+        )
+    return at.timestamp()
+
+
 class Recaller:
     """The recall and stats operations over a :class:`Store`'s tokens."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, weights: Weights = DEFAULT_WEIGHTS, reranking: Reranking | None = None
+    ) -> None:
         self.store = store
+        self.weights = weights
+        self.reranking = reranking
         self._layouts: dict[str, tuple[int, Layout]] = {}
         self._fitted: dict[str, tuple[int, npt.NDArray[np.bool_]]] = {}
 
@@ -281,16 +318,25 @@ class Recaller:
         include_archive: bool = False,
         tags: Sequence[str] | None = None,
         priority: str | Sequence[str] | None = None,
+        after: str | None = None,
+        before: str | None = None,
+        weights: Weights | None = None,
     ) -> Recall:
+        """The best memories for ``query``; ``after`` (inclusive) and ``before`` (exclusive) keep
+        memories created in that span; ``weights`` overrides the Recaller's for this call."""
         if not query or not query.strip():
             raise InvalidArgument("query is empty; say what you are looking for.")
         if limit < 1:
             raise InvalidArgument("limit must be at least 1.")
         wanted_tags = clean_tags(tags) if tags else ()
         priorities = check_priorities(priority)
+        span = (check_time("after", after), check_time("before", before))
+        if span[0] is not None and span[1] is not None and span[0] >= span[1]:
+            raise InvalidArgument(f"after ({after}) must be earlier than before ({before}).")
+        filters = _Filters(include_archive, wanted_tags, priorities, span[0], span[1])
         async with self.store.using(token) as state:
             return await anyio.to_thread.run_sync(
-                self._recall_sync, state, query, min(limit, 100), include_archive, wanted_tags, priorities
+                self._recall_sync, state, query, min(limit, 100), filters, weights or self.weights
             )
 
     def _layout(self, token: str, view: VectorView) -> Layout:
@@ -302,20 +348,22 @@ class Recaller:
         return where
 
     def _recall_sync(
-        self,
-        state: TokenState,
-        query: str,
-        limit: int,
-        include_archive: bool,
-        tags: tuple[str, ...],
-        priorities: frozenset[str] | None,
+        self, state: TokenState, query: str, limit: int, filters: _Filters, weights: Weights
     ) -> Recall:
         store = self.store
         view = state.vectors.snapshot()
         where = self._layout(state.token, view)
         n = where.n
         lexical = np.zeros(n, dtype=np.float64)
+        include_archive, tags, priorities = filters.include_archive, filters.tags, filters.priorities
         eligible = where.live.copy() if include_archive else where.live & ~where.archived
+        if filters.after is not None or filters.before is not None:
+            created = view.created[:n]
+            with np.errstate(invalid="ignore"):  # NaN (unknown creation time) never passes a filter
+                if filters.after is not None:
+                    eligible &= created >= filters.after
+                if filters.before is not None:
+                    eligible &= created < filters.before
         areas = [False, True] if include_archive else [False]
         with state.reading() as reading:
             for archived in areas:
@@ -339,7 +387,16 @@ class Recaller:
                 vector = view.similarity(q, n)
                 model = view.name if vector is not None else None
         topic = self._topic_scores(state.token, view, query)
-        score = fuse(lexical, vector, eligible, where, topic=topic)
+        score = fuse(
+            lexical,
+            vector,
+            eligible,
+            where,
+            topic=topic,
+            context=weights.context,
+            vector_weight=weights.vector,
+            topic_weight=weights.topic,
+        )
         matched = int(np.count_nonzero(score > 0))
         pool_size = max(POOL, 4 * limit)
         if matched == 0:
@@ -349,6 +406,7 @@ class Recaller:
             candidates = candidates[np.argpartition(-score[candidates], pool_size - 1)[:pool_size]]
 
         terms = {t for t in tokenize(query)} - _QUESTION_WORDS
+        asks_when = weights.when > 0 and asks_when_question(query)
         now = store.clock()
         recorded = (
             state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()])
@@ -370,16 +428,53 @@ class Recaller:
                     title_hit=bool(terms.intersection(tokenize(memory.title))),
                     last_access=last,
                     now=now,
+                    title_boost=weights.title,
                 )
-        picked = diversify(list(memories), weighted, limit, where, view.vectors if model else None)
-        best = float(weighted[picked[0]]) if picked else 1.0
-        picked = [row for row in picked if weighted[row] >= MIN_SCORE * best]
+                if asks_when and says_when(memory.content):
+                    weighted[row] *= 1.0 + weights.when
+        reranker = self.reranking.get() if self.reranking is not None else None
+        if reranker is not None and memories:
+            self._rerank(reranker, query, memories, weighted)
+        picked = diversify(
+            list(memories),
+            weighted,
+            limit,
+            where,
+            view.vectors if model else None,
+            repeat_penalty=weights.repeat,
+            neighbour_penalty=weights.neighbour,
+        )
         results = []
-        for row in picked:
+        for row, value, _ in picked:
+            if weights.floor > 0 and value < weights.floor:  # values only fall down the list
+                break
             memory = store.fresh(state, memories[row].id, memories[row].archived)
             if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
-                results.append(Recalled(memory, float(weighted[row]) / best, snippet(memory.content, terms)))
+                results.append(Recalled(memory, max(value, 0.0), snippet(memory.content, terms)))
         return self._record(state, Recall(results, model, matched))
+
+    def _rerank(
+        self, reranker: Reranker, query: str, memories: dict[int, Memory], weighted: FloatArray
+    ) -> None:
+        """Add the reranker's view of the best candidates to their scores (in place)."""
+        rows = sorted(memories, key=lambda r: -weighted[r])[:RERANK_TOP]
+        try:
+            raw = reranker.score(query, [f"{memories[r].title}\n{memories[r].content}" for r in rows])
+            if len(raw) != len(rows) or not np.isfinite(raw).all():
+                raise RerankerUnavailable(f"it returned {len(raw)} scores for {len(rows)} texts")
+        except RerankerUnavailable as exc:
+            assert self.reranking is not None
+            self.reranking.failed(exc)
+            return
+        low, high = float(np.min(raw)), float(np.max(raw))
+        spread = (
+            (np.asarray(raw, dtype=np.float64) - low) / (high - low) if high > low else np.zeros(len(rows))
+        )
+        top = float(weighted[rows[0]]) or 1.0
+        for i, row in enumerate(rows):
+            weighted[row] = weighted[row] / top + RERANK_WEIGHT * spread[i]
+        chosen = set(rows)
+        weighted[[r for r in memories if r not in chosen]] /= top
 
     def _topic_scores(self, token: str, view: VectorView, query: str) -> FloatArray | None:
         """Cosine with the query's topics for rows that still hold the memory the model saw."""

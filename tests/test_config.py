@@ -80,6 +80,7 @@ SAMPLES = {
     "log_level": ("Warning", "warning"),
     "host": ("::1", "::1"),
     "embedder": ("openai", "openai"),
+    "reranker": ("cross-encoder:/models/ce", "cross-encoder:/models/ce"),
     "load_processes": (" 3 ", 3),
     "path_tokens": ("on", "on"),
 }

@@ -108,3 +108,29 @@ def test_the_harness_runs_end_to_end_and_writes_its_section(tmp_path: Path):
     assert bench.main(argv) == 0  # the same command again replaces its own section
     assert results.read_text(encoding="utf-8").count("<!-- locomo:start -->") == 1
     assert not list(tmp_path.glob("memvault-locomo-*"))  # the temporary vault is gone
+
+
+def test_cross_validation_fits_on_the_others_and_scores_the_held_out(tmp_path: Path, monkeypatch):
+    bench = load_bench()
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("97", "98", "99"):
+        (data / f"{name}.json").write_text(json.dumps(conversation()), encoding="utf-8")
+    # A grid of two settings keeps the test fast; the search and the report are the same.
+    monkeypatch.setattr(bench, "AXES", {"title": (0.0, 0.3), "floor": (0.0, 0.9)})
+    argv = [str(data), "--cv", "--latency-memories", "0", "--dir", str(tmp_path)]
+    res = bench.Results()
+    conversations = [bench.load_conversation(p) for p in bench.conversation_files([data])]
+    settings = bench.Settings(root=tmp_path / "vault", capacity=10**9)
+    import asyncio
+
+    asyncio.run(bench.run_quality(conversations, settings, res, cv=True))
+    cv = res.cv
+    assert [f.held_out for f in cv.folds] == ["97", "98", "99"]
+    for fold in cv.folds:
+        assert fold.fitted.n == 6 and fold.held.n == 3  # fitted on two conversations, scored on the third
+        assert fold.weights.floor < 0.9  # a floor of 0.9 would cut the second evidence turn
+    assert cv.held.n == 9 and cv.fitted.n == 9
+    assert cv.evaluated >= 3
+    text = bench.report(res, "python bench/locomo.py " + " ".join(argv))
+    assert "held back (cross-validated)" in text and "| 97 |" in text

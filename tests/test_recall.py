@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -15,7 +17,10 @@ from memvault.config import Settings
 from memvault.embedders import FloatMatrix, HashEmbedder
 from memvault.embeddings import Embeddings
 from memvault.errors import InvalidArgument
+from memvault.markdown import Memory
 from memvault.recall import Recaller, layout, snippet
+from memvault.recalltext import SNIPPET_CHARS, asks_when_question, says_when
+from memvault.rerankers import RerankerUnavailable, Reranking
 from memvault.store import Store
 from memvault.vectors import VectorView
 
@@ -191,7 +196,7 @@ def test_snippet_shows_the_part_that_matches():
     cut = snippet(text, {"deploy", "force"})
     assert "deploy script" in cut and "--force" in cut
     assert cut.startswith("…") and cut.endswith("…")
-    assert len(cut) <= ranking.SNIPPET_CHARS + 2
+    assert len(cut) <= SNIPPET_CHARS + 2
     assert snippet("short\n\ntext", {"x"}) == "short text"
 
 
@@ -259,7 +264,7 @@ async def test_recall_tool_replies_with_compact_lines_and_counts_hits(server_fac
             first = LINE.match(lines[1])
             assert first is not None, lines[1]
             assert first["name"] == "deploy-notes.md" and first["score"] == "1.00"
-            assert len(first["snippet"]) <= ranking.SNIPPET_CHARS + 2  # not the whole file
+            assert len(first["snippet"]) <= SNIPPET_CHARS + 2  # not the whole file
             assert "read_memory(filenames=" in lines[-1]
 
             state = await store.state("tok")
@@ -429,3 +434,247 @@ def test_recall_embeddings_and_topics_know_nothing_of_mcp_or_the_http_layer():
         assert not {
             n for n in names if n.split(".")[0] == "mcp" or n in ("memvault.app", "memvault.tools")
         }, module
+
+
+# ---------------------------------------------------------------------------- floor, order, accesses, dates
+
+EDITOR_VAULT = (
+    ("Editor preference", "The user likes Neovim with the gruvbox theme; never suggest VS Code."),
+    ("Deploy notes", "Blue/green deploys on Fridays; run the migrations first."),
+    ("Cat", "The cat eats salmon twice a day."),
+    ("Standup", "Standup is at 9:30 in the small meeting room."),
+    ("Travel", "Flights to Lisbon are booked for the 12th of May."),
+)
+
+
+async def test_one_relevant_memory_of_five_comes_back_alone_and_alone_counts_as_used(server_factory):
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            for title, content in EDITOR_VAULT:
+                await srv.call(session, "write_memory", title=title, content=content)
+            store: Store = srv.app.state.store
+            await settle(store)
+            is_error, reply = await srv.call(session, "recall", query="what editor does the user like?")
+            assert not is_error, reply
+            lines = [line for line in reply.splitlines() if LINE.match(line)]
+            assert [LINE.match(line)["name"] for line in lines] == ["editor-preference.md"]  # type: ignore[index]
+            assert reply.startswith("1 memory for")
+            state = await store.state("tok")
+            await store.idle()
+            hits = {name for name, (_, recalled) in state.sidecar.access_counts().items() if recalled}
+            assert hits == {"editor-preference.md"}
+
+
+async def test_the_floor_is_a_setting_and_zero_shows_every_match(server_factory):
+    async with server_factory(recall_floor=0.0) as srv:
+        async with srv.session("tok") as session:
+            for title, content in EDITOR_VAULT:
+                await srv.call(session, "write_memory", title=title, content=content)
+            await settle(srv.app.state.store)
+            _, reply = await srv.call(session, "recall", query="what editor does the user like?")
+            assert len([line for line in reply.splitlines() if LINE.match(line)]) > 1
+
+
+def test_the_floor_setting_is_checked():
+    with pytest.raises(InvalidArgument, match="MEMVAULT_RECALL_FLOOR"):
+        Settings.from_env({"MEMVAULT_RECALL_FLOOR": "1.5"})
+    with pytest.raises(InvalidArgument, match="MEMVAULT_RECALL_FLOOR"):
+        Settings.from_env({"MEMVAULT_RECALL_FLOOR": "-0.1"})
+    assert Settings.from_env({"MEMVAULT_RECALL_FLOOR": "0.3"}).recall_floor == 0.3
+    assert Settings().recall_floor == ranking.FLOOR  # the tool's default is the ranking's
+
+
+async def test_scores_are_shown_in_the_order_they_ranked(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(), clock=clock)
+    try:
+        # Two copies of one note and a different one: diversity ranks the copy below the other note,
+        # so the copy's score must show what ranked it, not its relevance before the penalty.
+        await store.write("t", title="Gradle one", content="The gradle build cache lives on the shared disk.")
+        clock.now += timedelta(days=10)
+        await store.write("t", title="Gradle two", content="The gradle build cache lives on the shared disk!")
+        clock.now += timedelta(days=10)
+        other = "Our gradle build cache gets wiped every night by cron."
+        await store.write("t", title="Gradle three", content=other)
+        await settle(store)
+        found = await recaller.recall(
+            "t", "gradle build cache", weights=recaller.weights.replace(floor=0, repeat=0.5)
+        )
+        scores = [r.score for r in found.results]
+        assert len(scores) == 3
+        assert names(found)[1] == "gradle-three.md", (names(found), scores)
+        assert scores == sorted(scores, reverse=True), scores
+    finally:
+        await store.close()
+
+
+def test_only_the_first_few_and_the_strong_results_count_as_used():
+    memory = Memory(id="x.md", title="x", content="")
+    hits = [ranking.Recalled(memory, score, "") for score in (1.0, 0.4, 0.3, 0.2, 0.6, 0.1)]
+    used = ranking.accessed(hits)
+    assert [h.score for h in used] == [1.0, 0.4, 0.3, 0.6]
+
+
+async def test_after_and_before_keep_memories_created_in_that_span(make_settings: Callable[..., Settings]):
+    clock = Clock()  # 2026-03-01
+    store, recaller = await make(make_settings(ttl_p2_days=1000), clock=clock)
+    try:
+        await store.write("t", title="March deploy", content="Deploy the billing service.")
+        clock.now += timedelta(days=31)
+        await store.write("t", title="April deploy", content="Deploy the billing service again.")
+        clock.now += timedelta(days=30)
+        await store.write("t", title="May deploy", content="Deploy the billing service once more.")
+        await settle(store)
+        every = dict(weights=recaller.weights.replace(floor=0))
+        assert set(names(await recaller.recall("t", "deploy billing", **every))) == {
+            "march-deploy.md",
+            "april-deploy.md",
+            "may-deploy.md",
+        }
+        assert set(names(await recaller.recall("t", "deploy billing", after="2026-04-01", **every))) == {
+            "april-deploy.md",
+            "may-deploy.md",
+        }
+        assert names(
+            await recaller.recall("t", "deploy billing", before="2026-04-01T00:00:00Z", **every)
+        ) == ["march-deploy.md"]
+        assert names(
+            await recaller.recall("t", "deploy billing", after="2026-04-01", before="2026-05-01", **every)
+        ) == ["april-deploy.md"]
+        with pytest.raises(InvalidArgument, match="after must be an ISO date"):
+            await recaller.recall("t", "deploy", after="last tuesday")
+        with pytest.raises(InvalidArgument, match="earlier than before"):
+            await recaller.recall("t", "deploy", after="2026-05-01", before="2026-04-01")
+    finally:
+        await store.close()
+
+
+async def test_recall_tool_takes_after_and_before(server_factory):
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            await srv.call(session, "write_memory", title="Deploy", content="Deploy the billing service.")
+            await settle(srv.app.state.store)
+            is_error, reply = await srv.call(session, "recall", query="deploy", after="2000-01-01")
+            assert not is_error and "deploy.md" in reply
+            is_error, reply = await srv.call(session, "recall", query="deploy", before="2000-01-01")
+            assert not is_error and reply.startswith("Nothing matches")
+            is_error, reply = await srv.call(session, "recall", query="deploy", before="yesterday")
+            assert is_error and "before must be an ISO date" in reply
+
+
+# ---------------------------------------------------------------------------- reranking
+
+
+class Prefers:
+    """A stand-in cross-encoder: scores a text by whether it holds one word."""
+
+    name = "prefers-v1"
+
+    def __init__(self, word: str) -> None:
+        self.word = word
+        self.calls = 0
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        return np.array([5.0 if self.word in text else -5.0 for text in texts])
+
+
+async def test_a_reranker_reorders_the_best_candidates(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, _ = await make(make_settings(), clock=clock)
+    try:
+        for i, city in enumerate(("Lisbon", "Porto", "Madrid")):
+            await store.write("t", title=f"Trip {i}", content=f"The team trip goes to {city} in spring.")
+            clock.now += timedelta(days=5)
+        await settle(store)
+        cities = {"trip-0.md": "Lisbon", "trip-1.md": "Porto", "trip-2.md": "Madrid"}
+        plain = names(await Recaller(store).recall("t", "team trip spring"))
+        assert len(plain) == 3
+        prefers = Prefers(cities[plain[-1]])  # the reranker prefers the one ranked last without it
+        recaller = Recaller(store, reranking=Reranking(loader=lambda: prefers))
+        found = await recaller.recall("t", "team trip spring")
+        assert names(found)[0] == plain[-1] and prefers.calls == 1
+    finally:
+        await store.close()
+
+
+async def test_a_missing_reranker_leaves_recall_as_it_is_with_one_log_line(
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # not installed
+    store, plain = await make(make_settings())
+    try:
+        await store.write("t", title="Deploy", content="Deploy the billing service.")
+        await store.write("t", title="Cat", content="The cat eats salmon.")
+        await settle(store)
+        reranking = Reranking("cross-encoder:/nowhere/model")
+        recaller = Recaller(store, reranking=reranking)
+        with caplog.at_level(logging.WARNING, logger="memvault.rerankers"):
+            first = await recaller.recall("t", "deploy billing")
+            await recaller.recall("t", "cat")
+        assert names(first) == names(await plain.recall("t", "deploy billing"))
+        assert len([r for r in caplog.records if "reranker" in r.getMessage()]) == 1
+        assert reranking.fallback is not None and "sentence-transformers" in reranking.fallback
+    finally:
+        await store.close()
+
+
+async def test_a_reranker_that_fails_is_dropped_and_recall_goes_on(make_settings: Callable[..., Settings]):
+    class Broken:
+        name = "broken"
+
+        def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+            raise RerankerUnavailable("it broke")
+
+    store, _ = await make(make_settings())
+    try:
+        await store.write("t", title="Deploy", content="Deploy the billing service.")
+        await settle(store)
+        reranking = Reranking(loader=lambda: Broken())
+        found = await Recaller(store, reranking=reranking).recall("t", "deploy")
+        assert names(found) == ["deploy.md"] and reranking.fallback == "it broke"
+    finally:
+        await store.close()
+
+
+def test_the_reranker_setting_is_checked():
+    with pytest.raises(InvalidArgument, match="MEMVAULT_RERANKER"):
+        Settings.from_env({"MEMVAULT_RERANKER": "bert"})
+    with pytest.raises(InvalidArgument, match="needs a model"):
+        Settings.from_env({"MEMVAULT_RERANKER": "cross-encoder"})
+    assert (
+        Settings.from_env({"MEMVAULT_RERANKER": "cross-encoder:/models/ce"}).reranker
+        == "cross-encoder:/models/ce"
+    )
+
+
+# ---------------------------------------------------------------------------- dates in the text
+
+
+def test_when_questions_and_memories_that_say_when_are_recognised():
+    assert asks_when_question("When did Caroline go to the support group?")
+    assert asks_when_question("what year did they move?")
+    assert not asks_when_question("What did Caroline paint?")
+    assert says_when("I went to the support group yesterday.")
+    assert says_when("We moved there last year")
+    assert not says_when("The support group was lovely.")
+
+
+async def test_a_when_question_prefers_the_memory_that_says_when(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(), clock=clock)
+    try:
+        await store.write("t", title="Note one", content="The support group was lovely.")
+        clock.now += timedelta(days=5)
+        await store.write("t", title="Note two", content="I went to the support group yesterday.")
+        await settle(store)
+        question = "When did Caroline go to the support group?"
+        weights = recaller.weights.replace(when=0.0, floor=0.0)
+        assert names(await recaller.recall("t", question, weights=weights))[0] == "note-one.md"
+        boosted = recaller.weights.replace(when=1.0, floor=0.0)
+        assert names(await recaller.recall("t", question, weights=boosted))[0] == "note-two.md"
+        # Only questions about when: the same words asked otherwise rank as before.
+        plain = await recaller.recall("t", "Caroline support group", weights=boosted)
+        assert names(plain)[0] == "note-one.md"
+    finally:
+        await store.close()

@@ -10,7 +10,8 @@ from pydantic import Field
 
 from memvault.config import Settings
 from memvault.errors import quote
-from memvault.recall import STALE_DAYS, Recall, Recalled, Recaller, Stats
+from memvault.recall import DEFAULT_WEIGHTS, STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
+from memvault.rerankers import Reranking
 from memvault.store import Store
 from memvault.tools.common import READ_ONLY, Reply, handles_errors, joined, show_time, text, token_of
 
@@ -83,33 +84,37 @@ def render_stats(stats: Stats) -> str:
 
 
 def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -> None:
-    recaller = Recaller(store)
+    recaller = Recaller(
+        store, DEFAULT_WEIGHTS.replace(floor=settings.recall_floor), Reranking(settings.reranker)
+    )
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @handles_errors
     async def recall(
         ctx: Context,
-        query: Annotated[str, Field(description="What you are looking for, in your own words.")],
-        limit: Annotated[int, Field(description="Most memories to return (default 10, at most 100).")] = 10,
-        includeArchive: Annotated[bool, Field(description="Also search memories archived as stale.")] = False,
-        tags: Annotated[
-            list[str] | None, Field(description="Only memories with every one of these tags.")
-        ] = None,
-        priority: Annotated[str | None, Field(description="Only these priorities, e.g. P0 or P0,P1.")] = None,
+        query: Annotated[str, Field(description="What you look for, in your words.")],
+        limit: Annotated[int, Field(description="Most results (default 10, at most 100).")] = 10,
+        includeArchive: Annotated[bool, Field(description="Also search the archive.")] = False,
+        tags: Annotated[list[str] | None, Field(description="Only memories with all these tags.")] = None,
+        priority: Annotated[str | None, Field(description="Only these, e.g. P0 or P0,P1.")] = None,
+        after: Annotated[str | None, Field(description="Created at or after (ISO date, UTC).")] = None,
+        before: Annotated[str | None, Field(description="Created before (ISO date, UTC).")] = None,
     ) -> CallToolResult:
-        """Find memories by meaning and by words, best first, as one short line each.
-
-        Each line: filename | title | score (1.00 = best) | a snippet around the match. Ranking
-        fuses word search and vector similarity, reads each memory with the ones written just
-        before and after it, and prefers important, recently used and higher-priority memories.
-        Then read_memory(filenames=[...]) for the full text.
-        """
+        """Find memories by meaning and words, best first: filename | title | score | snippet per line."""
         token = token_of(ctx)
         found = await recaller.recall(
-            token, query, limit=limit, include_archive=includeArchive, tags=tags, priority=priority
+            token,
+            query,
+            limit=limit,
+            include_archive=includeArchive,
+            tags=tags,
+            priority=priority,
+            after=after,
+            before=before,
         )
         reply, shown = render_recall(found, query, settings.max_reply_chars)
-        await store.touch(token, [hit.memory for hit in found.results[:shown] if not hit.memory.archived])
+        used = accessed(found.results[:shown])
+        await store.touch(token, [hit.memory for hit in used if not hit.memory.archived])
         return text(reply)
 
     @server.tool(annotations=READ_ONLY, structured_output=False)

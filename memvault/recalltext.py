@@ -1,0 +1,63 @@
+"""What recall reads in text: snippets around the query's words, and words that place things in time."""
+
+from __future__ import annotations
+
+import re
+
+from memvault.text import tokenize
+
+SNIPPET_CHARS = 160
+
+_WORD = re.compile(r"[^\W_]+")
+_ASKS_WHEN = re.compile(
+    r"^\W*(when|what (day|date|month|year|time)|how long ago|in which (month|year))\b", re.I
+)
+_DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_SAYS_WHEN = re.compile(
+    r"\b(yesterday|today|tonight|tomorrow|ago|recently|lately|"
+    rf"(last|next|this|past) (week|weekend|month|year|night|summer|winter|spring|fall|autumn|{_DAYS})|"
+    rf"{_DAYS}|weekend)\b",
+    re.I,
+)
+
+
+def asks_when_question(query: str) -> bool:
+    """A question about when something happened ("When did ...", "What year ...")."""
+    return _ASKS_WHEN.search(query) is not None
+
+
+def says_when(text: str) -> bool:
+    """Text that places something in time relative to when it was said ("last week", "yesterday")."""
+    return _SAYS_WHEN.search(text) is not None
+
+
+def snippet(text: str, terms: set[str], width: int = SNIPPET_CHARS) -> str:
+    """A short, one-line excerpt of ``text`` around the densest run of query terms."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    start = 0
+    if terms:
+        # Only words sharing their first three letters with a query term are stemmed and compared.
+        heads = {t[:3] for t in terms}
+        hits: list[tuple[int, str]] = []
+        for match in _WORD.finditer(flat):
+            word = match.group().lower()
+            if word in terms:
+                hits.append((match.start(), word))
+            elif word[:3] in heads:
+                hits += [(match.start(), t) for t in tokenize(word) if t in terms]
+        best = 0
+        for i, (at, _) in enumerate(hits):
+            found = {t for pos, t in hits[i:] if pos < at + width}
+            if len(found) > best:
+                best, start = len(found), at
+        # Begin a little before the first match, at a word boundary.
+        back = max(0, start - width // 5)
+        space = flat.rfind(" ", 0, back + 1)
+        start = 0 if back == 0 else (space + 1 if space >= 0 else back)
+    piece = flat[start : start + width]
+    if start + width < len(flat):
+        cut = piece.rfind(" ")
+        piece = (piece[:cut] if cut > width // 2 else piece) + "…"
+    return ("…" if start > 0 else "") + piece

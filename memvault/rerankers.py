@@ -1,0 +1,105 @@
+"""Rerankers: an optional second look at recall's best candidates, behind a seam like the embedders'.
+
+A :class:`Reranker` scores (query, text) pairs together, which a cross-encoder does better than
+comparing two separately made vectors. ``MEMVAULT_RERANKER=off`` (the default) adds nothing;
+``cross-encoder:<path>`` loads a sentence-transformers CrossEncoder from a local model folder the
+first time recall needs it (in recall's worker thread, never on the event loop). A reranker that
+cannot load leaves recall as it is, with one log line; :attr:`Reranking.fallback` says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from memvault.config import check_reranker
+
+log = logging.getLogger(__name__)
+
+MAX_RERANK_CHARS = 2000  # a cross-encoder reads at most this much of a memory
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class Reranker(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def score(self, query: str, texts: Sequence[str]) -> FloatArray:
+        """One relevance score per text, higher is better (any scale)."""
+        ...
+
+
+class RerankerUnavailable(Exception):
+    """A configured reranker could not be loaded or used; the reason is safe to show."""
+
+
+class _CrossEncoder:
+    def __init__(self, target: str) -> None:
+        try:
+            from sentence_transformers import CrossEncoder  # type: ignore[import-not-found]
+        except ImportError:
+            raise RerankerUnavailable(
+                "the sentence-transformers package is not installed (pip install sentence-transformers)"
+            ) from None
+        try:
+            self._model = CrossEncoder(target, device="cpu")
+        except Exception as exc:
+            raise RerankerUnavailable(f"could not load the cross-encoder ({type(exc).__name__})") from None
+        self._name = f"cross-encoder:{target}"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def score(self, query: str, texts: Sequence[str]) -> FloatArray:
+        pairs = [(query, text[:MAX_RERANK_CHARS]) for text in texts]
+        try:
+            raw = self._model.predict(pairs, show_progress_bar=False, convert_to_numpy=True)
+        except Exception as exc:  # the model's own errors: recall must go on without it
+            raise RerankerUnavailable(f"the cross-encoder failed ({type(exc).__name__})") from None
+        return np.asarray(raw, dtype=np.float64).reshape(len(texts), -1)[:, 0]
+
+
+def load_reranker(spec: str) -> Reranker | None:
+    """The reranker ``spec`` names (None for off); raises :class:`RerankerUnavailable` if it cannot load."""
+    kind = check_reranker(spec)
+    if kind == "off":
+        return None
+    return _CrossEncoder(spec.partition(":")[2].strip())
+
+
+class Reranking:
+    """The configured reranker, loaded once on first use; a failure is logged once and remembered."""
+
+    def __init__(self, spec: str = "off", loader: Callable[[], Reranker | None] | None = None) -> None:
+        self.spec = spec
+        self._loader = loader or (lambda: load_reranker(spec))
+        self._lock = threading.Lock()
+        self._loaded = False
+        self._reranker: Reranker | None = None
+        self.fallback: str | None = None
+
+    def get(self) -> Reranker | None:
+        if not self._loaded:
+            with self._lock:
+                if not self._loaded:
+                    try:
+                        self._reranker = self._loader()
+                    except RerankerUnavailable as exc:
+                        self.fallback = str(exc)
+                        log.warning("reranker %s unavailable, recall goes on without it: %s", self.spec, exc)
+                    self._loaded = True
+        return self._reranker
+
+    def failed(self, exc: RerankerUnavailable) -> None:
+        """A loaded reranker stopped working: recall goes on without it (one log line)."""
+        with self._lock:
+            self._reranker = None
+            self.fallback = str(exc)
+        log.warning("reranker %s failed, recall goes on without it: %s", self.spec, exc)
