@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from memvault import canonical
@@ -22,10 +22,12 @@ class Finding:
     error: bool = True
 
 
-def check_vault(vault: Vault) -> Iterator[Finding]:
+def check_vault(vault: Vault, progress: Callable[[int], None] | None = None) -> Iterator[Finding]:
     """Every problem in one token's folder, in path order. Reads files; never writes."""
     titles: dict[str, list[str]] = defaultdict(list)
     for id, archived, st in sorted(vault.scan(), key=lambda item: (item[1], item[0])):
+        if progress is not None:
+            progress(1)
         path_id = key(id, archived)
         try:
             raw, st = read_regular(vault.area(archived) / id)  # never blocks on a FIFO

@@ -288,7 +288,10 @@ def check(settings: Settings, token: str | None) -> int:
         return 2
     errors = notes = 0
     for name in tokens:
-        for finding in check_vault(Vault(settings.token_dir(name))):
+        progress = _Progress(f"check {name}")
+        findings = list(check_vault(Vault(settings.token_dir(name)), progress))
+        progress.done()
+        for finding in findings:
             print(f"{'error' if finding.error else 'note'}: {name}/{finding.id}: {finding.problem}")
             errors += finding.error
             notes += not finding.error
@@ -301,21 +304,19 @@ def check(settings: Settings, token: str | None) -> int:
 
 
 class _Progress:
-    """A one-line progress counter on a terminal; silent otherwise."""
+    """A progress bar with count and rate (tqdm) when stderr is a terminal; silent otherwise, so
+    scripts and CI logs get only the summary lines."""
 
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.count = 0
-        self.tty = sys.stderr.isatty()
+    def __init__(self, label: str, unit: str = " files") -> None:
+        from tqdm import tqdm  # type: ignore[import-untyped]
+
+        self.bar = tqdm(desc=label, unit=unit, file=sys.stderr, disable=not sys.stderr.isatty(), leave=False)
 
     def __call__(self, step: int) -> None:
-        self.count += step
-        if self.tty and self.count % 500 == 0:
-            print(f"\r{self.label}: {self.count:,} files", end="", file=sys.stderr, flush=True)
+        self.bar.update(step)
 
     def done(self) -> None:
-        if self.tty:
-            print(f"\r{self.label}: {self.count:,} files", file=sys.stderr)
+        self.bar.close()
 
 
 def reindex(settings: Settings, token: str | None) -> int:

@@ -7,6 +7,7 @@ copies, and the package installed from exactly those files into a fresh virtual 
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
@@ -728,3 +729,38 @@ def test_git_in_the_vault_brings_no_watcher_warnings(tmp_path: Path) -> None:
         assert status == 200
         assert server.stop() in (0, -signal.SIGTERM), server.logs()
     assert "Warning" not in server.logs() and ".git" not in server.logs(), server.logs()[-2000:]
+
+
+@pytest.mark.parametrize("command", ["reindex", "check"])
+def test_long_commands_show_progress_on_a_terminal_only(tmp_path: Path, command: str) -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    root = tmp_path / "vault"
+    (root / "alice").mkdir(parents=True)
+    for i in range(300):
+        (root / "alice" / f"n{i}.md").write_text(f"# Note {i}\n\nbody {i}\n")
+    quiet = run([str(MEMVAULT), command, "--root", str(root)], clean_env())
+    assert quiet.returncode == 0 and "files/s" not in quiet.stderr and "\r" not in quiet.stderr
+    leader, follower = pty.openpty()
+    # A terminal of 100 columns (a new pty has 0, and a bar of width 0 prints nothing).
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    try:
+        shown = subprocess.run(
+            [str(MEMVAULT), command, "--root", str(root)],
+            env=clean_env(),
+            stderr=follower,
+            stdout=subprocess.PIPE,
+            timeout=60,
+        )
+        os.close(follower)
+        seen = b""
+        with contextlib.suppress(OSError):
+            while chunk := os.read(leader, 65536):
+                seen += chunk
+    finally:
+        os.close(leader)
+    assert shown.returncode == 0
+    assert b"files/s" in seen or b"s/ files" in seen, seen[-300:]
