@@ -391,9 +391,13 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     routes: list[Route | Mount] = [Route("/healthz", healthz, methods=["GET"])]
     keyring = KeyRing(settings.keys_file) if settings.keys_file is not None else None
     if keyring is not None:
-        routes.append(
-            Route("/mcp", endpoint=BearerAuth(mcp_http, keyring), methods=["GET", "POST", "DELETE"])
-        )
+        routes += [
+            Route("/mcp", endpoint=BearerAuth(mcp_http, keyring), methods=["GET", "POST", "DELETE"]),
+            # Legacy SSE with a key: the SDK's app under no prefix announces /messages/, so the
+            # vault's name is in no URL there either.
+            Route("/sse", endpoint=BearerAuth(mcp_sse, keyring), methods=["GET"]),
+            Route("/messages/", endpoint=BearerAuth(mcp_sse, keyring), methods=["POST"]),
+        ]
     if settings.path_tokens == "on" or (settings.path_tokens == "auto" and keyring is None):
         routes += [
             Route("/mcp/{token}", endpoint=mcp_http, methods=["GET", "POST", "DELETE"]),

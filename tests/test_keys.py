@@ -13,6 +13,7 @@ import httpx2
 import pytest
 from conftest import wait_for
 from mcp.client.session import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from memvault import keys
@@ -124,3 +125,19 @@ async def test_keys_are_required_revocable_at_once_and_never_shown(
         await wait_for(new_session_refused, timeout=1.0)
     assert key not in caplog.text and key not in health and all(key not in r for r in replies)
     assert key not in keys_file.read_text() and hashlib.sha256(key.encode()).hexdigest() not in caplog.text
+
+
+async def test_legacy_sse_takes_a_bearer_key_and_keeps_the_vault_out_of_the_url(
+    server_factory: Callable[..., Any], tmp_path: Path, vault_root: Path
+) -> None:
+    keys_file = tmp_path / "keys.txt"
+    key = keys.add(keys_file, "laptop", "alice", read_only=False)
+    async with server_factory(keys_file=keys_file) as srv:
+        async with sse_client(f"{srv.url}/sse", headers={"Authorization": f"Bearer {key}"}) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                error, reply = await srv.call(session, "write_memory", title="Over SSE", content="hello")
+                assert not error, reply
+        assert (vault_root / "alice" / "over-sse.md").exists()
+        async with httpx2.AsyncClient(timeout=10) as client:
+            assert (await client.get(f"{srv.url}/sse")).status_code == 401
