@@ -515,9 +515,11 @@ def import_(settings: Settings, token: str | None, file: Path) -> int:
     except OSError as exc:
         print(f"memvault: cannot read {file}: {exc.strerror or type(exc).__name__}", file=sys.stderr)
         return 2
+    progress = _Progress("import (checking)", unit=" lines")
     try:
         with handle:
             for number, row in _import_lines(handle, settings.max_import_line_bytes):
+                progress(1)
                 name = token or row.get("token")
                 if not isinstance(name, str) or not valid_token(name):
                     raise ImportRefused(f"line {number} has no valid token; pass --token")
@@ -537,8 +539,10 @@ def import_(settings: Settings, token: str | None, file: Path) -> int:
         print(f"memvault: cannot read {file}: {exc.strerror or type(exc).__name__}", file=sys.stderr)
         return 2
     except ImportRefused as exc:
+        progress.done()
         print(f"memvault: {exc}. Nothing was imported.", file=sys.stderr)
         return 1
+    progress.done()
     done: list[str] = []
     for name in sorted(set(graphs) | set(versions)):
         folder = settings.token_dir(name)

@@ -731,7 +731,7 @@ def test_git_in_the_vault_brings_no_watcher_warnings(tmp_path: Path) -> None:
     assert "Warning" not in server.logs() and ".git" not in server.logs(), server.logs()[-2000:]
 
 
-@pytest.mark.parametrize("command", ["reindex", "check"])
+@pytest.mark.parametrize("command", ["reindex", "check", "import"])
 def test_long_commands_show_progress_on_a_terminal_only(tmp_path: Path, command: str) -> None:
     import fcntl
     import pty
@@ -742,14 +742,26 @@ def test_long_commands_show_progress_on_a_terminal_only(tmp_path: Path, command:
     (root / "alice").mkdir(parents=True)
     for i in range(300):
         (root / "alice" / f"n{i}.md").write_text(f"# Note {i}\n\nbody {i}\n")
-    quiet = run([str(MEMVAULT), command, "--root", str(root)], clean_env())
-    assert quiet.returncode == 0 and "files/s" not in quiet.stderr and "\r" not in quiet.stderr
+    export = tmp_path / "export.jsonl"
+    export.write_text(
+        "".join(
+            json.dumps(
+                {"token": "alice", "kind": "entity", "name": f"E{i}", "entityType": "t", "observations": []}
+            )
+            + "\n"
+            for i in range(300)
+        )
+    )
+    argv = [str(MEMVAULT), command, "--root", str(root), *([str(export)] if command == "import" else [])]
+    unit = b"lines/s" if command == "import" else b"files/s"
+    quiet = run(argv, clean_env())
+    assert quiet.returncode == 0 and unit.decode() not in quiet.stderr and "\r" not in quiet.stderr
     leader, follower = pty.openpty()
     # A terminal of 100 columns (a new pty has 0, and a bar of width 0 prints nothing).
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     try:
         shown = subprocess.run(
-            [str(MEMVAULT), command, "--root", str(root)],
+            argv,
             env=clean_env(),
             stderr=follower,
             stdout=subprocess.PIPE,
@@ -763,4 +775,4 @@ def test_long_commands_show_progress_on_a_terminal_only(tmp_path: Path, command:
     finally:
         os.close(leader)
     assert shown.returncode == 0
-    assert b"files/s" in seen or b"s/ files" in seen, seen[-300:]
+    assert unit in seen, seen[-300:]
