@@ -198,9 +198,9 @@ async def drive(urls: list[str], seconds: float, plan: Any, *, warm: Any = None)
         return tally, time.monotonic() - t0
 
 
-def memvault_plan(names: list[list[str]], words: list[str]) -> Any:
-    weights = [w for _, w in MIX]
-    tools = [t for t, _ in MIX]
+def memvault_plan(names: list[list[str]], words: list[str], only: str | None = None) -> Any:
+    weights = [w for t, w in MIX if only in (None, t)]
+    tools = [t for t, _ in MIX if only in (None, t)]
     counter = [0]
 
     def plan(i: int, rng: random.Random) -> tuple[str, dict[str, Any]]:
@@ -309,7 +309,8 @@ def run_memvault(
                 "MEMVAULT_CAPACITY": "1000000000",
                 "MEMVAULT_LOG_LEVEL": "warning",
             }
-            cmd = [sys.executable, "-m", "memvault", "serve"]
+            wrap = os.environ.get("BENCH_WRAP")
+            cmd = [sys.executable, *([wrap] if wrap else ["-m", "memvault"]), "serve"]
             servers.append(start(cmd, mv_env, port, work / f"memvault-{processes}-{n}.log"))
         front = ports[0]
         if processes > 1:
@@ -332,16 +333,48 @@ def run_memvault(
                 "-f",
                 "raw",
             ]
-            spy = subprocess.Popen([*spy_cmd, "-o", str(args.spy), "--nonblocking", "--threads"])
-        tally, elapsed = asyncio.run(drive(urls, args.seconds, memvault_plan(names, words)))
+            spy_cmd += ["-o", str(args.spy), "--threads"] + (["--gil"] if args.gil else [])
+            spy = subprocess.Popen(spy_cmd)
+        Path("/tmp/yappi.go").touch() if os.environ.get("BENCH_WRAP") else None
+        pending0 = [pending_vectors(p) for p in ports]
+        cpu0 = [cpu_seconds(s.pid) for s in servers], time.process_time()
+        sys0 = sum(cpu_seconds(s.pid, system=True) for s in servers)
+        main0 = sum(cpu_seconds(s.pid, task=s.pid) for s in servers)
+        tally, elapsed = asyncio.run(drive(urls, args.seconds, memvault_plan(names, words, args.only)))
+        server_cpu = sum(cpu_seconds(s.pid) for s in servers) - sum(cpu0[0])
+        result = report(tally, elapsed)
+        result["server_cpu"] = server_cpu / elapsed
+        result["vectors_pending"] = (sum(pending0), sum(pending_vectors(p) for p in ports))
+        result["server_loop"] = (sum(cpu_seconds(s.pid, task=s.pid) for s in servers) - main0) / elapsed
+        result["server_sys"] = (sum(cpu_seconds(s.pid, system=True) for s in servers) - sys0) / elapsed
+        result["client_cpu"] = (time.process_time() - cpu0[1]) / elapsed
+        result["server_cpu_ms_per_call"] = 1000 * server_cpu / max(1, result["calls"])
         if spy is not None:
             spy.wait(60)
-        return report(tally, elapsed), loaded
+        return result, loaded
     finally:
         if proxy is not None:
             stop(proxy)
         for server in servers:
             stop(server)
+
+
+def pending_vectors(port: int) -> int:
+    """Memories still waiting for a vector in the server on ``port`` (its /healthz)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
+        return int(json.loads(reply.read()).get("embeddings", {}).get("pending", 0))
+
+
+def tally_calls(tally: Tally) -> int:
+    return max(1, len(tally.all()))
+
+
+def cpu_seconds(pid: int, *, system: bool = False, task: int | None = None) -> float:
+    """User + system (or only system) CPU seconds a process (or one of its threads) has used so far
+    (Linux)."""
+    where = f"/proc/{pid}/task/{task}/stat" if task is not None else f"/proc/{pid}/stat"
+    fields = Path(where).read_text().rpartition(")")[2].split()
+    return (int(fields[12]) + (0 if system else int(fields[11]))) / os.sysconf("SC_CLK_TCK")
 
 
 def start_nginx(backends: list[str], port: int, prefix: Path) -> subprocess.Popen[bytes]:
@@ -374,6 +407,12 @@ def main() -> int:
     parser.add_argument(
         "--spy", type=Path, help="py-spy the server during the load (collapsed stacks to this file)"
     )
+    parser.add_argument("--gil", action="store_true", help="with --spy: only what holds the GIL")
+    parser.add_argument(
+        "--no-floor", action="store_true", help="skip the floor (for profiling; nothing is written)"
+    )
+    parser.add_argument("--floor-only", action="store_true", help="only the floor (nothing is written)")
+    parser.add_argument("--only", choices=[t for t, _ in MIX], help="with --no-floor: this tool alone")
     args = parser.parse_args()
 
     here = Path(__file__).resolve().parent
@@ -392,20 +431,32 @@ def main() -> int:
         words = [w for d in docs[:2000] for w in d.content.split() if w.isalpha() and len(w) > 5][:5000]
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
 
+        if args.floor_only:
+            args.no_floor = False
+        if args.no_floor:
+            result, loaded = run_memvault(args, env, root, 1, work, names, words)
+            print(json.dumps({"loaded": loaded, **result}, indent=1, default=str))
+            return 0
         port = free_port()
         floor = start(
-            [sys.executable, str(here / "floor_server.py"), "--port", str(port)],
+            [sys.executable, os.environ.get("FLOOR_WRAP") or str(here / "floor_server.py"), "--port", str(port)],
             env,
             port,
             work / "floor.log",
         )
         try:
             urls = [f"http://127.0.0.1:{port}/mcp/" for _ in range(args.tokens)]
+            cpu0 = cpu_seconds(floor.pid)
             tally, elapsed = asyncio.run(drive(urls, args.seconds, lambda i, rng: ("echo", {"text": "hi"})))
             floor_result = report(tally, elapsed)
+            floor_result["server_cpu"] = (cpu_seconds(floor.pid) - cpu0) / elapsed
+            floor_result["server_cpu_ms_per_call"] = 1000 * (cpu_seconds(floor.pid) - cpu0) / tally_calls(tally)
         finally:
             stop(floor)
         print(f"floor: {floor_result['rate']:.0f} calls/s", flush=True)
+        if args.floor_only:
+            print(json.dumps(floor_result, indent=1, default=str))
+            return 0
 
         pristine = work / "pristine"
         if args.nginx:
