@@ -309,8 +309,7 @@ def run_memvault(
                 "MEMVAULT_CAPACITY": "1000000000",
                 "MEMVAULT_LOG_LEVEL": "warning",
             }
-            wrap = os.environ.get("BENCH_WRAP")
-            cmd = [sys.executable, *([wrap] if wrap else ["-m", "memvault"]), "serve"]
+            cmd = [sys.executable, "-m", "memvault", "serve"]
             servers.append(start(cmd, mv_env, port, work / f"memvault-{processes}-{n}.log"))
         front = ports[0]
         if processes > 1:
@@ -335,8 +334,7 @@ def run_memvault(
             ]
             spy_cmd += ["-o", str(args.spy), "--threads"] + (["--gil"] if args.gil else [])
             spy = subprocess.Popen(spy_cmd)
-        Path("/tmp/yappi.go").touch() if os.environ.get("BENCH_WRAP") else None
-        pending0 = [pending_vectors(p) for p in ports]
+        embed0 = [embedding_state(p) for p in ports]
         cpu0 = [cpu_seconds(s.pid) for s in servers], time.process_time()
         sys0 = sum(cpu_seconds(s.pid, system=True) for s in servers)
         main0 = sum(cpu_seconds(s.pid, task=s.pid) for s in servers)
@@ -344,7 +342,9 @@ def run_memvault(
         server_cpu = sum(cpu_seconds(s.pid) for s in servers) - sum(cpu0[0])
         result = report(tally, elapsed)
         result["server_cpu"] = server_cpu / elapsed
-        result["vectors_pending"] = (sum(pending0), sum(pending_vectors(p) for p in ports))
+        embed1 = [embedding_state(p) for p in ports]
+        result["vectors_pending"] = (sum(e[0] for e in embed0), sum(e[0] for e in embed1))
+        result["embedding_cpu"] = (sum(e[1] for e in embed1) - sum(e[1] for e in embed0)) / elapsed
         result["server_loop"] = (sum(cpu_seconds(s.pid, task=s.pid) for s in servers) - main0) / elapsed
         result["server_sys"] = (sum(cpu_seconds(s.pid, system=True) for s in servers) - sys0) / elapsed
         result["client_cpu"] = (time.process_time() - cpu0[1]) / elapsed
@@ -359,10 +359,12 @@ def run_memvault(
             stop(server)
 
 
-def pending_vectors(port: int) -> int:
-    """Memories still waiting for a vector in the server on ``port`` (its /healthz)."""
+def embedding_state(port: int) -> tuple[int, float]:
+    """Memories still waiting for a vector, and the embedding worker's CPU seconds so far, in the
+    server on ``port`` (its /healthz)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
-        return int(json.loads(reply.read()).get("embeddings", {}).get("pending", 0))
+        embeddings = json.loads(reply.read()).get("embeddings", {})
+    return int(embeddings.get("pending", 0)), float(embeddings.get("cpu_seconds", 0.0))
 
 
 def tally_calls(tally: Tally) -> int:
@@ -439,7 +441,7 @@ def main() -> int:
             return 0
         port = free_port()
         floor = start(
-            [sys.executable, os.environ.get("FLOOR_WRAP") or str(here / "floor_server.py"), "--port", str(port)],
+            [sys.executable, str(here / "floor_server.py"), "--port", str(port)],
             env,
             port,
             work / "floor.log",
@@ -450,7 +452,9 @@ def main() -> int:
             tally, elapsed = asyncio.run(drive(urls, args.seconds, lambda i, rng: ("echo", {"text": "hi"})))
             floor_result = report(tally, elapsed)
             floor_result["server_cpu"] = (cpu_seconds(floor.pid) - cpu0) / elapsed
-            floor_result["server_cpu_ms_per_call"] = 1000 * (cpu_seconds(floor.pid) - cpu0) / tally_calls(tally)
+            floor_result["server_cpu_ms_per_call"] = (
+                1000 * (cpu_seconds(floor.pid) - cpu0) / tally_calls(tally)
+            )
         finally:
             stop(floor)
         print(f"floor: {floor_result['rate']:.0f} calls/s", flush=True)

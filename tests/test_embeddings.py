@@ -8,6 +8,8 @@ import hashlib
 import logging
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -428,6 +430,31 @@ def test_the_worker_waits_while_a_token_loads(tmp_path: Path):
     assert embeddings.wait_idle(timeout=20)
     assert vectors.pending == 0
     embeddings.close()
+
+
+def test_the_workers_rest_is_not_cut_short_by_new_work_but_ends_on_close():
+    embeddings = Embeddings()
+    stop = threading.Event()
+
+    def notify() -> None:  # what every write does: wake the worker
+        while not stop.is_set():
+            with embeddings._cond:
+                embeddings._cond.notify_all()
+            stop.wait(0.005)
+
+    thread = threading.Thread(target=notify)
+    thread.start()
+    try:
+        started = time.monotonic()
+        embeddings._rest(0.3)
+        assert time.monotonic() - started >= 0.3
+    finally:
+        stop.set()
+        thread.join()
+    embeddings.close()
+    started = time.monotonic()
+    embeddings._rest(30)  # closed: no rest at all
+    assert time.monotonic() - started < 5
 
 
 # ---------------------------------------------------------------------------- int8 vectors
