@@ -254,6 +254,8 @@ class Sidecar:
         self._conn = conn
         self._lock = threading.Lock()
         self._closed = False
+        self._writes = 0  # transactions of ours so far: with SQLite's data_version, says what changed
+        self._access_cache: tuple[tuple[int, int], dict[str, datetime]] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -310,12 +312,20 @@ class Sidecar:
             yield self._conn
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One short BEGIN IMMEDIATE transaction; rolled back if the body raises."""
+    def _write(self, accessed: Sequence[tuple[str, datetime]] = ()) -> Iterator[sqlite3.Connection]:
+        """One short BEGIN IMMEDIATE transaction; rolled back if the body raises. ``accessed``:
+        the access times it records, carried into the cached table (see last_access) when that
+        was current, so recording accesses does not make every listing read the table again."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("sidecar is closed")
             conn = self._conn
+            cached = self._access_cache
+            if accessed and cached is not None:
+                version = (self._writes, conn.execute("PRAGMA data_version").fetchone()[0])
+                carry = cached[0] == version
+            else:
+                carry = False
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -323,7 +333,16 @@ class Sidecar:
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                carry = False
                 raise
+            finally:
+                self._writes += 1
+                if carry and cached is not None:
+                    times = cached[1]
+                    for id_, at in accessed:
+                        if id_ not in times or times[id_] < at:
+                            times[id_] = at
+                    self._access_cache = ((self._writes, version[1]), times)
 
     # -- for the modules that keep their own tables (sessions, graph) ---------------------
 
@@ -351,7 +370,7 @@ class Sidecar:
             return
         stamp = format_time(at)
         hits = 1 if hit else 0
-        with self._write() as conn:
+        with self._write([(id_, require_time(stamp)) for id_ in ids]) as conn:
             conn.executemany(
                 "INSERT INTO access (id, last_access, access_count, hit_count) VALUES (?, ?, 1, ?) "
                 "ON CONFLICT (id) DO UPDATE SET "
@@ -366,13 +385,16 @@ class Sidecar:
     ) -> None:
         """Many accesses ``(ids, at, hit)`` and search outcomes (found or not) in one transaction."""
         rows = []
+        accessed: list[tuple[str, datetime]] = []
         for ids, at, hit in accesses:
             _check_ids(ids)
             stamp = format_time(at)
             rows += [(id_, stamp, 1 if hit else 0) for id_ in ids]
+            exact = require_time(stamp)  # what reading the row back gives
+            accessed += [(id_, exact) for id_ in ids]
         if not rows and not searches:
             return
-        with self._write() as conn:
+        with self._write(accessed) as conn:
             conn.executemany(
                 "INSERT INTO access (id, last_access, access_count, hit_count) VALUES (?, ?, 1, ?) "
                 "ON CONFLICT (id) DO UPDATE SET "
@@ -388,13 +410,27 @@ class Sidecar:
                 )
 
     def last_access(self, ids: Sequence[str] | None = None) -> dict[str, datetime]:
-        """Last recorded access per id; ids never accessed are absent. ``None`` means all."""
-        if ids is None:
-            with self._read() as conn:
+        """Last recorded access per id; ids never accessed are absent. ``None`` means all.
+
+        The whole table stays in memory until it changes: every listing and every recall asks,
+        and reading and parsing it each time was most of list_memory_titles under load. Our own
+        transactions and other processes' commits (SQLite's data_version) make it stale.
+        """
+        with self._read() as conn:
+            version = (self._writes, conn.execute("PRAGMA data_version").fetchone()[0])
+            cached = self._access_cache
+            if cached is not None and cached[0] == version:
+                times = cached[1]
+            elif ids is not None:  # a few ids and nothing cached: no need to read every row
+                rows = self._select_in_locked(conn, "SELECT id, last_access FROM access WHERE id", ids)
+                return {id_: require_time(text) for id_, text in rows}
+            else:
                 rows = conn.execute("SELECT id, last_access FROM access").fetchall()
-        else:
-            rows = self._select_in("SELECT id, last_access FROM access WHERE id", ids)
-        return {id_: require_time(text) for id_, text in rows}
+                times = {id_: require_time(text) for id_, text in rows}
+                self._access_cache = (version, times)
+        if ids is None:
+            return dict(times)
+        return {id_: times[id_] for id_ in ids if id_ in times}
 
     def access_counts(self) -> dict[str, tuple[int, int]]:
         """``id -> (access_count, hit_count)`` for every id with recorded access."""
@@ -494,12 +530,18 @@ class Sidecar:
 
     def _select_in(self, select: str, keys: Sequence[str], *first: Any) -> list[Any]:
         """Rows of ``select`` + `` IN (...)`` over keys, in chunks under SQLite's parameter limit."""
+        with self._read() as conn:
+            return self._select_in_locked(conn, select, keys, *first)
+
+    @staticmethod
+    def _select_in_locked(
+        conn: sqlite3.Connection, select: str, keys: Sequence[str], *first: Any
+    ) -> list[Any]:
         _check_ids(keys)
         rows: list[Any] = []
-        with self._read() as conn:
-            for chunk in _chunks(list(dict.fromkeys(keys))):
-                marks = ",".join("?" * len(chunk))
-                rows += conn.execute(f"{select} IN ({marks})", (*first, *chunk)).fetchall()
+        for chunk in _chunks(list(dict.fromkeys(keys))):
+            marks = ",".join("?" * len(chunk))
+            rows += conn.execute(f"{select} IN ({marks})", (*first, *chunk)).fetchall()
         return rows
 
     def put_vectors(self, vectors: Mapping[str, StoredVector]) -> None:

@@ -219,6 +219,41 @@ def test_forget_drops_access_and_file_stats(sidecar: Sidecar) -> None:
     assert set(sidecar.file_stats()) == {"b.md"}
 
 
+def _count_table_reads(sidecar: Sidecar) -> list[str]:
+    reads: list[str] = []
+    sidecar._conn.set_trace_callback(
+        lambda sql: reads.append(sql) if sql.startswith("SELECT id, last_access FROM access") else None
+    )
+    return reads
+
+
+def test_access_times_are_read_once_and_kept_in_step_with_our_own_records(sidecar: Sidecar) -> None:
+    sidecar.record_access(["a.md"], T0)
+    reads = _count_table_reads(sidecar)
+    assert sidecar.last_access() == {"a.md": T0}
+    sidecar.record_batch([(["a.md", "b.md"], T0 + timedelta(hours=1), True)])
+    sidecar.record_access(["a.md"], T0 - timedelta(days=1))  # older: last access stays
+    assert sidecar.last_access() == {"a.md": T0 + timedelta(hours=1), "b.md": T0 + timedelta(hours=1)}
+    assert sidecar.last_access(["b.md", "c.md"]) == {"b.md": T0 + timedelta(hours=1)}
+    assert len(reads) == 1  # the records were carried into the kept table, not read back
+    returned = sidecar.last_access()
+    returned["z.md"] = T0  # a caller's copy: changing it changes nothing kept
+    assert "z.md" not in sidecar.last_access()
+
+
+def test_kept_access_times_follow_other_changes_and_other_processes(sidecar: Sidecar, token_dir: Path) -> None:
+    sidecar.record_access(["a.md", "b.md"], T0)
+    assert set(sidecar.last_access()) == {"a.md", "b.md"}
+    sidecar.forget(["b.md"])
+    assert set(sidecar.last_access()) == {"a.md"}
+    sidecar.rename_access("a.md", "archive/a.md")
+    assert sidecar.last_access() == {"archive/a.md": T0}
+    with Sidecar.open(token_dir) as other:  # another process on the same file
+        other.record_access(["c.md"], T0 + timedelta(hours=2))
+    assert sidecar.last_access() == {"archive/a.md": T0, "c.md": T0 + timedelta(hours=2)}
+    assert sidecar.last_access(["c.md"]) == {"c.md": T0 + timedelta(hours=2)}
+
+
 # -- state and search counts --------------------------------------------------------------
 
 

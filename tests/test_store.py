@@ -405,8 +405,8 @@ async def test_link_loops_in_a_token_folder_end_the_load_and_list_each_file_once
     ]
     store = Store(make_settings())
     try:
-        titles = await store.list_hot("alice")
-        assert sorted(m.id for m, _ in titles) == ["one.md", "same.md", "sub/three.md", "two.md"]
+        titles, _ = await store.list_hot("alice")
+        assert sorted(m.id for m in titles) == ["one.md", "same.md", "sub/three.md", "two.md"]
         with pytest.raises(InvalidName, match="symbolic link"):
             await store.find("alice", filenames=["a/one.md"])
     finally:
@@ -434,7 +434,7 @@ async def test_reads_racing_unloads_never_see_an_emptied_token(make_settings):
                 found = await store.find(token, query="quetzal")
                 if not found.memories:
                     empty += 1
-                listed = await store.list_hot(token)
+                listed, _ = await store.list_hot(token)
                 if not listed:
                     empty += 1
 
@@ -542,7 +542,7 @@ async def test_an_archive_that_is_a_file_makes_the_sweep_say_so(make_settings, v
     try:
         with pytest.raises(InvalidArgument, match="'archive' in this vault is a file"):
             await store.evict("alice")
-        assert len(await store.list_hot("alice")) == 3  # nothing moved, nothing lost
+        assert len((await store.list_hot("alice"))[0]) == 3  # nothing moved, nothing lost
         written, _ = await store.write("alice", title="New", content="supersedes nothing yet")
         with pytest.raises(InvalidArgument, match="'archive' in this vault is a file"):
             await store.write_superseding("alice", title="Newer", content="x", supersedes=[written.id])

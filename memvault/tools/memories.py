@@ -145,13 +145,14 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     @handles_errors
     async def list_memory_titles(ctx: Context) -> CallToolResult:
         """List hot memories, one per line: filename|title|priority|lastAccessedAt[|problem to fix]."""
-        rows = await store.list_hot(token_of(ctx))
+        rows, last_access = await store.list_hot(token_of(ctx))
         if not rows:
             return text("No memories yet. Save one with write_memory.")
         reply = Reply(settings.max_reply_chars)
         shown = 0
-        for memory, last in rows:
-            line = f"{memory.id}|{memory.title.replace('|', '/')}|{memory.priority}|{show_time(last)}"
+        for memory in rows:
+            last = show_time(last_access(memory))
+            line = f"{memory.id}|{memory.title.replace('|', '/')}|{memory.priority}|{last}"
             if memory.conflicted:
                 line += "|CONFLICT: git conflict markers, read-only until a person resolves them"
             elif memory.problem:
