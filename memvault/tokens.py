@@ -47,6 +47,11 @@ from memvault.vectors import TokenVectors
 log = logging.getLogger("memvault")
 
 
+class NeedsThread(Exception):
+    """A look meant for the event loop found it must wait (a lock held by a worker thread) or read
+    a file: the caller runs it again in a worker thread. Raised before anything was changed."""
+
+
 class Phase(enum.Enum):
     UNLOADED = "unloaded"
     LOADING = "loading"
@@ -108,6 +113,21 @@ class TokenState:
     def loading(self) -> bool:
         """A load is reading the folder: outside changes wait in ``missed`` until it is done."""
         return self.phase is Phase.LOADING
+
+    @contextlib.contextmanager
+    def looking(self, inline: bool) -> Iterator[None]:
+        """``mem_lock`` held for the block; on the event loop (``inline``) only if it is free at
+        once: the loop never waits for a worker thread (NeedsThread instead)."""
+        if not inline:
+            with self.mem_lock:
+                yield
+            return
+        if not self.mem_lock.acquire(blocking=False):
+            raise NeedsThread
+        try:
+            yield
+        finally:
+            self.mem_lock.release()
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Reading]:
@@ -404,19 +424,24 @@ class Tokens:
         bookkeep("move access records", lambda: state.ensure_sidecar().rename_access(old, new))
         return new_id
 
-    def fresh(self, state: TokenState, id: str, archived: bool) -> Memory | None:
-        """The memory as it is on disk now (the watcher may not have caught up yet)."""
+    def fresh(self, state: TokenState, id: str, archived: bool, *, inline: bool = False) -> Memory | None:
+        """The memory as it is on disk now (the watcher may not have caught up yet). ``inline``:
+        on the event loop, which may stat the file but leaves any change to a worker thread."""
         path = state.vault.area(archived) / id
-        with state.mem_lock:
+        with state.looking(inline):
             known = state.area(archived).memories.get(id)
         try:
             st = path.stat()
         except OSError:
+            if inline:
+                raise NeedsThread from None
             if known is not None:
                 self.drop(state, id, archived)
             return None
         if known is not None and unchanged(known, st):
             return known
+        if inline:
+            raise NeedsThread
         memory = self.read_file(state, id, archived, known)
         if memory is None:
             self.drop(state, id, archived)

@@ -241,7 +241,9 @@ def test_access_times_are_read_once_and_kept_in_step_with_our_own_records(sideca
     assert "z.md" not in sidecar.last_access()
 
 
-def test_kept_access_times_follow_other_changes_and_other_processes(sidecar: Sidecar, token_dir: Path) -> None:
+def test_kept_access_times_follow_other_changes_and_other_processes(
+    sidecar: Sidecar, token_dir: Path
+) -> None:
     sidecar.record_access(["a.md", "b.md"], T0)
     assert set(sidecar.last_access()) == {"a.md", "b.md"}
     sidecar.forget(["b.md"])

@@ -626,3 +626,69 @@ async def test_a_sweep_moves_in_batches_and_keeps_what_was_read_since_its_plan(
         assert (folder / "d.md").exists() and not (folder / "archive" / "d.md").exists()
     finally:
         await store.close()
+
+
+async def test_reads_of_unchanged_files_stay_on_the_loop_and_changed_ones_go_to_a_thread(
+    make_settings, vault_root, monkeypatch
+):
+    import anyio.to_thread
+
+    folder = vault_root / "alice"
+    folder.mkdir()
+    _hand_write(folder, "a.md", "the word is wombatique")
+    store = Store(make_settings())
+    try:
+        await store.state("alice")
+        hops = []
+        real = anyio.to_thread.run_sync
+
+        async def counted(func, *args, **kwargs):
+            if "Store._" in repr(func):  # the read's own work, not the background access records
+                hops.append(func)
+            return await real(func, *args, **kwargs)
+
+        monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+        assert [m.id for m in (await store.find("alice", query="wombatique")).memories] == ["a.md"]
+        assert [m.id for m in (await store.find("alice", filenames=["a.md"])).memories] == ["a.md"]
+        assert hops == []  # memory and a stat: no worker thread
+        _hand_write(folder, "a.md", "the word is now quokkaroo, and longer")  # the watcher may lag
+        found = await store.find("alice", filenames=["a.md"])
+        assert "quokkaroo" in found.memories[0].content
+        assert len(hops) == 1  # the changed file was read and parsed in a worker thread
+    finally:
+        await store.close()
+
+
+async def test_a_read_never_makes_the_event_loop_wait_for_a_worker_threads_lock(make_settings, vault_root):
+    import asyncio
+    import threading
+
+    folder = vault_root / "alice"
+    folder.mkdir()
+    _hand_write(folder, "a.md", "the word is wombatique")
+    store = Store(make_settings())
+    try:
+        state = await store.state("alice")
+        release = threading.Event()
+        held = threading.Event()
+
+        def hold() -> None:  # a worker thread busy with the token's memories (a long recall, say)
+            with state.mem_lock:
+                held.set()
+                release.wait(5)  # a read that blocked the loop would see the lock free after this
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(10)
+        read = asyncio.create_task(store.find("alice", query="wombatique"))
+        ticks = 0
+        while not read.done() and ticks < 20:  # the loop keeps turning meanwhile
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert ticks == 20 and not read.done()  # the read waits in a thread, not on the loop
+        release.set()
+        found = await asyncio.wait_for(read, 10)
+        assert [m.id for m in found.memories] == ["a.md"]
+        holder.join()
+    finally:
+        await store.close()
