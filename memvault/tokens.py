@@ -203,12 +203,12 @@ class Tokens:
         state.last_used = now
         return state
 
-    async def ensure_loaded(self, state: TokenState) -> None:
+    async def ensure_loaded(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
         if not state.loaded:
             async with state.load_lock:
                 if not state.loaded:
                     with self.embeddings.paused():
-                        await anyio.to_thread.run_sync(self.load, state)
+                        await anyio.to_thread.run_sync(self.load, state, progress)
                     self.unload_idle()
                     if state.snapshot_stale:
                         self.spawn(anyio.to_thread.run_sync(snapshot.save, state))

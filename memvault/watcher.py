@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,13 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
-from watchdog.observers.polling import PollingObserver
+from watchdog.observers.api import DEFAULT_OBSERVER_TIMEOUT, BaseObserver
+from watchdog.observers.polling import PollingObserverVFS
+
+try:
+    from watchdog.observers.inotify import InotifyEmitter, InotifyObserver, InotifyWatchGroup
+except ImportError:  # not Linux, or an older watchdog: it watches .git/ too (push drops its events)
+    InotifyWatchGroup = None  # type: ignore[assignment,misc]
 
 from memvault.names import valid_token
 
@@ -69,6 +74,69 @@ class _Handler(FileSystemEventHandler):
         loop = self.watcher.loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.watcher.push, event)
+
+
+def _hidden(root: bytes, path: bytes) -> bool:
+    """A path in or under a dot-folder of the vault (.git/, .memvault/, .obsidian/): no memories."""
+    return path.startswith(root + b"/") and any(
+        part.startswith(b".") for part in path[len(root) + 1 :].split(b"/")
+    )
+
+
+if InotifyWatchGroup is not None:
+
+    class _VaultWatchGroup(InotifyWatchGroup):
+        """watchdog's recursive inotify watches, less dot-folders. Every folder of a clone's .git/
+        took a watch (objects/00..ff: hundreds per clone, against fs.inotify.max_user_watches), and
+        git making them in quick succession made watchdog warn; their events were dropped anyway."""
+
+        def _add_all_callbacks(self, path: bytes) -> None:
+            # As watchdog's own, but the walk never enters a dot-folder. Every watch is added here:
+            # at start, for a folder made or moved in, and after a queue overflow.
+            if _hidden(self.path, path):
+                return
+            self._add_callback(path)
+            if not self.is_recursive or not os.path.isdir(path):
+                return
+            for top, dirnames, _ in os.walk(path, followlinks=self.follow_symlink):
+                dirnames[:] = [name for name in dirnames if not name.startswith(b".")]
+                for name in dirnames:
+                    full = os.path.join(top, name)
+                    if self.follow_symlink or not os.path.islink(full):
+                        self._add_callback(full)
+
+        def _move_watches(self, move_src_path: bytes, move_dst_path: bytes) -> bool:
+            # A watched folder renamed to a dot-name (hidden by hand) keeps no watch either.
+            moved = super()._move_watches(move_src_path, move_dst_path)
+            if moved and _hidden(self.path, move_dst_path):
+                inside = move_dst_path + b"/"
+                paths = self._active_callbacks_by_path
+                self._remove_callbacks(
+                    [wd for p, wd in paths.items() if p == move_dst_path or p.startswith(inside)]
+                )
+            return moved
+
+    class _VaultEmitter(InotifyEmitter):
+        def on_thread_start(self) -> None:
+            self._inotify = _VaultWatchGroup(
+                self._inotify_fd,
+                os.fsencode(self.watch.path),
+                is_recursive=self.watch.is_recursive,
+                event_mask=self.get_event_mask_from_filter(),
+                follow_symlink=self.watch.follow_symlink,
+            )
+
+    class _VaultObserver(InotifyObserver):
+        def __init__(self, *, timeout: float = DEFAULT_OBSERVER_TIMEOUT) -> None:
+            super().__init__(timeout=timeout)
+            self._emitter_class = _VaultEmitter
+
+    Observer = _VaultObserver  # tests replace it to see the fallback to polling
+
+
+def _visible_entries(path: str | None) -> Iterator[os.DirEntry[str]]:
+    """A folder's entries less dot-names: the poller never lists or stats what is in .git/."""
+    return (entry for entry in os.scandir(path) if not entry.name.startswith("."))
 
 
 class _OverflowListener(logging.Handler):
@@ -116,9 +184,8 @@ class Watcher:
         self._busy = False
 
     async def start(self, *, force_polling: bool = False) -> None:
-        # When git makes nested folders in quick succession (.git/logs/refs/heads), watchdog adds a
-        # watch it already holds and warns with a screenful per folder. The watch is the same and
-        # nothing is lost; events under .git/ (any dot-folder) are dropped in push() anyway.
+        # When a program makes nested folders in quick succession, watchdog adds a watch it already
+        # holds and warns with a screenful per folder. The watch is the same and nothing is lost.
         warnings.filterwarnings(
             "ignore", message=r"Callback with id .* already exists", category=RuntimeWarning
         )
@@ -145,7 +212,7 @@ class Watcher:
                     exc.strerror or type(exc).__name__,
                     self.poll_interval,
                 )
-        self.observer = self._start(PollingObserver(timeout=self.poll_interval), polling=True)
+        self.observer = self._start(self._poller(), polling=True)
         self.mode = "polling"
 
     def _start(self, observer: BaseObserver, *, polling: bool) -> BaseObserver:
@@ -156,6 +223,9 @@ class Watcher:
         observer.schedule(_Handler(self, polling=polling), str(self.root), recursive=True, event_filter=kinds)
         observer.start()
         return observer
+
+    def _poller(self) -> BaseObserver:
+        return PollingObserverVFS(os.stat, _visible_entries, polling_interval=self.poll_interval)
 
     def state(self) -> str:
         if self.observer is not None and not self._alive(self.observer):
@@ -176,7 +246,7 @@ class Watcher:
         await anyio.to_thread.run_sync(dead.stop)
         log.warning("file watcher stopped; falling back to polling every %.1fs", self.poll_interval)
         try:
-            self.observer = self._start(PollingObserver(timeout=self.poll_interval), polling=True)
+            self.observer = self._start(self._poller(), polling=True)
         except OSError as exc:
             self.mode = "failed"
             log.error("polling could not start either (%s); hand edits reach search after a restart", exc)

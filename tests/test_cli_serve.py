@@ -731,7 +731,7 @@ def test_git_in_the_vault_brings_no_watcher_warnings(tmp_path: Path) -> None:
     assert "Warning" not in server.logs() and ".git" not in server.logs(), server.logs()[-2000:]
 
 
-@pytest.mark.parametrize("command", ["reindex", "check", "import"])
+@pytest.mark.parametrize("command", ["reindex", "check", "import", "evict", "migrate"])
 def test_long_commands_show_progress_on_a_terminal_only(tmp_path: Path, command: str) -> None:
     import fcntl
     import pty

@@ -656,3 +656,107 @@ async def test_a_rename_over_keeping_size_and_mtime_reaches_search(server_factor
         await wait_for(
             lambda: hot_hits(srv, "hyenaflute") == {"synced.md"} and not hot_hits(srv, "lemurcello"), DEADLINE
         )
+
+
+# ---------------------------------------------------------------------------- what is watched
+
+
+def inotify_watched_inodes() -> set[int]:
+    """The inodes of every inotify watch this process holds, as the kernel lists them."""
+    inodes: set[int] = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            info = Path(f"/proc/self/fdinfo/{fd}").read_text(encoding="ascii")
+        except OSError:
+            continue  # closed meanwhile
+        for line in info.splitlines():
+            if line.startswith("inotify wd:"):
+                fields = dict(item.split(":", 1) for item in line.split()[1:] if ":" in item)
+                inodes.add(int(fields["ino"], 16))
+    return inodes
+
+
+def git_like(folder: Path, count: int) -> None:
+    """Folders as git makes them: objects/00..ff, refs, logs (hundreds per clone)."""
+    for i in range(count):
+        os.makedirs(folder / "objects" / f"{i:02x}", exist_ok=True)
+    os.makedirs(folder / "refs" / "heads" / "feature", exist_ok=True)
+    os.makedirs(folder / "logs" / "refs" / "heads", exist_ok=True)
+
+
+def dirs_under_dot_folders(root: Path) -> dict[int, str]:
+    """Inode -> path (relative to root) of every dot-folder in the vault and every folder in one."""
+    found: dict[int, str] = {}
+    for top, dirnames, _ in os.walk(root):
+        rel = Path(top).relative_to(root)
+        hidden = any(part.startswith(".") for part in rel.parts)
+        for name in dirnames:
+            if hidden or name.startswith("."):
+                path = Path(top) / name
+                found[path.stat().st_ino] = str(path.relative_to(root))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="reads inotify watches from /proc")
+async def test_no_inotify_watch_is_held_under_git_or_other_dot_folders(server_factory, vault_root):
+    """Issue 13: every folder of a clone's .git/ took an inotify watch (hundreds per clone, against
+    the kernel's limit), though nothing under a dot-folder is ever a memory."""
+    git_like(vault_root / ".git", 40)  # a vault kept in git: there before the server starts
+    git_like(vault_root / TOKEN / ".git", 40)
+    async with live(server_factory) as (srv, _s, folder):
+        assert srv.app.state.watcher.mode == "inotify"
+        git_like(folder / ".git", 200)  # `git init`, fetches: made while the server runs
+        git_like(folder / "projects" / "nested" / ".git", 20)  # a new folder holding a repository
+        os.makedirs(folder / ".obsidian" / "plugins" / "one")
+        # A new folder after the others: once its memory is indexed, every event before it was seen.
+        put(folder / "fresh" / "deep" / "sentinel.md", note("Sentinel", "after the clones: ibexmarimba"))
+        await wait_for(lambda: hot_hits(srv, "ibexmarimba") == {"fresh/deep/sentinel.md"}, DEADLINE)
+        await wait_for(lambda: srv.app.state.watcher.idle, DEADLINE)
+
+        watched = inotify_watched_inodes()
+        hidden = dirs_under_dot_folders(vault_root)
+        assert len(hidden) > 250
+        assert not sorted(hidden[ino] for ino in watched & set(hidden))[:10]
+        # Memory folders are still watched, new ones included.
+        for kept in (vault_root, folder, folder / "projects" / "nested", folder / "fresh" / "deep"):
+            assert kept.stat().st_ino in watched, kept
+        put(folder / "projects" / "nested" / "inside.md", note("Inside", "next to a repo: okapicornet"))
+        await wait_for(lambda: hot_hits(srv, "okapicornet") == {"projects/nested/inside.md"}, DEADLINE)
+
+        # A watched folder hidden by a rename loses its watches; the memory in it leaves the index.
+        os.makedirs(folder / "projects" / "nested" / "sub")
+        os.rename(folder / "projects" / "nested", folder / "projects" / ".nested")
+        await wait_for(lambda: not hot_hits(srv, "okapicornet"), DEADLINE)
+        hidden = dirs_under_dot_folders(vault_root)
+        assert not inotify_watched_inodes() & set(hidden)
+
+        # A queue overflow makes watchdog rebuild every watch of the vault: still none under .git/.
+        from watchdog.observers.inotify_c import InotifyConstants, InotifyEvent, WatchDescriptor
+
+        overflow = InotifyEvent(WatchDescriptor(-1), InotifyConstants.IN_Q_OVERFLOW, 0, b"")
+        srv.app.state.watcher.observer._inotify_fd.handle_event(overflow)
+        watched = inotify_watched_inodes()
+        assert not watched & set(hidden)
+        assert folder.stat().st_ino in watched and (folder / "fresh" / "deep").stat().st_ino in watched
+
+
+async def test_polling_never_lists_what_is_in_dot_folders(server_factory, vault_root, monkeypatch):
+    """The fallback poller compared every file of .git/ at each poll (a clone's objects: thousands)."""
+    seen: list[str] = []
+    entries = memvault.watcher._visible_entries
+
+    def recording(path: str) -> Any:
+        seen.append(path)  # list.append is atomic: the poller's thread calls this
+        return entries(path)
+
+    monkeypatch.setattr(memvault.watcher, "_visible_entries", recording)
+    git_like(vault_root / TOKEN / ".git", 50)
+    async with live(server_factory, force_polling=True, poll_interval_seconds=0.2) as (srv, _s, folder):
+        git_like(folder / "projects" / ".git", 10)
+        put(folder / "projects" / "seen.md", note("Seen", "beside a repository: yakglockenspiel"))
+        await wait_for(lambda: hot_hits(srv, "yakglockenspiel") == {"projects/seen.md"}, DEADLINE)
+        put(folder / "later.md", note("Later", "a later poll: gazelleocarina"))
+        await wait_for(lambda: hot_hits(srv, "gazelleocarina") == {"later.md"}, DEADLINE)
+    folders = {Path(p) for p in seen}
+    assert {vault_root, folder, folder / "projects"} <= folders
+    assert not [p for p in folders if any(part.startswith(".") for part in p.relative_to(vault_root).parts)]
