@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -31,7 +30,7 @@ from memvault.markdown import PRIORITIES, Memory, clean_tags
 from memvault.names import check_id, split_key
 from memvault.resources import bookkeep
 from memvault.sweeps import Evicted, Sweeps
-from memvault.tokens import NeedsThread, Tokens, TokenState
+from memvault.tokens import Tokens, TokenState, look
 
 log = logging.getLogger("memvault")
 
@@ -140,19 +139,10 @@ class Store:
         async with self.using(token) as state:
             if filenames:
                 ids = [check_id(name) for name in filenames]
-                return await self._look(self._by_ids, state, ids, archived)
+                return await look(self._by_ids, state, ids, archived)
             if query is not None and query.strip():
-                return await self._look(self._search, state, query, limit, archived)
+                return await look(self._search, state, query, limit, archived)
             return await anyio.to_thread.run_sync(self._all, state, limit, archived)
-
-    async def _look(self, work: Callable[..., Found], state: TokenState, *args: Any) -> Found:
-        """``work(state, *args, inline=...)`` on the event loop when it needs only memory and a
-        stat per file, else in a worker thread. Under 32 agents a thread's round trip cost more
-        CPU than the look itself (bench_load, read_memory alone: 2.5-2.8 -> 2.0-2.2 ms a call)."""
-        try:
-            return work(state, *args, inline=True)
-        except NeedsThread:
-            return await anyio.to_thread.run_sync(functools.partial(work, state, *args, inline=False))
 
     def _by_ids(self, state: TokenState, ids: list[str], archived: bool, *, inline: bool = False) -> Found:
         out: list[Memory] = []
