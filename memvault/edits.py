@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -20,7 +21,12 @@ def version_of(memory: Memory) -> str:
     """A short fingerprint of what a person or an agent edits: title, content, priority, tags,
     importance. Access times are left out, so reading a memory (which may write its
     lastAccessedAt back) never changes its version; any edit, by hand or by a tool, does."""
-    what = [memory.title, memory.content, memory.priority, sorted(memory.tags), memory.importance]
+    return _version(memory.title, memory.content, memory.priority, memory.tags, memory.importance)
+
+
+@functools.lru_cache(maxsize=1024)  # every read shows versions; a string hashes once
+def _version(title: str, content: str, priority: str, tags: tuple[str, ...], importance: float | None) -> str:
+    what = [title, content, priority, sorted(tags), importance]
     return hashlib.sha256(json.dumps(what, ensure_ascii=False).encode("utf-8")).hexdigest()[:12]
 
 
