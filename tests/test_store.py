@@ -692,3 +692,36 @@ async def test_a_read_never_makes_the_event_loop_wait_for_a_worker_threads_lock(
         holder.join()
     finally:
         await store.close()
+
+
+async def test_reads_of_many_tokens_are_recorded_in_one_worker_thread_trip(
+    make_settings, vault_root, monkeypatch
+):
+    import anyio.to_thread
+
+    tokens = [f"agent{i}" for i in range(6)]
+    for token in tokens:
+        (vault_root / token).mkdir()
+        _hand_write(vault_root / token, "note.md", f"a note about capybaras of {token}")
+    store = Store(make_settings())
+    try:
+        found = {token: await store.find(token, filenames=["note.md"]) for token in tokens}
+        await store.idle()
+        trips = []
+        real = anyio.to_thread.run_sync
+
+        async def counted(func, *args, **kwargs):
+            if getattr(func, "__name__", "") == "_flush_each":
+                trips.append(len(args[0]))
+            return await real(func, *args, **kwargs)
+
+        monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+        for token in tokens:
+            await store.touch(token, found[token].memories)
+        await store.idle()
+        assert trips == [len(tokens)]  # one trip for every token's rows, not one per token
+        for token in tokens:
+            state = await store.state(token)
+            assert state.sidecar is not None and "note.md" in state.sidecar.last_access()
+    finally:
+        await store.close()
