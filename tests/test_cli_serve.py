@@ -776,3 +776,34 @@ def test_long_commands_show_progress_on_a_terminal_only(tmp_path: Path, command:
         os.close(leader)
     assert shown.returncode == 0
     assert unit in seen, seen[-300:]
+
+
+def test_connections_to_the_serve_socket_have_nagle_off():
+    """serve binds its own socket; asyncio sets TCP_NODELAY only on sockets that say they are TCP.
+    With Nagle on, every reply waited for the client's delayed ACK (44 ms a call, found in the
+    100k benchmark)."""
+    import asyncio
+
+    from memvault.cli import listen
+
+    async def accepted_nodelay() -> int:
+        sock = listen("127.0.0.1", 0)
+        assert sock is not None
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                conn = transport.get_extra_info("socket")
+                seen.set_result(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+        port = sock.getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            return await asyncio.wait_for(seen, 10)
+        finally:
+            writer.close()
+            server.close()
+
+    assert asyncio.run(accepted_nodelay()) != 0
