@@ -23,8 +23,10 @@ How a memory is scored for a query, and why:
 5. Reranking (optional, memvault.rerankers): a cross-encoder's view of the best candidates is added.
 6. Diversity: results are picked one by one, each time discounting candidates that repeat a
    result already picked (cosine of their vectors) or sit right next to it in creation order
-   (their context is the same), so ten results cover more than one conversation. The value that
-   picked a result is the score shown, so scores fall down the list.
+   (their context is the same), so ten results cover more than one conversation. A question that
+   gathers several things said at different times ("What books has she read?", "How many times
+   ...") is pushed further apart (``Weights.spread``): its answer is spread over the conversation.
+   The value that picked a result is the score shown, so scores fall down the list.
 7. Floor: a result whose shown score (the value that picked it, a share of the best) is below
    ``Weights.floor`` is left out (MEMVAULT_RECALL_FLOOR), so a small vault answers with what is
    relevant only; cross-validation keeps the highest floor that costs LoCoMo nothing.

@@ -22,7 +22,8 @@ _SAYS_WHEN = re.compile(
 
 _NOT_PLURAL = r"(?!(?:is|was|does|has|this|us|yes|always)\b)"
 _ASKS_SEVERAL = re.compile(
-    r"\b(how many|both|in common)\b"
+    r"\b(how many|both|in common|(types|kinds|ways|sorts) of|in what ways)\b"
+    r"|^\W*(what|who)\s+(are|were)\b|^\W*what\s+(does|do)\s+\w+\s+do\s+to\b"
     rf"|^\W*(what|which|where|who)\s+(?:[\w+-]+\s+){{0,2}}{_NOT_PLURAL}[a-z+-]+s\s+"
     r"(has|have|does|do|did|is|are|was|were)\b"
     r"|^\W*(what|which|where|who|how)\s+(has|have)\s+(?!\w+\s+been\b)",

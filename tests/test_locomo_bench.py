@@ -134,3 +134,29 @@ def test_cross_validation_fits_on_the_others_and_scores_the_held_out(tmp_path: P
     assert cv.evaluated >= 3
     text = bench.report(res, "python bench/locomo.py " + " ".join(argv))
     assert "held back (cross-validated)" in text and "| 97 |" in text
+
+
+def test_the_weight_search_moves_only_for_a_gain_that_outweighs_the_noise(monkeypatch):
+    bench = load_bench()
+    monkeypatch.setattr(bench, "AXES", {"title": (0.0, 0.3, 0.5)})
+    start = bench.DEFAULT_WEIGHTS.replace(title=0.5)
+
+    class Fixed(bench.Grid):
+        """Scores by the title weight alone, as given, on one 1000-question conversation."""
+
+        def __init__(self, turn_by_title: dict[float, int]) -> None:
+            self.turn_by_title = turn_by_title
+
+        async def scores(self, weights):  # type: ignore[no-untyped-def]
+            s = bench.Scores(n=1000, session_all_10=950)  # far above its target: turn any@10 decides
+            s.turn_any[10] = self.turn_by_title[weights.title]
+            return {"a": s}
+
+    import asyncio
+
+    # 0.1 point better (one question in 1000): not worth leaving the current weights for.
+    small = Fixed({0.0: 770, 0.3: 771, 0.5: 770})
+    assert asyncio.run(small.fit(["a"], start)).title == 0.5
+    # A point better: the search moves.
+    large = Fixed({0.0: 780, 0.3: 771, 0.5: 770})
+    assert asyncio.run(large.fit(["a"], start)).title == 0.0
