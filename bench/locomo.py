@@ -15,10 +15,12 @@ evidence turns are looked up in the reply's lines. Figures (no LLM involved):
 
 `--latency-memories N` (default 10,000) then measures recall on a token of N memories (the turns
 again, cycled with the year shifted so nothing repeats, written as files before the server
-starts), over HTTP and through the tool's body alone. Category 5 (adversarial) questions and
-questions without usable evidence ids are left out and counted. The server runs with its
-default configuration except MEMVAULT_CAPACITY (raised so that no turn is archived while the
-benchmark runs) and, with --embedder, MEMVAULT_EMBEDDER.
+starts), over HTTP and through the tool's body alone. `--cv` cross-validates the ranking's weights
+(leave one conversation out, a few minutes); `--try neighbour=0.2,spread=0.3` (repeatable) scores
+candidate weights on every conversation, which with `--latency-memories 0` takes about a minute.
+Category 5 (adversarial) questions and questions without usable evidence ids are left out and
+counted. The server runs with its default configuration except MEMVAULT_CAPACITY (raised so that
+no turn is archived while the benchmark runs) and, with --embedder, MEMVAULT_EMBEDDER.
 """
 
 from __future__ import annotations
@@ -221,6 +223,7 @@ class Results:
     scale_embed_s: float = 0.0
     ablation: list[tuple[str, dict[str, float]]] = field(default_factory=list)
     cv: CrossValidation | None = None
+    tried: list[tuple[Weights, dict[str, Scores]]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------- the server
@@ -308,6 +311,41 @@ async def run_ablation(
         weights = DEFAULT_WEIGHTS.replace(**{name: OFF[name] for name in off})
         by_conv = await score_weights(recaller, conversations, names_by_token, weights)
         res.ablation.append((label, pooled(by_conv.values()).row()))
+
+
+def parse_weights(spec: str) -> Weights:
+    """``neighbour=0.2,spread=0.3`` (``context=0.7/0.35``) as the default weights with those changes."""
+    known = {f.name for f in dataclasses.fields(Weights)}
+    changes: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, _, value = part.partition("=")
+        name = name.strip()
+        if name not in known or not value:
+            raise SystemExit(
+                f"--try wants name=value pairs with names among {', '.join(sorted(known))}; not {part!r}"
+            )
+        try:
+            numbers = tuple(float(v) for v in value.split("/"))
+        except ValueError:
+            raise SystemExit(f"--try: {value!r} is not a number (context takes two: 0.7/0.35)") from None
+        changes[name] = numbers if name == "context" else numbers[0]
+    return DEFAULT_WEIGHTS.replace(**changes)
+
+
+def tried_lines(tried: list[tuple[Weights, dict[str, Scores]]]) -> list[str]:
+    """One line per --try setting: pooled turn any@10 / session all@10, then each conversation's."""
+    lines = []
+    for weights, by_conv in tried:
+        total = pooled(by_conv.values())
+        each = " ".join(
+            f"{name} {fmt(s.pct(s.turn_any[10]))}/{fmt(s.pct(s.session_all_10))}"
+            for name, s in by_conv.items()
+        )
+        lines.append(
+            f"{fmt(total.pct(total.turn_any[10]))} / {fmt(total.pct(total.session_all_10))} "
+            f"[{each}] with {show_weights(weights)}"
+        )
+    return lines
 
 
 # ---------------------------------------------------------------------------- cross-validation
@@ -468,6 +506,7 @@ async def run_quality(
     *,
     ablation: bool = False,
     cv: bool = False,
+    tries: Sequence[Weights] = (),
 ) -> None:
     async with serve(settings) as srv:
         names_by_token: dict[str, dict[str, str]] = {}
@@ -502,6 +541,11 @@ async def run_quality(
                     res.by_category[question.category].add(ranked, question.evidence)
         if ablation:
             await run_ablation(srv.app.state.store, conversations, names_by_token, res)
+        for weights in tries:
+            by_conv = await score_weights(
+                Recaller(srv.app.state.store), conversations, names_by_token, weights
+            )
+            res.tried.append((weights, by_conv))
         if cv:
             res.cv = await run_cv(srv.app.state.store, conversations, names_by_token)
 
@@ -672,7 +716,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="also cross-validate the ranking's weights (leave one conversation out)",
     )
+    parser.add_argument(
+        "--try",
+        dest="tries",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE,...",
+        help="also score these weights through the tool's body, e.g. neighbour=0.2,spread=0.3 (repeatable; "
+        "printed with each conversation's figures, not written to --out): with --latency-memories 0, "
+        "a candidate change costs about a minute",
+    )
     args = parser.parse_args(argv)
+    tries = [parse_weights(spec) for spec in args.tries]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     command = shlex.join(["python", "bench/locomo.py", *(sys.argv[1:] if argv is None else argv)])
 
@@ -687,7 +742,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings.validate()
     try:
         quality = settings.replace(root=root / "quality")
-        asyncio.run(run_quality(conversations, quality, res, ablation=args.ablation, cv=args.cv))
+        asyncio.run(run_quality(conversations, quality, res, ablation=args.ablation, cv=args.cv, tries=tries))
         if args.latency_memories:
             asyncio.run(
                 run_scale(
@@ -702,6 +757,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     section = report(res, command)
     print(section)
+    for line in tried_lines(res.tried):
+        print("tried:", line)
     if args.out:
         update_results(args.out, section, command, MARK_START, MARK_END, grouped=False)
         print(f"written to {args.out}", file=sys.stderr)

@@ -160,3 +160,23 @@ def test_the_weight_search_moves_only_for_a_gain_that_outweighs_the_noise(monkey
     # A point better: the search moves.
     large = Fixed({0.0: 780, 0.3: 771, 0.5: 770})
     assert asyncio.run(large.fit(["a"], start)).title == 0.0
+
+
+def test_try_scores_candidate_weights_per_conversation_without_writing_them(tmp_path: Path, capsys):
+    bench = load_bench()
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("98", "99"):
+        (data / f"{name}.json").write_text(json.dumps(conversation()), encoding="utf-8")
+    results = tmp_path / "RESULTS.md"
+    argv = [str(data), "--latency-memories", "0", "--dir", str(tmp_path), "--out", str(results)]
+    assert bench.main([*argv, "--try", "title=0", "--try", "context=0.5/0.25, spread=0.3"]) == 0
+    tried = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tried:")]
+    assert len(tried) == 2
+    assert "[98 " in tried[0] and " 99 " in tried[0] and "title 0," in tried[0]
+    assert "context 0.5/0.25" in tried[1] and "spread 0.3" in tried[1]
+    assert "tried:" not in results.read_text(encoding="utf-8")
+    with pytest.raises(SystemExit, match="names among"):
+        bench.main([*argv, "--try", "speed=2"])
+    with pytest.raises(SystemExit, match="not a number"):
+        bench.main([*argv, "--try", "title=high"])
