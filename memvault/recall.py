@@ -23,8 +23,10 @@ How a memory is scored for a query, and why:
 5. Reranking (optional, memvault.rerankers): a cross-encoder's view of the best candidates is added.
 6. Diversity: results are picked one by one, each time discounting candidates that repeat a
    result already picked (cosine of their vectors) or sit right next to it in creation order
-   (their context is the same), so ten results cover more than one conversation. The value that
-   picked a result is the score shown, so scores fall down the list.
+   (their context is the same), so ten results cover more than one conversation. A question that
+   gathers several things said at different times ("What books has she read?", "How many times
+   ...") is pushed further apart (``Weights.spread``): its answer is spread over the conversation.
+   The value that picked a result is the score shown, so scores fall down the list.
 7. Floor: a result whose shown score (the value that picked it, a share of the best) is below
    ``Weights.floor`` is left out (MEMVAULT_RECALL_FLOOR), so a small vault answers with what is
    relevant only; cross-validation keeps the highest floor that costs LoCoMo nothing.
@@ -51,7 +53,7 @@ from memvault.embedders import FloatMatrix
 from memvault.errors import InvalidArgument, quote
 from memvault.markdown import PRIORITIES, Memory, clean_tags
 from memvault.names import key
-from memvault.recalltext import asks_when_question, says_when, snippet
+from memvault.recalltext import asks_for_several, asks_when_question, says_when, snippet
 from memvault.rerankers import Reranker, RerankerUnavailable, Reranking
 from memvault.text import tokenize
 from memvault.topics import Layout, creation_order
@@ -80,6 +82,7 @@ PRIORITY_FACTOR = {"P0": 1.1, "P1": 1.05, "P2": 1.0}
 REPEAT_PENALTY = 0.4  # times the best cosine with a result already picked
 NEIGHBOUR_PENALTY = 0.25  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked
 NEIGHBOUR_SCALE = 10.0
+SPREAD = 0.1  # added to NEIGHBOUR_PENALTY for a question that asks for several things
 POOL = 40  # candidates considered for diversity (at least 4 x limit)
 LEXICAL_LIMIT = 500  # lexical hits scored per query (the rest score too little to matter)
 STALE_DAYS = 30
@@ -103,6 +106,7 @@ class Weights:
     neighbour: float = NEIGHBOUR_PENALTY
     floor: float = FLOOR  # relevance floor: a share of the best result's score
     when: float = WHEN_BOOST  # a "when ..." question, a memory that says when (yesterday, last week)
+    spread: float = SPREAD  # added to the neighbour penalty when the question asks for several things
 
     def replace(self, **changes: object) -> Weights:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -442,7 +446,7 @@ class Recaller:
             where,
             view.vectors if model else None,
             repeat_penalty=weights.repeat,
-            neighbour_penalty=weights.neighbour,
+            neighbour_penalty=weights.neighbour + (weights.spread if asks_for_several(query) else 0.0),
         )
         results = []
         for row, value, _ in picked:

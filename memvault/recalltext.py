@@ -20,10 +20,26 @@ _SAYS_WHEN = re.compile(
     re.I,
 )
 
+_NOT_PLURAL = r"(?!(?:is|was|does|has|this|us|yes|always)\b)"
+_ASKS_SEVERAL = re.compile(
+    r"\b(how many|both|in common|(types|kinds|ways|sorts) of|in what ways)\b"
+    r"|^\W*(what|who)\s+(are|were)\b|^\W*what\s+(does|do)\s+\w+\s+do\s+to\b"
+    rf"|^\W*(what|which|where|who)\s+(?:[\w+-]+\s+){{0,2}}{_NOT_PLURAL}[a-z+-]+s\s+"
+    r"(has|have|does|do|did|is|are|was|were)\b"
+    r"|^\W*(what|which|where|who|how)\s+(has|have)\s+(?!\w+\s+been\b)",
+    re.I,
+)
+
 
 def asks_when_question(query: str) -> bool:
     """A question about when something happened ("When did ...", "What year ...")."""
     return _ASKS_WHEN.search(query) is not None
+
+
+def asks_for_several(query: str) -> bool:
+    """A question whose answer gathers several things said at different times ("What books has she
+    read?", "How many times ...", "What do they both like?")."""
+    return _ASKS_SEVERAL.search(query) is not None
 
 
 def says_when(text: str) -> bool:

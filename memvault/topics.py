@@ -27,7 +27,7 @@ MIN_MEMORIES = 50  # fewer than this: too little text to learn from
 MAX_ROWS = 20_000  # a bigger vault fits on its most recent memories (time and memory stay bounded)
 OVERSAMPLE = 32
 POWER_ITERATIONS = 2
-NEIGHBOUR_SHARE = 0.5  # of the terms of the memory written just before and just after
+NEIGHBOUR_SHARE = 0.75  # of the terms of the memory written just before and just after
 MAX_DF_SHARE = 0.5  # terms in more than this share of memories carry no topic
 CHUNK = 32_768  # non-zeros per step of a sparse product (bounds temporary memory: 12 MB at k=64)
 SEED = 20240607

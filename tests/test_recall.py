@@ -19,7 +19,7 @@ from memvault.embeddings import Embeddings
 from memvault.errors import InvalidArgument
 from memvault.markdown import Memory
 from memvault.recall import Recaller, layout, snippet
-from memvault.recalltext import SNIPPET_CHARS, asks_when_question, says_when
+from memvault.recalltext import SNIPPET_CHARS, asks_for_several, asks_when_question, says_when
 from memvault.rerankers import RerankerUnavailable, Reranking
 from memvault.store import Store
 from memvault.vectors import VectorView
@@ -676,5 +676,55 @@ async def test_a_when_question_prefers_the_memory_that_says_when(make_settings: 
         # Only questions about when: the same words asked otherwise rank as before.
         plain = await recaller.recall("t", "Caroline support group", weights=boosted)
         assert names(plain)[0] == "note-one.md"
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------------------- questions that gather
+
+
+def test_questions_that_ask_for_several_things_are_recognised():
+    assert asks_for_several("What books has Melanie read?")
+    assert asks_for_several("What LGBTQ+ events has Caroline participated in?")
+    assert asks_for_several("What pets does Nate have?")
+    assert asks_for_several("How many times has Melanie gone to the beach?")
+    assert asks_for_several("What do Jon and Gina both have in common?")
+    assert asks_for_several("Where has Maria made friends?")
+    assert asks_for_several("What are Joanna's hobbies?")
+    assert asks_for_several("What does Melanie do to destress?")
+    assert asks_for_several("What types of yoga has Maria practiced?")
+    assert not asks_for_several("What is Caroline's identity?")
+    assert not asks_for_several("When did Caroline go to the support group?")
+    assert not asks_for_several("How long has Caroline had her current group of friends?")
+    assert not asks_for_several("What did Melanie paint last week?")
+
+
+async def test_a_question_that_gathers_spreads_its_results_over_the_conversation(
+    make_settings: Callable[..., Settings],
+):
+    clock = Clock()
+    store, recaller = await make(make_settings(), clock=clock)
+    try:
+        # One conversation saved turn by turn: two adjacent turns about one book, much later another.
+        turns = [
+            "I just finished a book about whales, such a good book to read.",
+            "That book about whales sounds great, I read that book too.",
+            *(f"Unrelated chatter number {i} about the weather." for i in range(14)),
+            "Last month I read a book on gardening.",
+        ]
+        for i, text in enumerate(turns):
+            await store.write("chat", title=f"Turn {i}", content=text)
+            clock.now += timedelta(seconds=5)
+        await settle(store)
+        plain = recaller.weights.replace(floor=0, vector=0, topic=0, repeat=0, neighbour=0.1, spread=0)
+        spread = plain.replace(spread=1.0)
+        gathers = "What books has Melanie read?"
+        pair = {"turn-0.md", "turn-1.md"}
+        assert set(names(await recaller.recall("chat", gathers, limit=2, weights=plain))) == pair
+        found = names(await recaller.recall("chat", gathers, limit=2, weights=spread))
+        assert found[0] in pair and found[1] == "turn-16.md", found
+        # A question after one thing keeps the closest match second, spread or not.
+        one = "Did Melanie read a book?"
+        assert set(names(await recaller.recall("chat", one, limit=2, weights=spread))) == pair
     finally:
         await store.close()
