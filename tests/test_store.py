@@ -92,6 +92,30 @@ def test_reindex_command_reports_counts(vault_root, capsys):
     assert "bob: reindexed 1 memories" in capsys.readouterr().out
 
 
+def _count_thread_trips(monkeypatch, which):
+    """The worker-thread trips ``which(func, args)`` picks, as (func, args), from now on."""
+    import anyio.to_thread
+
+    trips = []
+    real = anyio.to_thread.run_sync
+
+    async def counted(func, *args, **kwargs):
+        if which(func, args):
+            trips.append((func, args))
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    return trips
+
+
+def _alice_with(vault_root, body):
+    """Token alice's folder with one hand-written memory, a.md."""
+    folder = vault_root / "alice"
+    folder.mkdir()
+    _hand_write(folder, "a.md", body)
+    return folder
+
+
 def _hand_write(folder, name, body):
     (folder / name).write_text(f"---\npriority: P1\n---\n# {name[:-3]}\n\n{body}\n", encoding="utf-8")
 
@@ -631,23 +655,12 @@ async def test_a_sweep_moves_in_batches_and_keeps_what_was_read_since_its_plan(
 async def test_reads_of_unchanged_files_stay_on_the_loop_and_changed_ones_go_to_a_thread(
     make_settings, vault_root, monkeypatch
 ):
-    import anyio.to_thread
-
-    folder = vault_root / "alice"
-    folder.mkdir()
-    _hand_write(folder, "a.md", "the word is wombatique")
+    folder = _alice_with(vault_root, "the word is wombatique")
     store = Store(make_settings())
     try:
         await store.state("alice")
-        hops = []
-        real = anyio.to_thread.run_sync
-
-        async def counted(func, *args, **kwargs):
-            if "Store._" in repr(func):  # the read's own work, not the background access records
-                hops.append(func)
-            return await real(func, *args, **kwargs)
-
-        monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+        # the read's own work, not the background access records
+        hops = _count_thread_trips(monkeypatch, lambda func, args: "Store._" in repr(func))
         assert [m.id for m in (await store.find("alice", query="wombatique")).memories] == ["a.md"]
         assert [m.id for m in (await store.find("alice", filenames=["a.md"])).memories] == ["a.md"]
         assert hops == []  # memory and a stat: no worker thread
@@ -663,9 +676,7 @@ async def test_a_read_never_makes_the_event_loop_wait_for_a_worker_threads_lock(
     import asyncio
     import threading
 
-    folder = vault_root / "alice"
-    folder.mkdir()
-    _hand_write(folder, "a.md", "the word is wombatique")
+    _alice_with(vault_root, "the word is wombatique")
     store = Store(make_settings())
     try:
         state = await store.state("alice")
@@ -697,7 +708,6 @@ async def test_a_read_never_makes_the_event_loop_wait_for_a_worker_threads_lock(
 async def test_reads_of_many_tokens_are_recorded_in_one_worker_thread_trip(
     make_settings, vault_root, monkeypatch
 ):
-    import anyio.to_thread
 
     tokens = [f"agent{i}" for i in range(6)]
     for token in tokens:
@@ -707,19 +717,13 @@ async def test_reads_of_many_tokens_are_recorded_in_one_worker_thread_trip(
     try:
         found = {token: await store.find(token, filenames=["note.md"]) for token in tokens}
         await store.idle()
-        trips = []
-        real = anyio.to_thread.run_sync
-
-        async def counted(func, *args, **kwargs):
-            if getattr(func, "__name__", "") == "_flush_each":
-                trips.append(len(args[0]))
-            return await real(func, *args, **kwargs)
-
-        monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+        trips = _count_thread_trips(
+            monkeypatch, lambda func, args: getattr(func, "__name__", "") == "_flush_each"
+        )
         for token in tokens:
             await store.touch(token, found[token].memories)
         await store.idle()
-        assert trips == [len(tokens)]  # one trip for every token's rows, not one per token
+        assert [len(args[0]) for _, args in trips] == [len(tokens)]  # one trip for all tokens' rows
         for token in tokens:
             state = await store.state(token)
             assert state.sidecar is not None and "note.md" in state.sidecar.last_access()
