@@ -257,8 +257,7 @@ class Embeddings:
                     failures += 1
                     if failures == 1 or failures % 10 == 0:
                         log.warning("embedding batch failed (%s); retrying", type(exc).__name__)
-                    with self._cond:
-                        self._cond.wait(min(60.0, 0.5 * 2**failures))
+                    self._rest(min(60.0, 0.5 * 2**failures))
 
     def _rest(self, seconds: float) -> None:
         """Pause for ``seconds``, or until closed. New work notifies the condition; it must not cut
