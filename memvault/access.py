@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound
+from memvault.errors import Conflict, InvalidArgument, InvalidName, MemvaultError, NotFound
 from memvault.files import fsync_dir
 from memvault.markdown import Memory
 from memvault.resources import bookkeep, note_failure
@@ -119,8 +119,11 @@ class Recorder:
                 await asyncio.sleep(COALESCE)
                 due, self._due = list(self._due.values()), {}
                 async with contextlib.AsyncExitStack() as held:
-                    for state in due:
-                        await held.enter_async_context(self.tokens.using(state.token))
+                    for state in list(due):
+                        try:
+                            await held.enter_async_context(self.tokens.using(state.token))
+                        except MemvaultError:  # e.g. its folder became a link: the others go on
+                            due.remove(state)
                     await anyio.to_thread.run_sync(_flush_each, due)
                 for state in due:
                     if state.pending.files and not state.pending.draining:

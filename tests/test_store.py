@@ -729,3 +729,31 @@ async def test_reads_of_many_tokens_are_recorded_in_one_worker_thread_trip(
             assert state.sidecar is not None and "note.md" in state.sidecar.last_access()
     finally:
         await store.close()
+
+
+async def test_a_token_that_cannot_be_held_does_not_stop_the_others_accesses_being_recorded(
+    make_settings, vault_root
+):
+    for token in ("alice", "bob"):
+        (vault_root / token).mkdir()
+        _hand_write(vault_root / token, "note.md", f"a note of {token}")
+    store = Store(make_settings())
+    try:
+        found = {token: await store.find(token, filenames=["note.md"]) for token in ("alice", "bob")}
+        for token in ("alice", "bob"):  # a first access each, and the day's sweep, done with
+            await store.touch(token, found[token].memories)
+        await store.idle()
+        bob = await store.state("bob")
+        assert bob.sidecar is not None
+        first = bob.sidecar.last_access()["note.md"]
+        alice = await store.state("alice")
+        (vault_root / "alice").rename(vault_root / "elsewhere")
+        (vault_root / "alice").symlink_to(vault_root / "elsewhere")  # now refused as a linked folder
+        alice.link_checked = 0.0  # looked at again on its next use
+        await store.touch("bob", found["bob"].memories)
+        alice.pending.add(["note.md"], store.clock(), True)
+        store.recorder.noted(alice)  # due in the same round as bob
+        await store.idle()
+        assert bob.sidecar.last_access()["note.md"] > first
+    finally:
+        await store.close()
