@@ -322,7 +322,7 @@ class Sidecar:
             conn = self._conn
             cached = self._access_cache
             if accessed and cached is not None:
-                version = (self._writes, conn.execute("PRAGMA data_version").fetchone()[0])
+                version = self._version(conn)
                 carry = cached[0] == version
             else:
                 carry = False
@@ -343,6 +343,11 @@ class Sidecar:
                         if id_ not in times or times[id_] < at:
                             times[id_] = at
                     self._access_cache = ((self._writes, version[1]), times)
+
+    def _version(self, conn: sqlite3.Connection) -> tuple[int, int]:
+        """What the database holds, as far as the access cache cares: our transactions so far and
+        SQLite's data_version (which moves with other connections' commits). Lock held."""
+        return self._writes, conn.execute("PRAGMA data_version").fetchone()[0]
 
     # -- for the modules that keep their own tables (sessions, graph) ---------------------
 
@@ -417,7 +422,7 @@ class Sidecar:
         transactions and other processes' commits (SQLite's data_version) make it stale.
         """
         with self._read() as conn:
-            version = (self._writes, conn.execute("PRAGMA data_version").fetchone()[0])
+            version = self._version(conn)
             cached = self._access_cache
             if cached is not None and cached[0] == version:
                 times = cached[1]
