@@ -367,10 +367,6 @@ def embedding_state(port: int) -> tuple[int, float]:
     return int(embeddings.get("pending", 0)), float(embeddings.get("cpu_seconds", 0.0))
 
 
-def tally_calls(tally: Tally) -> int:
-    return max(1, len(tally.all()))
-
-
 def cpu_seconds(pid: int, *, system: bool = False, task: int | None = None) -> float:
     """User + system (or only system) CPU seconds a process (or one of its threads) has used so far
     (Linux)."""
@@ -450,11 +446,10 @@ def main() -> int:
             urls = [f"http://127.0.0.1:{port}/mcp/" for _ in range(args.tokens)]
             cpu0 = cpu_seconds(floor.pid)
             tally, elapsed = asyncio.run(drive(urls, args.seconds, lambda i, rng: ("echo", {"text": "hi"})))
+            floor_cpu = cpu_seconds(floor.pid) - cpu0
             floor_result = report(tally, elapsed)
-            floor_result["server_cpu"] = (cpu_seconds(floor.pid) - cpu0) / elapsed
-            floor_result["server_cpu_ms_per_call"] = (
-                1000 * (cpu_seconds(floor.pid) - cpu0) / tally_calls(tally)
-            )
+            floor_result["server_cpu"] = floor_cpu / elapsed
+            floor_result["server_cpu_ms_per_call"] = 1000 * floor_cpu / max(1, floor_result["calls"])
         finally:
             stop(floor)
         print(f"floor: {floor_result['rate']:.0f} calls/s", flush=True)
