@@ -426,8 +426,7 @@ class Grid:
                 for candidate in values:
                     w = current.replace(**{axis: candidate})
                     v = await value(w)
-                    higher_floor = axis == "floor" and v == best_value and candidate > best.floor
-                    if (v > best_value and v >= base + MIN_GAIN) or higher_floor:
+                    if v > best_value and v >= base + MIN_GAIN:
                         best, best_value = w, v
                 current = best
             if current == before:
