@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
@@ -21,12 +20,25 @@ def version_of(memory: Memory) -> str:
     """A short fingerprint of what a person or an agent edits: title, content, priority, tags,
     importance. Access times are left out, so reading a memory (which may write its
     lastAccessedAt back) never changes its version; any edit, by hand or by a tool, does."""
-    return _version(memory.title, memory.content, memory.priority, memory.tags, memory.importance)
+    if not memory.hash:
+        return _version(memory)
+    seen = (memory.id, memory.hash)  # the same file, the same name: the same fields
+    found = _VERSIONS.get(seen)
+    if found is None:
+        if len(_VERSIONS) >= VERSIONS_KEPT:
+            _VERSIONS.clear()
+        found = _VERSIONS[seen] = _version(memory)
+    return found
 
 
-@functools.lru_cache(maxsize=1024)  # every read shows versions; a string hashes once
-def _version(title: str, content: str, priority: str, tags: tuple[str, ...], importance: float | None) -> str:
-    what = [title, content, priority, sorted(tags), importance]
+# Every read shows each memory's version: worked out once per file content. Keyed by name and file
+# hash, not by the text, so old versions of a long memory are not kept alive.
+VERSIONS_KEPT = 4096
+_VERSIONS: dict[tuple[str, str], str] = {}
+
+
+def _version(memory: Memory) -> str:
+    what = [memory.title, memory.content, memory.priority, sorted(memory.tags), memory.importance]
     return hashlib.sha256(json.dumps(what, ensure_ascii=False).encode("utf-8")).hexdigest()[:12]
 
 

@@ -83,6 +83,16 @@ def test_reading_does_not_change_a_version_but_any_edit_does() -> None:
     assert version_of(parse_memory(base, "t.md")) != version_of(parse_memory(edited, "t.md"))
 
 
+def test_versions_are_kept_per_file_and_the_kept_ones_stay_bounded() -> None:
+    from memvault import edits
+
+    same_bytes = b"no heading, the title comes from the name\n"
+    assert version_of(parse_memory(same_bytes, "a.md")) != version_of(parse_memory(same_bytes, "b.md"))
+    for i in range(edits.VERSIONS_KEPT + 10):
+        version_of(parse_memory(f"# T\n\nbody {i}\n".encode(), "t.md"))
+    assert len(edits._VERSIONS) <= edits.VERSIONS_KEPT
+
+
 @pytest.mark.anyio
 async def test_a_stale_version_is_refused_and_the_file_left_as_it_is(make_settings, vault_root: Path) -> None:
     store = Store(make_settings())
