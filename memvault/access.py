@@ -42,6 +42,9 @@ class Pending:
         self.searches: list[bool] = []
         self.files: dict[str, tuple[Memory, datetime]] = {}
         self.draining = False
+        # Records taken but not yet committed: still counted by latest(), so a listing right after
+        # a read never misses its access while the transaction runs.
+        self._flushing: list[list[tuple[tuple[str, ...], datetime, bool]]] = []
 
     def add(self, ids: Sequence[str], at: datetime, hit: bool, due: Sequence[Memory] = ()) -> None:
         with self._lock:
@@ -57,17 +60,25 @@ class Pending:
         """The latest queued access of each id (not yet in the sidecar)."""
         latest: dict[str, datetime] = {}
         with self._lock:
-            for ids, at, _hit in self.records:
-                for id in ids:
-                    if id not in latest or latest[id] < at:
-                        latest[id] = at
+            for batch in (*self._flushing, self.records):
+                for ids, at, _hit in batch:
+                    for id in ids:
+                        if id not in latest or latest[id] < at:
+                            latest[id] = at
         return latest
 
     def take_records(self) -> tuple[list[tuple[tuple[str, ...], datetime, bool]], list[bool]]:
+        """The queued records and search counts; the records stay visible to latest() until
+        ``committed`` is called with them."""
         with self._lock:
             records, self.records = self.records, []
             searches, self.searches = self.searches, []
+            self._flushing.append(records)
         return records, searches
+
+    def committed(self, records: list[tuple[tuple[str, ...], datetime, bool]]) -> None:
+        with self._lock:
+            self._flushing = [batch for batch in self._flushing if batch is not records]
 
     def take_files(self, limit: int = BATCH) -> list[tuple[Memory, datetime]]:
         with self._lock:
@@ -161,9 +172,13 @@ class Recorder:
 
 
 def recorded(state: TokenState) -> dict[str, datetime]:
-    """Each memory's last access as the sidecar has it, with the accesses still queued."""
+    """Each memory's last access as the sidecar has it, with the accesses still queued.
+
+    The queue is read first: a record that leaves it meanwhile is in the sidecar by the time the
+    sidecar is read (take_records keeps it queued until its transaction committed)."""
+    queued = state.pending.latest()
     times = state.sidecar.last_access() if state.sidecar else {}
-    for id, at in state.pending.latest().items():
+    for id, at in queued.items():
         if id not in times or times[id] < at:
             times[id] = at
     return times
@@ -177,11 +192,14 @@ def _flush_each(states: Sequence[TokenState]) -> None:
 def flush_records(state: TokenState) -> None:
     """Write the pending access rows and search counts in one transaction (worker thread)."""
     records, searches = state.pending.take_records()
-    if not records and not searches:
-        return
-    if state.sidecar is None and not state.dir.is_dir():
-        return  # a token that never wrote anything keeps no statistics (and gets no folder)
-    bookkeep("record accesses", lambda: state.ensure_sidecar().record_batch(records, searches))
+    try:
+        if not records and not searches:
+            return
+        if state.sidecar is None and not state.dir.is_dir():
+            return  # a token that never wrote anything keeps no statistics (and gets no folder)
+        bookkeep("record accesses", lambda: state.ensure_sidecar().record_batch(records, searches))
+    finally:
+        state.pending.committed(records)
 
 
 def last_access(memory: Memory, recorded: datetime | None) -> datetime | None:
