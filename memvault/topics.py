@@ -149,24 +149,37 @@ def fold(
     does not know are left out, as they are from a query."""
     n = len(rows)
     size = len(model.column)
+    targets = np.asarray(targets, dtype=np.intp)
+    sources = ((targets, 1.0), (before[targets], model.share), (after[targets], model.share))
+    wanted = np.concatenate([rows_ for rows_, _ in sources])
+    read = np.unique(wanted[(wanted >= 0) & (wanted < n)])  # every row whose words are needed, once
+    found = [rows[i] for i in read.tolist()]
+    lengths = np.fromiter((0 if t is None else t[0].size for t in found), dtype=np.int64, count=len(found))
+    starts = np.zeros(len(found) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    words = np.concatenate([np.zeros(0, np.int32), *(t[0] for t in found if t is not None)]).astype(np.int64)
+    tf = np.concatenate([np.zeros(0, np.float32), *(t[1] for t in found if t is not None)])
+    column = np.full(words.size, -1, dtype=np.int64)  # words the model does not know stay -1
+    known = words < size
+    column[known] = model.column[words[known]]
     parts_row: list[IntArray] = []
     parts_col: list[IntArray] = []
     parts_w: list[FloatMatrix] = []
-    for sources, share in ((targets, 1.0), (before[targets], model.share), (after[targets], model.share)):
-        if not share:
+    for source, share in sources:
+        ok = np.flatnonzero((source >= 0) & (source < n))
+        if not share or not ok.size:
             continue
-        for i, source in enumerate(sources.tolist()):
-            terms = rows[source] if 0 <= source < n else None
-            if terms is None or not terms[0].size:
-                continue
-            ids = terms[0].astype(np.int64)
-            cols = np.where(ids < size, model.column[np.minimum(ids, size - 1)], -1)
-            keep = cols >= 0
-            parts_row.append(np.full(int(keep.sum()), i, dtype=np.int64))
-            parts_col.append(cols[keep])
-            parts_w.append(terms[1][keep] * np.float32(share))
+        at_read = np.searchsorted(read, source[ok])
+        span = lengths[at_read]
+        # Positions of the sources' words in the flat arrays (a ragged gather, as in fit).
+        at = np.repeat(starts[at_read] - np.cumsum(span) + span, span) + np.arange(int(span.sum()))
+        cols = column[at]
+        keep = cols >= 0
+        parts_row.append(np.repeat(ok, span)[keep])
+        parts_col.append(cols[keep])
+        parts_w.append(tf[at][keep] * np.float32(share))
     out = np.zeros((len(targets), model.k), dtype=np.float32)
-    if not parts_row:
+    if not parts_row or not sum(part.size for part in parts_row):
         return out
     row_of = np.concatenate(parts_row)
     order = np.argsort(row_of, kind="stable")
