@@ -44,6 +44,10 @@ WORKER_DUTY_PAUSE = 1.0  # after each batch the worker rests as long as the batc
 # proportion to that gave the worker a quarter of the process's CPU (measured, bench_load).
 BUSY_DUTY_PAUSE = 19.0
 BUSY_SECONDS = 1.0  # a request within this long makes the process busy
+# Once a token's writes pause this long (and at least 50 times as long as its last topic fit took,
+# so refits stay under 2% of a core), its topic model is refitted on every row (vectors.quiet_in).
+QUIET_SECONDS = 2.0
+QUIET_FIT_FACTOR = 50.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,7 @@ class Embeddings:
         self.context_gap = 3600.0
         self.topic_share = topics.NEIGHBOUR_SHARE
         self._taken = 0  # memories taken by the batch in hand: pending() counts them until placed
+        self.quiet_seconds = QUIET_SECONDS
 
     # -- the embedder --------------------------------------------------------------------------
 
@@ -185,8 +190,27 @@ class Embeddings:
         return sum(v.pending for v in list(self._tokens)) + self._taken
 
     def topics_due(self) -> int:
-        """Loaded tokens whose topic model waits to be (re)fitted."""
-        return sum(1 for v in list(self._tokens) if v.topics_due)
+        """Loaded tokens whose topic model waits to be (re)fitted, now or once their writes pause."""
+        now = time.monotonic()
+        return sum(
+            1 for v in list(self._tokens) if v.topics_due or v.quiet_in(self._quiet(v), now) is not None
+        )
+
+    def _quiet(self, vectors: TokenVectors) -> float:
+        return max(self.quiet_seconds, QUIET_FIT_FACTOR * vectors.fit_seconds)
+
+    def _until_quiet(self) -> float | None:
+        """Mark the tokens whose writes have paused long enough (see TokenVectors.quiet_in); the
+        seconds until the next one will have, or None (called with the condition held)."""
+        now = time.monotonic()
+        soonest: float | None = None
+        for vectors in self._tokens:
+            left = vectors.quiet_in(self._quiet(vectors), now)
+            if left is not None and left <= 0:
+                vectors.mark_quiet()
+            elif left is not None:
+                soonest = left if soonest is None else min(soonest, left)
+        return soonest
 
     def _wake(self) -> None:
         self._start()
@@ -235,7 +259,12 @@ class Embeddings:
                 while not self._closed and (self._holds or not any(v.has_work for v in self._tokens)):
                     self._busy = False
                     self._cond.notify_all()
-                    self._cond.wait()
+                    if self._holds:
+                        self._cond.wait()
+                        continue
+                    until = self._until_quiet()  # may mark a token, which then has work
+                    if not any(v.has_work for v in self._tokens):
+                        self._cond.wait(until)
                 if self._closed:
                     self._busy = False
                     self._cond.notify_all()

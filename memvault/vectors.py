@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -132,6 +133,8 @@ class TokenVectors:
         self._seq: list[int] = []
         self._topic_mark = 0
         self._fitted_mark = 0
+        self._last_write = 0.0  # time.monotonic() of the latest write
+        self.fit_seconds = 0.0  # CPU time of the latest fit (the pause before a quiet mark scales with it)
         # Vectors of memories dropped lately, by text hash: a move (archive, restore, rename) is a
         # drop and an add, and the add finds its vector here even if the drop was handled first.
         self._recent: dict[str, FloatMatrix] = {}
@@ -227,6 +230,7 @@ class TokenVectors:
 
     def _wrote(self, row: int) -> None:
         self._writes += 1
+        self._last_write = time.monotonic()
         self._seq[row] = self._writes
         if topics.marks_due(rows=len(self._rows), writes=self._writes, mark=self._topic_mark):
             self._topic_mark = self._writes
@@ -269,9 +273,25 @@ class TokenVectors:
     def topics_due(self) -> bool:
         return topics.refit_due(mark=self._topic_mark, fitted=self._fitted_mark, waiting=len(self._pending))
 
+    def quiet_in(self, quiet: float, now: float) -> float | None:
+        """Seconds until the writes since the latest mark have been quiet for ``quiet`` seconds (0:
+        they have), None if there are none or the token is too small for topics. Once writes pause,
+        a mark of their own (mark_quiet) has the model learn from every row: folding in is exact
+        only for words the model knew, so what was written since the fit is learnt from too."""
+        with self._lock:
+            if self._writes == self._topic_mark or len(self._rows) < topics.MIN_MEMORIES or self._pending:
+                return None
+            return max(0.0, self._last_write + quiet - now)
+
+    def mark_quiet(self) -> None:
+        """Mark the latest write: the next fit learns from every row as it is now."""
+        with self._lock:
+            self._topic_mark = self._writes
+
     def fit_topics(self, gap: float, share: float = topics.NEIGHBOUR_SHARE) -> None:
         """Fit the topic model on the rows written up to the latest mark, then place every row in
         it (worker thread; the lock is not held while fitting)."""
+        cpu = time.thread_time()
         with self._lock:
             keys = list(self._keys)
             terms = list(self._terms)
@@ -302,6 +322,7 @@ class TokenVectors:
         with self._lock:
             self._placement = placement
             self._fitted_mark = mark
+            self.fit_seconds = time.thread_time() - cpu
             self._replace_later(generation, placement)
             self.version += 1
 

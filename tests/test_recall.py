@@ -758,6 +758,14 @@ def subject_words(subject: str, rng: np.random.Generator, size: int = 10) -> str
     return " ".join(f"{subject}{i}x" for i in rng.choice(200, size=size, replace=False))
 
 
+async def topics_settled(store: Store, seconds: float = 30.0) -> None:
+    """Wait until no token's topic model waits for a fit, now or once its writes pause."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while store.embeddings.topics_due():
+        assert asyncio.get_running_loop().time() < deadline, "topics still due"
+        await asyncio.sleep(0.05)
+
+
 async def test_a_memory_written_after_the_fit_is_placed_in_its_topics_at_once(
     make_settings: Callable[..., Settings],
 ):
@@ -765,6 +773,7 @@ async def test_a_memory_written_after_the_fit_is_placed_in_its_topics_at_once(
     store, recaller = await make(make_settings(), clock=clock)
     topics_only = ranking.DEFAULT_WEIGHTS.replace(vector=0.0, context=(0.0, 0.0))
     rng = np.random.default_rng(7)
+    store.embeddings.quiet_seconds = 3600.0  # no refit once writes pause, within the test
     try:
         for i in range(160):  # two subjects, each memory two hours after the last (no neighbours)
             clock.now += timedelta(hours=2)
@@ -802,6 +811,7 @@ async def test_the_same_writes_give_the_same_topic_scores_however_the_worker_kee
         await write_moments(store, clock, "burst", range(25), settle_each=False)
         await settle(store)
         await write_moments(store, clock, "slow", range(25), settle_each=True)
+        await topics_settled(store)
         views = []
         for token in ("burst", "slow"):
             async with store.using(token) as state:
@@ -811,5 +821,31 @@ async def test_the_same_writes_give_the_same_topic_scores_however_the_worker_kee
             burst, slow = (Recaller._topic_scores(view, query) for view in views)
             assert burst is not None and slow is not None
             assert np.array_equal(burst, slow)
+    finally:
+        await store.close()
+
+
+async def test_once_writes_pause_the_topics_learn_from_every_row(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, _ = await make(make_settings(), clock=clock)
+    rng = np.random.default_rng(3)
+    try:
+        store.embeddings.quiet_seconds = 3600.0
+        # 55 memories: the fit at the 50th write learns from the first 50.
+        for i in range(55):
+            clock.now += timedelta(hours=2)
+            extra = " zebrafinch" if i >= 52 else ""  # a word only the last three say
+            await store.write("t", title=f"Note {i}", content=subject_words("gm"[i % 2], rng) + extra)
+        await settle(store)
+        async with store.using("t") as state:
+            fitted = state.vectors.snapshot().topics
+        assert fitted is not None and fitted.query("zebrafinch") is None  # folded in, not learnt
+        store.embeddings.quiet_seconds = 0.1  # now let the writes' pause count
+        store.embeddings._wake()
+        await topics_settled(store)
+        async with store.using("t") as state:
+            refitted = state.vectors.snapshot().topics
+        assert refitted is not fitted and refitted is not None
+        assert refitted.query("zebrafinch") is not None
     finally:
         await store.close()
