@@ -1,8 +1,8 @@
 """The embedding worker: one thread per process that fills loaded tokens' vectors and refits topics.
 
 It loads the process's embedder lazily (never on the event loop), embeds in batches, reuses
-vectors the sidecar already holds for the same model and text, and refits a token's topic model
-when enough changed (topics.refit_due).
+vectors the sidecar already holds for the same model and text, folds each batch's memories into
+the token's topic model, and refits that model when enough changed (topics.refit_due).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memvault import heap
+from memvault import heap, topics
 from memvault.config import check_spec
 from memvault.embedders import (
     Embedder,
@@ -44,6 +44,10 @@ WORKER_DUTY_PAUSE = 1.0  # after each batch the worker rests as long as the batc
 # proportion to that gave the worker a quarter of the process's CPU (measured, bench_load).
 BUSY_DUTY_PAUSE = 19.0
 BUSY_SECONDS = 1.0  # a request within this long makes the process busy
+# Once a token's writes pause this long (and at least 50 times as long as its last topic fit took,
+# so refits stay under 2% of a core), its topic model is refitted on every row (vectors.quiet_in).
+QUIET_SECONDS = 2.0
+QUIET_FIT_FACTOR = 50.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +88,12 @@ class Embeddings:
         self.last_request = 0.0  # time.monotonic() of the latest request (Tokens.using sets it)
         self.embedded = 0  # texts embedded by the model (not reused from the sidecar); tests count them
         self.cpu_seconds = 0.0  # CPU time the worker spent on batches and topic fits (/healthz)
-        # Which memories count as written together, for the topic model (recall sets the same).
-        self.context_depth = 1
+        # Which memories count as written together, for the topic model (recall sets the same),
+        # and the share of a neighbour's words a memory is read with there.
         self.context_gap = 3600.0
+        self.topic_share = topics.NEIGHBOUR_SHARE
+        self._taken = 0  # memories taken by the batch in hand: pending() counts them until placed
+        self.quiet_seconds = QUIET_SECONDS
 
     # -- the embedder --------------------------------------------------------------------------
 
@@ -178,12 +185,32 @@ class Embeddings:
                 self._cond.notify_all()
 
     def pending(self) -> int:
-        """Memories waiting for a vector, over all loaded tokens."""
-        return sum(v.pending for v in list(self._tokens))
+        """Memories waiting for a vector, over all loaded tokens (the batch in hand included: its
+        memories are not in the vectors or the topics until it is done)."""
+        return sum(v.pending for v in list(self._tokens)) + self._taken
 
     def topics_due(self) -> int:
-        """Loaded tokens whose topic model waits to be (re)fitted."""
-        return sum(1 for v in list(self._tokens) if v.topics_due)
+        """Loaded tokens whose topic model waits to be (re)fitted, now or once their writes pause."""
+        now = time.monotonic()
+        return sum(
+            1 for v in list(self._tokens) if v.topics_due or v.quiet_in(self._quiet(v), now) is not None
+        )
+
+    def _quiet(self, vectors: TokenVectors) -> float:
+        return max(self.quiet_seconds, QUIET_FIT_FACTOR * vectors.fit_seconds)
+
+    def _until_quiet(self) -> float | None:
+        """Mark the tokens whose writes have paused long enough (see TokenVectors.quiet_in); the
+        seconds until the next one will have, or None (called with the condition held)."""
+        now = time.monotonic()
+        soonest: float | None = None
+        for vectors in self._tokens:
+            left = vectors.quiet_in(self._quiet(vectors), now)
+            if left is not None and left <= 0:
+                vectors.mark_quiet()
+            elif left is not None:
+                soonest = left if soonest is None else min(soonest, left)
+        return soonest
 
     def _wake(self) -> None:
         self._start()
@@ -232,7 +259,12 @@ class Embeddings:
                 while not self._closed and (self._holds or not any(v.has_work for v in self._tokens)):
                     self._busy = False
                     self._cond.notify_all()
-                    self._cond.wait()
+                    if self._holds:
+                        self._cond.wait()
+                        continue
+                    until = self._until_quiet()  # may mark a token, which then has work
+                    if not any(v.has_work for v in self._tokens):
+                        self._cond.wait(until)
                 if self._closed:
                     self._busy = False
                     self._cond.notify_all()
@@ -272,9 +304,18 @@ class Embeddings:
         self._worked += len(work)
         if not work and not removed:
             if vectors.topics_due:
-                vectors.fit_topics(self.context_depth, self.context_gap)
+                vectors.fit_topics(self.context_gap, self.topic_share)
                 heap.release()  # now, before the duty-cycle pause: a fit's garbage is large
             return
+        self._taken = len(work)
+        try:
+            self._embed(embedder, vectors, work, removed)
+            # Place the batch in the topics now, not at the next refit: recall finds it at once.
+            vectors.fold_topics(self.context_gap)
+        finally:
+            self._taken = 0
+
+    def _embed(self, embedder: Embedder, vectors: TokenVectors, work: list[Work], removed: list[str]) -> None:
         sidecar = vectors.sidecar()
         name = embedder.name
         texts = [embed_text(w.memory) for w in work]

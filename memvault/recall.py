@@ -56,7 +56,7 @@ from memvault.names import key
 from memvault.recalltext import asks_for_several, asks_when_question, says_when, snippet
 from memvault.rerankers import Reranker, RerankerUnavailable, Reranking
 from memvault.text import tokenize
-from memvault.topics import Layout, creation_order
+from memvault.topics import Layout, creation_order, matvec
 from memvault.vectors import VectorView
 
 if TYPE_CHECKING:
@@ -311,7 +311,6 @@ class Recaller:
         self.weights = weights
         self.reranking = reranking
         self._layouts: dict[str, tuple[int, Layout]] = {}
-        self._fitted: dict[str, tuple[int, npt.NDArray[np.bool_]]] = {}
 
     async def recall(
         self,
@@ -390,7 +389,7 @@ class Recaller:
             if q is not None and q.any():
                 vector = view.similarity(q, n)
                 model = view.name if vector is not None else None
-        topic = self._topic_scores(state.token, view, query)
+        topic = self._topic_scores(view, query)
         score = fuse(
             lexical,
             vector,
@@ -480,21 +479,20 @@ class Recaller:
         chosen = set(rows)
         weighted[[r for r in memories if r not in chosen]] /= top
 
-    def _topic_scores(self, token: str, view: VectorView, query: str) -> FloatArray | None:
-        """Cosine with the query's topics for rows that still hold the memory the model saw."""
-        model = view.topics
-        if model is None:
+    @staticmethod
+    def _topic_scores(view: VectorView, query: str) -> FloatArray | None:
+        """Cosine with the query's topics of every row placed in them (fitted or folded in since)."""
+        model, rows, valid = view.topics, view.topic_rows, view.topic_valid
+        if model is None or rows is None or valid is None:
             return None
-        scores = model.scores(query)
-        if scores is None:
+        place = model.query(query)
+        if place is None:
             return None
-        m = min(len(view.keys), len(model.keys))
-        cached = self._fitted.get(token)
-        if cached is None or cached[0] != view.version:
-            same = np.fromiter((view.keys[r] == model.keys[r] for r in range(m)), dtype=bool, count=m)
-            self._fitted[token] = cached = (view.version, same)
-        topic = np.zeros(len(view.keys), dtype=np.float64)
-        topic[:m] = np.where(cached[1], scores[:m], 0.0)
+        n = len(view.keys)
+        m = min(n, len(rows))
+        topic = np.zeros(n, dtype=np.float64)
+        topic[:m] = matvec(rows[:m], place)
+        topic[~valid[:n]] = 0.0
         return topic
 
     def _record(self, state: TokenState, found: Recall) -> Recall:

@@ -7,6 +7,12 @@ the memories written just before and after it) turns that company into a few doz
 dimensions; a query is folded into them and compared by cosine. Plain numpy: a randomised SVD
 of a sparse matrix kept as CSR arrays, run in the embedding worker thread and refitted after
 enough changes. Nothing is stored: a restart refits in the background.
+
+Between refits, a memory written or changed is folded in (:func:`fold`): its words, with its
+neighbours' share, are projected on the fitted topics the way a query is, in the worker's batch
+that reads it, so recall places it at once. A refit replaces every row's coordinates. Which rows a
+fit learns from is fixed by the writes alone (:func:`marks_due`), not by when the worker gets to
+it, so the same writes give the same model.
 """
 
 from __future__ import annotations
@@ -35,15 +41,22 @@ SEED = 20240607
 FloatMatrix = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 Terms = tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]  # vocabulary ids, weights 1 + log(count)
+Coordinates = npt.NDArray[np.float16]  # rows x k: unit rows at half precision (ranking needs no more)
 BLOCK = 1 << 18  # elements per block of a matrix-vector product (see matvec)
 
 
-def refit_due(*, rows: int, changes: int, waiting: int, fitted: bool) -> bool:
-    """The refit policy: when nothing waits for a vector and enough changed since the last fit
-    (10% of the rows, at least 20), or there is no model yet; never below MIN_MEMORIES rows."""
-    if waiting or rows < MIN_MEMORIES or not changes:
+def marks_due(*, rows: int, writes: int, mark: int) -> bool:
+    """The refit policy, decided at each write: this write is a new mark (the next fit learns from
+    the rows written up to it) when the token first has MIN_MEMORIES rows, then after each 10% of
+    its rows (at least 20) written, changed or dropped since the last mark."""
+    if rows < MIN_MEMORIES:
         return False
-    return not fitted or changes >= max(20, rows // 10)
+    return not mark or writes - mark >= max(20, rows // 10)
+
+
+def refit_due(*, mark: int, fitted: int, waiting: int) -> bool:
+    """A fit is due when a mark is newer than the last fit's and no memory waits to be read."""
+    return mark > fitted and not waiting
 
 
 def matvec(matrix: npt.NDArray[Any], vector: FloatMatrix) -> FloatMatrix:
@@ -93,18 +106,20 @@ class Vocabulary:
 
 @dataclass(frozen=True, slots=True)
 class Model:
-    """A fitted topic space over the rows it was fitted on."""
+    """A fitted topic space: which words carry topics, their weights, and the topics themselves."""
 
     vocabulary: Vocabulary
     column: npt.NDArray[np.int64]  # vocabulary id -> column, -1 if not a topic word
     idf: FloatMatrix  # by column
     terms: FloatMatrix  # columns x k
-    memories: FloatMatrix  # fitted rows x k, unit rows (zero where a memory had no topic words)
-    rows: npt.NDArray[np.int64]  # fitted row -> row
-    keys: list[str | None]  # the row -> memory mapping at fitting time
+    share: float  # of the neighbours' words a memory is read with (the fit's and every fold's)
 
-    def scores(self, query: str) -> FloatMatrix | None:
-        """Cosine of the query with every fitted row, or None if no query word is a topic word."""
+    @property
+    def k(self) -> int:
+        return int(self.terms.shape[1])
+
+    def query(self, query: str) -> FloatMatrix | None:
+        """The query's place in the topics (a unit vector), or None if no query word is a topic word."""
         cols: list[int] = []
         weights: list[float] = []
         for term, count in topic_words(query).items():
@@ -117,11 +132,121 @@ class Model:
             return None
         vector = (self.terms[cols] * np.asarray(weights, dtype=np.float32)[:, None]).sum(axis=0)
         norm = float(np.linalg.norm(vector))
-        if norm == 0.0:
-            return None
-        out = np.zeros(len(self.keys), dtype=np.float32)
-        out[self.rows] = matvec(self.memories, vector / norm)
+        return vector / np.float32(norm) if norm > 0.0 else None
+
+
+def fold(
+    model: Model,
+    rows: Sequence[Terms | None],
+    before: npt.NDArray[np.intp],
+    after: npt.NDArray[np.intp],
+    targets: npt.NDArray[np.intp],
+) -> FloatMatrix:
+    """The topic coordinates of rows ``targets`` (unit rows; zero without topic words): each one's
+    words plus ``model.share`` of its neighbours' (``before``/``after``: a row, or any row number
+    outside ``rows`` for none), weighted by the model's idf and projected on its topics. Exactly a
+    fitted row's coordinates when the words and neighbours are those of the fit; words the model
+    does not know are left out, as they are from a query."""
+    n = len(rows)
+    size = len(model.column)
+    targets = np.asarray(targets, dtype=np.intp)
+    sources = ((targets, 1.0), (before[targets], model.share), (after[targets], model.share))
+    wanted = np.concatenate([rows_ for rows_, _ in sources])
+    read = np.unique(wanted[(wanted >= 0) & (wanted < n)])  # every row whose words are needed, once
+    found = [rows[i] for i in read.tolist()]
+    lengths = np.fromiter((0 if t is None else t[0].size for t in found), dtype=np.int64, count=len(found))
+    starts = np.zeros(len(found) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    words = np.concatenate([np.zeros(0, np.int32), *(t[0] for t in found if t is not None)]).astype(np.int64)
+    tf = np.concatenate([np.zeros(0, np.float32), *(t[1] for t in found if t is not None)])
+    column = np.full(words.size, -1, dtype=np.int64)  # words the model does not know stay -1
+    known = words < size
+    column[known] = model.column[words[known]]
+    parts_row: list[IntArray] = []
+    parts_col: list[IntArray] = []
+    parts_w: list[FloatMatrix] = []
+    for source, share in sources:
+        ok = np.flatnonzero((source >= 0) & (source < n))
+        if not share or not ok.size:
+            continue
+        at_read = np.searchsorted(read, source[ok])
+        span = lengths[at_read]
+        # Positions of the sources' words in the flat arrays (a ragged gather, as in fit).
+        at = np.repeat(starts[at_read] - np.cumsum(span) + span, span) + np.arange(int(span.sum()))
+        cols = column[at]
+        keep = cols >= 0
+        parts_row.append(np.repeat(ok, span)[keep])
+        parts_col.append(cols[keep])
+        parts_w.append(tf[at][keep] * np.float32(share))
+    out = np.zeros((len(targets), model.k), dtype=np.float32)
+    if not parts_row or not sum(part.size for part in parts_row):
         return out
+    row_of = np.concatenate(parts_row)
+    order = np.argsort(row_of, kind="stable")
+    col_of = np.concatenate(parts_col)[order]
+    weight = np.concatenate(parts_w)[order] * model.idf[col_of]
+    indptr = np.zeros(len(targets) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_of, minlength=len(targets)), out=indptr[1:])
+    out = _Csr(indptr, col_of, weight, (len(targets), len(model.idf))).dot(model.terms)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    unit: FloatMatrix = np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+    return unit
+
+
+class Placement:
+    """Every row's place in a token's topic space: the model and each row's coordinates, fitted or
+    folded in since. The embedding worker changes it under the token's lock; a query reads the
+    model, ``rows`` and a copy of ``valid`` (see vectors.VectorView)."""
+
+    def __init__(self, model: Model | None = None) -> None:
+        self.model = model
+        self.rows: Coordinates = np.zeros((0, model.k if model else 0), dtype=np.float16)
+        self.valid = np.zeros(0, dtype=bool)
+        # The neighbours each row was folded with (-1: none), to find the rows a change moved.
+        self.before = np.zeros(0, dtype=np.intp)
+        self.after = np.zeros(0, dtype=np.intp)
+
+    def forget(self, row: int) -> None:
+        """The row's memory is gone: it has no place until a new memory there is folded in."""
+        if row < len(self.valid):
+            self.valid[row] = False
+
+    def valid_rows(self, n: int) -> npt.NDArray[np.bool_]:
+        """Which of the first ``n`` rows hold coordinates of their memory (a copy)."""
+        out = np.zeros(n, dtype=bool)
+        m = min(n, len(self.valid))
+        out[:m] = self.valid[:m]
+        return out
+
+    def moved(self, before: npt.NDArray[np.intp], after: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+        """Rows whose neighbours differ from those they were folded with (``-1``: none)."""
+        n = len(before)
+        old_before = np.full(n, -1, dtype=np.intp)
+        old_after = np.full(n, -1, dtype=np.intp)
+        m = min(n, len(self.before))
+        old_before[:m] = self.before[:m]
+        old_after[:m] = self.after[:m]
+        return np.flatnonzero((old_before != before) | (old_after != after))
+
+    def put(self, targets: npt.NDArray[np.intp], coordinates: FloatMatrix, n: int) -> None:
+        """Set the coordinates of ``targets`` (rows of a token of ``n`` rows now), growing by a quarter."""
+        if self.model is None:
+            return
+        if n > len(self.rows):
+            grow = max(n - len(self.rows), len(self.rows) // 4, 64)
+            self.rows = np.concatenate([self.rows, np.zeros((grow, self.model.k), dtype=np.float16)])
+            self.valid = np.concatenate([self.valid, np.zeros(grow, dtype=bool)])
+        self.rows[targets] = coordinates
+        self.valid[targets] = True
+
+
+def neighbours(where: Layout) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """A layout's nearest neighbours before and after each row, ``-1`` for none."""
+    n = where.n
+    before, after = where.before[0].copy(), where.after[0].copy()
+    before[before >= n] = -1
+    after[after >= n] = -1
+    return before, after
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,9 +345,9 @@ def fit(
     vocabulary: Vocabulary,
     before: npt.NDArray[np.intp],
     after: npt.NDArray[np.intp],
-    keys: Sequence[str | None],
     *,
     dimensions: int = DIMENSIONS,
+    share: float = NEIGHBOUR_SHARE,
 ) -> Model | None:
     """Fit topics on the rows' terms (None: a free row or one not read yet). ``before``/``after``
     give each row's neighbour in creation order (``len(rows)``: none). None if too little text."""
@@ -255,7 +380,7 @@ def fit(
     live_rows = np.asarray(live, dtype=np.int64)
     position[live_rows] = np.arange(fitted, dtype=np.int32)
     parts_row, parts_col, parts_w = [], [], []
-    sources = ((live_rows, 1.0), (before[live_rows], NEIGHBOUR_SHARE), (after[live_rows], NEIGHBOUR_SHARE))
+    sources = ((live_rows, 1.0), (before[live_rows], share), (after[live_rows], share))
     for neighbours, share in sources:
         source = position[np.minimum(neighbours, n)]  # the neighbour's fitted row, or -1
         target = np.flatnonzero(source >= 0).astype(np.int32)
@@ -294,7 +419,4 @@ def fit(
         basis = _orthonormal(matrix.dot(_orthonormal(transposed.dot(basis))))
     _, _, vt = np.linalg.svd(transposed.dot(basis).T, full_matrices=False)
     terms_k = np.ascontiguousarray(vt[:k].T, dtype=np.float32)
-    memories = matrix.dot(terms_k)
-    norms = np.linalg.norm(memories, axis=1, keepdims=True)
-    memories = np.divide(memories, norms, out=np.zeros_like(memories), where=norms > 0)
-    return Model(vocabulary, column, idf, terms_k, memories, np.asarray(live, dtype=np.int64), list(keys))
+    return Model(vocabulary, column, idf, terms_k, share)

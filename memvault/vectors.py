@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -64,7 +65,9 @@ class VectorView:
     created: npt.NDArray[np.float64]  # POSIX seconds, NaN if unknown
     name: str | None  # model of the vectors in the matrix
     version: int
-    topics: topics.Model | None = None  # fitted on the rows as they were then (see Model.keys)
+    topics: topics.Model | None = None
+    topic_rows: npt.NDArray[np.float16] | None = None  # by row, fitted or folded in (see topics.Placement)
+    topic_valid: npt.NDArray[np.bool_] | None = None  # rows whose topic_rows are their memory's
 
     def similarity(self, query: FloatMatrix, n: int) -> npt.NDArray[np.float64] | None:
         """Dot products of the first ``n`` rows with ``query`` (0 where no vector yet); None
@@ -121,8 +124,17 @@ class TokenVectors:
         self._removed: set[str] = set()
         self.vocabulary = topics.Vocabulary()
         self._terms: list[topics.Terms | None] = []  # topic words by row, filled by the worker
-        self._topics: topics.Model | None = None
-        self._changes = 0  # rows added, changed or dropped since the topics were fitted
+        self._placement = topics.Placement()  # the topic model and every row's place in it
+        self._refold: set[int] = set()  # rows whose words were read since they were last placed
+        # Writes (memories added, changed, dropped) counted, each row's count when its text last
+        # changed, and the marks: a fit learns from the rows written up to the latest mark
+        # (topics.marks_due), so what it learns does not depend on when the worker got to it.
+        self._writes = 0
+        self._seq: list[int] = []
+        self._topic_mark = 0
+        self._fitted_mark = 0
+        self._last_write = 0.0  # time.monotonic() of the latest write
+        self.fit_seconds = 0.0  # CPU time of the latest fit (the pause before a quiet mark scales with it)
         # Vectors of memories dropped lately, by text hash: a move (archive, restore, rename) is a
         # drop and an add, and the add finds its vector here even if the drop was handled first.
         self._recent: dict[str, FloatMatrix] = {}
@@ -151,13 +163,16 @@ class TokenVectors:
             self._generation = [1] * n
             self._vector_hash = [""] * n
             self._terms = [None] * n
+            self._seq = list(range(1, n + 1))
+            self._writes = n
+            if topics.marks_due(rows=n, writes=n, mark=0):
+                self._topic_mark = n
             capacity = n + n // 8 + 64
             self._created = np.full(capacity, np.nan)
             self._created[:n] = created
             self._has = np.zeros(capacity, dtype=bool)
             self._scale = np.zeros(capacity, dtype=np.float32)
             self._pending = dict(zip(keys, memories, strict=True))
-            self._changes = n
             self.version += 1
         self.wake()
 
@@ -181,7 +196,8 @@ class TokenVectors:
             self._keys[row] = None
             self._generation[row] += 1
             self._terms[row] = None
-            self._changes += 1
+            self._placement.forget(row)
+            self._wrote(row)
             if self._has[row] and self._matrix is not None:
                 if len(self._recent) >= RECENT_DROPS:
                     del self._recent[next(iter(self._recent))]
@@ -208,9 +224,16 @@ class TokenVectors:
         if check and key not in self._pending and self._vector_hash[row] == text_hash(embed_text(memory)):
             return False  # same text (an access time or priority changed): the vector stands
         self._generation[row] += 1
-        self._changes += 1
+        self._wrote(row)
         self._pending[key] = memory
         return True
+
+    def _wrote(self, row: int) -> None:
+        self._writes += 1
+        self._last_write = time.monotonic()
+        self._seq[row] = self._writes
+        if topics.marks_due(rows=len(self._rows), writes=self._writes, mark=self._topic_mark):
+            self._topic_mark = self._writes
 
     def _new_row(self, key: str) -> int:
         if self._free:
@@ -222,6 +245,7 @@ class TokenVectors:
             self._generation.append(0)
             self._vector_hash.append("")
             self._terms.append(None)
+            self._seq.append(0)
             if row >= len(self._has):
                 grow = max(64, len(self._has) // 4)  # a quarter: the int8 matrix grows with these
                 self._has = np.concatenate([self._has, np.zeros(grow, dtype=bool)])
@@ -247,35 +271,99 @@ class TokenVectors:
 
     @property
     def topics_due(self) -> bool:
-        return topics.refit_due(
-            rows=len(self._rows),
-            changes=self._changes,
-            waiting=len(self._pending),
-            fitted=self._topics is not None,
-        )
+        return topics.refit_due(mark=self._topic_mark, fitted=self._fitted_mark, waiting=len(self._pending))
 
-    def fit_topics(self, depth: int, gap: float) -> None:
-        """Fit the topic model on the rows as they are now (worker thread; the lock is not held)."""
+    def quiet_in(self, quiet: float, now: float) -> float | None:
+        """Seconds until the writes since the latest mark have been quiet for ``quiet`` seconds (0:
+        they have), None if there are none or the token is too small for topics. Once writes pause,
+        a mark of their own (mark_quiet) has the model learn from every row: folding in is exact
+        only for words the model knew, so what was written since the fit is learnt from too."""
+        with self._lock:
+            if self._writes == self._topic_mark or len(self._rows) < topics.MIN_MEMORIES or self._pending:
+                return None
+            return max(0.0, self._last_write + quiet - now)
+
+    def mark_quiet(self) -> None:
+        """Mark the latest write: the next fit learns from every row as it is now."""
+        with self._lock:
+            self._topic_mark = self._writes
+
+    def fit_topics(self, gap: float, share: float = topics.NEIGHBOUR_SHARE) -> None:
+        """Fit the topic model on the rows written up to the latest mark, then place every row in
+        it (worker thread; the lock is not held while fitting)."""
+        cpu = time.thread_time()
         with self._lock:
             keys = list(self._keys)
             terms = list(self._terms)
             created = self._created.copy()
-            changes = self._changes
-        where = topics.creation_order(keys, created, depth=depth, gap=gap)
-        if sum(1 for t in terms if t is not None) > topics.MAX_ROWS:
+            mark = self._topic_mark
+            seq = list(self._seq)
+            generation = list(self._generation)
+            self._refold.clear()  # every row is placed below
+        # Rows changed after the mark wait for the next fit (they are folded in meanwhile).
+        learn = [t if t is not None and seq[i] <= mark else None for i, t in enumerate(terms)]
+        where = topics.creation_order(
+            [k if learn[i] is not None else None for i, k in enumerate(keys)], created, depth=1, gap=gap
+        )
+        if sum(1 for t in learn if t is not None) > topics.MAX_ROWS:
             # Bound the fit's time and memory on huge vaults: the most recent memories teach the
             # topics; older ones are still found by words and vectors.
             recent = np.argsort(np.nan_to_num(where.position, nan=-1.0))[-topics.MAX_ROWS :]
-            keep = np.zeros(len(terms), dtype=bool)
+            keep = np.zeros(len(learn), dtype=bool)
             keep[recent] = True
-            terms = [t if keep[i] else None for i, t in enumerate(terms)]
-        model = topics.fit(terms, self.vocabulary, where.before[0], where.after[0], keys)
+            learn = [t if keep[i] else None for i, t in enumerate(learn)]
+        model = topics.fit(learn, self.vocabulary, where.before[0], where.after[0], share=share)
+        placement = topics.Placement(model)
+        if model is not None:
+            before, after = topics.neighbours(topics.creation_order(keys, created, depth=1, gap=gap))
+            placed = np.flatnonzero([t is not None for t in terms])
+            placement.put(placed, topics.fold(model, terms, before, after, placed), len(keys))
+            placement.before, placement.after = before, after
         with self._lock:
-            self._topics = model
-            self._changes -= changes
-            if model is None:
-                self._changes = 0  # too little text: wait for the next change
+            self._placement = placement
+            self._fitted_mark = mark
+            self.fit_seconds = time.thread_time() - cpu
+            self._replace_later(generation, placement)
             self.version += 1
+
+    def fold_topics(self, gap: float) -> None:
+        """Place the rows read since the last fold, and the rows next to them, in the current topic
+        model (worker thread, after each batch). Moved rows (a neighbour came or went) too."""
+        with self._lock:
+            placement = self._placement
+            model = placement.model
+            if model is None:
+                self._refold.clear()
+                return
+            keys = list(self._keys)
+            terms = list(self._terms)
+            created = self._created.copy()
+            generation = list(self._generation)
+            fresh = np.fromiter(self._refold, dtype=np.intp, count=len(self._refold))
+            self._refold.clear()
+        before, after = topics.neighbours(topics.creation_order(keys, created, depth=1, gap=gap))
+        near = np.concatenate([fresh, before[fresh], after[fresh], placement.moved(before, after)])
+        targets = np.unique(near[near >= 0])
+        targets = targets[[keys[r] is not None and terms[r] is not None for r in targets.tolist()]]
+        if not targets.size and len(before) == len(placement.before):
+            return
+        coordinates = topics.fold(model, terms, before, after, targets)
+        with self._lock:
+            if self._placement is not placement:
+                return  # refitted meanwhile: every row was placed there
+            placement.put(targets, coordinates, len(keys))
+            placement.before, placement.after = before, after
+            self._replace_later(generation, placement)
+            self.version += 1
+
+    def _replace_later(self, generation: list[int], placement: topics.Placement) -> None:
+        """Rows that changed while they were being placed: place them again (lock held)."""
+        for row, before in enumerate(generation):
+            if self._generation[row] != before:
+                if self._keys[row] is None:
+                    placement.forget(row)
+                else:
+                    self._refold.add(row)
 
     def counts(self) -> tuple[int, int]:
         """(memories with a vector of their current text, all memories)."""
@@ -343,6 +431,7 @@ class TokenVectors:
                 self._vector_hash[row] = digest
                 if terms is not None and work.key in terms:
                     self._terms[row] = terms[work.key]
+                    self._refold.add(row)
             self.version += 1
 
     def snapshot(self) -> VectorView:
@@ -359,6 +448,8 @@ class TokenVectors:
                     created=self._created.copy(),
                     name=self._name,
                     version=self.version,
-                    topics=self._topics,
+                    topics=self._placement.model,
+                    topic_rows=self._placement.rows,
+                    topic_valid=self._placement.valid_rows(len(self._keys)),
                 )
             return view

@@ -333,6 +333,17 @@ async def test_a_failing_embedder_is_retried_without_losing_work(make_settings: 
 # ---------------------------------------------------------------------------- topics
 
 
+def topic_scores(model, rows, where, query: str):
+    """Cosine of ``query`` with every row placed in ``model`` (None: no query word is a topic word)."""
+    from memvault import topics
+
+    place = model.query(query)
+    if place is None:
+        return None
+    before, after = topics.neighbours(where)
+    return topics.fold(model, rows, before, after, np.arange(len(rows))) @ place
+
+
 def test_topics_connect_words_that_keep_company():
     from memvault import topics
 
@@ -349,16 +360,16 @@ def test_topics_connect_words_that_keep_company():
     # Written in pairs, an hour apart: (pets, dog), (budget, taxes), ...
     created = np.array([(i // 2) * 3600.0 + i % 2 for i in range(len(texts))])
     where = topics.creation_order(keys, created, depth=1, gap=10.0)
-    model = topics.fit(rows, vocabulary, where.before[0], where.after[0], keys, dimensions=8)
+    model = topics.fit(rows, vocabulary, where.before[0], where.after[0], dimensions=8)
     assert model is not None
-    scores = model.scores("pets")
+    scores = topic_scores(model, rows, where, "pets")
     assert scores is not None
     dog = [i for i, t in enumerate(texts) if "dog" in t]
     money = [i for i, t in enumerate(texts) if "Taxes" in t]
     # "my dog Max" never says "pets", but sits next to memories that do.
     assert scores[dog].min() > 0.2
     assert abs(scores[money]).max() < 0.1
-    assert model.scores("xylophone") is None
+    assert model.query("xylophone") is None
 
 
 def test_rows_without_words_change_no_topic_score():
@@ -379,15 +390,16 @@ def test_rows_without_words_change_no_topic_score():
     def fitted(rows_, created):
         keys = [f"k{i}" for i in range(len(rows_))]
         where = topics.creation_order(keys, created, depth=1, gap=1.5)
-        return topics.fit(rows_, vocabulary, where.before[0], where.after[0], keys, dimensions=8)
+        model = topics.fit(rows_, vocabulary, where.before[0], where.after[0], dimensions=8)
+        return model, where
 
-    plain = fitted(rows, np.arange(len(rows), dtype=float))
+    plain, plain_at = fitted(rows, np.arange(len(rows), dtype=float))
     created = np.full(len(padded), np.nan)
     created[real] = np.arange(len(rows), dtype=float)  # the same neighbours as without padding
-    with_gaps = fitted(padded, created)
+    with_gaps, gaps_at = fitted(padded, created)
     assert plain is not None and with_gaps is not None
     for query in ("w1 w2", "w50", "w7 w90 w33"):
-        a, b = plain.scores(query), with_gaps.scores(query)
+        a, b = topic_scores(plain, rows, plain_at, query), topic_scores(with_gaps, padded, gaps_at, query)
         assert a is not None and b is not None
         assert np.allclose(b[real], a, atol=1e-5)
         assert not b[real + 1].any()  # padding rows score nothing
@@ -398,9 +410,8 @@ def test_topics_need_enough_text():
 
     vocabulary = topics.Vocabulary()
     rows = [vocabulary.encode("a few words here") for _ in range(10)]
-    keys = [str(i) for i in range(10)]
     none = np.full(10, 10, dtype=np.intp)
-    assert topics.fit(rows, vocabulary, none, none, keys) is None
+    assert topics.fit(rows, vocabulary, none, none) is None
 
 
 def test_without_the_recall_tools_nothing_is_embedded(tmp_path: Path):

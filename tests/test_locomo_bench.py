@@ -116,8 +116,10 @@ def test_cross_validation_fits_on_the_others_and_scores_the_held_out(tmp_path: P
     data.mkdir()
     for name in ("97", "98", "99"):
         (data / f"{name}.json").write_text(json.dumps(conversation()), encoding="utf-8")
-    # A grid of two settings keeps the test fast; the search and the report are the same.
-    monkeypatch.setattr(bench, "AXES", {"title": (0.0, 0.3), "floor": (0.0, 0.9)})
+    # Small grids keep the test fast; the search and the report are the same.
+    small = bench.Procedure("small", {"title": (0.0, 0.3), "floor": (0.0, 0.9)}, 0.3)
+    smaller = bench.Procedure("smaller", {"floor": (0.0, 0.9)}, 0.0)
+    monkeypatch.setattr(bench, "PROCEDURES", [small, smaller])
     argv = [str(data), "--cv", "--latency-memories", "0", "--dir", str(tmp_path)]
     res = bench.Results()
     conversations = [bench.load_conversation(p) for p in bench.conversation_files([data])]
@@ -129,17 +131,19 @@ def test_cross_validation_fits_on_the_others_and_scores_the_held_out(tmp_path: P
     assert [f.held_out for f in cv.folds] == ["97", "98", "99"]
     for fold in cv.folds:
         assert fold.fitted.n == 6 and fold.held.n == 3  # fitted on two conversations, scored on the third
-        assert fold.weights.floor < 0.9  # a floor of 0.9 would cut the second evidence turn
+        assert fold.setting.weights.floor < 0.9  # a floor of 0.9 would cut the second evidence turn
+        assert fold.procedure in ("small", "smaller")
     assert cv.held.n == 9 and cv.fitted.n == 9
     assert cv.evaluated >= 3
     text = bench.report(res, "python bench/locomo.py " + " ".join(argv))
-    assert "held back (cross-validated)" in text and "| 97 |" in text
+    assert "held back (nested cross-validation)" in text and "| 97 |" in text
+    assert set(cv.fixed) == {"small", "smaller"}
 
 
 def test_the_weight_search_moves_only_for_a_gain_that_outweighs_the_noise(monkeypatch):
     bench = load_bench()
-    monkeypatch.setattr(bench, "AXES", {"title": (0.0, 0.3, 0.5)})
-    start = bench.DEFAULT_WEIGHTS.replace(title=0.5)
+    procedure = bench.Procedure("title", {"title": (0.0, 0.3, 0.5)}, 0.3)
+    start = bench.Setting(bench.DEFAULT_WEIGHTS.replace(title=0.5))
 
     class Fixed(bench.Grid):
         """Scores by the title weight alone, as given, on one 1000-question conversation."""
@@ -147,19 +151,19 @@ def test_the_weight_search_moves_only_for_a_gain_that_outweighs_the_noise(monkey
         def __init__(self, turn_by_title: dict[float, int]) -> None:
             self.turn_by_title = turn_by_title
 
-        async def scores(self, weights):  # type: ignore[no-untyped-def]
+        async def scores(self, setting):  # type: ignore[no-untyped-def]
             s = bench.Scores(n=1000, session_all_10=950)  # far above its target: turn any@10 decides
-            s.turn_any[10] = self.turn_by_title[weights.title]
+            s.turn_any[10] = self.turn_by_title[setting.weights.title]
             return {"a": s}
 
     import asyncio
 
     # 0.1 point better (one question in 1000): not worth leaving the current weights for.
     small = Fixed({0.0: 770, 0.3: 771, 0.5: 770})
-    assert asyncio.run(small.fit(["a"], start)).title == 0.5
+    assert asyncio.run(small.fit(["a"], start, procedure)).weights.title == 0.5
     # A point better: the search moves.
     large = Fixed({0.0: 780, 0.3: 771, 0.5: 770})
-    assert asyncio.run(large.fit(["a"], start)).title == 0.0
+    assert asyncio.run(large.fit(["a"], start, procedure)).weights.title == 0.0
 
 
 def test_try_scores_candidate_weights_per_conversation_without_writing_them(tmp_path: Path, capsys):
