@@ -18,6 +18,7 @@ import anyio.to_thread
 
 from memvault.errors import Conflict, InvalidArgument, InvalidName, MemvaultError, NotFound
 from memvault.files import fsync_dir
+from memvault.inline import MAX_ROWS, NeedsThread
 from memvault.markdown import Memory
 from memvault.resources import bookkeep, note_failure
 
@@ -171,17 +172,28 @@ class Recorder:
             write_back(self.tokens, state, due)
 
 
-def recorded(state: TokenState) -> dict[str, datetime]:
+def recorded(state: TokenState, *, inline: bool = False) -> dict[str, datetime]:
     """Each memory's last access as the sidecar has it, with the accesses still queued.
 
     The queue is read first: a record that leaves it meanwhile is in the sidecar by the time the
-    sidecar is read (take_records keeps it queued until its transaction committed)."""
+    sidecar is read (take_records keeps it queued until its transaction committed). ``inline``: see
+    Sidecar.last_access."""
     queued = state.pending.latest()
-    times = state.sidecar.last_access() if state.sidecar else {}
+    times = state.sidecar.last_access(inline=inline) if state.sidecar else {}
     for id, at in queued.items():
         if id not in times or times[id] < at:
             times[id] = at
     return times
+
+
+def listing(state: TokenState, *, inline: bool) -> tuple[list[Memory], dict[str, datetime]]:
+    """The hot memories by id, and the access times recorded for them (a listing's look; see
+    memvault.inline)."""
+    if inline and len(state.hot.memories) > MAX_ROWS:
+        raise NeedsThread
+    with state.looking(inline):
+        memories = state.hot.in_order()
+    return memories, recorded(state, inline=inline)
 
 
 def _flush_each(states: Sequence[TokenState]) -> None:

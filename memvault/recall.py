@@ -49,8 +49,9 @@ import numpy.typing as npt
 
 from memvault.access import flush_records, last_access
 from memvault.clock import parse_time
-from memvault.embedders import FloatMatrix
+from memvault.embedders import FloatMatrix, HashEmbedder
 from memvault.errors import InvalidArgument, quote
+from memvault.inline import MAX_ROWS, NeedsThread, look
 from memvault.markdown import PRIORITIES, Memory, clean_tags
 from memvault.names import key
 from memvault.recalltext import asks_for_several, asks_when_question, says_when, snippet
@@ -338,7 +339,7 @@ class Recaller:
             raise InvalidArgument(f"after ({after}) must be earlier than before ({before}).")
         filters = _Filters(include_archive, wanted_tags, priorities, span[0], span[1])
         async with self.store.using(token) as state:
-            return await anyio.to_thread.run_sync(
+            return await look(
                 self._recall_sync, state, query, min(limit, 100), filters, weights or self.weights
             )
 
@@ -351,10 +352,18 @@ class Recaller:
         return where
 
     def _recall_sync(
-        self, state: TokenState, query: str, limit: int, filters: _Filters, weights: Weights
+        self, state: TokenState, query: str, limit: int, filters: _Filters, weights: Weights, *, inline: bool
     ) -> Recall:
+        """``inline``: on the event loop (memvault.inline), for a token of at most MAX_ROWS rows
+        with the built-in embedder and no reranker (a few milliseconds at most); else NeedsThread."""
         store = self.store
-        view = state.vectors.snapshot()
+        reranker = self.reranking.get() if self.reranking is not None else None
+        embedder = store.embeddings.ready()
+        if inline and (reranker is not None or not (embedder is None or isinstance(embedder, HashEmbedder))):
+            raise NeedsThread
+        view = state.vectors.snapshot(inline)
+        if inline and len(view.keys) > MAX_ROWS:
+            raise NeedsThread
         where = self._layout(state.token, view)
         n = where.n
         lexical = np.zeros(n, dtype=np.float64)
@@ -368,7 +377,7 @@ class Recaller:
                 if filters.before is not None:
                     eligible &= created < filters.before
         areas = [False, True] if include_archive else [False]
-        with state.reading() as reading:
+        with state.reading(inline) as reading:
             for archived in areas:
                 for hit in reading.search(query, archived=archived, limit=LEXICAL_LIMIT):
                     row = view.rows.get(key(hit.id, archived))
@@ -383,7 +392,6 @@ class Recaller:
                         eligible[row] = False
         vector = None
         model = None
-        embedder = store.embeddings.ready()
         if view.matrix is not None and embedder is not None and embedder.name == view.name:
             q = store.embeddings.embed_query(query)
             if q is not None and q.any():
@@ -412,13 +420,13 @@ class Recaller:
         asks_when = weights.when > 0 and asks_when_question(query)
         now = store.clock()
         recorded = (
-            state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()])
+            state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()], inline=inline)
             if state.sidecar
             else {}
         )
         memories: dict[int, Memory] = {}
         weighted = np.zeros(n, dtype=np.float64)
-        with state.reading() as reading:
+        with state.reading(inline) as reading:
             for row in candidates.tolist():
                 path_key = view.keys[row] or ""
                 memory = reading.memory(path_key)
@@ -435,7 +443,6 @@ class Recaller:
                 )
                 if asks_when and says_when(memory.content):
                     weighted[row] *= 1.0 + weights.when
-        reranker = self.reranking.get() if self.reranking is not None else None
         if reranker is not None and memories:
             self._rerank(reranker, query, memories, weighted)
         picked = diversify(
@@ -451,7 +458,7 @@ class Recaller:
         for row, value, _ in picked:
             if weights.floor > 0 and value < weights.floor:  # values only fall down the list
                 break
-            memory = store.fresh(state, memories[row].id, memories[row].archived)
+            memory = store.fresh(state, memories[row].id, memories[row].archived, inline=inline)
             if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
                 results.append(Recalled(memory, max(value, 0.0), snippet(memory.content, terms)))
         return self._record(state, Recall(results, model, matched))

@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from memvault.clock import format_time, require_time
+from memvault.inline import NeedsThread, held
 
 logger = logging.getLogger(__name__)
 
@@ -305,27 +306,28 @@ class Sidecar:
         self.close()
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+    def _read(self, inline: bool = False) -> Iterator[sqlite3.Connection]:
+        with held(self._lock, inline):
             if self._closed:
                 raise RuntimeError("sidecar is closed")
             yield self._conn
 
     @contextmanager
-    def _write(self, accessed: Sequence[tuple[str, datetime]] = ()) -> Iterator[sqlite3.Connection]:
+    def _write(
+        self, accessed: Sequence[tuple[str, datetime]] = (), *, moves_access: bool = False
+    ) -> Iterator[sqlite3.Connection]:
         """One short BEGIN IMMEDIATE transaction; rolled back if the body raises. ``accessed``:
         the access times it records, carried into the cached table (see last_access) when that
-        was current, so recording accesses does not make every listing read the table again."""
+        was current, so recording accesses (or writing anything else) does not make every listing
+        and recall read the table again; ``moves_access``: it changes access rows otherwise
+        (renames, deletions), so the cached table is read again."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("sidecar is closed")
             conn = self._conn
             cached = self._access_cache
-            if accessed and cached is not None:
-                version = self._version(conn)
-                carry = cached[0] == version
-            else:
-                carry = False
+            version = self._version(conn)
+            carry = cached is not None and not moves_access and cached[0] == version
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -414,22 +416,22 @@ class Sidecar:
                     (len(searches), sum(1 for found in searches if not found)),
                 )
 
-    def last_access(self, ids: Sequence[str] | None = None) -> dict[str, datetime]:
+    def last_access(self, ids: Sequence[str] | None = None, *, inline: bool = False) -> dict[str, datetime]:
         """Last recorded access per id; ids never accessed are absent. ``None`` means all.
 
         The whole table stays in memory until it changes: every listing and every recall asks,
         and reading and parsing it each time was most of list_memory_titles under load. Our own
         transactions and other processes' commits (SQLite's data_version) make it stale.
+        ``inline`` (the event loop): from that copy only, else NeedsThread (see memvault.inline).
         """
-        with self._read() as conn:
+        with self._read(inline) as conn:
             version = self._version(conn)
             cached = self._access_cache
             if cached is not None and cached[0] == version:
                 times = cached[1]
-            elif ids is not None:  # a few ids and nothing cached: no need to read every row
-                rows = self._select_in_locked(conn, "SELECT id, last_access FROM access WHERE id", ids)
-                return {id_: require_time(text) for id_, text in rows}
-            else:
+            elif inline:
+                raise NeedsThread
+            else:  # read once, then kept current (see _write): recall asks on the loop from it
                 rows = conn.execute("SELECT id, last_access FROM access").fetchall()
                 times = {id_: require_time(text) for id_, text in rows}
                 self._access_cache = (version, times)
@@ -451,7 +453,7 @@ class Sidecar:
         """
         if old_id == new_id:
             return
-        with self._write() as conn:
+        with self._write(moves_access=True) as conn:
             conn.execute("DELETE FROM access WHERE id = ?", (new_id,))
             conn.execute("UPDATE access SET id = ? WHERE id = ?", (new_id, old_id))
 
@@ -461,7 +463,7 @@ class Sidecar:
         if not ids:
             return
         params = [(id_,) for id_ in ids]
-        with self._write() as conn:
+        with self._write(moves_access=True) as conn:
             conn.executemany("DELETE FROM access WHERE id = ?", params)
             conn.executemany("DELETE FROM file_stat WHERE id = ?", params)
 

@@ -26,11 +26,12 @@ from memvault.errors import (
     InvalidName,
     NotFound,
 )
+from memvault.inline import look
 from memvault.markdown import PRIORITIES, Memory, clean_tags
 from memvault.names import check_id, split_key
 from memvault.resources import bookkeep
 from memvault.sweeps import Evicted, Sweeps
-from memvault.tokens import Tokens, TokenState, look
+from memvault.tokens import Tokens, TokenState
 
 log = logging.getLogger("memvault")
 
@@ -92,9 +93,9 @@ class Store:
         """The token's state, loaded, and held loaded until the block ends (Tokens.using)."""
         return self.registry.using(token)
 
-    def fresh(self, state: TokenState, id: str, archived: bool) -> Memory | None:
+    def fresh(self, state: TokenState, id: str, archived: bool, *, inline: bool = False) -> Memory | None:
         """The memory as it is on disk now (Tokens.fresh)."""
-        return self.registry.fresh(state, id, archived)
+        return self.registry.fresh(state, id, archived, inline=inline)
 
     def reindex(self, token: str, progress: Callable[[int], None] | None = None) -> int:
         return self.registry.reindex(token, progress)
@@ -115,14 +116,9 @@ class Store:
         """The hot memories by id, and when each was last accessed: asked only for the rows a
         reply shows (working it out for every row was most of a listing's cost under load)."""
         async with self.using(token) as state:
-            memories, recorded = await anyio.to_thread.run_sync(self._snapshot, state)
+            memories, recorded = await look(access.listing, state)
             self.sweeps.maybe_sweep(state)
         return memories, lambda memory: access.last_access(memory, recorded.get(memory.id))
-
-    def _snapshot(self, state: TokenState) -> tuple[list[Memory], dict[str, datetime]]:
-        with state.mem_lock:
-            memories = state.hot.in_order()
-        return memories, access.recorded(state)
 
     async def find(
         self,

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
-import functools
 import logging
 import os
 import threading
@@ -24,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio.to_thread
 import numpy.typing as npt
@@ -38,6 +37,7 @@ from memvault.embeddings import Embeddings
 from memvault.errors import InvalidName, LinkedFolder
 from memvault.files import file_stamp, unchanged
 from memvault.index import Hit
+from memvault.inline import NeedsThread, held
 from memvault.markdown import Memory, content_hash, parse_memory
 from memvault.names import STATE_DIR, key, split_key, valid_token
 from memvault.resources import bookkeep
@@ -46,22 +46,6 @@ from memvault.vault import Vault
 from memvault.vectors import TokenVectors
 
 log = logging.getLogger("memvault")
-T = TypeVar("T")
-
-
-class NeedsThread(Exception):
-    """A look meant for the event loop found it must wait (a lock held by a worker thread) or read
-    a file: the caller runs it again in a worker thread. Raised before anything was changed."""
-
-
-async def look(work: Callable[..., T], state: TokenState, *args: Any) -> T:
-    """``work(state, *args, inline=...)`` on the event loop when it needs only memory and a stat
-    per file, else (NeedsThread) in a worker thread. Under 32 agents a thread's round trip cost
-    more CPU than the look itself (bench_load, read_memory alone: 2.5-2.8 -> 2.0-2.2 ms a call)."""
-    try:
-        return work(state, *args, inline=True)
-    except NeedsThread:
-        return await anyio.to_thread.run_sync(functools.partial(work, state, *args, inline=False))
 
 
 class Phase(enum.Enum):
@@ -130,21 +114,14 @@ class TokenState:
     def looking(self, inline: bool) -> Iterator[None]:
         """``mem_lock`` held for the block; on the event loop (``inline``) only if it is free at
         once: the loop never waits for a worker thread (NeedsThread instead)."""
-        if not inline:
-            with self.mem_lock:
-                yield
-            return
-        if not self.mem_lock.acquire(blocking=False):
-            raise NeedsThread
-        try:
+        with held(self.mem_lock, inline):
             yield
-        finally:
-            self.mem_lock.release()
 
     @contextlib.contextmanager
-    def reading(self) -> Iterator[Reading]:
-        """A consistent look at the memories and indexes (``mem_lock`` held for the block)."""
-        with self.mem_lock:
+    def reading(self, inline: bool = False) -> Iterator[Reading]:
+        """A consistent look at the memories and indexes (``mem_lock`` held for the block; on the
+        event loop only if it is free at once, see memvault.inline)."""
+        with held(self.mem_lock, inline):
             yield Reading(self)
 
     @property

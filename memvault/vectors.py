@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from memvault import topics
 from memvault.embedders import FloatMatrix
+from memvault.inline import held
 
 if TYPE_CHECKING:
     from memvault.markdown import Memory
@@ -434,9 +435,10 @@ class TokenVectors:
                     self._refold.add(row)
             self.version += 1
 
-    def snapshot(self) -> VectorView:
-        """The rows as they are now; the same object until something changes (no copy per query)."""
-        with self._lock:
+    def snapshot(self, inline: bool = False) -> VectorView:
+        """The rows as they are now; the same object until something changes (no copy per query).
+        ``inline``: on the event loop, NeedsThread if the worker holds the lock (memvault.inline)."""
+        with held(self._lock, inline):
             view = self._view
             if view is None or view.version != self.version:
                 view = self._view = VectorView(

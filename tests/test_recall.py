@@ -6,9 +6,12 @@ import asyncio
 import logging
 import re
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
+import anyio.to_thread
 import numpy as np
 import pytest
 
@@ -847,5 +850,62 @@ async def test_once_writes_pause_the_topics_learn_from_every_row(make_settings: 
             refitted = state.vectors.snapshot().topics
         assert refitted is not fitted and refitted is not None
         assert refitted.query("zebrafinch") is not None
+    finally:
+        await store.close()
+
+
+async def test_recall_and_listings_run_on_the_event_loop_unless_they_would_wait(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 12: a worker thread's round trip cost more CPU under load than a small recall itself.
+    On the loop when the token is small and nothing it needs is held; else in a thread, same answer."""
+    store, recaller = await make(make_settings())
+    try:
+        for i in range(30):
+            await store.write("t", title=f"Deploy note {i}", content=f"Deploy step {i}: restart the service.")
+        await store.write("t", title="Token rotation", content="Rotate the key ZX81-QR7 every quarter.")
+        await settle(store)
+        hops: list[str] = []
+        run_sync = anyio.to_thread.run_sync
+
+        async def counted(func, *args, **kwargs):  # type: ignore[no-untyped-def]
+            hops.append(getattr(func, "func", func).__name__)
+            return await run_sync(func, *args, **kwargs)
+
+        monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+        await recaller.recall("t", "deploy")  # the first reads the access table, in a thread
+        await store.write("t", title="Later", content="Written after: the kept access table stands.")
+        hops.clear()
+        assert names(await recaller.recall("t", "ZX81-QR7"))[0] == "token-rotation.md"
+        memories, _ = await store.list_hot("t")  # a listing too
+        assert len(memories) == 32
+        assert "_recall_sync" not in hops and "listing" not in hops
+
+        # The embedding worker holds the token's vectors: the recall waits in a thread, not the loop.
+        state = await store.state("t")
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with state.vectors._lock:
+                held.set()
+                release.wait(20)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert await asyncio.to_thread(held.wait, 20)
+        task = asyncio.create_task(recaller.recall("t", "ZX81-QR7"))
+        deadline = time.monotonic() + 20
+        while "_recall_sync" not in hops and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert "_recall_sync" in hops and not task.done()
+        release.set()
+        assert names(await task)[0] == "token-rotation.md"
+        holder.join()
+
+        # A token larger than the loop's share recalls in a thread.
+        hops.clear()
+        monkeypatch.setattr(ranking, "MAX_ROWS", 10)
+        assert names(await recaller.recall("t", "ZX81-QR7"))[0] == "token-rotation.md"
+        assert "_recall_sync" in hops
     finally:
         await store.close()

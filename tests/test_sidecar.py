@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memvault.clock import format_time, parse_time
+from memvault.inline import NeedsThread
 from memvault.sidecar import (
     DB_NAME,
     MIGRATIONS,
@@ -254,6 +255,32 @@ def test_kept_access_times_follow_other_changes_and_other_processes(
         other.record_access(["c.md"], T0 + timedelta(hours=2))
     assert sidecar.last_access() == {"archive/a.md": T0, "c.md": T0 + timedelta(hours=2)}
     assert sidecar.last_access(["c.md"]) == {"c.md": T0 + timedelta(hours=2)}
+
+
+def test_kept_access_times_outlive_writes_that_leave_the_access_table_alone(sidecar: Sidecar) -> None:
+    """Issue 12: every write_memory (file stats) and embedding batch (vectors) made recall and
+    listings read the whole access table again; only renames and deletions of access rows must."""
+    sidecar.record_access(["a.md"], T0)
+    assert sidecar.last_access() == {"a.md": T0}
+    reads = _count_table_reads(sidecar)
+    sidecar.put_file_stats([FileStat("b.md", 1, 2, "h1")])
+    sidecar.set_state("k", "v")
+    with sidecar.transaction() as conn:  # sessions and the graph keep their tables this way
+        conn.execute("INSERT OR REPLACE INTO state (key, value) VALUES ('x', 'y')")
+    assert sidecar.last_access(["a.md"], inline=True) == {"a.md": T0}
+    assert reads == []
+    sidecar.rename_access("a.md", "archive/a.md")
+    with pytest.raises(NeedsThread):  # stale: the event loop never reads the table itself
+        sidecar.last_access(inline=True)
+    assert sidecar.last_access() == {"archive/a.md": T0}
+    assert len(reads) == 1
+
+
+def test_an_inline_look_never_waits_for_the_sidecar(sidecar: Sidecar) -> None:
+    sidecar.record_access(["a.md"], T0)
+    assert sidecar.last_access() == {"a.md": T0}
+    with sidecar._lock, pytest.raises(NeedsThread):  # a worker thread's transaction holds it
+        sidecar.last_access(inline=True)
 
 
 # -- state and search counts --------------------------------------------------------------
