@@ -7,6 +7,7 @@ import os
 import re
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, TypedDict
@@ -16,6 +17,21 @@ from typing import Protocol, TypedDict
 TEMP_PREFIX, TEMP_SUFFIX = ".memvault-", ".tmp"
 _OUR_TEMP = re.compile(r"\.memvault-[a-z0-9_]{8}\.tmp|\.[a-z0-9_]{8}\.tmp")  # and before 0.2's prefix
 TEMP_MIN_AGE_SECONDS = 60.0
+# How long an fsync takes here, as a moving average: writes run on the event loop only while it is
+# short (a local disk), else in a worker thread (a slow or network disk must not stall every agent).
+FAST_FSYNC_SECONDS = 0.002
+_fsync_seconds = [0.0]
+
+
+def _fsync(fd: int) -> None:
+    started = time.perf_counter()
+    os.fsync(fd)
+    _fsync_seconds[0] += 0.2 * (time.perf_counter() - started - _fsync_seconds[0])
+
+
+def fsync_is_fast() -> bool:
+    """Whether fsyncs here have lately taken at most FAST_FSYNC_SECONDS (on average)."""
+    return _fsync_seconds[0] <= FAST_FSYNC_SECONDS
 
 
 def is_our_temp(name: str) -> bool:
@@ -84,7 +100,7 @@ def atomic_write(path: Path, data: bytes, *, overwrite: bool = True, sync_folder
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            _fsync(handle.fileno())
         if overwrite:
             os.replace(tmp, path)
         else:
@@ -114,7 +130,7 @@ def fsync_dir(path: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
+        _fsync(fd)
     except OSError:
         pass
     finally:

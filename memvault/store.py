@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from memvault import access, arguments, reconcile, snapshot, supersede
+from memvault import access, arguments, files, reconcile, snapshot, supersede
 from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.edits import Edit, apply_edit, check_version
@@ -26,7 +26,7 @@ from memvault.errors import (
     InvalidName,
     NotFound,
 )
-from memvault.inline import look
+from memvault.inline import NeedsThread, look
 from memvault.markdown import PRIORITIES, Memory, clean_tags
 from memvault.names import check_id, split_key
 from memvault.resources import bookkeep
@@ -240,7 +240,7 @@ class Store:
         replaced = tuple(dict.fromkeys(check_id(name) for name in supersedes or ()))
         async with self.using(token) as state:
             async with state.lock:
-                return await anyio.to_thread.run_sync(
+                return await look(
                     self._write_sync, state, title, content, prio, tag_tuple, importance, replaced
                 )
 
@@ -253,18 +253,24 @@ class Store:
         tags: tuple[str, ...],
         importance: float | None,
         supersedes: tuple[str, ...] = (),
+        *,
+        inline: bool = False,
     ) -> Written:
+        """``inline``: on the event loop while fsyncs are fast and the file lock is free (see
+        memvault.inline); NeedsThread before anything is written."""
+        if inline and (supersedes or not files.fsync_is_fast()):
+            raise NeedsThread  # superseding moves files: a thread's work
         now = self.clock()
         key = hashlib.blake2b(f"{title}\x00{content.strip()}".encode(), digest_size=16).hexdigest()
-        with state.file_lock():
+        with state.file_lock(inline):
             recent = state.recent_writes.get(key)
             if recent is not None and now - recent[1] <= timedelta(
                 seconds=self.settings.dedupe_window_seconds
             ):
-                existing = self.registry.fresh(state, recent[0], False)
+                existing = self.registry.fresh(state, recent[0], False, inline=inline)
                 if existing is not None and existing.title == title and existing.content == content.strip():
                     return Written(existing, True)
-            targets, kept = self._supersede_targets(state, supersedes)
+            targets, kept = supersede.targets(state, supersedes)
             fields: dict[str, Any] = {
                 "priority": priority,
                 "createdAt": now,
@@ -289,40 +295,11 @@ class Store:
             superseded = []
             for target in targets:
                 try:
-                    superseded.append((target.id, self._retire(state, target, memory.id)))
+                    superseded.append((target.id, supersede.retire(self.registry, state, target, memory.id)))
                 except (NotFound, Conflict, InvalidArgument, InvalidName, OSError) as exc:
                     # Changed or moved by someone else since it was checked: say so, keep going.
                     kept.append((target.id, f"it changed while being superseded ({type(exc).__name__})"))
         return Written(memory, False, tuple(superseded), tuple(kept))
-
-    def _supersede_targets(
-        self, state: TokenState, ids: tuple[str, ...]
-    ) -> tuple[list[Memory], list[tuple[str, str]]]:
-        """The hot memories a write will supersede, checked up front; P0 ones are kept, with the reason."""
-        targets: list[Memory] = []
-        kept: list[tuple[str, str]] = []
-        for id in ids:
-            state.vault.existing(id)  # refuses archive/ names, escapes and links out of the vault
-            current = state.vault.read(id)
-            if current.conflicted:
-                raise Conflict(id)
-            if current.problem is not None:
-                raise InvalidArgument(
-                    f"'{id}' has a problem ({current.problem}), so it cannot be superseded; "
-                    "ask the user to fix it."
-                )
-            if current.priority == "P0":
-                kept.append((id, "it is P0 (permanent)"))
-            else:
-                targets.append(current)
-        if targets:
-            state.vault.check_archive()  # before anything is written
-        return targets, kept
-
-    def _retire(self, state: TokenState, target: Memory, by: str) -> str:
-        """Mark ``target`` as superseded by ``by`` and move it to the archive; returns its archive id."""
-        state.vault.update(target.id, {"supersededBy": by}, expect_hash=target.hash)
-        return self.registry.move(state, target.id, to_archive=True)
 
     async def update(
         self,
@@ -345,14 +322,23 @@ class Store:
         )
         async with self.using(token) as state:
             async with state.lock:
-                return await anyio.to_thread.run_sync(self._update_sync, state, id, fields, title, edit)
+                return await look(self._update_sync, state, id, fields, title, edit)
 
     def _update_sync(
-        self, state: TokenState, id: str, fields: dict[str, Any], title: str | None, edit: Edit
+        self,
+        state: TokenState,
+        id: str,
+        fields: dict[str, Any],
+        title: str | None,
+        edit: Edit,
+        *,
+        inline: bool,
     ) -> Memory:
+        if inline and not files.fsync_is_fast():
+            raise NeedsThread
         state.vault.existing(id)
         now = self.clock()
-        with state.file_lock():
+        with state.file_lock(inline):
             current = state.vault.read(id)
             if current.conflicted:
                 raise Conflict(id)

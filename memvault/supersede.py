@@ -1,4 +1,4 @@
-"""Supersede links: a restored memory is no longer replaced, so neither side keeps the link."""
+"""Supersede links: which memories a write replaces, retiring them, and unlinking a restored one."""
 
 from __future__ import annotations
 
@@ -24,3 +24,32 @@ def unlink_restored(tokens: Tokens, state: TokenState, archived: Memory, restore
             tokens.remember(state, updated)
     except (NotFound, Conflict, InvalidArgument, InvalidName, OSError):
         return
+
+
+def targets(state: TokenState, ids: tuple[str, ...]) -> tuple[list[Memory], list[tuple[str, str]]]:
+    """The hot memories a write will supersede, checked up front; P0 ones are kept, with the reason."""
+    found: list[Memory] = []
+    kept: list[tuple[str, str]] = []
+    for id in ids:
+        state.vault.existing(id)  # refuses archive/ names, escapes and links out of the vault
+        current = state.vault.read(id)
+        if current.conflicted:
+            raise Conflict(id)
+        if current.problem is not None:
+            raise InvalidArgument(
+                f"'{id}' has a problem ({current.problem}), so it cannot be superseded; "
+                "ask the user to fix it."
+            )
+        if current.priority == "P0":
+            kept.append((id, "it is P0 (permanent)"))
+        else:
+            found.append(current)
+    if found:
+        state.vault.check_archive()  # before anything is written
+    return found, kept
+
+
+def retire(tokens: Tokens, state: TokenState, target: Memory, by: str) -> str:
+    """Mark ``target`` as superseded by ``by`` and move it to the archive; returns its archive id."""
+    state.vault.update(target.id, {"supersededBy": by}, expect_hash=target.hash)
+    return tokens.move(state, target.id, to_archive=True)

@@ -128,10 +128,25 @@ class TokenState:
     def dir(self) -> Path:
         return self.vault.dir
 
-    def file_lock(self) -> FileLock:
-        """Cross-process lock (CLI and server, or two servers); creates the token folder."""
+    @contextlib.contextmanager
+    def file_lock(self, inline: bool = False) -> Iterator[None]:
+        """Cross-process lock (CLI and server, or two servers) held for the block; creates the token
+        folder. ``inline`` (a write on the event loop): NeedsThread unless the sidecar is open and the
+        lock is free at once, so the loop never waits for another process."""
+        if inline and self.sidecar is None:
+            raise NeedsThread
         self.ensure_sidecar()
-        return FileLock(str(self.dir / STATE_DIR / "lock"), timeout=30)
+        lock = FileLock(str(self.dir / STATE_DIR / "lock"), timeout=0 if inline else 30)
+        try:
+            lock.acquire()
+        except Timeout:
+            if inline:
+                raise NeedsThread from None
+            raise
+        try:
+            yield
+        finally:
+            lock.release()
 
     def ensure_sidecar(self) -> Sidecar:
         if self.sidecar is None:

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
+import anyio.to_thread
 import numpy as np
 import pytest
+from filelock import FileLock
 
+from memvault import files
 from memvault.cli import main
 from memvault.errors import InvalidArgument, InvalidName
 from memvault.markdown import MAX_INDEXED_BYTES
+from memvault.names import STATE_DIR
 from memvault.snapshot import VERSION as SNAPSHOT_VERSION
 from memvault.store import Store
 from memvault.tokens import Tokens
@@ -755,5 +762,59 @@ async def test_a_token_that_cannot_be_held_does_not_stop_the_others_accesses_bei
         store.recorder.noted(alice)  # due in the same round as bob
         await store.idle()
         assert bob.sidecar.last_access()["note.md"] > first
+    finally:
+        await store.close()
+
+
+async def test_writes_run_on_the_event_loop_unless_they_would_wait(make_settings, monkeypatch):
+    """Issue 12: a write in a worker thread handed the GIL back and forth with the event loop at
+    each of its system calls (under 32 agents, a third of the calls/s). On the loop while fsyncs are
+    fast and the file lock is free; else in a thread, and nothing is written twice or lost."""
+    store = Store(make_settings())
+    try:
+        await store.write("t", title="First", content="opens the sidecar, in a thread")
+        hops: list[str] = []
+        run_sync = anyio.to_thread.run_sync
+
+        async def counted(func, *args, **kwargs):  # type: ignore[no-untyped-def]
+            hops.append(getattr(func, "func", func).__name__)
+            return await run_sync(func, *args, **kwargs)
+
+        monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+        await store.write("t", title="Second", content="on the loop")
+        await store.update("t", "second.md", content="still on the loop")
+        assert "_write_sync" not in hops and "_update_sync" not in hops
+
+        # Another process holds the token's file lock: the write waits for it in a thread.
+        state = await store.state("t")
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with FileLock(str(state.dir / STATE_DIR / "lock")):
+                held.set()
+                release.wait(20)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert await asyncio.to_thread(held.wait, 20)
+        task = asyncio.create_task(store.write("t", title="Third", content="waits for the lock"))
+        deadline = time.monotonic() + 20
+        while "_write_sync" not in hops and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert "_write_sync" in hops and not task.done()
+        assert not (state.dir / "third.md").exists()
+        release.set()
+        memory, reused = await task
+        holder.join()
+        assert memory.id == "third.md" and not reused and (state.dir / "third.md").exists()
+
+        # A slow disk: writes go to a thread.
+        hops.clear()
+        monkeypatch.setattr(files, "_fsync_seconds", [1.0])
+        await store.update("t", "third.md", content="a slow disk")
+        assert "_update_sync" in hops
+        memories, _ = await store.list_hot("t")
+        assert [m.id for m in memories] == ["first.md", "second.md", "third.md"]
+        assert "still on the loop" in (state.dir / "second.md").read_text(encoding="utf-8")
     finally:
         await store.close()
