@@ -17,21 +17,25 @@ from typing import Protocol, TypedDict
 TEMP_PREFIX, TEMP_SUFFIX = ".memvault-", ".tmp"
 _OUR_TEMP = re.compile(r"\.memvault-[a-z0-9_]{8}\.tmp|\.[a-z0-9_]{8}\.tmp")  # and before 0.2's prefix
 TEMP_MIN_AGE_SECONDS = 60.0
-# How long an fsync takes here, as a moving average: writes run on the event loop only while it is
-# short (a local disk), else in a worker thread (a slow or network disk must not stall every agent).
+# How long fsyncs take here: writes run on the event loop only while the quickest of the last few
+# took at most this (a local disk), else in a worker thread (a slow or network disk must not stall
+# every agent). The quickest, not the mean: a timing also holds the wait for the GIL afterwards,
+# which under load can be longer than the fsync itself.
 FAST_FSYNC_SECONDS = 0.002
-_fsync_seconds = [0.0]
+_fsync_seconds = [0.0] * 16  # the latest timings, a ring (assignments only: safe across threads)
+_fsync_count = [0]
 
 
 def _fsync(fd: int) -> None:
     started = time.perf_counter()
     os.fsync(fd)
-    _fsync_seconds[0] += 0.2 * (time.perf_counter() - started - _fsync_seconds[0])
+    n = _fsync_count[0] = _fsync_count[0] + 1
+    _fsync_seconds[n % len(_fsync_seconds)] = time.perf_counter() - started
 
 
 def fsync_is_fast() -> bool:
-    """Whether fsyncs here have lately taken at most FAST_FSYNC_SECONDS (on average)."""
-    return _fsync_seconds[0] <= FAST_FSYNC_SECONDS
+    """Whether the quickest of the latest fsyncs here took at most FAST_FSYNC_SECONDS."""
+    return min(_fsync_seconds) <= FAST_FSYNC_SECONDS
 
 
 def is_our_temp(name: str) -> bool:

@@ -810,7 +810,7 @@ async def test_writes_run_on_the_event_loop_unless_they_would_wait(make_settings
 
         # A slow disk: writes go to a thread.
         hops.clear()
-        monkeypatch.setattr(files, "_fsync_seconds", [1.0])
+        monkeypatch.setattr(files, "_fsync_seconds", [1.0] * 16)
         await store.update("t", "third.md", content="a slow disk")
         assert "_update_sync" in hops
         memories, _ = await store.list_hot("t")
@@ -818,3 +818,14 @@ async def test_writes_run_on_the_event_loop_unless_they_would_wait(make_settings
         assert "still on the loop" in (state.dir / "second.md").read_text(encoding="utf-8")
     finally:
         await store.close()
+
+
+def test_a_disk_is_fast_while_its_quickest_recent_fsyncs_are(monkeypatch, tmp_path):
+    monkeypatch.setattr(files, "_fsync_seconds", [0.0] * 16)
+    assert files.fsync_is_fast()
+    monkeypatch.setattr(files, "_fsync_seconds", [0.5] * 15 + [0.001])  # waits for the GIL, mostly
+    assert files.fsync_is_fast()
+    monkeypatch.setattr(files, "_fsync_seconds", [0.05] * 16)  # a slow disk
+    assert not files.fsync_is_fast()
+    files.atomic_write(tmp_path / "a.md", b"x")  # its fsyncs are timed too
+    assert min(files._fsync_seconds) < 0.05
