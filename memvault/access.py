@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from memvault.tokens import Tokens, TokenState
 
 BATCH = 16  # file write-backs per turn of the token's lock: a mutation waits for at most one batch
+BUSY_PAUSE = 19.0  # while requests come in, write-backs rest this many times as long as they took
+MAX_PAUSE = 5.0  # seconds, at most, between two batches
 COALESCE = 0.02  # seconds a round of access records waits for more: one trip records many reads
 
 
@@ -154,7 +156,9 @@ class Recorder:
 
     async def _write_some(self, state: TokenState) -> None:
         """One batch of write-backs, one token at a time in the process, then a pause as long as
-        the batch took: under load they use at most half the disk, and requests go first."""
+        the batch took (they use at most half the disk), or BUSY_PAUSE times that while requests
+        come in: requests go first (in a thread, each of a batch's system calls waits for the GIL
+        while the event loop holds it; under 32 agents they took a tenth of the calls/s)."""
         async with self._one_at_a_time:
             due = state.pending.take_files()
             if not due:
@@ -162,7 +166,7 @@ class Recorder:
             started = time.monotonic()
             async with state.lock:
                 await anyio.to_thread.run_sync(write_back, self.tokens, state, due)
-            await asyncio.sleep(min(1.0, time.monotonic() - started))
+            await asyncio.sleep(rest_after(time.monotonic() - started, self.tokens.embeddings.busy()))
 
     def drain_now(self, state: TokenState) -> None:
         """Everything pending, at once (worker thread; at shutdown)."""
@@ -170,6 +174,11 @@ class Recorder:
         due = state.pending.take_files(len(state.pending.files))
         if due:
             write_back(self.tokens, state, due)
+
+
+def rest_after(took: float, busy: bool) -> float:
+    """Seconds write-backs rest after a batch that took ``took`` (see Recorder._write_some)."""
+    return min(MAX_PAUSE, took * (BUSY_PAUSE if busy else 1.0))
 
 
 def recorded(state: TokenState, *, inline: bool = False) -> dict[str, datetime]:

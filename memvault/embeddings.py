@@ -184,6 +184,10 @@ class Embeddings:
                 self._holds -= 1
                 self._cond.notify_all()
 
+    def busy(self) -> bool:
+        """Whether requests came in lately: background work (embedding, access write-backs) makes way."""
+        return time.monotonic() - self.last_request < BUSY_SECONDS
+
     def pending(self) -> int:
         """Memories waiting for a vector, over all loaded tokens (the batch in hand included: its
         memories are not in the vectors or the topics until it is done)."""
@@ -281,9 +285,8 @@ class Embeddings:
                     # while a large vault is embedded.
                     used = time.thread_time() - cpu
                     self.cpu_seconds += used
-                    busy = time.monotonic() - self.last_request < BUSY_SECONDS
                     took = time.monotonic() - started
-                    self._rest(used * BUSY_DUTY_PAUSE if busy else took * WORKER_DUTY_PAUSE)
+                    self._rest(used * BUSY_DUTY_PAUSE if self.busy() else took * WORKER_DUTY_PAUSE)
                 except Exception as exc:
                     # A model endpoint that is down: retry with a growing pause, log now and then.
                     failures += 1

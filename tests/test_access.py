@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
+from memvault import access
 from memvault.access import Pending, flush_records, recorded
 from memvault.sidecar import Sidecar
+from memvault.store import Store
 
 T0 = datetime(2026, 2, 10, 10, 30, tzinfo=UTC)
 
@@ -42,3 +47,38 @@ def test_committed_records_leave_the_queue(tmp_path: Path) -> None:
     assert pending.latest() == {"a.md": T0}
     pending.committed(records)
     assert pending.latest() == {}
+
+
+@pytest.mark.anyio
+async def test_access_write_backs_make_way_while_requests_come_in(make_settings, monkeypatch) -> None:
+    """Issue 12: a batch of write-backs rests as long as it took, and 19 times that while requests
+    come in (in a thread, each of its system calls waited for the GIL the requests held)."""
+    assert access.rest_after(0.01, busy=False) == 0.01
+    assert access.rest_after(0.01, busy=True) == pytest.approx(0.19)
+    assert access.rest_after(10.0, busy=True) == access.MAX_PAUSE
+    store = Store(make_settings(access_writeback="always"))
+    rests: list[tuple[float, bool]] = []
+    rest_after = access.rest_after
+
+    def noted(took: float, busy: bool) -> float:
+        rests.append((took, busy))
+        return rest_after(took, busy)
+
+    try:
+        for i in range(4):
+            await store.write("t", title=f"Note {i}", content="to be read")
+        state = await store.state("t")
+        monkeypatch.setattr(access, "rest_after", noted)
+        for busy in (False, True):
+            await store.idle()  # nothing of the writes' own left in the background
+            memories = state.hot.in_order()
+            state.pending.add([m.id for m in memories], T0 + timedelta(days=1), hit=True, due=memories)
+            store.embeddings.last_request = time.monotonic() if busy else 0.0
+            await store.recorder._write_some(state)
+            assert not state.pending.files
+            assert rests[-1][1] is busy and rests[-1][0] > 0
+        assert [busy for _, busy in rests] == [False, True]
+        text = (state.dir / "note-0.md").read_text(encoding="utf-8")
+        assert "lastAccessedAt: 2026-02-11" in text
+    finally:
+        await store.close()
