@@ -345,10 +345,10 @@ class Recaller:
 
     def _layout(self, token: str, view: VectorView) -> Layout:
         cached = self._layouts.get(token)
-        if cached is not None and cached[0] == view.version:
-            return cached[1]
+        if cached is not None and cached[0] == view.rows_version:
+            return cached[1]  # only vectors or topics moved since: the rows stand where they were
         where = layout(view)
-        self._layouts[token] = (view.version, where)
+        self._layouts[token] = (view.rows_version, where)
         return where
 
     def _recall_sync(

@@ -9,6 +9,7 @@ and a queue of memories whose text changed. The store marks changes; the embeddi
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import threading
 import time
@@ -54,6 +55,9 @@ class Work:
     memory: Memory
 
 
+_ROWS_VERSIONS = itertools.count(1)
+
+
 @dataclass(frozen=True, slots=True)
 class VectorView:
     """A consistent look at a token's rows for one query (shared, read-only: never write to it)."""
@@ -69,6 +73,7 @@ class VectorView:
     topics: topics.Model | None = None
     topic_rows: npt.NDArray[np.float16] | None = None  # by row, fitted or folded in (see topics.Placement)
     topic_valid: npt.NDArray[np.bool_] | None = None  # rows whose topic_rows are their memory's
+    rows_version: int = 0  # keys, rows and created are the same in two views of one rows_version
 
     def similarity(self, query: FloatMatrix, n: int) -> npt.NDArray[np.float64] | None:
         """Dot products of the first ``n`` rows with ``query`` (0 where no vector yet); None
@@ -141,6 +146,8 @@ class TokenVectors:
         self._recent: dict[str, FloatMatrix] = {}
         self._view: VectorView | None = None
         self.version = 0
+        # Moves only when rows come, go or change creation time (see VectorView); unique in the process.
+        self.rows_version = next(_ROWS_VERSIONS)
 
     # -- marking (store hooks; any thread) -----------------------------------------------------
 
@@ -175,6 +182,7 @@ class TokenVectors:
             self._scale = np.zeros(capacity, dtype=np.float32)
             self._pending = dict(zip(keys, memories, strict=True))
             self.version += 1
+            self.rows_version = next(_ROWS_VERSIONS)
         self.wake()
 
     def clear(self) -> None:
@@ -212,15 +220,20 @@ class TokenVectors:
             self._free.append(row)
             self._removed.add(key)
             self.version += 1
+            self.rows_version = next(_ROWS_VERSIONS)
         self.wake()
 
     def _mark(self, memory: Memory, *, check: bool) -> bool:
         key = memory.path_id
         row = self._rows.get(key)
+        created = memory.created_at.timestamp() if memory.created_at else np.nan
         if row is None:
             row = self._new_row(key)
+            self.rows_version = next(_ROWS_VERSIONS)
+        elif not (self._created[row] == created or (np.isnan(created) and np.isnan(self._created[row]))):
+            self.rows_version = next(_ROWS_VERSIONS)
         self._removed.discard(key)
-        self._created[row] = memory.created_at.timestamp() if memory.created_at else np.nan
+        self._created[row] = created
         self.version += 1
         if check and key not in self._pending and self._vector_hash[row] == text_hash(embed_text(memory)):
             return False  # same text (an access time or priority changed): the vector stands
@@ -441,15 +454,17 @@ class TokenVectors:
         with held(self._lock, inline):
             view = self._view
             if view is None or view.version != self.version:
+                same = view is not None and view.rows_version == self.rows_version  # only vectors moved
                 view = self._view = VectorView(
-                    keys=list(self._keys),
-                    rows=dict(self._rows),
+                    keys=view.keys if same and view else list(self._keys),
+                    rows=view.rows if same and view else dict(self._rows),
                     matrix=self._matrix,
                     scale=self._scale,
                     has_vector=self._has.copy(),
-                    created=self._created.copy(),
+                    created=view.created if same and view else self._created.copy(),
                     name=self._name,
                     version=self.version,
+                    rows_version=self.rows_version,
                     topics=self._placement.model,
                     topic_rows=self._placement.rows,
                     topic_valid=self._placement.valid_rows(len(self._keys)),

@@ -909,3 +909,26 @@ async def test_recall_and_listings_run_on_the_event_loop_unless_they_would_wait(
         assert "_recall_sync" in hops
     finally:
         await store.close()
+
+
+async def test_the_layout_is_kept_while_only_vectors_and_topics_move(make_settings: Callable[..., Settings]):
+    """Issue 12: every embedding batch made each recall work out the creation order again."""
+    store, recaller = await make(make_settings())
+    try:
+        for i in range(3):
+            await store.write("t", title=f"Note {i}", content=f"Note number {i}.")
+        await settle(store)
+        state = await store.state("t")
+        first = state.vectors.snapshot()
+        where = recaller._layout("t", first)
+        await store.update("t", "note-1.md", content="New words: a new vector, the same row.")
+        await settle(store)
+        second = state.vectors.snapshot()
+        assert second.version != first.version and second.rows_version == first.rows_version
+        assert second.keys is first.keys and recaller._layout("t", second) is where
+        await store.write("t", title="Note 3", content="A new row.")
+        third = state.vectors.snapshot()
+        assert third.rows_version != first.rows_version and "note-3.md" in third.keys
+        assert recaller._layout("t", third) is not where and recaller._layout("t", third).n == 4
+    finally:
+        await store.close()
