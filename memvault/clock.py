@@ -19,9 +19,20 @@ def utcnow() -> datetime:
 def format_time(at: datetime) -> str:
     """An aware time as UTC ISO-8601 with milliseconds and ``Z``, as mem-mcp writes them; such
     texts sort in time order. A naive time is refused: its zone would be a guess."""
+    text = _formatted.get(at)  # a listing shows a time per memory, the same ones call after call
+    if text is not None:
+        return text
     if at.tzinfo is None or at.utcoffset() is None:
         raise ValueError("times must be timezone-aware")
-    return at.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    text = at.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    if len(_formatted) >= _FORMATTED_MAX:
+        _formatted.clear()
+    _formatted[at] = text
+    return text
+
+
+_FORMATTED_MAX = 1 << 16
+_formatted: dict[datetime, str] = {}
 
 
 def parse_time(value: Any) -> datetime | None:

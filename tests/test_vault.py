@@ -563,6 +563,10 @@ def test_render_new_writes_mem_mcp_layout() -> None:
 def test_format_time_is_utc_with_milliseconds_and_z() -> None:
     local = datetime(2026, 1, 15, 14, 0, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
     assert format_time(local) == "2026-01-15T12:00:00.123Z"
+    # Kept texts (a listing formats the same times call after call) answer the same, in any zone.
+    assert format_time(local) == format_time(local.astimezone(UTC)) == "2026-01-15T12:00:00.123Z"
+    with pytest.raises(ValueError):
+        format_time(local.replace(tzinfo=None))  # a naive time is refused, kept texts or not
 
 
 # ---- rewrite preserves everything it does not own
