@@ -223,7 +223,7 @@ def diversify(
         if neighbour_penalty and threads[i] >= 0:
             same = threads == threads[i]
             closeness = np.where(same, np.exp(-np.abs(positions - positions[i]) / scale), 0.0)
-            near = np.maximum(near, np.nan_to_num(closeness))
+            near = np.fmax(near, closeness)  # fmax: a NaN closeness (no position) leaves near as it is
     return picked
 
 

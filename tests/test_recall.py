@@ -875,6 +875,8 @@ async def test_recall_and_listings_run_on_the_event_loop_unless_they_would_wait(
         monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
         await recaller.recall("t", "deploy")  # the first reads the access table, in a thread
         await store.write("t", title="Later", content="Written after: the kept access table stands.")
+        await settle(store)  # the worker, done with it, holds no lock the loop would find taken
+        await store.idle()
         hops.clear()
         assert names(await recaller.recall("t", "ZX81-QR7"))[0] == "token-rotation.md"
         memories, _ = await store.list_hot("t")  # a listing too
