@@ -23,7 +23,6 @@ MIN_STEM = 4  # an indexed word the query extends by up to MAX_EXTRA_SUFFIX lett
 MAX_EXTRA_SUFFIX = 3
 PREFIX_KEY = 3
 EXPANSION_CACHE_MAX = 4096
-MAX_TARGETED_CHANGES = 64  # terms added or freed between two lookups before every expansion is dropped
 TERM_LIMIT = 1 << 24  # term ids share a uint32 with a low byte in a document's term list
 MASK_CHUNK = 1 << 16
 
@@ -53,8 +52,8 @@ def char_masks(terms: list[str]) -> npt.NDArray[np.uint64]:
 
 
 class Lexicon:
-    """Term ids (reused once freed) and the expansion of query terms, each kept until a term that
-    could change it is added or freed. Not thread-safe: the index's callers serialise access."""
+    """Term ids (reused once freed) and the expansion of query terms, cached until a term is added
+    or freed. Not thread-safe: the index's callers serialise access."""
 
     def __init__(self) -> None:
         self._termid: dict[str, int] = {}
@@ -67,11 +66,10 @@ class Lexicon:
         self._unmasked: list[int] = []
         self._by_prefix: dict[str, array[int]] = {}  # first letters -> term ids, for prefix matches
         self._cjk_bigrams: dict[str, set[str]] = {}  # CJK char -> bigrams holding it
-        # Query-term expansions, each dropped when a term that could change it comes or goes (see
-        # _invalidate): under writes, clearing them all at every new word was a quarter of a search.
+        # query-term expansions, valid while the vocabulary is unchanged
+        self._version = 0
+        self._cache_version = 0
         self._expansions: dict[str, list[tuple[int, float]]] = {}
-        self._cached_by_length: dict[int, set[str]] = {}
-        self._changes = 0  # terms added or freed since the last expansion was asked for
 
     @classmethod
     def from_terms(cls, terms: list[str]) -> Lexicon:
@@ -85,6 +83,7 @@ class Lexicon:
             lexicon._termid[term] = tid
             lexicon._register_term(tid, term)
         lexicon._unmasked = [tid for tid, term in enumerate(terms) if term]
+        lexicon._version += 1
         return lexicon
 
     def __contains__(self, term: str) -> bool:
@@ -107,7 +106,7 @@ class Lexicon:
         self._termid[term] = tid
         self._unmasked.append(tid)
         self._register_term(tid, term)
-        self._invalidate(term)
+        self._version += 1
         return tid
 
     def _register_term(self, tid: int, term: str) -> None:
@@ -139,7 +138,7 @@ class Lexicon:
         elif len(term) == 2:
             for ch in set(term):
                 _discard(self._cjk_bigrams, ch, term)
-        self._invalidate(term)
+        self._version += 1
 
     def _fill_term_masks(self) -> None:
         n = len(self.terms)
@@ -158,9 +157,9 @@ class Lexicon:
 
     def expand(self, term: str) -> list[tuple[int, float]]:
         """Vocabulary terms that count as a match for query term ``term``, with their weights."""
-        self._changes = 0
-        if len(self._expansions) >= EXPANSION_CACHE_MAX:
-            self._drop_expansions()
+        if self._cache_version != self._version or len(self._expansions) >= EXPANSION_CACHE_MAX:
+            self._expansions.clear()
+            self._cache_version = self._version
         cached = self._expansions.get(term)
         if cached is not None:
             return cached
@@ -188,36 +187,7 @@ class Lexicon:
                     weights.setdefault(term[:-cut], FUZZY_WEIGHT[1])
         result = [(self._termid[t], w) for t, w in weights.items()]
         self._expansions[term] = result
-        self._cached_by_length.setdefault(len(term), set()).add(term)
         return result
-
-    def _invalidate(self, term: str) -> None:
-        """Drop the kept expansions ``term`` (added or freed) could change: query terms that are a
-        prefix of it (prefix, exact and CJK matches), that extend it by a few letters (a stemmed
-        word's inflection), or within two typos of it (a CJK character and a bigram holding it as
-        its second half are one apart). Many changes in a row (a load, a pull) drop them all."""
-        cache = self._expansions
-        if not cache:
-            return
-        self._changes += 1
-        if self._changes > MAX_TARGETED_CHANGES:
-            self._drop_expansions()
-            return
-        drop = {term[:k] for k in range(1, len(term) + 1) if term[:k] in cache}
-        size = len(term)
-        near = [q for n in range(max(1, size - MAX_EXTRA_SUFFIX), size + MAX_EXTRA_SUFFIX + 1)
-                for q in self._cached_by_length.get(n, ())]  # fmt: skip
-        drop.update(q for q in near if q.startswith(term))
-        drop.update(
-            q for q, _, _ in process.extract(term, near, scorer=OSA.distance, score_cutoff=2, limit=None)
-        )
-        for q in drop:
-            del cache[q]
-            self._cached_by_length[len(q)].discard(q)
-
-    def _drop_expansions(self) -> None:
-        self._expansions.clear()
-        self._cached_by_length.clear()
 
     def _typo_variants(self, term: str) -> list[tuple[str, int]]:
         size = len(term)

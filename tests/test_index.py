@@ -6,7 +6,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memvault.index import Hit, Index
-from memvault.lexicon import Lexicon
 from memvault.text import tokenize
 
 
@@ -504,46 +503,3 @@ def test_a_snapshot_with_terms_out_of_range_is_refused(index: Index) -> None:
     arrays["dl"] = arrays["dl"][:-1]
     with pytest.raises(ValueError, match="inconsistent"):
         Index.from_snapshot(arrays)
-
-
-# -- the lexicon's kept expansions ----------------------------------------------------------
-
-# Words that are prefixes, inflections, typos and CJK halves of each other, and some random ones.
-_RELATED = ["dep", "depl", "deplo", "deploy", "deploys", "deployed", "deploying", "stag", "staging",
-            "stagin", "abcd", "abcdefg", "abcdxyz", "abce", "bacd", "東", "京", "東京", "京東"]  # fmt: skip
-_WORDS = st.one_of(st.sampled_from(_RELATED), st.text(alphabet="abcdeé東京", min_size=1, max_size=9))
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["add", "free", "ask"]), _WORDS), max_size=60))
-def test_kept_expansions_match_fresh_ones_whatever_comes_and_goes(steps: list[tuple[str, str]]) -> None:
-    """Issue 12: expansions are kept across unrelated new words (clearing them all at every new
-    word was a quarter of a search under writes); what is kept must equal what is worked out anew."""
-    lexicon = Lexicon()
-    asked: set[str] = set()
-    for op, word in steps:
-        if op == "add" and word not in lexicon:
-            lexicon.add(word)
-        elif op == "free" and word in lexicon:
-            tid = lexicon.get(word)
-            assert tid is not None
-            lexicon.free(tid)
-        else:
-            lexicon.expand(word)
-            asked.add(word)
-        for q in asked:
-            kept = sorted(lexicon.expand(q))
-            fresh = Lexicon.from_terms(list(lexicon.terms))
-            assert kept == sorted(fresh.expand(q)), (q, op, word)
-
-
-def test_a_new_word_keeps_the_expansions_it_cannot_change() -> None:
-    lexicon = Lexicon()
-    for word in ("deploy", "staging", "server"):
-        lexicon.add(word)
-    kept = lexicon.expand("deplo")
-    lexicon.add("zebra")  # nothing like "deplo"
-    assert lexicon._expansions.get("deplo") is kept
-    lexicon.add("deploying")  # a prefix match of "deplo": worked out again
-    assert "deplo" not in lexicon._expansions
-    assert {lexicon.terms[t] for t, _ in lexicon.expand("deplo")} == {"deploy", "deploying"}
