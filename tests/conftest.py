@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import pytest
 import uvicorn
 from mcp.client.session import ClientSession
@@ -129,3 +130,17 @@ def server_factory(make_settings: Callable[..., Settings]) -> Callable[..., Any]
         return run_server(make_settings(**changes), **app_kwargs)
 
     return factory
+
+
+@pytest.fixture
+def thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the functions sent to a worker thread (anyio.to_thread.run_sync) from now on."""
+    hops: list[str] = []
+    run_sync = anyio.to_thread.run_sync
+
+    async def counted(func, *args, **kwargs):  # type: ignore[no-untyped-def]
+        hops.append(getattr(func, "func", func).__name__)
+        return await run_sync(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    return hops

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
-import anyio.to_thread
 import numpy as np
 import pytest
 
@@ -855,7 +854,7 @@ async def test_once_writes_pause_the_topics_learn_from_every_row(make_settings: 
 
 
 async def test_recall_and_listings_run_on_the_event_loop_unless_they_would_wait(
-    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ):
     """Issue 12: a worker thread's round trip cost more CPU under load than a small recall itself.
     On the loop when the token is small and nothing it needs is held; else in a thread, same answer."""
@@ -865,14 +864,7 @@ async def test_recall_and_listings_run_on_the_event_loop_unless_they_would_wait(
             await store.write("t", title=f"Deploy note {i}", content=f"Deploy step {i}: restart the service.")
         await store.write("t", title="Token rotation", content="Rotate the key ZX81-QR7 every quarter.")
         await settle(store)
-        hops: list[str] = []
-        run_sync = anyio.to_thread.run_sync
-
-        async def counted(func, *args, **kwargs):  # type: ignore[no-untyped-def]
-            hops.append(getattr(func, "func", func).__name__)
-            return await run_sync(func, *args, **kwargs)
-
-        monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+        hops = request.getfixturevalue("thread_hops")  # from here on
         await recaller.recall("t", "deploy")  # the first reads the access table, in a thread
         await store.write("t", title="Later", content="Written after: the kept access table stands.")
         await settle(store)  # the worker, done with it, holds no lock the loop would find taken

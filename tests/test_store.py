@@ -101,7 +101,6 @@ def test_reindex_command_reports_counts(vault_root, capsys):
 
 def _count_thread_trips(monkeypatch, which):
     """The worker-thread trips ``which(func, args)`` picks, as (func, args), from now on."""
-    import anyio.to_thread
 
     trips = []
     real = anyio.to_thread.run_sync
@@ -766,21 +765,14 @@ async def test_a_token_that_cannot_be_held_does_not_stop_the_others_accesses_bei
         await store.close()
 
 
-async def test_writes_run_on_the_event_loop_unless_they_would_wait(make_settings, monkeypatch):
+async def test_writes_run_on_the_event_loop_unless_they_would_wait(make_settings, monkeypatch, request):
     """Issue 12: a write in a worker thread handed the GIL back and forth with the event loop at
     each of its system calls (under 32 agents, a third of the calls/s). On the loop while fsyncs are
     fast and the file lock is free; else in a thread, and nothing is written twice or lost."""
     store = Store(make_settings())
     try:
         await store.write("t", title="First", content="opens the sidecar, in a thread")
-        hops: list[str] = []
-        run_sync = anyio.to_thread.run_sync
-
-        async def counted(func, *args, **kwargs):  # type: ignore[no-untyped-def]
-            hops.append(getattr(func, "func", func).__name__)
-            return await run_sync(func, *args, **kwargs)
-
-        monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+        hops = request.getfixturevalue("thread_hops")  # from here on
         monkeypatch.setattr(files, "_fsync_seconds", [0.0] * 16)  # a fast disk, however busy this one is
         await store.write("t", title="Second", content="on the loop")
         await store.update("t", "second.md", content="still on the loop")
