@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import stat
@@ -23,14 +24,13 @@ TEMP_MIN_AGE_SECONDS = 60.0
 # which under load can be longer than the fsync itself.
 FAST_FSYNC_SECONDS = 0.002
 _fsync_seconds = [0.0] * 16  # the latest timings, a ring (assignments only: safe across threads)
-_fsync_count = [0]
+_fsync_count = itertools.count()
 
 
 def _fsync(fd: int) -> None:
     started = time.perf_counter()
     os.fsync(fd)
-    n = _fsync_count[0] = _fsync_count[0] + 1
-    _fsync_seconds[n % len(_fsync_seconds)] = time.perf_counter() - started
+    _fsync_seconds[next(_fsync_count) % len(_fsync_seconds)] = time.perf_counter() - started
 
 
 def fsync_is_fast() -> bool:

@@ -326,8 +326,9 @@ class Sidecar:
                 raise RuntimeError("sidecar is closed")
             conn = self._conn
             cached = self._access_cache
-            version = self._version(conn)
-            carry = cached is not None and not moves_access and cached[0] == version
+            # Only worth a PRAGMA when there is a kept table to carry over.
+            version = self._version(conn) if cached is not None and not moves_access else None
+            carry = cached is not None and cached[0] == version
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -339,7 +340,7 @@ class Sidecar:
                 raise
             finally:
                 self._writes += 1
-                if carry and cached is not None:
+                if carry and cached is not None and version is not None:
                     times = cached[1]
                     for id_, at in accessed:
                         if id_ not in times or times[id_] < at:

@@ -454,14 +454,15 @@ class TokenVectors:
         with held(self._lock, inline):
             view = self._view
             if view is None or view.version != self.version:
-                same = view is not None and view.rows_version == self.rows_version  # only vectors moved
+                # Only vectors or topics moved: the rows' copies stand.
+                same = view if view is not None and view.rows_version == self.rows_version else None
                 view = self._view = VectorView(
-                    keys=view.keys if same and view else list(self._keys),
-                    rows=view.rows if same and view else dict(self._rows),
+                    keys=same.keys if same else list(self._keys),
+                    rows=same.rows if same else dict(self._rows),
                     matrix=self._matrix,
                     scale=self._scale,
                     has_vector=self._has.copy(),
-                    created=view.created if same and view else self._created.copy(),
+                    created=same.created if same else self._created.copy(),
                     name=self._name,
                     version=self.version,
                     rows_version=self.rows_version,
