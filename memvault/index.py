@@ -285,13 +285,39 @@ class Index:
         none, documents matching any term, more matched terms first. A query that is nearly a
         memory's whole title puts that memory first.
         """
+        ranking = self._rank(query, limit)
+        if ranking is None:
+            return [], 0
+        ranked, total, matched_all, count = ranking
+        hits = []
+        for docno in ranked:
+            doc_id = self._ids_by_no[docno]
+            assert doc_id is not None
+            hits.append(Hit(doc_id, float(total[docno]), bool(matched_all[docno])))
+        return hits, count
+
+    def scores(self, query: str, *, limit: int | None = None) -> tuple[list[str], _FloatArray]:
+        """The ids :meth:`search` would return and their scores, as a list and an array: recall
+        wants only these, for up to hundreds of hits a query."""
+        ranking = self._rank(query, limit)
+        if ranking is None:
+            return [], np.zeros(0, dtype=np.float32)
+        ranked, total, _, _ = ranking
+        ids = self._ids_by_no
+        return [cast("str", ids[docno]) for docno in ranked], total[ranked]
+
+    def _rank(
+        self, query: str, limit: int | None
+    ) -> tuple[list[int], _FloatArray, npt.NDArray[np.bool_], int] | None:
+        """(docnos best first, each docno's score, whether it matched every term, how many
+        documents match); None when nothing can match."""
         terms = list(dict.fromkeys(tokenize(query)))
         content = [t for t in terms if t not in STOP_WORDS]
         if content:
             terms = content
         del terms[_MAX_QUERY_TERMS:]  # a pasted document is not a query; bound the work
         if not terms or not self._docno:
-            return [], 0
+            return None
         self._flush_postings()
 
         ndocs = len(self._ids_by_no)
@@ -310,7 +336,7 @@ class Index:
         nterms = len(terms)
         any_docs = np.flatnonzero(matched)
         if any_docs.size == 0:
-            return [], 0
+            return None
         all_docs = np.flatnonzero(matched == nterms)
         if all_docs.size:
             chosen = all_docs
@@ -330,13 +356,7 @@ class Index:
         rest = want - len(ranked)
         if rest > 0:
             ranked += [d for d in _top(chosen, key, rest + len(near)) if d not in near_set][:rest]
-
-        hits = []
-        for docno in ranked:
-            doc_id = self._ids_by_no[docno]
-            assert doc_id is not None
-            hits.append(Hit(doc_id, float(total[docno]), bool(matched[docno] == nterms)))
-        return hits, count
+        return ranked, total, matched == nterms, count
 
     def _term_scores(self, term: str, ndocs: int, n_live: int, norm: _FloatArray) -> _FloatArray | None:
         """Per-docno score of one query term (0 where it does not match), via the postings."""
@@ -378,7 +398,10 @@ class Index:
             title = self._titles[docno]
             if not title:
                 continue
-            similarity = max(fuzz.ratio(wanted, title), fuzz.token_sort_ratio(wanted, title))
+            similarity = max(
+                fuzz.ratio(wanted, title, score_cutoff=_TITLE_SIMILARITY),
+                fuzz.token_sort_ratio(wanted, title, score_cutoff=_TITLE_SIMILARITY),
+            )
             if similarity >= _TITLE_SIMILARITY:
                 scored.append((-similarity, -float(key[docno]), docno))
         scored.sort()

@@ -9,10 +9,9 @@ taken only if it is free at once, and anything that would read a file or wait ra
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -29,15 +28,24 @@ class NeedsThread(Exception):
     a file: the caller runs it again in a worker thread. Raised before anything was changed."""
 
 
-@contextlib.contextmanager
-def held(lock: threading.Lock | threading.RLock, inline: bool) -> Iterator[None]:
-    """``lock`` held for the block; on the event loop (``inline``) only if it is free at once."""
-    if not lock.acquire(blocking=not inline):
-        raise NeedsThread
-    try:
-        yield
-    finally:
-        lock.release()
+class held:
+    """``lock`` held for the block; on the event loop (``inline``) only if it is free at once.
+
+    A class, not a generator: every read takes it a few times, and a generator's context manager
+    cost five times as much as the lock itself."""
+
+    __slots__ = ("_inline", "_lock")
+
+    def __init__(self, lock: threading.Lock | threading.RLock, inline: bool) -> None:
+        self._lock = lock
+        self._inline = inline
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(blocking=not self._inline):
+            raise NeedsThread
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
 
 
 async def look(work: Callable[..., T], *args: Any) -> T:

@@ -38,6 +38,7 @@ LoCoMo development conversations (bench/locomo.py --cv); bench/RESULTS.md has th
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -182,6 +183,12 @@ def factor(
     return value * PRIORITY_FACTOR.get(memory.priority, 1.0)
 
 
+@functools.lru_cache(maxsize=16_384)
+def title_terms(title: str) -> frozenset[str]:
+    """A title's index terms: recall asks for each candidate's, the same titles again and again."""
+    return frozenset(tokenize(title))
+
+
 def diversify(
     candidates: Sequence[int],
     scores: FloatArray,
@@ -203,27 +210,31 @@ def diversify(
     left = sorted(candidates, key=lambda r: (-scores[r], r))
     if not left:
         return []
+    rows = np.array(left)
     top = float(scores[left[0]]) or 1.0
-    rel = np.array([float(scores[r]) / top for r in left])
-    vectors = vectors_of(np.array(left)) if vectors_of is not None and repeat_penalty else None
+    rel = scores[rows].astype(np.float64) / top
+    # Every pair's closeness at once (a few dozen candidates): the loop below reads rows of it.
+    # Repetition stays one product a pick: a matrix product would wake BLAS's threads, which then
+    # spin for a core the event loop needs.
+    vectors = vectors_of(rows) if vectors_of is not None and repeat_penalty else None
+    close = None
+    if neighbour_penalty:
+        positions, threads = where.position[rows], where.thread[rows]
+        same = (threads[:, None] == threads[None, :]) & (threads >= 0)[:, None]
+        close = np.where(same, np.exp(-np.abs(positions[:, None] - positions[None, :]) / scale), 0.0)
     repeat = np.zeros(len(left))
     near = np.zeros(len(left))
-    positions = where.position[np.array(left)]
-    threads = where.thread[np.array(left)]
+    taken = np.zeros(len(left))  # -inf once picked
     picked: list[tuple[int, float, float]] = []
-    alive = np.ones(len(left), dtype=bool)
-    while len(picked) < limit and alive.any():
-        value = rel - repeat_penalty * repeat - neighbour_penalty * near
-        value[~alive] = -np.inf
+    for _ in range(min(limit, len(left))):
+        value = rel - repeat_penalty * repeat - neighbour_penalty * near + taken
         i = int(np.argmax(value))
         picked.append((left[i], float(value[i]), float(rel[i])))
-        alive[i] = False
+        taken[i] = -np.inf
         if vectors is not None:
-            repeat = np.maximum(repeat, vectors @ vectors[i])
-        if neighbour_penalty and threads[i] >= 0:
-            same = threads == threads[i]
-            closeness = np.where(same, np.exp(-np.abs(positions - positions[i]) / scale), 0.0)
-            near = np.fmax(near, closeness)  # fmax: a NaN closeness (no position) leaves near as it is
+            np.maximum(repeat, vectors @ vectors[i], out=repeat)
+        if close is not None:
+            np.fmax(near, close[i], out=near)  # fmax: a NaN closeness (no position) leaves near as it is
     return picked
 
 
@@ -378,11 +389,13 @@ class Recaller:
                     eligible &= created < filters.before
         areas = [False, True] if include_archive else [False]
         with state.reading(inline) as reading:
+            rows = view.rows
             for archived in areas:
-                for hit in reading.search(query, archived=archived, limit=LEXICAL_LIMIT):
-                    row = view.rows.get(key(hit.id, archived))
+                ids, found = reading.scores(query, archived=archived, limit=LEXICAL_LIMIT)
+                for id, value in zip(ids, found.tolist(), strict=True):
+                    row = rows.get(key(id, archived))
                     if row is not None:
-                        lexical[row] = hit.score
+                        lexical[row] = value
             if tags or priorities:
                 for row in np.flatnonzero(eligible).tolist():
                     memory = reading.memory(view.keys[row] or "")
@@ -436,7 +449,7 @@ class Recaller:
                 last = last_access(memory, recorded.get(path_key))
                 weighted[row] = score[row] * factor(
                     memory,
-                    title_hit=bool(terms.intersection(tokenize(memory.title))),
+                    title_hit=not terms.isdisjoint(title_terms(memory.title)),
                     last_access=last,
                     now=now,
                     title_boost=weights.title,

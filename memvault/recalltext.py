@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from memvault.text import tokenize
 
 SNIPPET_CHARS = 160
 
-_WORD = re.compile(r"[^\W_]+")
 _ASKS_WHEN = re.compile(
     r"^\W*(when|what (day|date|month|year|time)|how long ago|in which (month|year))\b", re.I
 )
@@ -47,6 +47,13 @@ def says_when(text: str) -> bool:
     return _SAYS_WHEN.search(text) is not None
 
 
+@functools.lru_cache(maxsize=256)
+def _words_from(heads: frozenset[str]) -> re.Pattern[str]:
+    """Whole words (runs of letters and digits) that begin with one of ``heads``, in any case."""
+    alternatives = "|".join(re.escape(head) for head in sorted(heads, key=len, reverse=True))
+    return re.compile(rf"(?<![^\W_])(?:{alternatives})[^\W_]*", re.IGNORECASE)
+
+
 def snippet(text: str, terms: set[str], width: int = SNIPPET_CHARS) -> str:
     """A short, one-line excerpt of ``text`` around the densest run of query terms."""
     flat = " ".join(text.split())
@@ -54,10 +61,11 @@ def snippet(text: str, terms: set[str], width: int = SNIPPET_CHARS) -> str:
         return flat
     start = 0
     if terms:
-        # Only words sharing their first three letters with a query term are stemmed and compared.
-        heads = {t[:3] for t in terms}
+        # Only words sharing their first three letters with a query term are stemmed and compared;
+        # the regular expression finds just those words (a superset: the test below decides).
+        heads = frozenset(t[:3] for t in terms)
         hits: list[tuple[int, str]] = []
-        for match in _WORD.finditer(flat):
+        for match in _words_from(heads).finditer(flat):
             word = match.group().lower()
             if word in terms:
                 hits.append((match.start(), word))

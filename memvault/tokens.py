@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
+import numpy as np
 import numpy.typing as npt
 from filelock import FileLock, Timeout
 
@@ -36,7 +37,6 @@ from memvault.config import Settings
 from memvault.embeddings import Embeddings
 from memvault.errors import InvalidName, LinkedFolder
 from memvault.files import file_stamp, unchanged
-from memvault.index import Hit
 from memvault.inline import NeedsThread, held
 from memvault.markdown import Memory, content_hash, parse_memory
 from memvault.names import STATE_DIR, key, split_key, valid_token
@@ -55,14 +55,28 @@ class Phase(enum.Enum):
 
 
 class Reading:
-    """What recall and the tools may look at while a token's ``mem_lock`` is held."""
+    """What recall and the tools may look at while a token's ``mem_lock`` is held: a context
+    manager that holds it (TokenState.reading)."""
 
-    def __init__(self, state: TokenState) -> None:
+    __slots__ = ("_inline", "_state")
+
+    def __init__(self, state: TokenState, inline: bool = False) -> None:
         self._state = state
+        self._inline = inline
 
-    def search(self, query: str, *, archived: bool = False, limit: int | None = None) -> list[Hit]:
-        hits, _ = self._state.area(archived).index.search(query, limit=limit)
-        return hits
+    def __enter__(self) -> Reading:
+        if not self._state.mem_lock.acquire(blocking=not self._inline):
+            raise NeedsThread
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._state.mem_lock.release()
+
+    def scores(
+        self, query: str, *, archived: bool = False, limit: int | None = None
+    ) -> tuple[list[str], npt.NDArray[np.float32]]:
+        """The ids a search finds, best first, and their scores (Index.scores)."""
+        return self._state.area(archived).index.scores(query, limit=limit)
 
     def memory(self, path_key: str) -> Memory | None:
         """The memory with this id relative to the token folder (``archive/...`` for archived)."""
@@ -110,19 +124,15 @@ class TokenState:
         """A load is reading the folder: outside changes wait in ``missed`` until it is done."""
         return self.phase is Phase.LOADING
 
-    @contextlib.contextmanager
-    def looking(self, inline: bool) -> Iterator[None]:
+    def looking(self, inline: bool) -> held:
         """``mem_lock`` held for the block; on the event loop (``inline``) only if it is free at
         once: the loop never waits for a worker thread (NeedsThread instead)."""
-        with held(self.mem_lock, inline):
-            yield
+        return held(self.mem_lock, inline)
 
-    @contextlib.contextmanager
-    def reading(self, inline: bool = False) -> Iterator[Reading]:
+    def reading(self, inline: bool = False) -> Reading:
         """A consistent look at the memories and indexes (``mem_lock`` held for the block; on the
         event loop only if it is free at once, see memvault.inline)."""
-        with held(self.mem_lock, inline):
-            yield Reading(self)
+        return Reading(self, inline)
 
     @property
     def dir(self) -> Path:
@@ -431,11 +441,10 @@ class Tokens:
     def fresh(self, state: TokenState, id: str, archived: bool, *, inline: bool = False) -> Memory | None:
         """The memory as it is on disk now (the watcher may not have caught up yet). ``inline``:
         on the event loop, which may stat the file but leaves any change to a worker thread."""
-        path = state.vault.area(archived) / id
         with state.looking(inline):
             known = state.area(archived).memories.get(id)
         try:
-            st = path.stat()
+            st = os.stat(state.vault.file_name(id, archived))
         except OSError:
             if inline:
                 raise NeedsThread from None

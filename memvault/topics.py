@@ -41,7 +41,8 @@ SEED = 20240607
 FloatMatrix = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 Terms = tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]  # vocabulary ids, weights 1 + log(count)
-Coordinates = npt.NDArray[np.float16]  # rows x k: unit rows at half precision (ranking needs no more)
+Coordinates = npt.NDArray[np.float32]  # rows x k: unit rows (float16 saved 128 B a row, but a
+# query converted every row: 0.12 ms a recall at 1,000 rows, 1.2 ms at 10,000)
 BLOCK = 1 << 18  # elements per block of a matrix-vector product (see matvec)
 
 
@@ -200,7 +201,7 @@ class Placement:
 
     def __init__(self, model: Model | None = None) -> None:
         self.model = model
-        self.rows: Coordinates = np.zeros((0, model.k if model else 0), dtype=np.float16)
+        self.rows: Coordinates = np.zeros((0, model.k if model else 0), dtype=np.float32)
         self.valid = np.zeros(0, dtype=bool)
         # The neighbours each row was folded with (-1: none), to find the rows a change moved.
         self.before = np.zeros(0, dtype=np.intp)
@@ -234,7 +235,7 @@ class Placement:
             return
         if n > len(self.rows):
             grow = max(n - len(self.rows), len(self.rows) // 4, 64)
-            self.rows = np.concatenate([self.rows, np.zeros((grow, self.model.k), dtype=np.float16)])
+            self.rows = np.concatenate([self.rows, np.zeros((grow, self.model.k), dtype=np.float32)])
             self.valid = np.concatenate([self.valid, np.zeros(grow, dtype=bool)])
         self.rows[targets] = coordinates
         self.valid[targets] = True

@@ -71,7 +71,7 @@ class VectorView:
     name: str | None  # model of the vectors in the matrix
     version: int
     topics: topics.Model | None = None
-    topic_rows: npt.NDArray[np.float16] | None = None  # by row, fitted or folded in (see topics.Placement)
+    topic_rows: npt.NDArray[np.float32] | None = None  # by row, fitted or folded in (see topics.Placement)
     topic_valid: npt.NDArray[np.bool_] | None = None  # rows whose topic_rows are their memory's
     rows_version: int = 0  # keys, rows and created are the same in two views of one rows_version
 
