@@ -289,9 +289,7 @@ class Store:
             }
             state.recent_writes[key] = (memory.id, now)
             # From here the memory exists: bookkeeping that fails (a full disk) is logged, not raised.
-            bookkeep(
-                "record an access", lambda: state.ensure_sidecar().record_access([memory.id], now, hit=False)
-            )
+            self._accessed(state, memory.id, now)
             superseded = []
             for target in targets:
                 try:
@@ -339,7 +337,7 @@ class Store:
         state.vault.existing(id)
         now = self.clock()
         with state.file_lock(inline):
-            current = state.vault.read(id)
+            raw, current = state.vault.read_both(id)
             if current.conflicted:
                 raise Conflict(id)
             check_version(current, edit.expected)
@@ -349,10 +347,15 @@ class Store:
             fields = {**fields, "updatedAt": now, "lastAccessedAt": now}
             if not current.has_frontmatter:
                 fields = {"priority": current.priority, "createdAt": current.created_at or now, **fields}
-            memory = state.vault.update(id, fields, title=title, content=content, expect_hash=current.hash)
+            memory = state.vault.update(id, fields, title=title, content=content, read=(raw, current))
             self.registry.remember(state, memory)
-            bookkeep("record an access", lambda: state.ensure_sidecar().record_access([id], now, hit=False))
+            self._accessed(state, id, now)
         return memory
+
+    def _accessed(self, state: TokenState, id: str, now: datetime) -> None:
+        """A write or update counts as an access: queued like a read's (the file says so already)."""
+        state.pending.add([id], now, False)
+        self.recorder.noted(state)
 
     async def delete(self, token: str, filename: str) -> str:
         id = check_id(filename)

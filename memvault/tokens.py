@@ -36,7 +36,7 @@ from memvault.area import Area
 from memvault.config import Settings
 from memvault.embeddings import Embeddings
 from memvault.errors import InvalidName, LinkedFolder
-from memvault.files import file_stamp, unchanged
+from memvault.files import file_stamp, try_lock, unchanged
 from memvault.inline import NeedsThread, held
 from memvault.markdown import Memory, content_hash, parse_memory
 from memvault.names import STATE_DIR, key, split_key, valid_token
@@ -96,6 +96,7 @@ class TokenState:
     def __init__(self, token: str, settings: Settings) -> None:
         self.token = token
         self.vault = Vault(settings.token_dir(token))
+        self.lock_path = str(settings.token_dir(token) / STATE_DIR / "lock")  # see file_lock
         self.hot = Area()
         self.archive = Area()
         self.lock = asyncio.Lock()  # serialises this token's mutations within the process
@@ -143,20 +144,18 @@ class TokenState:
         """Cross-process lock (CLI and server, or two servers) held for the block; creates the token
         folder. ``inline`` (a write on the event loop): NeedsThread unless the sidecar is open and the
         lock is free at once, so the loop never waits for another process."""
-        if inline and self.sidecar is None:
-            raise NeedsThread
+        if inline:
+            fd = try_lock(self.lock_path) if self.sidecar is not None else None
+            if fd is None:
+                raise NeedsThread
+            try:
+                yield
+            finally:
+                os.close(fd)
+            return
         self.ensure_sidecar()
-        lock = FileLock(str(self.dir / STATE_DIR / "lock"), timeout=0 if inline else 30)
-        try:
-            lock.acquire()
-        except Timeout:
-            if inline:
-                raise NeedsThread from None
-            raise
-        try:
+        with FileLock(self.lock_path, timeout=30):
             yield
-        finally:
-            lock.release()
 
     def ensure_sidecar(self) -> Sidecar:
         if self.sidecar is None:

@@ -164,8 +164,12 @@ class Vault:
     # ---- reading
 
     def read(self, id: str, *, archived: bool = False) -> Memory:
+        return self.read_both(id, archived=archived)[1]
+
+    def read_both(self, id: str, *, archived: bool = False) -> tuple[bytes, Memory]:
+        """The file's bytes and the memory they hold (to pass on to update: one read, one parse)."""
         raw, st = self.read_raw(id, archived=archived)
-        return parse_memory(raw, check_id(id), archived=archived, **file_stamp(st))
+        return raw, parse_memory(raw, check_id(id), archived=archived, **file_stamp(st))
 
     def read_scanned(self, id: str, archived: bool) -> tuple[bytes, os.stat_result] | None:
         """Bytes and stat of a file ``scan`` listed (no name checks: the scan made them); None if
@@ -213,18 +217,23 @@ class Vault:
         archived: bool = False,
         expect_hash: str | None = None,
         sync_folder: bool = True,
+        read: tuple[bytes, Memory] | None = None,
     ) -> Memory:
         """Rewrite owned fields (and title/content) in place, preserving everything else.
 
-        ``sync_folder=False`` leaves the folder's fsync to the caller (one for a batch of files)."""
-        raw, _ = self.read_raw(id, archived=archived)
+        ``sync_folder=False`` leaves the folder's fsync to the caller (one for a batch of files).
+        ``read``: what read_both gave the caller under the file lock it still holds (not read again)."""
         id = check_id(id)
-        if len(raw) > MAX_INDEXED_BYTES:
+        if read is None:
+            raw, _ = self.read_raw(id, archived=archived)
+            current = parse_memory(raw, id, archived=archived) if len(raw) <= MAX_INDEXED_BYTES else None
+        else:
+            raw, current = read
+        if len(raw) > MAX_INDEXED_BYTES or current is None:
             raise InvalidArgument(
                 f"'{id}' is over {MAX_INDEXED_BYTES // 2**20} MiB, so the server will not rewrite it. Ask "
                 "the user to edit it by hand, or write a new memory."
             )
-        current = parse_memory(raw, id, archived=archived)
         if current.conflicted:
             raise Conflict(id)
         if current.problem is not None:

@@ -606,6 +606,24 @@ async def test_a_read_records_its_access_after_the_reply_not_before(make_setting
         await store.close()
 
 
+async def test_writes_and_updates_record_their_access_in_the_background(make_settings):
+    """A write or an update is an access: queued like a read's (no SQLite transaction in the
+    call), visible at once to the listing's access times, in the sidecar once drained."""
+    store = Store(make_settings())
+    try:
+        await store.write("alice", title="First", content="makes the token")
+        await store.idle()
+        state = await store.state("alice")
+        memory, _ = await store.write("alice", title="Fresh", content="new words")
+        assert memory.id in state.pending.latest()  # queued; the drain waits a moment for more
+        await store.update("alice", memory.id, tags=["later"])
+        await store.idle()
+        assert state.sidecar is not None and memory.id in state.sidecar.last_access()
+        assert not state.pending.latest()
+    finally:
+        await store.close()
+
+
 async def test_an_access_time_alone_leaves_the_index_untouched(make_settings, vault_root, monkeypatch):
     folder = vault_root / "alice"
     folder.mkdir()

@@ -530,6 +530,25 @@ def test_render_new_then_parse_round_trips(
     assert not m.conflicted
 
 
+def test_rendered_values_are_the_same_from_the_cache() -> None:
+    """Scalars are dumped once and kept: a value equal to another of a different type (True and 1,
+    1 and 1.0) still renders as itself, and a kept tag list is not shared with its caller."""
+    for _ in range(2):  # the second round is served from the cache
+        assert [vault_module._yaml_scalar(v) for v in (True, 1, 1.0, False, 0)] == [
+            "true",
+            "1",
+            "1.0",
+            "false",
+            "0",
+        ]
+        assert vault_module._yaml_scalar(["yes", "a: b"]) == "['yes', 'a: b']"
+        assert vault_module._yaml_scalar("no") == "'no'"
+    tags = ["x"]
+    vault_module._yaml_scalar(tags)
+    tags.append("y")
+    assert vault_module._yaml_scalar(["x"]) == "[x]"
+
+
 def test_render_new_writes_mem_mcp_layout() -> None:
     t = datetime(2026, 1, 15, 12, tzinfo=UTC)
     text = render_new(
@@ -1334,3 +1353,39 @@ def test_rewrites_keep_the_file_mode_and_new_files_follow_the_umask(tmp_path: Pa
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~umask
+
+
+# ============================================================================ try_lock
+
+
+def test_try_lock_is_the_same_lock_as_filelock(tmp_path: Path) -> None:
+    """try_lock and filelock's FileLock exclude each other, in this process and across threads;
+    closing the descriptor releases the lock."""
+    import threading
+
+    from filelock import FileLock, Timeout
+
+    from memvault.files import try_lock
+
+    path = str(tmp_path / "lock")
+    fd = try_lock(path)
+    assert fd is not None
+    assert try_lock(path) is None  # a second holder, even in the same thread, is refused
+    failed: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            FileLock(path, timeout=0).acquire()
+        except Timeout as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join(10)
+    assert failed, "FileLock took a lock try_lock holds"
+    os.close(fd)
+    with FileLock(path, timeout=0):
+        assert try_lock(path) is None
+    again = try_lock(path)
+    assert again is not None
+    os.close(again)
