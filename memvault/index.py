@@ -394,9 +394,13 @@ class Index:
         if not wanted:
             return []
         scored = []
+        size = len(wanted)
+        # Both scores are 100 * (1 - distance / total length), and the distance is at least the
+        # difference in length (sorting a title's words keeps its length): most titles fail on length.
+        slack = (100.0 - _TITLE_SIMILARITY) / 100.0
         for docno in _top(candidates, key, _TITLE_POOL):
             title = self._titles[docno]
-            if not title:
+            if not title or abs(len(title) - size) > slack * (len(title) + size):
                 continue
             similarity = max(
                 fuzz.ratio(wanted, title, score_cutoff=_TITLE_SIMILARITY),
