@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import threading
 from collections.abc import Callable
 
-__all__ = ["configure", "release", "supported"]
+__all__ = ["configure", "keep", "release", "supported", "unkeep"]
 
 M_MMAP_THRESHOLD = -3  # mallopt parameter (malloc.h)
 MMAP_THRESHOLD = 1 << 20
@@ -61,3 +62,16 @@ def release() -> bool:
     """Return free heap pages to the system; True if anything was returned."""
     trim = _find()
     return bool(trim(0)) if trim is not None else False
+
+
+def keep() -> None:
+    """What is alive now stays for long (a token just loaded: its memories and index), so Python's
+    cyclic garbage collector stops scanning it (``gc.freeze``). Under 32 agents a full collection
+    over 32 loaded tokens held the event loop 150-210 ms, a request's whole p99. Reference counts
+    still free whatever the kept objects drop; ``unkeep`` (at an unload) hands them all back to the
+    collector, so no cycle among them, nor garbage kept by accident, stays for good."""
+    gc.freeze()
+
+
+def unkeep() -> None:
+    gc.unfreeze()

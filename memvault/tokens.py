@@ -223,6 +223,7 @@ class Tokens:
                     with self.embeddings.paused():
                         await anyio.to_thread.run_sync(self.load, state, progress)
                     self.unload_idle()
+                    heap.keep()
                     if state.snapshot_stale:
                         self.spawn(anyio.to_thread.run_sync(snapshot.save, state))
                     elif state.large:
@@ -256,6 +257,7 @@ class Tokens:
                 # entirely, so that requests for made-up tokens cannot pile up state.
                 self.states.pop(state.token, None)
             self.unloads += 1
+            heap.unkeep()  # its objects go back to the collector (the others are kept at the next load)
             self.spawn(anyio.to_thread.run_sync(heap.release))
 
     def reindex(self, token: str, progress: Callable[[int], None] | None = None) -> int:

@@ -50,3 +50,38 @@ def test_both_are_harmless_without_glibc(monkeypatch):
     assert not heap.supported()
     assert heap.release() is False
     assert heap.configure() is False
+
+
+@pytest.mark.anyio
+async def test_a_loaded_token_is_kept_from_the_cyclic_collector_until_it_unloads(make_settings):
+    """After a load, what is alive is frozen (a full collection no longer scans a loaded vault);
+    an unload hands everything back to the collector, so nothing stays frozen for good."""
+    import gc
+
+    from memvault.store import Store
+
+    gc.unfreeze()
+    store = Store(make_settings(max_loaded_tokens=1))
+    try:
+        await store.write("alice", title="One", content="kept")
+        assert gc.get_freeze_count() > 0
+        kept = gc.get_freeze_count()
+        gc.unfreeze()
+        unkept = []
+        original = heap.unkeep
+
+        def spy() -> None:
+            unkept.append(gc.get_freeze_count())
+            original()
+
+        heap.unkeep = spy  # type: ignore[assignment]
+        try:
+            gc.freeze()  # as if alice had just loaded
+            await store.write("bob", title="Two", content="unloads alice")
+        finally:
+            heap.unkeep = original  # type: ignore[assignment]
+        assert unkept and unkept[0] >= kept // 2  # alice's unload let go of the frozen objects...
+        assert gc.get_freeze_count() > 0  # ...and bob's load froze again
+    finally:
+        await store.close()
+        gc.unfreeze()
