@@ -111,7 +111,7 @@ def main() -> int:
     for side in sides:
         if not (side / "memvault" / "__init__.py").is_file():
             parser.error(f"{side} holds no memvault package")
-    command = [sys.executable, __file__, "--worker", "x", "x", "--rounds", "0"]
+    command = [sys.executable, __file__, "--worker", "x", "x"]  # x: the folders, unused by a worker
     command += ["--locomo", str(args.locomo.resolve())] if args.locomo else []
     command += ["--writes"] if args.writes else []
     processes = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import anyio.to_thread
 
@@ -40,9 +40,10 @@ class held:
         self._lock = lock
         self._inline = inline
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> Self:
         if not self._lock.acquire(blocking=not self._inline):
             raise NeedsThread
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self._lock.release()

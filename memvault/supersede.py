@@ -5,6 +5,7 @@ from __future__ import annotations
 from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound
 from memvault.markdown import Memory
 from memvault.tokens import Tokens, TokenState
+from memvault.vault import refuse_unwritable
 
 
 def unlink_restored(tokens: Tokens, state: TokenState, archived: Memory, restored_id: str) -> None:
@@ -33,13 +34,7 @@ def targets(state: TokenState, ids: tuple[str, ...]) -> tuple[list[Memory], list
     for id in ids:
         state.vault.existing(id)  # refuses archive/ names, escapes and links out of the vault
         current = state.vault.read(id)
-        if current.conflicted:
-            raise Conflict(id)
-        if current.problem is not None:
-            raise InvalidArgument(
-                f"'{id}' has a problem ({current.problem}), so it cannot be superseded; "
-                "ask the user to fix it."
-            )
+        refuse_unwritable(current, "so it cannot be superseded; ask the user to fix it.")
         if current.priority == "P0":
             kept.append((id, "it is P0 (permanent)"))
         else:

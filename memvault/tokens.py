@@ -54,23 +54,15 @@ class Phase(enum.Enum):
     LOADED = "loaded"
 
 
-class Reading:
+class Reading(held):
     """What recall and the tools may look at while a token's ``mem_lock`` is held: a context
-    manager that holds it (TokenState.reading)."""
+    manager that holds it as ``held`` does (TokenState.reading)."""
 
-    __slots__ = ("_inline", "_state")
+    __slots__ = ("_state",)
 
     def __init__(self, state: TokenState, inline: bool = False) -> None:
+        super().__init__(state.mem_lock, inline)
         self._state = state
-        self._inline = inline
-
-    def __enter__(self) -> Reading:
-        if not self._state.mem_lock.acquire(blocking=not self._inline):
-            raise NeedsThread
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._state.mem_lock.release()
 
     def scores(
         self, query: str, *, archived: bool = False, limit: int | None = None

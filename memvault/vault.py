@@ -234,14 +234,11 @@ class Vault:
                 f"'{id}' is over {MAX_INDEXED_BYTES // 2**20} MiB, so the server will not rewrite it. Ask "
                 "the user to edit it by hand, or write a new memory."
             )
-        if current.conflicted:
-            raise Conflict(id)
-        if current.problem is not None:
-            raise InvalidArgument(
-                f"'{id}' has a problem ({current.problem}), so the server will not rewrite it. Ask the "
-                "user to fix the file (the YAML between the '---' lines, or its encoding), or write a "
-                "new memory."
-            )
+        refuse_unwritable(
+            current,
+            "so the server will not rewrite it. Ask the user to fix the file (the YAML between the "
+            "'---' lines, or its encoding), or write a new memory.",
+        )
         if expect_hash is not None and current.hash != expect_hash:
             raise InvalidArgument(f"'{id}' changed on disk while being updated; read it again and retry.")
         text = rewrite(raw.decode("utf-8", errors="replace"), fields, title=title, content=content)
@@ -289,3 +286,12 @@ class Vault:
             except OSError:
                 return
             folder = folder.parent
+
+
+def refuse_unwritable(memory: Memory, consequence: str) -> None:
+    """Refuse to rewrite a memory with git conflict markers (Conflict) or one that did not parse
+    cleanly (InvalidArgument: "'<id>' has a problem (...), <consequence>")."""
+    if memory.conflicted:
+        raise Conflict(memory.id)
+    if memory.problem is not None:
+        raise InvalidArgument(f"'{memory.id}' has a problem ({memory.problem}), {consequence}")
