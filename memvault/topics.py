@@ -36,6 +36,7 @@ POWER_ITERATIONS = 2
 NEIGHBOUR_SHARE = 0.75  # of the terms of the memory written just before and just after
 MAX_DF_SHARE = 0.5  # terms in more than this share of memories carry no topic
 CHUNK = 32_768  # non-zeros per step of a sparse product (bounds temporary memory: 12 MB at k=64)
+FOLD_ROWS = 4_096  # rows folded in one step: the triplets of 100,000 rows at once took 410 MB
 SEED = 20240607
 
 FloatMatrix = npt.NDArray[np.float32]
@@ -147,10 +148,27 @@ def fold(
     words plus ``model.share`` of its neighbours' (``before``/``after``: a row, or any row number
     outside ``rows`` for none), weighted by the model's idf and projected on its topics. Exactly a
     fitted row's coordinates when the words and neighbours are those of the fit; words the model
-    does not know are left out, as they are from a query."""
+    does not know are left out, as they are from a query. Folds FOLD_ROWS targets at a time, so its
+    temporary memory stays bounded however many rows a refit places."""
+    targets = np.asarray(targets, dtype=np.intp)
+    if len(targets) <= FOLD_ROWS:
+        return _fold(model, rows, before, after, targets)
+    out = np.empty((len(targets), model.k), dtype=np.float32)
+    for start in range(0, len(targets), FOLD_ROWS):
+        step = targets[start : start + FOLD_ROWS]
+        out[start : start + len(step)] = _fold(model, rows, before, after, step)
+    return out
+
+
+def _fold(
+    model: Model,
+    rows: Sequence[Terms | None],
+    before: npt.NDArray[np.intp],
+    after: npt.NDArray[np.intp],
+    targets: npt.NDArray[np.intp],
+) -> FloatMatrix:
     n = len(rows)
     size = len(model.column)
-    targets = np.asarray(targets, dtype=np.intp)
     sources = ((targets, 1.0), (before[targets], model.share), (after[targets], model.share))
     wanted = np.concatenate([rows_ for rows_, _ in sources])
     read = np.unique(wanted[(wanted >= 0) & (wanted < n)])  # every row whose words are needed, once

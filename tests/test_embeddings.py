@@ -405,6 +405,27 @@ def test_rows_without_words_change_no_topic_score():
         assert not b[real + 1].any()  # padding rows score nothing
 
 
+def test_folding_in_steps_places_every_row_as_folding_at_once(monkeypatch: pytest.MonkeyPatch):
+    from memvault import topics
+
+    rng = np.random.default_rng(11)
+    words = [f"w{i}" for i in range(200)]
+    vocabulary = topics.Vocabulary()
+    texts = [" ".join(rng.choice(words, size=15)) for _ in range(300)]
+    rows: list[topics.Terms | None] = [vocabulary.encode(t) for t in texts]
+    rows[7] = None  # a free row (placed by its neighbours' words alone)
+    where = topics.creation_order([f"k{i}" for i in range(len(rows))], np.arange(300.0), depth=1, gap=1.5)
+    model = topics.fit(rows, vocabulary, where.before[0], where.after[0], dimensions=8)
+    assert model is not None
+    before, after = topics.neighbours(where)
+    targets = rng.permutation(300)
+    at_once = topics.fold(model, rows, before, after, targets)
+    monkeypatch.setattr(topics, "FOLD_ROWS", 16)  # 19 steps, the last one short
+    in_steps = topics.fold(model, rows, before, after, targets)
+    assert np.abs(at_once).sum() > 0
+    assert np.array_equal(in_steps, at_once)
+
+
 def test_topics_need_enough_text():
     from memvault import topics
 
