@@ -7,7 +7,8 @@
 Builds a vault of N tokens x M memories (LoCoMo turns, or synthetic prose), last read 1-20 days
 ago (so the first read of each memory today is one the access write-back acts on). Then, in the same
 run, on the same machine, with the same light client (raw JSON-RPC over streamable HTTP, one
-session per client, httpx with keep-alive, every client in this one process):
+session per client, one keep-alive HTTP/1.1 connection each on asyncio streams, every client in
+this one process; it takes about a sixth of the CPU httpx took, see Connection):
 
 - the floor: `bench/floor_server.py`, a bare MCP SDK server with one trivial tool, every client
   calling it;
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -43,7 +45,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus
-import httpx2
 from harness import free_port, machine_line, ms, pct, update_results
 
 from memvault.markdown import render_new
@@ -71,11 +72,66 @@ class Tally:
         return [x for values in self.latencies.values() for x in values]
 
 
+class Connection:
+    """One keep-alive HTTP/1.1 connection on asyncio streams, for one client's calls in turn.
+
+    The load generator shares the machine's two cores with the servers it measures; httpx took about
+    1 ms of CPU a call, as much as the SDK floor's server, so the client itself set the ceiling. This
+    writes a request and reads a Content-Length or chunked reply, and nothing else.
+    """
+
+    def __init__(self, url: str) -> None:
+        parts = urllib.parse.urlsplit(url)
+        self.host, self.port, self.path = parts.hostname or "127.0.0.1", parts.port or 80, parts.path
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        if self.writer is None or self.reader is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        head = [f"POST {self.path} HTTP/1.1", f"Host: {self.host}:{self.port}"]
+        head += [f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
+        try:
+            self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+            status, fields, reply = await self.read(self.reader)
+        except BaseException:
+            self.close()  # a half-read reply leaves the connection unusable
+            raise
+        if fields.get("connection", "").lower() == "close":
+            self.close()
+        return status, fields, reply
+
+    @staticmethod
+    async def read(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+        lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        fields = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name:
+                fields[name.strip().lower()] = value.strip()
+        if "content-length" in fields:
+            return status, fields, await reader.readexactly(int(fields["content-length"]))
+        if fields.get("transfer-encoding", "").lower() != "chunked":
+            raise ValueError("a reply without a length")
+        chunks = []
+        while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+            chunks.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+        await reader.readuntil(b"\r\n")  # the (empty) trailer
+        return status, fields, b"".join(chunks)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
 class Client:
     """One MCP session over raw JSON-RPC: initialize, then tools/call, nothing else."""
 
-    def __init__(self, http: httpx2.AsyncClient, url: str) -> None:
-        self.http, self.url, self.session, self.next_id = http, url, "", 0
+    def __init__(self, url: str) -> None:
+        self.http, self.session, self.next_id = Connection(url), "", 0
 
     async def start(self) -> None:
         reply = await self.rpc(
@@ -88,7 +144,7 @@ class Client:
         )
         assert "result" in reply, reply
         note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        await self.http.post(self.url, json=note, headers=self.headers())
+        await self.http.post(json.dumps(note).encode(), self.headers())
 
     def headers(self) -> dict[str, str]:
         extra = {"Mcp-Session-Id": self.session, "MCP-Protocol-Version": "2025-06-18"} if self.session else {}
@@ -97,18 +153,19 @@ class Client:
     async def rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         self.next_id += 1
         body = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
-        response = await self.http.post(self.url, json=body, headers=self.headers())
-        if response.status_code != 200:
-            return {"error": {"message": f"HTTP {response.status_code}"}}
-        self.session = response.headers.get("mcp-session-id", self.session)
-        text = response.text
-        if response.headers.get("content-type", "").startswith("text/event-stream"):
+        status, fields, reply = await self.http.post(json.dumps(body).encode(), self.headers())
+        if status != 200:
+            return {"error": {"message": f"HTTP {status}"}}
+        self.session = fields.get("mcp-session-id", self.session)
+        text = reply.decode()
+        if fields.get("content-type", "").startswith("text/event-stream"):
             text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
         return dict(json.loads(text))
 
     async def call(self, tool: str, args: dict[str, Any]) -> str | None:
         """None when the call worked, else why not."""
-        reply = await self.rpc("tools/call", {"name": tool, "arguments": args})
+        async with asyncio.timeout(60):
+            reply = await self.rpc("tools/call", {"name": tool, "arguments": args})
         if "error" in reply:
             return str(reply["error"].get("message", "error"))[:60]
         if reply.get("result", {}).get("isError"):
@@ -170,9 +227,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 async def drive(urls: list[str], seconds: float, plan: Any, *, warm: Any = None) -> tuple[Tally, float]:
     """Every client in a loop for ``seconds``: ``plan(i, rng)`` gives its next (tool, args)."""
-    limits = httpx2.Limits(max_connections=len(urls) * 2, max_keepalive_connections=len(urls) * 2)
-    async with httpx2.AsyncClient(timeout=60, limits=limits) as http:
-        clients = [Client(http, url) for url in urls]
+    clients = [Client(url) for url in urls]
+    try:
         await asyncio.gather(*(c.start() for c in clients))
         if warm is not None:
             await asyncio.gather(*(c.call(*warm(i)) for i, c in enumerate(clients)))
@@ -186,7 +242,7 @@ async def drive(urls: list[str], seconds: float, plan: Any, *, warm: Any = None)
                 t0 = time.perf_counter()
                 try:
                     why = await client.call(tool, args)
-                except (httpx2.HTTPError, OSError, ValueError, StopIteration) as exc:
+                except (OSError, EOFError, asyncio.LimitOverrunError, ValueError, StopIteration) as exc:
                     why = type(exc).__name__
                 tally.latencies[tool].append(time.perf_counter() - t0)
                 if why is not None:
@@ -196,6 +252,9 @@ async def drive(urls: list[str], seconds: float, plan: Any, *, warm: Any = None)
         t0 = time.monotonic()
         await asyncio.gather(*(loop(i, c) for i, c in enumerate(clients)))
         return tally, time.monotonic() - t0
+    finally:
+        for client in clients:
+            client.http.close()
 
 
 def memvault_plan(names: list[list[str]], words: list[str], only: str | None = None) -> Any:
@@ -243,7 +302,7 @@ def row(name: str, result: dict[str, Any], floor: dict[str, Any]) -> str:
     ratio = result["rate"] / floor["rate"]
     return (
         f"| {name} | {result['rate']:,.0f} | {ratio:.2f} | {ms(result['p50'])} | {ms(result['p99'])} | "
-        f"{result['failed']} |"
+        f"{result['failed']} | {result['server_cpu_ms_per_call']:.2f} | {result['client_cpu']:.2f} |"
     )
 
 
@@ -264,8 +323,9 @@ def write_section(
         "",
         f"Command: `{command}`",
         "",
-        f"Machine: {machine_line()}. Client (raw JSON-RPC over streamable HTTP, httpx, keep-alive, one "
-        "session per client, all in one process) and server in separate processes on this machine.",
+        f"Machine: {machine_line()}. Client (raw JSON-RPC over streamable HTTP, one keep-alive "
+        "connection and session per client on asyncio streams, all in one process) and servers in "
+        "separate processes on this machine; the servers' CPU per call and the client's cores below.",
         "",
         f"Each client on its own token, for {args.seconds:g} s right after the tokens loaded (loading all "
         f"of them took {loaded:.1f} s; the embedding worker still busy with them): 55% read_memory (30% of "
@@ -273,8 +333,8 @@ def write_section(
         "Memories were last read 1-20 days ago, so first reads write lastAccessedAt back. The floor: the "
         "same clients against a bare MCP SDK server with one trivial tool (bench/floor_server.py), same run.",
         "",
-        "| server | calls/s | x floor | p50 ms | p99 ms | failed |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| server | calls/s | x floor | p50 ms | p99 ms | failed | server CPU ms/call | client cores |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
         row("SDK floor (one trivial tool)", floor, floor),
         *(row(name, result, floor) for name, result in results.items()),
         "",
@@ -444,10 +504,11 @@ def main() -> int:
         )
         try:
             urls = [f"http://127.0.0.1:{port}/mcp/" for _ in range(args.tokens)]
-            cpu0 = cpu_seconds(floor.pid)
+            cpu0 = cpu_seconds(floor.pid), time.process_time()
             tally, elapsed = asyncio.run(drive(urls, args.seconds, lambda i, rng: ("echo", {"text": "hi"})))
-            floor_cpu = cpu_seconds(floor.pid) - cpu0
+            floor_cpu = cpu_seconds(floor.pid) - cpu0[0]
             floor_result = report(tally, elapsed)
+            floor_result["client_cpu"] = (time.process_time() - cpu0[1]) / elapsed
             floor_result["server_cpu"] = floor_cpu / elapsed
             floor_result["server_cpu_ms_per_call"] = 1000 * floor_cpu / max(1, floor_result["calls"])
         finally:

@@ -503,3 +503,11 @@ def test_a_snapshot_with_terms_out_of_range_is_refused(index: Index) -> None:
     arrays["dl"] = arrays["dl"][:-1]
     with pytest.raises(ValueError, match="inconsistent"):
         Index.from_snapshot(arrays)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=1, max_size=40))
+def test_one_terms_character_set_is_the_vectorised_ones(term: str) -> None:
+    from memvault.lexicon import char_mask, char_masks
+
+    assert char_mask(term) == int(char_masks([term, "x"])[0])
