@@ -1389,3 +1389,35 @@ def test_try_lock_is_the_same_lock_as_filelock(tmp_path: Path) -> None:
     again = try_lock(path)
     assert again is not None
     os.close(again)
+
+
+@pytest.mark.parametrize("size", [0, 1, 99, 100, 101, 5000])
+def test_read_regular_gives_the_whole_file_or_its_first_limit_bytes(tmp_path: Path, size: int) -> None:
+    from memvault.files import read_regular
+
+    path = tmp_path / "m.md"
+    data = bytes(range(256)) * (size // 256 + 1)
+    path.write_bytes(data[:size])
+    raw, st = read_regular(path, 100)
+    assert raw == data[: min(size, 100)] and st.st_size == size
+    assert read_regular(path)[0] == data[:size]
+
+
+def test_read_regular_reads_what_a_file_grew_by_after_its_stat(tmp_path: Path, monkeypatch) -> None:
+    from memvault import files
+
+    path = tmp_path / "m.md"
+    path.write_bytes(b"a" * 10)
+    real_fstat = os.fstat
+
+    def fstat_then_grow(fd: int) -> os.stat_result:
+        st = real_fstat(fd)
+        with open(path, "ab") as more:  # appended in place between the stat and the read
+            more.write(b"b" * 50)
+        return st
+
+    monkeypatch.setattr(files.os, "fstat", fstat_then_grow)
+    raw, st = files.read_regular(path, 40)
+    assert st.st_size == 10 and raw == b"a" * 10 + b"b" * 30
+    path.write_bytes(b"a" * 10)
+    assert files.read_regular(path, 1000)[0] == b"a" * 10 + b"b" * 50
