@@ -28,7 +28,11 @@ if TYPE_CHECKING:
 BATCH = 16  # file write-backs per turn of the token's lock: a mutation waits for at most one batch
 BUSY_PAUSE = 19.0  # while requests come in, write-backs rest this many times as long as they took
 MAX_PAUSE = 5.0  # seconds, at most, between two batches
-COALESCE = 0.02  # seconds a round of access records waits for more: one trip records many reads
+# Seconds a round of access records waits for more: one trip records many reads. 0.25 against 0.02:
+# under 32 agents a round held a few reads of each token, a transaction each; two processes side by
+# side, 0.7-5.3% more calls/s (six rounds) and 3% less CPU a call. Queued records are visible to
+# listings and recall meanwhile (access.recorded); a crash loses at most this much of the statistics.
+COALESCE = 0.25
 
 
 class Pending:

@@ -175,6 +175,7 @@ def serve(settings: Settings) -> int:
     from memvault.app import create_app
 
     heap.configure()  # before the first large allocation (see heap)
+    resources.favour_the_event_loop()
     _, now = resources.raise_open_file_limit(settings.max_connections + 1024)
     if now < settings.max_connections + 256:
         print(

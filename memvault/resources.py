@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import sys
 import time
 from collections.abc import Callable
 
@@ -24,9 +25,19 @@ except ImportError:  # pragma: no cover - not on Windows
 
 log = logging.getLogger("memvault")
 
+# How long a thread holds the GIL while another waits for it (Python's default: 5 ms). The event
+# loop waits for it behind background threads (write-backs, access records, the embedding worker);
+# two memvault processes driven side by side by bench_load's mix, 0.5 ms against 5: 1.8-5.5% more
+# calls/s in each of three rounds.
+SWITCH_INTERVAL = 0.0005
 # asyncio's message when accept() fails for want of descriptors (EMFILE/ENFILE/ENOBUFS/ENOMEM).
 ACCEPT_FAILED = "socket.accept() out of system resource"
 FLOOD_WINDOW_SECONDS = 10.0
+
+
+def favour_the_event_loop() -> None:
+    """Hand the GIL over sooner (SWITCH_INTERVAL), so background threads hold up requests less."""
+    sys.setswitchinterval(SWITCH_INTERVAL)
 
 
 def raise_open_file_limit(wanted: int) -> tuple[int, int]:

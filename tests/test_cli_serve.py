@@ -807,3 +807,22 @@ def test_connections_to_the_serve_socket_have_nagle_off():
             server.close()
 
     assert asyncio.run(accepted_nodelay()) != 0
+
+
+def test_serve_hands_the_gil_over_sooner_than_pythons_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memvault import app, cli, resources
+    from memvault.errors import MemvaultError
+
+    def refuse(settings: Settings) -> None:
+        raise MemvaultError("stop here")
+
+    monkeypatch.setattr(app, "create_app", refuse)  # serve stops right after its process setup
+    monkeypatch.setattr(resources, "quiet_accept_failures", lambda: None)  # no filter left behind
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        assert cli.serve(Settings()) == 2
+        assert sys.getswitchinterval() == pytest.approx(resources.SWITCH_INTERVAL)
+        assert resources.SWITCH_INTERVAL < 0.005
+    finally:
+        sys.setswitchinterval(before)
