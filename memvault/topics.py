@@ -35,8 +35,8 @@ OVERSAMPLE = 32
 POWER_ITERATIONS = 2
 NEIGHBOUR_SHARE = 0.75  # of the terms of the memory written just before and just after
 MAX_DF_SHARE = 0.5  # terms in more than this share of memories carry no topic
-CHUNK = 32_768  # non-zeros per step of a sparse product (bounds temporary memory: 12 MB at k=64)
-FOLD_ROWS = 4_096  # rows folded in one step: the triplets of 100,000 rows at once took 410 MB
+CHUNK = 8_192  # non-zeros per step of a sparse product (bounds temporary memory: 3 MB at k=64)
+FOLD_ROWS = 1_024  # rows folded in one step (6 MB of triplets); 100,000 rows at once took 410 MB
 SEED = 20240607
 
 FloatMatrix = npt.NDArray[np.float32]
@@ -160,6 +160,23 @@ def fold(
     return out
 
 
+def fold_into(
+    placement: Placement,
+    rows: Sequence[Terms | None],
+    before: npt.NDArray[np.intp],
+    after: npt.NDArray[np.intp],
+    targets: npt.NDArray[np.intp],
+) -> None:
+    """:func:`fold` of ``targets`` put straight into ``placement`` (whose model folds them), a step
+    at a time: a refit of 100,000 rows then holds no second copy of every row's coordinates."""
+    if placement.model is None:
+        return
+    targets = np.asarray(targets, dtype=np.intp)
+    for start in range(0, len(targets), FOLD_ROWS):
+        step = targets[start : start + FOLD_ROWS]
+        placement.put(step, _fold(placement.model, rows, before, after, step), len(rows))
+
+
 def _fold(
     model: Model,
     rows: Sequence[Terms | None],
@@ -252,9 +269,12 @@ class Placement:
         if self.model is None:
             return
         if n > len(self.rows):
-            grow = max(n - len(self.rows), len(self.rows) // 4, 64)
-            self.rows = np.concatenate([self.rows, np.zeros((grow, self.model.k), dtype=np.float32)])
-            self.valid = np.concatenate([self.valid, np.zeros(grow, dtype=bool)])
+            size = len(self.rows) + max(n - len(self.rows), len(self.rows) // 4, 64)
+            rows = np.zeros((size, self.model.k), dtype=np.float32)  # one new block, no zeros to join
+            rows[: len(self.rows)] = self.rows
+            valid = np.zeros(size, dtype=bool)
+            valid[: len(self.valid)] = self.valid
+            self.rows, self.valid = rows, valid
         self.rows[targets] = coordinates
         self.valid[targets] = True
 

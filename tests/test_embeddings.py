@@ -424,6 +424,11 @@ def test_folding_in_steps_places_every_row_as_folding_at_once(monkeypatch: pytes
     in_steps = topics.fold(model, rows, before, after, targets)
     assert np.abs(at_once).sum() > 0
     assert np.array_equal(in_steps, at_once)
+    placement = topics.Placement(model)  # a refit's way: straight into the placement
+    some = targets[:250]
+    topics.fold_into(placement, rows, before, after, some)
+    assert np.array_equal(placement.rows[some], at_once[:250])
+    assert placement.valid_rows(300).sum() == 250 and placement.valid_rows(300)[some].all()
 
 
 def test_topics_need_enough_text():
