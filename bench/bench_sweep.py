@@ -56,13 +56,16 @@ async def run(root: Path, words: list[str], limit: float) -> dict[str, float]:
         async with client(f"{server.url}/mcp/{TOKEN}") as session:
             t0 = time.monotonic()
             first, _ = await call(session, "read_memory", {"query": words[0]})
+            state = await store.state(TOKEN)
             latencies: list[float] = []
             rng = random.Random(1)
-            while store._background and time.monotonic() - t0 < limit:
+            # Until the sweep itself ends: the reads' own background work (writing lastAccessedAt
+            # back into what they found) goes on as long as they come.
+            while state.evicting and time.monotonic() - t0 < limit:
                 elapsed, _ = await call(session, "read_memory", {"query": rng.choice(words)})
                 latencies.append(elapsed)
-            await store.idle()
             swept = time.monotonic() - t0
+            await store.idle()
         archived = (
             sum(1 for _ in (root / TOKEN / "archive").iterdir()) if (root / TOKEN / "archive").exists() else 0
         )
@@ -111,8 +114,8 @@ def main() -> int:
                     "against the server's: a conservative figure).",
                     "",
                     f"The first read took {ms(result['first'])} ms and started the sweep; it archived "
-                    f"{result['archived']:,} files in {result['swept']:.1f} s. Meanwhile "
-                    f"{result['reads']:,} reads, back to back:",
+                    f"{result['archived']:,} files in {result['swept']:.1f} s (a memory read since the "
+                    f"sweep's plan stays hot). Meanwhile {result['reads']:,} reads, back to back:",
                     "",
                     "| p50 ms | p95 ms | p99 ms | max ms |",
                     "|---:|---:|---:|---:|",

@@ -452,11 +452,17 @@ class Sidecar:
         Any stale record already under ``new_id`` is dropped: the moved memory brings its own
         history. If ``old_id`` has none, ``new_id`` ends up with none.
         """
-        if old_id == new_id:
+        self.rename_accesses([(old_id, new_id)])
+
+    def rename_accesses(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """:meth:`rename_access` for many memories, in order, in one transaction."""
+        pairs = [(old, new) for old, new in pairs if old != new]
+        if not pairs:
             return
         with self._write(moves_access=True) as conn:
-            conn.execute("DELETE FROM access WHERE id = ?", (new_id,))
-            conn.execute("UPDATE access SET id = ? WHERE id = ?", (new_id, old_id))
+            for old_id, new_id in pairs:
+                conn.execute("DELETE FROM access WHERE id = ?", (new_id,))
+                conn.execute("UPDATE access SET id = ? WHERE id = ?", (new_id, old_id))
 
     def forget(self, ids: Sequence[str]) -> None:
         """Drop access statistics and file stats of deleted memories."""

@@ -107,17 +107,24 @@ class Sweeps:
         """Move one batch; a memory read or changed since the plan stays (its access is newer)."""
         with state.file_lock():
             flush_records(state)
-            touched = state.ensure_sidecar().last_access([e.id for e in batch])
+            sidecar = state.ensure_sidecar()
+            touched = sidecar.last_access([e.id for e in batch])
             done: list[Evicted] = []
-            for item in batch:
-                if item.id in touched and touched[item.id] > planned:
-                    continue
-                try:
-                    new_id = self.tokens.move(state, item.id, to_archive=True)
-                except (NotFound, InvalidName, OSError) as exc:
-                    log.warning("eviction skipped a memory: %s", type(exc).__name__)
-                    continue
-                done.append(Evicted(item.id, item.reason, new_id))
+            # The batch's access records move in one transaction: one a file kept the sidecar's lock
+            # busy and dropped the kept access table (every read then went to a thread) each time.
+            renamed: list[tuple[str, str]] = []
+            try:
+                for item in batch:
+                    if item.id in touched and touched[item.id] > planned:
+                        continue
+                    try:
+                        new_id = self.tokens.move(state, item.id, to_archive=True, renamed=renamed)
+                    except (NotFound, InvalidName, OSError) as exc:
+                        log.warning("eviction skipped a memory: %s", type(exc).__name__)
+                        continue
+                    done.append(Evicted(item.id, item.reason, new_id))
+            finally:
+                bookkeep("move access records", lambda: sidecar.rename_accesses(renamed))
             return done
 
     def maybe_sweep(self, state: TokenState) -> None:

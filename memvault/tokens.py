@@ -419,16 +419,22 @@ class Tokens:
                 lambda: sidecar.delete_file_stats([key(id, archived)]),
             )
 
-    def move(self, state: TokenState, id: str, *, to_archive: bool) -> str:
+    def move(
+        self, state: TokenState, id: str, *, to_archive: bool, renamed: list[tuple[str, str]] | None = None
+    ) -> str:
         """Move a memory between hot and archive (file lock held): the file, then the index and
-        the access records follow. Returns its id in the other area."""
+        the access records follow. Returns its id in the other area. ``renamed``: the access
+        records' move is added to it for the caller to make (a sweep: one transaction a batch)."""
         new_id = state.vault.move(id, to_archive=to_archive)
         moved = self.read_file(state, new_id, to_archive)
         self.drop(state, id, not to_archive)
         if moved is not None:
             self.remember(state, moved)
         old, new = key(id, not to_archive), key(new_id, to_archive)
-        bookkeep("move access records", lambda: state.ensure_sidecar().rename_access(old, new))
+        if renamed is not None:
+            renamed.append((old, new))
+        else:
+            bookkeep("move access records", lambda: state.ensure_sidecar().rename_access(old, new))
         return new_id
 
     def fresh(self, state: TokenState, id: str, archived: bool, *, inline: bool = False) -> Memory | None:

@@ -761,8 +761,8 @@ async def test_a_full_disk_never_fails_a_read_nor_misreports_a_write(server_fact
         def full(*args, **kwargs):
             raise sqlite3.OperationalError("database or disk is full")
 
-        for name in ("record_access", "rename_access", "forget", "put_file_stats", "delete_file_stats",
-                     "record_search", "set_state", "get_state"):  # fmt: skip
+        for name in ("record_access", "rename_access", "rename_accesses", "forget", "put_file_stats",
+                     "delete_file_stats", "record_search", "set_state", "get_state"):  # fmt: skip
             monkeypatch.setattr(Sidecar, name, full)
         for tool, args in [
             ("read_memory", {"query": "disk"}),

@@ -212,6 +212,18 @@ def test_rename_access_replaces_stale_stats_at_the_target(sidecar: Sidecar) -> N
     assert sidecar.access_counts() == {"b.md": (1, 1)}
 
 
+def test_rename_accesses_moves_many_in_one_call_in_order(sidecar: Sidecar) -> None:
+    sidecar.record_access(["a.md", "b.md"], T0)
+    sidecar.record_access(["archive/b.md"], T0 - timedelta(days=100))  # stale: replaced
+    sidecar.record_access(["c.md"], T0, hit=False)
+    sidecar.rename_accesses([("a.md", "archive/a.md"), ("b.md", "archive/b.md"), ("c.md", "c.md")])
+    assert sidecar.access_counts() == {"archive/a.md": (1, 1), "archive/b.md": (1, 1), "c.md": (1, 0)}
+    # In order: a memory moved out and back within one batch ends where it was last moved.
+    sidecar.rename_accesses([("archive/a.md", "a.md"), ("a.md", "archive/a-2.md")])
+    assert sidecar.last_access()["archive/a-2.md"] == T0 and "a.md" not in sidecar.access_counts()
+    sidecar.rename_accesses([])  # nothing to do: no transaction needed
+
+
 def test_forget_drops_access_and_file_stats(sidecar: Sidecar) -> None:
     sidecar.record_access(["a.md", "b.md"], T0)
     sidecar.put_file_stats([FileStat("a.md", 1, 2, "h1"), FileStat("b.md", 3, 4, "h2")])
