@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +137,11 @@ class Model:
         return vector / np.float32(norm) if norm > 0.0 else None
 
 
+def _steps(targets: npt.NDArray[np.intp]) -> Iterator[tuple[int, npt.NDArray[np.intp]]]:
+    for start in range(0, len(targets), FOLD_ROWS):
+        yield start, targets[start : start + FOLD_ROWS]
+
+
 def fold(
     model: Model,
     rows: Sequence[Terms | None],
@@ -151,39 +156,11 @@ def fold(
     does not know are left out, as they are from a query. Folds FOLD_ROWS targets at a time, so its
     temporary memory stays bounded however many rows a refit places."""
     targets = np.asarray(targets, dtype=np.intp)
-    if len(targets) <= FOLD_ROWS:
-        return _fold(model, rows, before, after, targets)
-    out = np.empty((len(targets), model.k), dtype=np.float32)
-    for start in range(0, len(targets), FOLD_ROWS):
-        step = targets[start : start + FOLD_ROWS]
-        out[start : start + len(step)] = _fold(model, rows, before, after, step)
-    return out
-
-
-def fold_into(
-    placement: Placement,
-    rows: Sequence[Terms | None],
-    before: npt.NDArray[np.intp],
-    after: npt.NDArray[np.intp],
-    targets: npt.NDArray[np.intp],
-) -> None:
-    """:func:`fold` of ``targets`` put straight into ``placement`` (whose model folds them), a step
-    at a time: a refit of 100,000 rows then holds no second copy of every row's coordinates."""
-    if placement.model is None:
-        return
-    targets = np.asarray(targets, dtype=np.intp)
-    for start in range(0, len(targets), FOLD_ROWS):
-        step = targets[start : start + FOLD_ROWS]
-        placement.put(step, _fold(placement.model, rows, before, after, step), len(rows))
-
-
-def _fold(
-    model: Model,
-    rows: Sequence[Terms | None],
-    before: npt.NDArray[np.intp],
-    after: npt.NDArray[np.intp],
-    targets: npt.NDArray[np.intp],
-) -> FloatMatrix:
+    if len(targets) > FOLD_ROWS:
+        out = np.empty((len(targets), model.k), dtype=np.float32)
+        for start, step in _steps(targets):
+            out[start : start + len(step)] = fold(model, rows, before, after, step)
+        return out
     n = len(rows)
     size = len(model.column)
     sources = ((targets, 1.0), (before[targets], model.share), (after[targets], model.share))
@@ -263,6 +240,17 @@ class Placement:
         old_before[:m] = self.before[:m]
         old_after[:m] = self.after[:m]
         return np.flatnonzero((old_before != before) | (old_after != after))
+
+    def fold_in(
+        self, rows: Sequence[Terms | None], where: tuple[npt.NDArray[np.intp], ...], placed: Any
+    ) -> None:
+        """:func:`fold` of rows ``placed`` (``where``: their before and after neighbours) put
+        straight into this placement, a step at a time: a refit of 100,000 rows then holds no
+        second copy of every row's coordinates."""
+        if self.model is None:
+            return
+        for _, step in _steps(np.asarray(placed, dtype=np.intp)):
+            self.put(step, fold(self.model, rows, where[0], where[1], step), len(rows))
 
     def put(self, targets: npt.NDArray[np.intp], coordinates: FloatMatrix, n: int) -> None:
         """Set the coordinates of ``targets`` (rows of a token of ``n`` rows now), growing by a quarter."""
