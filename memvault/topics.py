@@ -41,6 +41,7 @@ SEED = 20240607
 
 FloatMatrix = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
+IntpArray = npt.NDArray[np.intp]
 Terms = tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]  # vocabulary ids, weights 1 + log(count)
 Coordinates = npt.NDArray[np.float32]  # rows x k: unit rows (float16 saved 128 B a row, but a
 # query converted every row: 0.12 ms a recall at 1,000 rows, 1.2 ms at 10,000)
@@ -242,15 +243,14 @@ class Placement:
         return np.flatnonzero((old_before != before) | (old_after != after))
 
     def fold_in(
-        self, rows: Sequence[Terms | None], where: tuple[npt.NDArray[np.intp], ...], placed: Any
+        self, rows: Sequence[Terms | None], before: IntpArray, after: IntpArray, placed: IntpArray
     ) -> None:
-        """:func:`fold` of rows ``placed`` (``where``: their before and after neighbours) put
-        straight into this placement, a step at a time: a refit of 100,000 rows then holds no
-        second copy of every row's coordinates."""
+        """:func:`fold` of rows ``placed`` put straight into this placement, a step at a time: a
+        refit of 100,000 rows then holds no second copy of every row's coordinates."""
         if self.model is None:
             return
-        for _, step in _steps(np.asarray(placed, dtype=np.intp)):
-            self.put(step, fold(self.model, rows, where[0], where[1], step), len(rows))
+        for _, step in _steps(placed):
+            self.put(step, fold(self.model, rows, before, after, step), len(rows))
 
     def put(self, targets: npt.NDArray[np.intp], coordinates: FloatMatrix, n: int) -> None:
         """Set the coordinates of ``targets`` (rows of a token of ``n`` rows now), growing by a quarter."""

@@ -331,7 +331,7 @@ class TokenVectors:
         if model is not None:
             before, after = topics.neighbours(topics.creation_order(keys, created, depth=1, gap=gap))
             placed = np.flatnonzero([t is not None for t in terms])
-            placement.fold_in(terms, (before, after), placed)
+            placement.fold_in(terms, before, after, placed)
             placement.before, placement.after = before, after
         with self._lock:
             self._placement = placement

@@ -426,7 +426,7 @@ def test_folding_in_steps_places_every_row_as_folding_at_once(monkeypatch: pytes
     assert np.array_equal(in_steps, at_once)
     placement = topics.Placement(model)  # a refit's way: straight into the placement
     some = targets[:250]
-    placement.fold_in(rows, (before, after), some)
+    placement.fold_in(rows, before, after, some)
     assert np.array_equal(placement.rows[some], at_once[:250])
     assert placement.valid_rows(300).sum() == 250 and placement.valid_rows(300)[some].all()
 
