@@ -191,6 +191,7 @@ def serve(settings: Settings) -> int:
     except MemvaultError as exc:
         print(f"memvault: {exc}", file=sys.stderr)
         return 2
+    heap.keep()  # the imports' 100,000 objects (the SDK's models) live as long as the process
     sock = listen(settings.host, settings.port)
     if sock is None:
         return 1

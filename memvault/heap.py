@@ -13,13 +13,14 @@ server settled 48 MB lower and a topic fit's peak was 105 MB instead of 146.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import gc
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-__all__ = ["configure", "keep", "release", "supported", "unkeep"]
+__all__ = ["configure", "keep", "release", "supported", "uncollected", "unkeep"]
 
 M_MMAP_THRESHOLD = -3  # mallopt parameter (malloc.h)
 MMAP_THRESHOLD = 1 << 20
@@ -28,6 +29,8 @@ _lock = threading.Lock()
 _trim: Callable[[int], int] | None = None
 _mallopt: Callable[[int, int], int] | None = None
 _looked = False
+_uncollected = 0  # loads under way with the collector paused (see uncollected)
+_collector_was_on = False
 
 
 def _find() -> Callable[[int], int] | None:
@@ -75,3 +78,26 @@ def keep() -> None:
 
 def unkeep() -> None:
     gc.unfreeze()
+
+
+@contextlib.contextmanager
+def uncollected() -> Iterator[None]:
+    """No automatic cyclic collection while the block runs (a token's load, in a worker thread).
+
+    A load creates some ten objects per memory and keeps them all, so the collector's passes over
+    them find nothing: at 100,000 memories three full passes and some sixty younger ones were
+    0.3 s of a 3 s restart. Reference counting frees as always; the collector resumes when the
+    last such block ends (loads of two tokens may overlap), and ``keep`` then freezes what stays."""
+    global _uncollected, _collector_was_on
+    with _lock:
+        if _uncollected == 0:
+            _collector_was_on = gc.isenabled()
+            gc.disable()
+        _uncollected += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _uncollected -= 1
+            if _uncollected == 0 and _collector_was_on:
+                gc.enable()

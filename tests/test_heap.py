@@ -85,3 +85,54 @@ async def test_a_loaded_token_is_kept_from_the_cyclic_collector_until_it_unloads
     finally:
         await store.close()
         gc.unfreeze()
+
+
+def test_uncollected_pauses_the_collector_until_the_last_block_ends():
+    import gc
+
+    assert gc.isenabled()
+    with heap.uncollected():
+        assert not gc.isenabled()
+        with heap.uncollected():  # a second token's load overlapping the first
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the first load still runs
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), heap.uncollected():
+        raise RuntimeError("a load that fails")
+    assert gc.isenabled()
+
+
+def test_uncollected_leaves_a_collector_that_was_off_off():
+    import gc
+
+    gc.disable()
+    try:
+        with heap.uncollected():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.mark.anyio
+async def test_a_token_loads_with_the_collector_paused(make_settings, monkeypatch):
+    import gc
+
+    from memvault.store import Store
+    from memvault.tokens import Tokens
+
+    seen = []
+    original = Tokens._load_files
+
+    def spy(self, state, progress=None):
+        seen.append(gc.isenabled())
+        original(self, state, progress)
+
+    monkeypatch.setattr(Tokens, "_load_files", spy)
+    store = Store(make_settings())
+    try:
+        await store.write("alice", title="One", content="loaded")
+    finally:
+        await store.close()
+    assert seen == [False]
+    assert gc.isenabled()

@@ -1421,3 +1421,20 @@ def test_read_regular_reads_what_a_file_grew_by_after_its_stat(tmp_path: Path, m
     assert st.st_size == 10 and raw == b"a" * 10 + b"b" * 30
     path.write_bytes(b"a" * 10)
     assert files.read_regular(path, 1000)[0] == b"a" * 10 + b"b" * 50
+
+
+def test_a_stored_memory_sets_every_field_where_the_dataclass_would() -> None:
+    """snapshot._stored sets slots directly, in declaration order: a field added or moved shows here."""
+    from memvault.snapshot import _stored
+
+    t1, t2, t3 = (datetime(2026, 1, d, tzinfo=UTC) for d in (1, 2, 3))
+    built = _stored(
+        True, "a/b.md", "T", "C", "P0", t1, t2, t3, ("x",), 0.5, False, "bad", True, 11, 22, "h", 33
+    )  # fmt: skip
+    assert built == Memory(
+        id="a/b.md", title="T", content="C", priority="P0", created_at=t1, updated_at=t2, last_accessed_at=t3,
+        tags=("x",), importance=0.5, archived=True, has_frontmatter=False, problem="bad", conflicted=True,
+        mtime_ns=11, size=22, change=33, hash="h",
+    )  # fmt: skip
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.title = "changed"  # type: ignore[misc]
