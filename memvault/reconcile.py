@@ -91,21 +91,23 @@ def _locate(state: TokenState, path: Path) -> tuple[str, bool] | None:
 
 def rescan_folder(tokens: Tokens, state: TokenState) -> int:
     """Bring the loaded memories in line with the folder."""
-    seen: set[tuple[str, bool]] = set()
     changed = 0
     with state.mem_lock:
         known = (dict(state.hot.memories), dict(state.archive.memories))
+    # What the scan has not seen (yet), as the ids already kept: a set of the scan's own ids and
+    # tuples was 15 MB at 100,000 files, left behind as free pools.
+    unseen = (set(known[0]), set(known[1]))
     for id, archived, st in state.vault.scan():
-        seen.add((id, archived))
+        unseen[archived].discard(id)
         before = known[archived].get(id)
         if before is not None and unchanged(before, st):
             continue  # unchanged: the scan's stat is enough
         if tokens.fresh(state, id, archived) is not before:
             changed += 1
     for archived in (False, True):
-        with state.mem_lock:
-            gone = [id for id in state.area(archived).memories if (id, archived) not in seen]
-        for id in gone:
-            tokens.drop(state, id, archived)
-        changed += len(gone)
+        # Gone, unless written again after the scan passed it (fresh looks); a memory first
+        # written while the scan ran was never in `unseen`.
+        for id in unseen[archived]:
+            if tokens.fresh(state, id, archived) is not known[archived][id]:
+                changed += 1
     return changed

@@ -1438,3 +1438,24 @@ def test_a_stored_memory_sets_every_field_where_the_dataclass_would() -> None:
     )  # fmt: skip
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.title = "changed"  # type: ignore[misc]
+
+
+def test_scan_holds_one_folder_entry_at_a_time(tmp_path: Path) -> None:
+    """A scan kept a list of the folder's entries, each with its cached stat, to its end: at
+    100,000 files a restart's rescan left 70 MB of free pools resident. Now its memory stays flat."""
+    import tracemalloc
+
+    token = tmp_path / "t"
+    token.mkdir()
+    for i in range(3000):
+        (token / f"m{i}.md").write_bytes(b"x")
+    tracemalloc.start()
+    try:
+        count = 0
+        for _id, _archived, _st in Vault(token).scan():
+            count += 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 3000
+    assert peak < 300_000  # a list of 3,000 entries with their stats is some 1.5 MB
