@@ -24,6 +24,8 @@ MIN_STEM = 4  # an indexed word the query extends by up to MAX_EXTRA_SUFFIX lett
 MAX_EXTRA_SUFFIX = 3
 PREFIX_KEY = 3
 EXPANSION_CACHE_MAX = 4096
+REVERSE_MAX = 8 * EXPANSION_CACHE_MAX  # term ids the cached expansions hold, before all are dropped
+ADDED_CHECKED_MAX = 64  # terms added between two lookups beyond which the whole cache goes
 TERM_LIMIT = 1 << 24  # term ids share a uint32 with a low byte in a document's term list
 MASK_CHUNK = 1 << 16
 
@@ -64,8 +66,8 @@ def char_mask(term: str) -> int:
 
 
 class Lexicon:
-    """Term ids (reused once freed) and the expansion of query terms, cached until a term is added
-    or freed. Not thread-safe: the index's callers serialise access."""
+    """Term ids (reused once freed) and the expansion of query terms, cached until a term that
+    changes it is added or freed. Not thread-safe: the index's callers serialise access."""
 
     def __init__(self) -> None:
         self._termid: dict[str, int] = {}
@@ -81,10 +83,12 @@ class Lexicon:
         self._unmasked: list[int] = []
         self._by_prefix: dict[str, array[int]] = {}  # first letters -> term ids, for prefix matches
         self._cjk_bigrams: dict[str, set[str]] = {}  # CJK char -> bigrams holding it
-        # query-term expansions, valid while the vocabulary is unchanged
-        self._version = 0
-        self._cache_version = 0
+        # Query-term expansions. A term added drops only the expansions it would join (at the next
+        # expand: see _forget_near); a term freed, those that hold it. Dropping them all at every
+        # new word (a number in each new memory) left the cache nearly always empty under load.
         self._expansions: dict[str, list[tuple[int, float]]] = {}
+        self._expanded_with: dict[int, set[str]] = {}  # term id -> cached query terms holding it
+        self._added: list[str] = []  # terms added since the last expand, while anything is cached
 
     @classmethod
     def from_terms(cls, terms: list[str]) -> Lexicon:
@@ -98,7 +102,6 @@ class Lexicon:
             lexicon._termid[term] = tid
             lexicon._register_term(tid, term)
         lexicon._unmasked = [tid for tid, term in enumerate(terms) if term]
-        lexicon._version += 1
         return lexicon
 
     def __contains__(self, term: str) -> bool:
@@ -117,7 +120,8 @@ class Lexicon:
         self._termid[term] = tid
         self._unmasked.append(tid)
         self._register_term(tid, term)
-        self._version += 1
+        if self._expansions:
+            self._added.append(term)
         return tid
 
     def _register_term(self, tid: int, term: str) -> None:
@@ -149,7 +153,8 @@ class Lexicon:
         elif len(term) == 2:
             for ch in set(term):
                 _discard(self._cjk_bigrams, ch, term)
-        self._version += 1
+        for query in self._expanded_with.pop(tid, ()):
+            self._expansions.pop(query, None)
 
     def _fill_term_masks(self) -> None:
         n = len(self.terms)
@@ -168,9 +173,11 @@ class Lexicon:
 
     def expand(self, term: str) -> list[tuple[int, float]]:
         """Vocabulary terms that count as a match for query term ``term``, with their weights."""
-        if self._cache_version != self._version or len(self._expansions) >= EXPANSION_CACHE_MAX:
+        if self._added:
+            self._forget_near(self._added)
+        if len(self._expansions) >= EXPANSION_CACHE_MAX or len(self._expanded_with) >= REVERSE_MAX:
             self._expansions.clear()
-            self._cache_version = self._version
+            self._expanded_with.clear()
         cached = self._expansions.get(term)
         if cached is not None:
             return cached
@@ -198,7 +205,31 @@ class Lexicon:
                     weights.setdefault(term[:-cut], FUZZY_WEIGHT[1])
         result = [(self._termid[t], w) for t, w in weights.items()]
         self._expansions[term] = result
+        for tid, _ in result:
+            self._expanded_with.setdefault(tid, set()).add(term)
         return result
+
+    def _forget_near(self, added: list[str]) -> None:
+        """Drop the cached expansions that terms added since would join (see expand): a query
+        term they equal or extend (prefix), a CJK character of a bigram, and, for terms with a
+        letter, any query term within three edits (two typos; a stem the query extends by three
+        letters). Many new terms at once (a burst of new files) drop everything instead."""
+        cache = self._expansions
+        self._added = []
+        if len(added) > ADDED_CHECKED_MAX:
+            cache.clear()
+            self._expanded_with.clear()
+            return
+        for term in added:
+            for end in range(min(MIN_PREFIX, len(term)), len(term) + 1):
+                cache.pop(term[:end], None)
+            if len(term) == 2:
+                for ch in term:
+                    cache.pop(ch, None)
+            if cache and any(ch.isalpha() for ch in term):
+                near = process.extract(term, list(cache), scorer=OSA.distance, score_cutoff=3, limit=None)
+                for query, _, _ in near:
+                    del cache[query]
 
     def _typo_variants(self, term: str) -> list[tuple[str, int]]:
         size = len(term)
