@@ -121,7 +121,10 @@ class Lexicon:
         self._unmasked.append(tid)
         self._register_term(tid, term)
         if self._expansions:
-            self._added.append(term)
+            if len(self._added) < ADDED_CHECKED_MAX:
+                self._added.append(term)
+            else:  # many new terms (a burst of new files): checking each costs more than refilling
+                self._forget_all()
         return tid
 
     def _register_term(self, tid: int, term: str) -> None:
@@ -176,8 +179,7 @@ class Lexicon:
         if self._added:
             self._forget_near(self._added)
         if len(self._expansions) >= EXPANSION_CACHE_MAX or len(self._expanded_with) >= REVERSE_MAX:
-            self._expansions.clear()
-            self._expanded_with.clear()
+            self._forget_all()
         cached = self._expansions.get(term)
         if cached is not None:
             return cached
@@ -213,13 +215,9 @@ class Lexicon:
         """Drop the cached expansions that terms added since would join (see expand): a query
         term they equal or extend (prefix), a CJK character of a bigram, and, for terms with a
         letter, any query term within three edits (two typos; a stem the query extends by three
-        letters). Many new terms at once (a burst of new files) drop everything instead."""
+        letters)."""
         cache = self._expansions
         self._added = []
-        if len(added) > ADDED_CHECKED_MAX:
-            cache.clear()
-            self._expanded_with.clear()
-            return
         for term in added:
             for end in range(min(MIN_PREFIX, len(term)), len(term) + 1):
                 cache.pop(term[:end], None)
@@ -230,6 +228,11 @@ class Lexicon:
                 near = process.extract(term, list(cache), scorer=OSA.distance, score_cutoff=3, limit=None)
                 for query, _, _ in near:
                     del cache[query]
+
+    def _forget_all(self) -> None:
+        self._expansions.clear()
+        self._expanded_with.clear()
+        self._added = []
 
     def _typo_variants(self, term: str) -> list[tuple[str, int]]:
         size = len(term)

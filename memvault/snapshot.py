@@ -76,7 +76,7 @@ def memory_from_row(row: Sequence[Any], *, archived: bool) -> Memory:
 
 # A restart builds 100,000 Memory objects. Setting their slots directly skips what the frozen
 # dataclass's __init__ does per field (a keyword, a default factory, object.__setattr__ by name):
-# 5.3 -> 2.8 us each. The values go in declaration order (tests/test_snapshot.py checks it).
+# 5.3 -> 2.8 us each. The values go in declaration order (tests/test_vault.py checks it).
 _SLOT_SETTERS = tuple(getattr(Memory, f.name).__set__ for f in dataclasses.fields(Memory))
 _new = object.__new__
 
