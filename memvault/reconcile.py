@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memvault.errors import InvalidName
-from memvault.files import unchanged
+from memvault.folderscan import Found, stamps
 from memvault.names import ARCHIVE, is_memory_path
 
 if TYPE_CHECKING:
@@ -89,17 +89,19 @@ def _locate(state: TokenState, path: Path) -> tuple[str, bool] | None:
     return "/".join(parts), archived
 
 
-def rescan_folder(tokens: Tokens, state: TokenState) -> int:
-    """Bring the loaded memories in line with the folder."""
+def rescan_folder(tokens: Tokens, state: TokenState, found: Found | None = None) -> int:
+    """Bring the loaded memories in line with the folder (``found``: a helper's scan of it)."""
     changed = 0
     # What the scan has not seen yet: the memories held, each popped as the scan finds its file.
     # (A set of the scan's own ids and tuples was 15 MB at 100,000 files, left behind as free pools.)
     with state.mem_lock:
         unseen = (dict(state.hot.memories), dict(state.archive.memories))
-    for id, archived, st in state.vault.scan():
+    if found is not None:
+        state.vault.leftovers = found.leftovers
+    for id, archived, mtime_ns, size, change in found.stamps() if found else stamps(state.vault):
         before = unseen[archived].pop(id, None)
-        if before is not None and unchanged(before, st):
-            continue  # unchanged: the scan's stat is enough
+        if before is not None and (before.mtime_ns, before.size, before.change) == (mtime_ns, size, change):
+            continue  # unchanged (memvault.files.unchanged): the scan's stat is enough
         if tokens.fresh(state, id, archived) is not before:
             changed += 1
     for archived in (False, True):

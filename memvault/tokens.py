@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 from filelock import FileLock, Timeout
 
-from memvault import heap, loader, reconcile, snapshot
+from memvault import folderscan, heap, loader, reconcile, snapshot
 from memvault.access import Pending
 from memvault.area import Area
 from memvault.config import Settings
@@ -297,18 +297,34 @@ class Tokens:
         if removed:
             log.info("removed %d temp file(s) left by an interrupted write", removed)
 
+    def _scan_in_helper(self, state: TokenState) -> folderscan.Scan | None:
+        """A helper process scanning the folder, for a large snapshot and a second CPU."""
+        try:
+            large = snapshot.path(state).stat().st_size >= folderscan.HELPER_MIN_BYTES
+        except OSError:
+            return None
+        if not large or self.settings.load_processes == 0 or loader.usable_cpus() < 2:
+            return None
+        return folderscan.start(state.dir)
+
     def _load_files(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
         """Read a token's folder: from the index snapshot plus what changed since, else from the files,
         re-parsing only files whose bytes differ from the sidecar's parse cache."""
         if state.dir.is_dir():
             state.ensure_sidecar()
-            restored = snapshot.load(state)
-            if restored is not None:
-                with state.mem_lock:
-                    state.hot, state.archive = restored
-                reconcile.rescan_folder(self, state)  # what changed on disk since the snapshot was taken
-                self._publish(state, snapshot_stale=False)
-                return
+            scan = self._scan_in_helper(state)  # the folder, walked while the snapshot decodes
+            try:
+                restored = snapshot.load(state)
+                if restored is not None:
+                    with state.mem_lock:
+                        state.hot, state.archive = restored
+                    # What changed on disk since the snapshot was taken:
+                    reconcile.rescan_folder(self, state, scan.result() if scan is not None else None)
+                    self._publish(state, snapshot_stale=False)
+                    return
+            finally:
+                if scan is not None:
+                    scan.cancel()
         hot, archive = Area(), Area()
         if state.dir.is_dir():
             sidecar = state.ensure_sidecar()

@@ -65,8 +65,9 @@ FORBIDDEN = {
         for name in BASICS
     },
     "store": ("memvault.app", "memvault.tools"),
-    # Helper processes import it: it must stay light (no server, no store).
-    "loader": ("memvault.app", "memvault.tools", "mcp", "memvault.store", "memvault.embeddings"),
+    # Helper processes import them: they must stay light (no server, no store).
+    **{name: ("memvault.app", "memvault.tools", "mcp", "memvault.store", "memvault.embeddings")
+       for name in ("loader", "folderscan")},
 }  # fmt: skip
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 400
@@ -109,15 +110,16 @@ def test_core_modules_do_not_import_upper_layers_or_mcp(module: str) -> None:
     assert not bad, f"memvault/{module}.py imports {bad}; dependencies must point one way (DESIGN.md)"
 
 
-def test_the_loader_stays_light_at_run_time() -> None:
-    """Helper processes import the loader; what it pulls in, directly or not, they all pay for."""
+@pytest.mark.parametrize("helper", ["loader", "folderscan"])
+def test_helper_modules_stay_light_at_run_time(helper: str) -> None:
+    """Helper processes import these; what they pull in, directly or not, every helper pays for."""
     probe = (
-        "import sys, memvault.loader\n"
+        f"import sys, memvault.{helper}\n"
         "heavy = ('mcp', 'starlette', 'memvault.store', 'memvault.embeddings', 'memvault.tokens')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", f"importing memvault.loader also imports {out.stdout.strip()}"
+    assert out.stdout.strip() == "[]", f"importing memvault.{helper} also imports {out.stdout.strip()}"
 
 
 @pytest.mark.parametrize("module", MODULES)
