@@ -34,6 +34,7 @@ from memvault.sweeps import Evicted, Sweeps
 from memvault.tokens import Tokens, TokenState
 
 log = logging.getLogger("memvault")
+RECENT_WRITES_KEPT = 10_000  # write_memory dedupes a repeat within the window among this many
 
 __all__ = ["Evicted", "Found", "Store", "Written"]
 
@@ -244,6 +245,20 @@ class Store:
                     self._write_sync, state, title, content, prio, tag_tuple, importance, replaced
                 )
 
+    def _note_write(self, state: TokenState, key: str, id: str, now: datetime) -> None:
+        """Remember a write for the dedupe window; forget, oldest first, those past it or past
+        RECENT_WRITES_KEPT. (Rebuilding the dict on each write cost a pass over every write of the
+        last five minutes: 5,000 writes in a row went from 11 to 21 ms each.)"""
+        recent = state.recent_writes
+        recent[key] = (id, now)
+        recent.move_to_end(key)
+        window = timedelta(seconds=self.settings.dedupe_window_seconds)
+        while recent:
+            _, at = next(iter(recent.values()))
+            if len(recent) <= RECENT_WRITES_KEPT and now - at <= window:
+                break
+            recent.popitem(last=False)
+
     def _write_sync(
         self,
         state: TokenState,
@@ -282,12 +297,7 @@ class Store:
             }
             memory = state.vault.create(title, content, fields)
             self.registry.remember(state, memory)
-            state.recent_writes = {
-                k: v
-                for k, v in state.recent_writes.items()
-                if now - v[1] <= timedelta(seconds=self.settings.dedupe_window_seconds)
-            }
-            state.recent_writes[key] = (memory.id, now)
+            self._note_write(state, key, memory.id, now)
             # From here the memory exists: bookkeeping that fails (a full disk) is logged, not raised.
             self._accessed(state, memory.id, now)
             superseded = []

@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -97,7 +98,8 @@ class TokenState:
         self.sidecar: Sidecar | None = None
         self.phase = Phase.UNLOADED
         self.load_lock = asyncio.Lock()
-        self.recent_writes: dict[str, tuple[str, datetime]] = {}
+        # write_memory's recent writes, oldest first: content key -> (id, when) (see Store._write_sync)
+        self.recent_writes: OrderedDict[str, tuple[str, datetime]] = OrderedDict()
         self.evicting = False
         self.last_used = 0.0
         self.link_checked = 0.0  # when the registry last made sure the folder is not a link

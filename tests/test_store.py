@@ -7,7 +7,7 @@ import dataclasses
 import os
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio.to_thread
@@ -840,3 +840,32 @@ def test_a_disk_is_fast_while_its_quickest_recent_fsyncs_are(monkeypatch, tmp_pa
     assert not files.fsync_is_fast()
     files.atomic_write(tmp_path / "a.md", b"x")  # its fsyncs are timed too
     assert min(files._fsync_seconds) < 0.05
+
+
+async def test_a_repeated_write_is_reused_only_within_the_window_and_the_record_stays_bounded(
+    make_settings, monkeypatch
+):
+    now = [datetime(2026, 3, 1, 12, 0, tzinfo=UTC)]
+    store = Store(make_settings(dedupe_window_seconds=60), clock=lambda: now[0])
+    monkeypatch.setattr("memvault.store.RECENT_WRITES_KEPT", 5)
+    try:
+        first, reused = await store.write("alice", title="Tide", content="high at noon")
+        assert not reused
+        now[0] += timedelta(seconds=30)
+        again, reused = await store.write("alice", title="Tide", content="high at noon")
+        assert reused and again.id == first.id
+        for i in range(4):
+            await store.write("alice", title=f"Other {i}", content="x")
+        state = store.tokens["alice"]
+        assert len(state.recent_writes) == 5  # the tide write is still the oldest kept
+        await store.write("alice", title="Other 4", content="x")
+        assert len(state.recent_writes) == 5  # past the bound the oldest goes: the tide write
+        assert [id for id, _ in state.recent_writes.values()][0] == "other-0.md"
+        repeat, reused = await store.write("alice", title="Tide", content="high at noon")
+        assert not reused and repeat.id != first.id
+        now[0] += timedelta(seconds=61)
+        later, reused = await store.write("alice", title="Other 4", content="x")
+        assert not reused and later.id != "other-4.md"  # the window passed: a new memory
+        assert len(state.recent_writes) == 1  # everything older than the window forgotten
+    finally:
+        await store.close()
