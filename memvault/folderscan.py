@@ -5,13 +5,16 @@ while the server was down: at 100,000 files about 0.5 s, nearly all of it in ``s
 thread cannot overlap them with the decode (after each call it waits up to a switch interval
 for the GIL, which the decode holds), so when the snapshot is large and a second CPU is there,
 a helper (``python -m memvault.folderscan``, a fresh interpreter: no fork of a threaded server)
-walks the folder with the same :meth:`Vault.scan` and writes each file's stamp back as numpy
-arrays, never pickle. The store compares the stamps with what the snapshot held, exactly as it
-would compare its own stats. A helper that cannot start, fails or answers nonsense costs only
-time: the store then walks the folder itself.
+walks the folder with the same :meth:`Vault.scan`, compares each file's stamp with the one the
+snapshot holds, exactly as the store would, and answers with the few that differ, as numpy
+arrays (never pickle). The store then looks at those files only. A helper that cannot start,
+fails, answers nonsense or read another snapshot than the store (one written meanwhile) costs
+only time: the store then walks the folder itself.
 
-Protocol: the token folder as the only argument; an ``.npz`` on stdout (``ids.*``, ``archived``,
-``mtime_ns``, ``size``, ``change``, ``leftovers.*``); exit status 0. Anything else is a failure.
+Protocol: the token folder and the snapshot file as arguments; an ``.npz`` on stdout
+(``changed.*``: files new or different, ``gone.*``: in the snapshot but not found,
+``leftovers.*``: our temp files seen, ``snapshot``: the snapshot file's identity); exit status 0.
+Anything else is a failure.
 """
 
 from __future__ import annotations
@@ -22,18 +25,19 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from memvault.columns import iter_strings, pack_strings
+from memvault.columns import iter_strings, pack_strings, unpack_strings
 from memvault.files import file_change, is_our_temp
 from memvault.vault import Vault
 
-__all__ = ["HELPER_MIN_BYTES", "Found", "Scan", "stamps", "start"]
+__all__ = ["HELPER_MIN_BYTES", "Found", "Scan", "identity", "stamps", "start"]
 
 log = logging.getLogger("memvault")
 
@@ -41,8 +45,10 @@ log = logging.getLogger("memvault")
 # helper's start (~0.15 s of the other CPU, ~5 ms of this one).
 HELPER_MIN_BYTES = 6 << 20
 WAIT_SECONDS = 600.0  # a helper still walking after this is stuck (a hung network mount)
+AREAS = (("hot", False), ("archive", True))
 
 Stamp = tuple[str, bool, int, int, int]  # id, archived, mtime_ns, size, change (memvault.files)
+Located = tuple[str, bool]  # id, archived
 
 
 def stamps(vault: Vault) -> Iterator[Stamp]:
@@ -51,31 +57,40 @@ def stamps(vault: Vault) -> Iterator[Stamp]:
         yield id, archived, st.st_mtime_ns, st.st_size, file_change(st)
 
 
+def identity(snapshot_file: Path) -> tuple[int, ...] | None:
+    """Which file a snapshot is (it is replaced, never rewritten in place: a new inode)."""
+    try:
+        return _identity(os.stat(snapshot_file))
+    except OSError:
+        return None
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_ino & 0x7FFF_FFFF_FFFF_FFFF, st.st_size, st.st_mtime_ns  # int64 each
+
+
 @dataclass
 class Found:
-    """A helper's scan: the stamps (read lazily, one id at a time) and our temp files it saw."""
+    """A helper's scan, compared with the snapshot whose identity it gives."""
 
-    arrays: dict[str, Any]
-    leftovers: list[Path] = field(default_factory=list)
-
-    def stamps(self) -> Iterator[Stamp]:
-        # The ids are as trusted as the scan in this process: the helper ran Vault.scan (and the
-        # store reads scanned files without name checks, as after loader helpers).
-        a = self.arrays
-        ids = iter_strings(a["ids.blob"], a["ids.len"])
-        columns = (a["archived"].astype(bool).tolist(), a["mtime_ns"].tolist(), a["size"].tolist())
-        return zip(ids, *columns, a["change"].tolist(), strict=True)
+    snapshot: tuple[int, ...]
+    changed: list[Located]  # files new or different from the snapshot's record of them
+    gone: list[Located]  # in the snapshot, not found
+    leftovers: list[Path]  # our temp files the scan saw (memvault.vault.Vault.remove_leftovers)
 
 
 class Scan:
     """A helper's scan under way."""
 
-    def __init__(self, process: subprocess.Popen[bytes], token_dir: Path) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], token_dir: Path, snapshot_file: Path) -> None:
         self._process = process
         self._dir = token_dir
+        self._snapshot_file = snapshot_file
+        self._expected = identity(snapshot_file)  # the snapshot the store is about to load
 
     def result(self) -> Found | None:
-        """The helper's scan once it is done; None if it failed (then scan in this process)."""
+        """The helper's answer once it is done (call it after loading the snapshot); None if it
+        failed or compared with another snapshot than the store loaded (then scan in this process)."""
         try:
             out, err = self._process.communicate(timeout=WAIT_SECONDS)
         except subprocess.TimeoutExpired:
@@ -87,10 +102,14 @@ class Scan:
             log.warning("a folder scan process failed (exit %s: %s)", self._process.returncode, last)
             return None
         try:
-            return self._decode(out)
+            found = self._decode(out)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("a folder scan process gave unreadable output (%s)", type(exc).__name__)
             return None
+        if not found.snapshot == self._expected == identity(self._snapshot_file):
+            log.info("the snapshot was replaced during a load; scanning in this process")
+            return None
+        return found
 
     def cancel(self) -> None:
         """Stop the helper if it still runs, and reap it."""
@@ -102,24 +121,24 @@ class Scan:
     def _decode(self, out: bytes) -> Found:
         with np.load(io.BytesIO(out), allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
-        n = len(arrays["ids.len"])
-        iter_strings(arrays["ids.blob"], arrays["ids.len"])  # raises now if they do not fit together
-        if any(len(arrays[key]) != n for key in ("archived", "mtime_ns", "size", "change")):
-            raise ValueError("columns differ in length")
         leftovers = []
         for rel in iter_strings(arrays["leftovers.blob"], arrays["leftovers.len"]):
             # Removed later under the token's lock: only names of ours, only inside the folder.
             path = PurePosixPath(rel)
             if path.parts and not path.is_absolute() and ".." not in path.parts and is_our_temp(path.name):
                 leftovers.append(self._dir.joinpath(*path.parts))
-        return Found(arrays, leftovers)
+        # The ids are as trusted as a scan in this process: the helper ran Vault.scan (and the
+        # store reads scanned files without name checks, as after loader helpers).
+        changed, gone = _located(arrays, "changed"), _located(arrays, "gone")
+        return Found(tuple(arrays["snapshot"].tolist()), changed, gone, leftovers)
 
 
-def start(token_dir: Path) -> Scan | None:
-    """A helper walking ``token_dir``; None if it could not start."""
+def start(token_dir: Path, snapshot_file: Path) -> Scan | None:
+    """A helper walking ``token_dir`` and comparing it with ``snapshot_file``; None if it could
+    not start."""
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "memvault.folderscan", str(token_dir)],
+            [sys.executable, "-m", "memvault.folderscan", str(token_dir), str(snapshot_file)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -127,26 +146,56 @@ def start(token_dir: Path) -> Scan | None:
     except OSError as exc:
         log.warning("could not start a folder scan process (%s)", type(exc).__name__)
         return None
-    return Scan(process, token_dir)
+    return Scan(process, token_dir, snapshot_file)
+
+
+def _located(arrays: Mapping[str, npt.NDArray[Any]], name: str) -> list[Located]:
+    ids = unpack_strings(arrays[f"{name}.blob"], arrays[f"{name}.len"])
+    archived = np.asarray(arrays[f"{name}.archived"], dtype=bool).tolist()
+    return list(zip(ids, archived, strict=True))
+
+
+def _pack(out: dict[str, Any], name: str, located: list[Located]) -> None:
+    out[f"{name}.blob"], out[f"{name}.len"] = pack_strings([id for id, _ in located])
+    out[f"{name}.archived"] = np.array([archived for _, archived in located], dtype=np.uint8)
 
 
 # ---------------------------------------------------------------------------- the helper's side
 
 
+def _held(snapshot_file: Path) -> tuple[tuple[int, ...], list[dict[str, tuple[int, int, int]]]]:
+    """The snapshot's identity and, per area, each memory's stamp as it holds it."""
+    with open(snapshot_file, "rb") as handle:
+        st = os.fstat(handle.fileno())  # of the file read, whatever replaces it meanwhile
+        held = []
+        with np.load(handle, allow_pickle=False) as data:
+            for name, _ in AREAS:
+                prefix = f"{name}.memories."
+                ids = unpack_strings(data[prefix + "id.blob"], data[prefix + "id.len"])
+                columns = (data[prefix + key].tolist() for key in ("mtime_ns", "size", "change"))
+                held.append(dict(zip(ids, zip(*columns, strict=True), strict=True)))
+    return _identity(st), held
+
+
 def main() -> int:
-    token_dir = Path(sys.argv[1])
+    try:
+        return _main(Path(sys.argv[1]), Path(sys.argv[2]))
+    except Exception as exc:  # the store logs this line: the error's kind, never a path
+        print(type(exc).__name__, file=sys.stderr)
+        return 1
+
+
+def _main(token_dir: Path, snapshot_file: Path) -> int:
+    snapshot, held = _held(snapshot_file)
     vault = Vault(token_dir)
-    ids: list[str] = []
-    columns: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
-    for stamp in stamps(vault):
-        ids.append(stamp[0])
-        for column, value in zip(columns, stamp[1:], strict=True):
-            column.append(int(value))
-    out: dict[str, Any] = {}
-    out["ids.blob"], out["ids.len"] = pack_strings(ids)
-    dtypes = (np.uint8, np.int64, np.int64, np.int64)
-    for name, column, dtype in zip(("archived", "mtime_ns", "size", "change"), columns, dtypes, strict=True):
-        out[name] = np.array(column, dtype=dtype)
+    changed: list[Located] = []
+    for id, archived, mtime_ns, size, change in stamps(vault):
+        if held[archived].pop(id, None) != (mtime_ns, size, change):
+            changed.append((id, archived))
+    gone = [(id, archived) for _, archived in AREAS for id in held[archived]]
+    out: dict[str, Any] = {"snapshot": np.array(snapshot, dtype=np.int64)}
+    _pack(out, "changed", changed)
+    _pack(out, "gone", gone)
     left = [os.path.relpath(path, token_dir) for path in vault.leftovers]
     out["leftovers.blob"], out["leftovers.len"] = pack_strings(left)
     buffer = io.BytesIO()

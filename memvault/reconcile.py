@@ -90,24 +90,35 @@ def _locate(state: TokenState, path: Path) -> tuple[str, bool] | None:
 
 
 def rescan_folder(tokens: Tokens, state: TokenState, found: Found | None = None) -> int:
-    """Bring the loaded memories in line with the folder (``found``: a helper's scan of it)."""
+    """Bring the loaded memories in line with the folder (``found``: a helper's scan of it,
+    compared with the snapshot just loaded)."""
+    if found is not None:
+        state.vault.leftovers = found.leftovers
+        return _refresh(tokens, state, [*found.changed, *found.gone])
     changed = 0
     # What the scan has not seen yet: the memories held, each popped as the scan finds its file.
     # (A set of the scan's own ids and tuples was 15 MB at 100,000 files, left behind as free pools.)
     with state.mem_lock:
         unseen = (dict(state.hot.memories), dict(state.archive.memories))
-    if found is not None:
-        state.vault.leftovers = found.leftovers
-    for id, archived, mtime_ns, size, change in found.stamps() if found else stamps(state.vault):
+    for id, archived, mtime_ns, size, change in stamps(state.vault):
         before = unseen[archived].pop(id, None)
         if before is not None and (before.mtime_ns, before.size, before.change) == (mtime_ns, size, change):
             continue  # unchanged (memvault.files.unchanged): the scan's stat is enough
         if tokens.fresh(state, id, archived) is not before:
             changed += 1
-    for archived in (False, True):
-        # Gone, unless written again after the scan passed it (fresh looks); a memory first
-        # written while the scan ran was never in `unseen`.
-        for id, before in unseen[archived].items():
-            if tokens.fresh(state, id, archived) is not before:
-                changed += 1
+    # Gone, unless written again after the scan passed it (fresh looks); a memory first written
+    # while the scan ran was never in `unseen`.
+    return changed + _refresh(
+        tokens, state, [(id, archived) for archived in (False, True) for id in unseen[archived]]
+    )
+
+
+def _refresh(tokens: Tokens, state: TokenState, located: list[tuple[str, bool]]) -> int:
+    """Look at these files again; how many memories changed."""
+    changed = 0
+    for id, archived in located:
+        with state.mem_lock:
+            before = state.area(archived).memories.get(id)
+        if tokens.fresh(state, id, archived) is not before:
+            changed += 1
     return changed

@@ -307,7 +307,7 @@ class Tokens:
             return None
         if not large or self.settings.load_processes == 0 or loader.usable_cpus() < 2:
             return None
-        return folderscan.start(state.dir)
+        return folderscan.start(state.dir, snapshot.path(state))
 
     def _load_files(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
         """Read a token's folder: from the index snapshot plus what changed since, else from the files,

@@ -42,28 +42,70 @@ def _fill(folder: Path, n: int) -> None:
     (folder / "sub" / f"{TEMP_PREFIX}left_abc{TEMP_SUFFIX}").write_text("half a write", encoding="utf-8")
 
 
-def test_the_helper_finds_what_the_scan_in_process_finds(tmp_path):
-    folder = tmp_path / "alice"
+async def _snapshot_of(make_settings, folder: Path, monkeypatch) -> Path:
+    """The folder loaded once and the server closed: its snapshot written."""
+    monkeypatch.setattr(snapshot, "MIN_MEMORIES", 1)
+    store = Store(make_settings(watch=False))
+    try:
+        await store.state(folder.name)
+    finally:
+        await store.close()
+    path = folder / ".memvault" / snapshot.FILE_NAME
+    assert path.is_file()
+    return path
+
+
+def _expected(folder: Path, snap: Path) -> tuple[set[tuple[str, bool]], set[tuple[str, bool]]]:
+    """Changed and gone, as a scan in this process against the snapshot finds them."""
+    with np.load(snap) as data:
+        areas = snapshot.areas_from(data)
+    held = {(id, m.archived): (m.mtime_ns, m.size, m.change) for a in areas for id, m in a.memories.items()}
+    changed = set()
+    for id, archived, *stamp in folderscan.stamps(Vault(folder)):
+        if held.pop((id, archived), None) != tuple(stamp):
+            changed.add((id, archived))
+    return changed, set(held)
+
+
+async def test_the_helper_finds_what_a_scan_in_process_finds(make_settings, vault_root, monkeypatch):
+    folder = vault_root / "alice"
     _fill(folder, 60)
-    vault = Vault(folder)
-    here = sorted(folderscan.stamps(vault))
-    scan = folderscan.start(folder)
+    snap = await _snapshot_of(make_settings, folder, monkeypatch)
+    _change_while_down(folder)
+    (folder / "archive" / "note-7.md").unlink()
+    scan = folderscan.start(folder, snap)
     assert scan is not None
     found = scan.result()
     assert found is not None
-    there = sorted(found.stamps())
-    assert there == here
-    assert len(here) == 62  # 60 notes, the unicode name, the link inside; not the rest
-    assert {type(v) for stamp in there for v in stamp} == {str, bool, int}
-    assert found.leftovers == vault.leftovers == [folder / "sub" / f"{TEMP_PREFIX}left_abc{TEMP_SUFFIX}"]
+    changed, gone = _expected(folder, snap)
+    assert set(found.changed) == changed and len(found.changed) == len(changed)
+    assert set(found.gone) == gone and len(found.gone) == len(gone)
+    # (link-in.md leads to note-1.md)
+    assert changed == {("note-1.md", False), ("link-in.md", False), ("note-3.md", False), ("new.md", False)}
+    assert gone == {("note-2.md", False), ("note-7.md", True)}
+    temps = {
+        folder / "sub" / f"{TEMP_PREFIX}left_abc{TEMP_SUFFIX}",
+        folder / f"{TEMP_PREFIX}crash123{TEMP_SUFFIX}",
+    }
+    assert set(found.leftovers) == temps
 
 
-def test_an_empty_or_missing_folder_gives_no_stamps(tmp_path):
-    for folder in (tmp_path / "missing", tmp_path):
-        scan = folderscan.start(folder)
-        assert scan is not None
-        found = scan.result()
-        assert found is not None and list(found.stamps()) == [] and found.leftovers == []
+async def test_a_missing_folder_or_snapshot(make_settings, vault_root, monkeypatch, caplog):
+    folder = vault_root / "alice"
+    _fill(folder, 10)
+    snap = await _snapshot_of(make_settings, folder, monkeypatch)
+    kept = vault_root.parent / "kept.npz"
+    snap.rename(kept)
+    with caplog.at_level(logging.WARNING, logger="memvault"):
+        scan = folderscan.start(folder, snap)
+        assert scan is not None and scan.result() is None
+    assert "a folder scan process failed" in caplog.text
+    assert str(vault_root) not in caplog.text
+    scan = folderscan.start(vault_root / "missing", kept)
+    assert scan is not None
+    found = scan.result()
+    assert found is not None and found.changed == [] and found.leftovers == []
+    assert len(found.gone) == 12  # every memory the snapshot holds
 
 
 def _answer(tmp_path: Path, arrays: dict[str, np.ndarray], status: int = 0) -> folderscan.Found | None:
@@ -76,39 +118,46 @@ def _answer(tmp_path: Path, arrays: dict[str, np.ndarray], status: int = 0) -> f
     process = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
-    return folderscan.Scan(process, tmp_path).result()
+    return folderscan.Scan(process, tmp_path, tmp_path / "snapshot.npz").result()
 
 
-def _arrays(ids: list[str], leftovers: list[str]) -> dict[str, np.ndarray]:
-    n = len(ids)
-    arrays = {"archived": np.zeros(n, np.uint8), "mtime_ns": np.ones(n, np.int64)}
-    arrays |= {"size": np.ones(n, np.int64), "change": np.ones(n, np.int64)}
-    arrays["ids.blob"], arrays["ids.len"] = pack_strings(ids)
+def _arrays(tmp_path: Path, changed: list[str], leftovers: list[str]) -> dict[str, np.ndarray]:
+    snap = tmp_path / "snapshot.npz"
+    if not snap.exists():
+        snap.write_bytes(b"stands for a snapshot")
+    arrays = {"snapshot": np.array(folderscan.identity(snap), dtype=np.int64)}
+    arrays["changed.blob"], arrays["changed.len"] = pack_strings(changed)
+    arrays["changed.archived"] = np.arange(len(changed), dtype=np.uint8) % 2
+    arrays["gone.blob"], arrays["gone.len"] = pack_strings(["g.md"])
+    arrays["gone.archived"] = np.ones(1, dtype=np.uint8)
     arrays["leftovers.blob"], arrays["leftovers.len"] = pack_strings(leftovers)
     return arrays
 
 
 def test_leftovers_from_a_helper_stay_inside_the_folder(tmp_path):
     temp = f"{TEMP_PREFIX}x1234567{TEMP_SUFFIX}"
-    found = _answer(
-        tmp_path, _arrays(["a.md"], [temp, f"sub/{temp}", f"../{temp}", f"/etc/{temp}", "sub/a.md"])
-    )
+    leftovers = [temp, f"sub/{temp}", f"../{temp}", f"/etc/{temp}", "sub/a.md"]
+    found = _answer(tmp_path, _arrays(tmp_path, ["a.md", "b/c.md"], leftovers))
     assert found is not None
     assert found.leftovers == [tmp_path / temp, tmp_path / "sub" / temp]
-    assert list(found.stamps()) == [("a.md", False, 1, 1, 1)]
+    assert found.changed == [("a.md", False), ("b/c.md", True)] and found.gone == [("g.md", True)]
 
 
-def test_a_failing_or_garbled_helper_gives_nothing(tmp_path, caplog):
-    good = _arrays(["a.md", "b.md"], [])
-    short = dict(good, size=np.ones(1, np.int64))
-    unfit = dict(good, **{"ids.len": np.array([4, 9])})
-    with caplog.at_level(logging.WARNING, logger="memvault"):
+def test_a_failing_or_garbled_helper_or_another_snapshot_gives_nothing(tmp_path, caplog):
+    good = _arrays(tmp_path, ["a.md", "b.md"], [])
+    short = dict(good, **{"changed.archived": np.ones(1, np.uint8)})
+    unfit = dict(good, **{"changed.len": np.array([4, 9])})
+    with caplog.at_level(logging.INFO, logger="memvault"):
+        assert _answer(tmp_path, good) is not None
         assert _answer(tmp_path, good, status=3) is None
         assert "exit 3" in caplog.text
         assert _answer(tmp_path, short) is None
         assert _answer(tmp_path, unfit) is None
         assert _answer(tmp_path, {"nothing": np.zeros(1)}) is None
-    assert "unreadable output" in caplog.text
+        assert "unreadable output" in caplog.text
+        other = dict(good, snapshot=good["snapshot"] + np.array([0, 1, 0]))
+        assert _answer(tmp_path, other) is None  # compared with another snapshot than the one loaded
+        assert "the snapshot was replaced during a load" in caplog.text
     assert str(tmp_path) not in caplog.text
 
 
@@ -150,13 +199,21 @@ async def test_a_restart_catches_changes_made_while_down(make_settings, vault_ro
         await first.close()  # writes the snapshot
     assert (folder / ".memvault" / snapshot.FILE_NAME).is_file()
     _change_while_down(folder)
-    started: list[Path] = []
-    real_start = folderscan.start
-    monkeypatch.setattr(folderscan, "start", lambda d: started.append(d) or real_start(d))
+    answers: list[folderscan.Found | None] = []
+    real_result = folderscan.Scan.result
+    monkeypatch.setattr(
+        folderscan.Scan, "result", lambda scan: answers.append(real_result(scan)) or answers[-1]
+    )
     store = Store(make_settings(watch=False, load_processes=None if helper else 0))
     try:
         state = await store.state("alice")
-        assert started == ([folder] if helper else [])
+        if helper:  # the helper's answer was used: the files it found changed or gone
+            assert len(answers) == 1 and answers[0] is not None
+            assert {id for id, _ in answers[0].changed + answers[0].gone} == {
+                f"note-{i}.md" for i in (1, 2, 3)
+            } | {"new.md"}
+        else:
+            assert answers == []
         assert set(state.hot.memories) == {f"note-{i}.md" for i in range(40) if i != 2} | {"new.md"}
         assert "lighthouse" in state.hot.memories["note-1.md"].content
         assert "tidX" in state.hot.memories["note-3.md"].content

@@ -860,7 +860,7 @@ async def test_a_repeated_write_is_reused_only_within_the_window_and_the_record_
         assert len(state.recent_writes) == 5  # the tide write is still the oldest kept
         await store.write("alice", title="Other 4", content="x")
         assert len(state.recent_writes) == 5  # past the bound the oldest goes: the tide write
-        assert [id for id, _ in state.recent_writes.values()][0] == "other-0.md"
+        assert next(iter(state.recent_writes.values()))[0] == "other-0.md"
         repeat, reused = await store.write("alice", title="Tide", content="high at noon")
         assert not reused and repeat.id != first.id
         now[0] += timedelta(seconds=61)
