@@ -186,19 +186,20 @@ def _change_while_down(folder: Path) -> None:
     os.replace(replacement, folder / "note-3.md")
 
 
-@pytest.mark.parametrize("helper", [True, False])
-async def test_a_restart_catches_changes_made_while_down(make_settings, vault_root, monkeypatch, helper):
-    folder = _restartable(vault_root, 40)
-    monkeypatch.setattr(snapshot, "MIN_MEMORIES", 10)
+async def _down_after_changes(make_settings, vault_root: Path, monkeypatch, n: int) -> Path:
+    """A token of ``n`` notes served once (its snapshot written), then changed while the server
+    is down; a helper is used for any snapshot on any machine."""
+    folder = _restartable(vault_root, n)
     monkeypatch.setattr(folderscan, "HELPER_MIN_BYTES", 0)
     monkeypatch.setattr("memvault.loader.usable_cpus", lambda: 2)
-    first = Store(make_settings(watch=False))
-    try:
-        await first.state("alice")
-    finally:
-        await first.close()  # writes the snapshot
-    assert (folder / ".memvault" / snapshot.FILE_NAME).is_file()
+    await _snapshot_of(make_settings, folder, monkeypatch)
     _change_while_down(folder)
+    return folder
+
+
+@pytest.mark.parametrize("helper", [True, False])
+async def test_a_restart_catches_changes_made_while_down(make_settings, vault_root, monkeypatch, helper):
+    folder = await _down_after_changes(make_settings, vault_root, monkeypatch, 40)
     answers: list[folderscan.Found | None] = []
     real_result = folderscan.Scan.result
     monkeypatch.setattr(
@@ -227,16 +228,7 @@ async def test_a_restart_catches_changes_made_while_down(make_settings, vault_ro
 async def test_a_helper_that_cannot_start_means_scanning_in_process(
     make_settings, vault_root, monkeypatch, caplog
 ):
-    folder = _restartable(vault_root, 30)
-    monkeypatch.setattr(snapshot, "MIN_MEMORIES", 10)
-    monkeypatch.setattr(folderscan, "HELPER_MIN_BYTES", 0)
-    monkeypatch.setattr("memvault.loader.usable_cpus", lambda: 2)
-    first = Store(make_settings(watch=False))
-    try:
-        await first.state("alice")
-    finally:
-        await first.close()
-    _change_while_down(folder)
+    await _down_after_changes(make_settings, vault_root, monkeypatch, 30)
     monkeypatch.setattr(folderscan.sys, "executable", sys.executable + "-missing")
     store = Store(make_settings(watch=False))
     try:
