@@ -187,7 +187,14 @@ def _run_helper(token_dir: Path, files: Sequence[tuple[str, bool]]) -> Arrays | 
 
 
 def main() -> int:
-    request = json.loads(sys.stdin.buffer.read())
+    try:
+        return _main(json.loads(sys.stdin.buffer.read()))
+    except Exception as exc:  # the store logs this line: the error's kind, never a path
+        print(type(exc).__name__, file=sys.stderr)
+        return 1
+
+
+def _main(request: dict[str, Any]) -> int:
     vault = Vault(Path(request["dir"]))
     memories = [read_and_parse(vault, id, bool(archived)) for id, archived in request["files"]]
     part = build_part(m for m in memories if m is not None)

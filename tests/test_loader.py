@@ -163,6 +163,7 @@ def test_the_helper_refuses_a_bad_request(tmp_path):
         [sys.executable, "-m", "memvault.loader"], input=b"not json", capture_output=True, check=False
     )
     assert done.returncode != 0
+    assert done.stderr.decode().strip() == "JSONDecodeError"  # logged by the store: a kind, no path
     assert loader._run_helper(tmp_path / "missing", [("a.md", False)]) is not None  # unreadable: skipped
     part = loader._run_helper(tmp_path / "missing", [("a.md", False)])
     assert part is not None and int(part["parsed"][0]) == 0
