@@ -74,10 +74,13 @@ def memory_from_row(row: Sequence[Any], *, archived: bool) -> Memory:
     )  # fmt: skip
 
 
-# A restart builds 100,000 Memory objects. Setting their slots directly skips what the frozen
-# dataclass's __init__ does per field (a keyword, a default factory, object.__setattr__ by name):
-# 5.3 -> 2.8 us each. The values go in declaration order (tests/test_vault.py checks it).
-_SLOT_SETTERS = tuple(getattr(Memory, f.name).__set__ for f in dataclasses.fields(Memory))
+# A restart builds 100,000 Memory objects. Setting their slots directly, one call per field in
+# straight-line code, skips what the frozen dataclass's __init__ does per field (a keyword, a
+# default factory, object.__setattr__ by name): 5.3 -> 1.4-1.9 us each (a loop over the setters
+# took 3.2-3.5). The setters are the fields in declaration order (tests/test_vault.py checks it).
+(_id, _title, _content, _priority, _created, _updated, _accessed, _tags, _importance, _archived, _meta,
+ _has_frontmatter, _problem, _conflicted, _mtime_ns, _size, _change, _hash) = (
+    getattr(Memory, f.name).__set__ for f in dataclasses.fields(Memory))  # fmt: skip
 _new = object.__new__
 
 
@@ -88,12 +91,26 @@ def _stored(
     change: int,
 ) -> Memory:  # fmt: skip
     """A Memory from the stored form's fields (parse cache and snapshot), meta left out."""
-    memory = _new(Memory)
-    values = (id, title, content, priority, created, updated, accessed, tags, importance, archived, NO_META,
-              has_frontmatter, problem, conflicted, mtime_ns, size, change, hash)  # fmt: skip
-    for set_slot, value in zip(_SLOT_SETTERS, values, strict=True):
-        set_slot(memory, value)
-    return memory
+    m = _new(Memory)
+    _id(m, id)
+    _title(m, title)
+    _content(m, content)
+    _priority(m, priority)
+    _created(m, created)
+    _updated(m, updated)
+    _accessed(m, accessed)
+    _tags(m, tags)
+    _importance(m, importance)
+    _archived(m, archived)
+    _meta(m, NO_META)
+    _has_frontmatter(m, has_frontmatter)
+    _problem(m, problem)
+    _conflicted(m, conflicted)
+    _mtime_ns(m, mtime_ns)
+    _size(m, size)
+    _change(m, change)
+    _hash(m, hash)
+    return m
 
 
 def to_cache(memory: Memory) -> str:
@@ -168,13 +185,20 @@ def memories_from_columns(columns: Mapping[str, npt.NDArray[Any]], *, archived: 
     numbers = {name: columns[name].tolist() for name in (*_TIME_COLUMNS, *_NUMBER_COLUMNS)}
     if any(len(values) != n for values in (*strings.values(), *numbers.values())):
         raise ValueError("snapshot columns differ in length")
-    when = {
-        name: [None if t != t else datetime.fromtimestamp(t, UTC) for t in numbers[name]]  # NaN: no time
-        for name in _TIME_COLUMNS
-    }
+    at = datetime.fromtimestamp  # NaN: no time
+    when = {name: [None if t != t else at(t, UTC) for t in numbers[name]] for name in _TIME_COLUMNS}
+    # Few distinct priorities and tag sets: one object each, shared (tuples and strings are
+    # immutable), and one json.loads per tag set; 100,000 copies of "P1" were 5 MB.
+    shared: dict[str, str] = {}
+    priorities = [shared.setdefault(p, p) for p in strings["priority"]]
+    tag_sets: dict[str, tuple[str, ...]] = {"": ()}
+    for text in strings["tags"]:
+        if text not in tag_sets:
+            tag_sets[text] = tuple(json.loads(text))
+    tags = map(tag_sets.__getitem__, strings["tags"])
     rows = zip(
-        strings["id"], strings["title"], strings["content"], strings["priority"], strings["hash"],
-        strings["problem"], strings["tags"], when["created"], when["updated"], when["accessed"],
+        strings["id"], strings["title"], strings["content"], priorities, strings["hash"],
+        strings["problem"], tags, when["created"], when["updated"], when["accessed"],
         numbers["importance"], numbers["mtime_ns"], numbers["size"], numbers["change"], numbers["flags"],
         strict=True,
     )  # fmt: skip
@@ -188,7 +212,7 @@ def memories_from_columns(columns: Mapping[str, npt.NDArray[Any]], *, archived: 
             created,
             updated,
             accessed,
-            tuple(json.loads(tags)) if tags else (),
+            tags,
             None if importance != importance else importance,
             bool(flags & _HAS_FRONTMATTER),
             problem if flags & _HAS_PROBLEM else None,

@@ -1277,6 +1277,15 @@ def test_the_parse_cache_gives_back_what_parsing_gave(text: str, mtime_ns: int) 
     ]
 
 
+def test_snapshot_columns_share_repeated_tag_sets_and_priorities() -> None:
+    texts = [b"---\ntags: [a, b]\n---\n# One\n", b"---\ntags: [a, b]\n---\n# Two\n", b"# Three\n"]
+    memories = [parse_memory(text, f"{i}.md") for i, text in enumerate(texts)]
+    back = memories_from_columns(memories_to_columns(memories), archived=False)
+    assert [without_meta(m) for m in back] == [without_meta(m) for m in memories]
+    assert back[0].tags == ("a", "b") and back[0].tags is back[1].tags and back[2].tags == ()
+    assert back[0].priority is back[1].priority is back[2].priority  # one "P2" for all
+
+
 def test_snapshot_columns_from_another_parser_version_are_refused() -> None:
     columns = memories_to_columns([parse_memory(b"# T\n\nbody", "t.md")])
     columns["version"] = columns["version"] + 1
