@@ -25,6 +25,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -82,11 +83,14 @@ class Found:
 class Scan:
     """A helper's scan under way."""
 
-    def __init__(self, process: subprocess.Popen[bytes], token_dir: Path, snapshot_file: Path) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], token_dir: Path, snapshot_file: Path, *, counted: bool = False
+    ) -> None:
         self._process = process
         self._dir = token_dir
         self._snapshot_file = snapshot_file
         self._expected = identity(snapshot_file)  # the snapshot the store is about to load
+        self._counted = counted  # in _running (by start) until cancel()
 
     def result(self) -> Found | None:
         """The helper's answer once it is done (call it after loading the snapshot); None if it
@@ -112,11 +116,14 @@ class Scan:
         return found
 
     def cancel(self) -> None:
-        """Stop the helper if it still runs, and reap it."""
+        """Stop the helper if it still runs, and reap it (the store calls this once it is done)."""
         with contextlib.suppress(OSError):
             self._process.kill()
         with contextlib.suppress(OSError, ValueError, subprocess.TimeoutExpired):
             self._process.communicate(timeout=10)
+        if self._counted:
+            self._counted = False
+            _finished()
 
     def _decode(self, out: bytes) -> Found:
         with np.load(io.BytesIO(out), allow_pickle=False) as data:
@@ -133,9 +140,15 @@ class Scan:
         return Found(tuple(arrays["snapshot"].tolist()), changed, gone, leftovers)
 
 
-def start(token_dir: Path, snapshot_file: Path) -> Scan | None:
-    """A helper walking ``token_dir`` and comparing it with ``snapshot_file``; None if it could
-    not start."""
+def start(token_dir: Path, snapshot_file: Path, most: int) -> Scan | None:
+    """A helper walking ``token_dir`` and comparing it with ``snapshot_file``; None if ``most``
+    helpers run already (many large tokens loading at once: each helper is a Python process of
+    some 40 MB) or if it could not start."""
+    global _running
+    with _lock:
+        if _running >= most:
+            return None
+        _running += 1
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "memvault.folderscan", str(token_dir), str(snapshot_file)],
@@ -144,9 +157,20 @@ def start(token_dir: Path, snapshot_file: Path) -> Scan | None:
             stderr=subprocess.PIPE,
         )
     except OSError as exc:
+        _finished()
         log.warning("could not start a folder scan process (%s)", type(exc).__name__)
         return None
-    return Scan(process, token_dir, snapshot_file)
+    return Scan(process, token_dir, snapshot_file, counted=True)
+
+
+_lock = threading.Lock()
+_running = 0  # helpers started and not yet cancelled
+
+
+def _finished() -> None:
+    global _running
+    with _lock:
+        _running -= 1
 
 
 def _located(arrays: Mapping[str, npt.NDArray[Any]], name: str) -> list[Located]:

@@ -305,9 +305,10 @@ class Tokens:
             large = snapshot.path(state).stat().st_size >= folderscan.HELPER_MIN_BYTES
         except OSError:
             return None
-        if not large or self.settings.load_processes == 0 or loader.usable_cpus() < 2:
+        cpus = loader.usable_cpus()
+        if not large or self.settings.load_processes == 0 or cpus < 2:
             return None
-        return folderscan.start(state.dir, snapshot.path(state))
+        return folderscan.start(state.dir, snapshot.path(state), most=cpus)
 
     def _load_files(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
         """Read a token's folder: from the index snapshot plus what changed since, else from the files,

@@ -73,9 +73,11 @@ async def test_the_helper_finds_what_a_scan_in_process_finds(make_settings, vaul
     snap = await _snapshot_of(make_settings, folder, monkeypatch)
     _change_while_down(folder)
     (folder / "archive" / "note-7.md").unlink()
-    scan = folderscan.start(folder, snap)
+    scan = folderscan.start(folder, snap, most=1)
     assert scan is not None
+    assert folderscan.start(folder, snap, most=1) is None  # one runs already
     found = scan.result()
+    scan.cancel()
     assert found is not None
     changed, gone = _expected(folder, snap)
     assert set(found.changed) == changed and len(found.changed) == len(changed)
@@ -97,13 +99,16 @@ async def test_a_missing_folder_or_snapshot(make_settings, vault_root, monkeypat
     kept = vault_root.parent / "kept.npz"
     snap.rename(kept)
     with caplog.at_level(logging.WARNING, logger="memvault"):
-        scan = folderscan.start(folder, snap)
+        scan = folderscan.start(folder, snap, most=1)
         assert scan is not None and scan.result() is None
+        scan.cancel()
     assert "a folder scan process failed" in caplog.text
     assert str(vault_root) not in caplog.text
-    scan = folderscan.start(vault_root / "missing", kept)
+    scan = folderscan.start(vault_root / "missing", kept, most=1)  # the one before was cancelled
     assert scan is not None
     found = scan.result()
+    scan.cancel()
+    assert folderscan._running == 0
     assert found is not None and found.changed == [] and found.leftovers == []
     assert len(found.gone) == 12  # every memory the snapshot holds
 
@@ -221,6 +226,7 @@ async def test_a_restart_catches_changes_made_while_down(make_settings, vault_ro
         found = await store.find("alice", query="lighthouse", limit=10)
         assert {m.id for m in found.memories} == {"note-1.md", "new.md"}
         assert not list(folder.glob(f"{TEMP_PREFIX}*"))  # the crash's leftover, removed
+        assert folderscan._running == 0  # the store let go of its helper
     finally:
         await store.close()
 
@@ -238,5 +244,6 @@ async def test_a_helper_that_cannot_start_means_scanning_in_process(
         assert str(vault_root) not in caplog.text
         assert "new.md" in state.hot.memories and "note-2.md" not in state.hot.memories
         assert "tidX" in state.hot.memories["note-3.md"].content
+        assert folderscan._running == 0
     finally:
         await store.close()
