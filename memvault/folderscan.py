@@ -143,7 +143,7 @@ class Scan:
 def start(token_dir: Path, snapshot_file: Path, most: int) -> Scan | None:
     """A helper walking ``token_dir`` and comparing it with ``snapshot_file``; None if ``most``
     helpers run already (many large tokens loading at once: each helper is a Python process of
-    some 40 MB) or if it could not start."""
+    tens of MB, 73 at 100,000 files) or if it could not start."""
     global _running
     with _lock:
         if _running >= most:
