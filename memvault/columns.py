@@ -7,14 +7,14 @@ parsing the same strings out of a JSON document costs, and without the JSON text
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import accumulate, pairwise
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["iter_strings", "pack_strings", "prefixed", "unpack_strings"]
+__all__ = ["pack_strings", "prefixed", "unpack_strings"]
 
 
 def pack_strings(values: Sequence[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
@@ -26,23 +26,12 @@ def pack_strings(values: Sequence[str]) -> tuple[npt.NDArray[np.uint8], npt.NDAr
 
 def unpack_strings(blob: npt.NDArray[np.uint8], lengths: npt.NDArray[np.int64]) -> list[str]:
     """The strings packed by ``pack_strings``. Raises ValueError if the arrays do not fit together."""
-    text, bounds = _bounds(blob, lengths)
-    return [text[a:b] for a, b in pairwise(bounds)]
-
-
-def iter_strings(blob: npt.NDArray[np.uint8], lengths: npt.NDArray[np.int64]) -> Iterator[str]:
-    """``unpack_strings`` one string at a time (a list of 100,000 short-lived strings would leave
-    their memory free but resident). Raises ValueError at once if the arrays do not fit together."""
-    text, bounds = _bounds(blob, lengths)
-    return (text[a:b] for a, b in pairwise(bounds))
-
-
-def _bounds(blob: npt.NDArray[np.uint8], lengths: npt.NDArray[np.int64]) -> tuple[str, list[int]]:
     text = np.ascontiguousarray(blob, dtype=np.uint8).tobytes().decode("utf-8", "surrogatepass")
     counts = np.asarray(lengths, dtype=np.int64)
     if counts.ndim != 1 or (len(counts) and int(counts.min()) < 0) or int(counts.sum()) != len(text):
         raise ValueError("string column is inconsistent")
-    return text, [0, *accumulate(counts.tolist())]
+    bounds = [0, *accumulate(counts.tolist())]
+    return [text[a:b] for a, b in pairwise(bounds)]
 
 
 def prefixed(data: Mapping[str, npt.NDArray[Any]], prefix: str) -> dict[str, npt.NDArray[Any]]:

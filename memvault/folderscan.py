@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memvault.columns import iter_strings, pack_strings, unpack_strings
+from memvault.columns import pack_strings, unpack_strings
 from memvault.files import file_change, is_our_temp
 from memvault.vault import Vault
 
@@ -129,7 +129,7 @@ class Scan:
         with np.load(io.BytesIO(out), allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
         leftovers = []
-        for rel in iter_strings(arrays["leftovers.blob"], arrays["leftovers.len"]):
+        for rel in unpack_strings(arrays["leftovers.blob"], arrays["leftovers.len"]):
             # Removed later under the token's lock: only names of ours, only inside the folder.
             path = PurePosixPath(rel)
             if path.parts and not path.is_absolute() and ".." not in path.parts and is_our_temp(path.name):

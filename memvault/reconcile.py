@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memvault.errors import InvalidName
-from memvault.folderscan import Found, stamps
+from memvault.files import unchanged
+from memvault.folderscan import Found
 from memvault.names import ARCHIVE, is_memory_path
 
 if TYPE_CHECKING:
@@ -100,10 +101,10 @@ def rescan_folder(tokens: Tokens, state: TokenState, found: Found | None = None)
     # (A set of the scan's own ids and tuples was 15 MB at 100,000 files, left behind as free pools.)
     with state.mem_lock:
         unseen = (dict(state.hot.memories), dict(state.archive.memories))
-    for id, archived, mtime_ns, size, change in stamps(state.vault):
+    for id, archived, st in state.vault.scan():
         before = unseen[archived].pop(id, None)
-        if before is not None and (before.mtime_ns, before.size, before.change) == (mtime_ns, size, change):
-            continue  # unchanged (memvault.files.unchanged): the scan's stat is enough
+        if before is not None and unchanged(before, st):
+            continue  # unchanged: the scan's stat is enough
         if tokens.fresh(state, id, archived) is not before:
             changed += 1
     # Gone, unless written again after the scan passed it (fresh looks); a memory first written

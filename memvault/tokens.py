@@ -301,14 +301,15 @@ class Tokens:
 
     def _scan_in_helper(self, state: TokenState) -> folderscan.Scan | None:
         """A helper process scanning the folder, for a large snapshot and a second CPU."""
+        where = snapshot.path(state)
         try:
-            large = snapshot.path(state).stat().st_size >= folderscan.HELPER_MIN_BYTES
+            large = where.stat().st_size >= folderscan.HELPER_MIN_BYTES
         except OSError:
             return None
         cpus = loader.usable_cpus()
         if not large or self.settings.load_processes == 0 or cpus < 2:
             return None
-        return folderscan.start(state.dir, snapshot.path(state), most=cpus)
+        return folderscan.start(state.dir, where, most=cpus)
 
     def _load_files(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
         """Read a token's folder: from the index snapshot plus what changed since, else from the files,

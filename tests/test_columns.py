@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memvault.columns import iter_strings, pack_strings, unpack_strings
+from memvault.columns import pack_strings, unpack_strings
 
 
 @given(st.lists(st.text()))
@@ -13,7 +13,6 @@ def test_strings_survive_packing(values: list[str]) -> None:
     blob, lengths = pack_strings(values)
     assert blob.dtype == np.uint8
     assert unpack_strings(blob, lengths) == values
-    assert list(iter_strings(blob, lengths)) == values
 
 
 def test_empty_column() -> None:
@@ -27,5 +26,3 @@ def test_lengths_that_do_not_fit_the_blob_are_refused() -> None:
         unpack_strings(blob, lengths + 1)
     with pytest.raises(ValueError, match="inconsistent"):
         unpack_strings(blob, np.array([6, -1]))
-    with pytest.raises(ValueError, match="inconsistent"):
-        iter_strings(blob, lengths + 1)  # at once, not when the strings are taken
