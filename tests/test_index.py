@@ -484,6 +484,29 @@ def test_snapshot_round_trip_answers_every_query_the_same(index: Index) -> None:
     assert sorted(found(restored, "postgres")) == ["new.md", "projects/deploy-notes.md"]
 
 
+def test_a_restored_index_edits_and_snapshots_like_the_one_it_came_from() -> None:
+    """A restored document's terms are slices of the snapshot's buffer until it changes: an edit
+    or a removal must drop exactly its old postings, and a later snapshot must mix both kinds."""
+    docs = {f"d{i}.md": (f"Title {i}", f"common word{i % 7} unique{i} shared{i % 3}") for i in range(60)}
+    built = Index()
+    for id, (title, body) in docs.items():
+        built.upsert(id, title=title, body=body, tags=[f"t{int(id[1:-3]) % 4}"])
+    restored = Index.from_snapshot(built.snapshot().arrays())
+    for ix in (built, restored):
+        for i in range(0, 60, 3):
+            ix.upsert(f"d{i}.md", title=f"Edited {i}", body=f"rewritten{i} common", tags=["t9"])
+        for i in range(1, 60, 5):
+            ix.remove(f"d{i}.md")
+        ix.upsert("d1.md", title="Back", body="returned unique1")  # a freed number, used again
+    queries = ["common", "unique4", "unique57", "rewritten6", "word2", "shared1", "t9", "t1", "edited", "title"]
+    queries += ["unique1", "returned", "d7"]
+    assert _results(restored, queries) == _results(built, queries)
+    assert found(restored, "unique57") == []  # the edit dropped the restored document's old terms
+    again = Index.from_snapshot(restored.snapshot().arrays())
+    assert _results(again, queries) == _results(built, queries)
+    assert sorted(again.ids()) == sorted(built.ids())
+
+
 def test_a_snapshot_taken_before_changes_keeps_the_old_state(index: Index) -> None:
     frozen = index.snapshot()
     index.upsert("people/alice.md", title="Alice", body="now only gardening")
