@@ -470,6 +470,10 @@ class IndexSnapshot:
     dl: _FloatArray
     terms: list[str]
 
+    def live_ids(self) -> list[str]:
+        """The documents' ids in the order arrays() stores them."""
+        return [id for id in self.ids_by_no if id is not None]
+
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """The index as numpy arrays, freed document numbers compacted away. Postings are not
         stored: Index.from_snapshot rebuilds them from each document's term list."""
@@ -482,7 +486,7 @@ class IndexSnapshot:
             "doc_terms": np.frombuffer(b"".join(e.tobytes() for e in entries), dtype=np.uint32),
         }
         for name, values in (
-            ("ids", [cast("str", self.ids_by_no[no]) for no in live]),
+            ("ids", self.live_ids()),
             ("titles", [self.titles[no] for no in live]),
             ("terms", self.terms),
         ):

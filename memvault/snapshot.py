@@ -175,12 +175,20 @@ def memories_to_columns(memories: Sequence[Memory]) -> dict[str, npt.NDArray[Any
     return out
 
 
-def memories_from_columns(columns: Mapping[str, npt.NDArray[Any]], *, archived: bool) -> list[Memory]:
-    """Inverse of memories_to_columns. Raises ValueError (or KeyError) on data that do not fit,
-    including data from another parser version."""
+def memories_from_columns(
+    columns: Mapping[str, npt.NDArray[Any]], *, archived: bool, ids: list[str] | None = None
+) -> list[Memory]:
+    """Inverse of memories_to_columns (``ids``: the id column, already decoded). Raises ValueError
+    (or KeyError) on data that do not fit, including data from another parser version."""
     if columns["version"].tolist() != [PARSER_VERSION]:
         raise ValueError("snapshot from another parser version")
-    strings = {name: unpack_strings(columns[f"{name}.blob"], columns[f"{name}.len"]) for name in _STRINGS}
+    strings = {
+        name: unpack_strings(columns[f"{name}.blob"], columns[f"{name}.len"])
+        for name in _STRINGS
+        if ids is None or name != "id"
+    }
+    if ids is not None:
+        strings["id"] = ids
     n = len(strings["id"])
     numbers = {name: columns[name].tolist() for name in (*_TIME_COLUMNS, *_NUMBER_COLUMNS)}
     if any(len(values) != n for values in (*strings.values(), *numbers.values())):
@@ -235,6 +243,11 @@ def encode_areas(areas: Iterable[tuple[str, IndexSnapshot, Sequence[Memory]]]) -
     out: dict[str, npt.NDArray[Any]] = {}
     for name, index, memories in areas:
         out.update({f"{name}.index.{key}": value for key, value in index.arrays().items()})
+        # In the index's order, the memories' id column is the index's: a restart decodes it once.
+        by_id = {m.id: m for m in memories}
+        ordered = [by_id.get(id) for id in index.live_ids()]
+        if len(ordered) == len(by_id) and None not in ordered:
+            memories = cast("list[Memory]", ordered)
         out.update({f"{name}.memories.{key}": value for key, value in memories_to_columns(memories).items()})
     return out
 
@@ -299,10 +312,15 @@ def areas_from(data: Mapping[str, npt.NDArray[Any]]) -> tuple[Area, Area]:
     TypeError, IndexError) if they do not fit together."""
     areas = []
     for name, archived in (("hot", False), ("archive", True)):
-        index = Index.from_snapshot(prefixed(data, f"{name}.index."))
-        memories = memories_from_columns(prefixed(data, f"{name}.memories."), archived=archived)
+        index_columns = prefixed(data, f"{name}.index.")
+        columns = prefixed(data, f"{name}.memories.")
+        index = Index.from_snapshot(index_columns)
+        # Memories stored in the index's order share its id strings (100,000 of them at 100k).
+        same_ids = all(np.array_equal(index_columns[f"ids.{k}"], columns[f"id.{k}"]) for k in ("blob", "len"))
+        memories = memories_from_columns(columns, archived=archived, ids=index.ids() if same_ids else None)
         area = Area({m.id: m for m in memories}, index)
-        if len(area.memories) != len(index) or any(id not in index for id in area.memories):
+        differ = not same_ids and any(id not in index for id in area.memories)
+        if differ or len(area.memories) != len(index):
             raise ValueError("snapshot memories and index differ")
         areas.append(area)
     return areas[0], areas[1]

@@ -18,9 +18,17 @@ from memvault import markdown as vault_module
 from memvault.clock import format_time
 from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound
 from memvault.files import atomic_write
+from memvault.index import Index
 from memvault.markdown import OWNED_KEYS, PRIORITIES, Memory, parse_memory, render_new, rewrite
 from memvault.names import SLUG_MAX, check_id, slugify, valid_token
-from memvault.snapshot import from_cache, memories_from_columns, memories_to_columns, to_cache
+from memvault.snapshot import (
+    areas_from,
+    encode_areas,
+    from_cache,
+    memories_from_columns,
+    memories_to_columns,
+    to_cache,
+)
 from memvault.vault import Vault
 
 PROPS = settings(max_examples=150, deadline=None)
@@ -1284,6 +1292,27 @@ def test_snapshot_columns_share_repeated_tag_sets_and_priorities() -> None:
     assert [without_meta(m) for m in back] == [without_meta(m) for m in memories]
     assert back[0].tags == ("a", "b") and back[0].tags is back[1].tags and back[2].tags == ()
     assert back[0].priority is back[1].priority is back[2].priority  # one "P2" for all
+
+
+def test_a_snapshot_keeps_memories_in_index_order_and_restores_one_id_string_for_both() -> None:
+    memories = [parse_memory(f"# Note {i}\n\nbody {i}".encode(), f"n{i}.md") for i in range(6)]
+    index = Index()
+    for m in reversed(memories):  # the index's order is not the memories' order
+        index.upsert(m.id, title=m.title, body=m.content)
+    index.remove("n4.md")
+    index.upsert("n4.md", title=memories[4].title, body=memories[4].content)  # a freed number again
+    empty = Index().snapshot()
+    data = encode_areas([("hot", index.snapshot(), memories), ("archive", empty, [])])
+    want = {m.id: without_meta(m) for m in memories}
+    hot, archive = areas_from(data)
+    assert {id: without_meta(m) for id, m in hot.memories.items()} == want
+    assert all(a is b for a, b in zip(sorted(hot.memories), sorted(hot.index.ids()), strict=True))
+    assert archive.memories == {}
+    # Memories in another order than the index (as an older server wrote them) load as well.
+    data.update({f"hot.memories.{key}": value for key, value in memories_to_columns(memories).items()})
+    hot, _ = areas_from(data)
+    assert {id: without_meta(m) for id, m in hot.memories.items()} == want
+    assert sorted(hot.index.ids()) == sorted(hot.memories)
 
 
 def test_snapshot_columns_from_another_parser_version_are_refused() -> None:
