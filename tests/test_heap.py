@@ -102,6 +102,35 @@ def test_uncollected_pauses_the_collector_until_the_last_block_ends():
     assert gc.isenabled()
 
 
+def test_what_an_uncollected_block_made_is_frozen_unless_it_failed():
+    import gc
+
+    passes = []
+
+    def watch(phase, info):
+        if phase == "stop":
+            passes.append(info["generation"])
+
+    gc.collect()
+    frozen = gc.get_freeze_count()
+    gc.callbacks.append(watch)
+    try:
+        with heap.uncollected():
+            kept = [[i] for i in range(5000)]  # far past the young generation's threshold
+        assert gc.get_freeze_count() >= frozen + 5000
+        assert passes == []  # nothing collected over the block's objects when it ended
+        heap.unkeep()
+        frozen = gc.get_freeze_count()
+        with pytest.raises(RuntimeError), heap.uncollected():
+            failed = [[i] for i in range(5000)]
+            raise RuntimeError("a load that fails")
+        assert gc.get_freeze_count() == frozen  # a failed load's objects stay collectable
+    finally:
+        gc.callbacks.remove(watch)
+        gc.unfreeze()
+    assert len(kept) == len(failed) == 5000
+
+
 def test_uncollected_leaves_a_collector_that_was_off_off():
     import gc
 
