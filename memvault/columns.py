@@ -30,6 +30,13 @@ def unpack_strings(blob: npt.NDArray[np.uint8], lengths: npt.NDArray[np.int64]) 
     counts = np.asarray(lengths, dtype=np.int64)
     if counts.ndim != 1 or (len(counts) and int(counts.min()) < 0) or int(counts.sum()) != len(text):
         raise ValueError("string column is inconsistent")
+    filled = np.flatnonzero(counts)
+    if 2 * len(filled) < len(counts):  # mostly empty (problems, tag sets): slice only the others
+        out = [""] * len(counts)
+        ends = np.cumsum(counts)[filled]
+        for i, a, b in zip(filled.tolist(), (ends - counts[filled]).tolist(), ends.tolist(), strict=True):
+            out[i] = text[a:b]
+        return out
     bounds = [0, *accumulate(counts.tolist())]
     return [text[a:b] for a, b in pairwise(bounds)]
 

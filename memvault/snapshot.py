@@ -28,7 +28,7 @@ from memvault.area import Area
 from memvault.columns import pack_strings, prefixed, unpack_strings
 from memvault.files import TEMP_PREFIX, TEMP_SUFFIX, file_stamp
 from memvault.index import Index, IndexSnapshot
-from memvault.markdown import NO_META, Memory
+from memvault.markdown import NO_META, PRIORITIES, Memory
 from memvault.names import STATE_DIR
 from memvault.sidecar import FileStat
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("memvault")
 
 FILE_NAME = "snapshot.npz"
-VERSION = 3  # 3: a file's ctime and inode (Memory.change) beside mtime and size
+VERSION = 4  # 3: a file's ctime and inode (Memory.change) beside mtime and size; 4: priority codes
 MIN_MEMORIES = 500  # smaller vaults load from their files fast enough (and keep the parse cache)
 
 # Bump when parse_memory's result for the same bytes changes: older cache entries are parsed again.
@@ -132,7 +132,8 @@ def from_cache(
     return dataclasses.replace(memory, id=id, mtime_ns=mtime_ns, size=size, change=change, hash=hash)
 
 
-_STRINGS = ("id", "title", "content", "priority", "hash", "problem", "tags")
+_STRINGS = ("id", "title", "content", "hash", "problem", "tags")
+_PRIORITY_CODES = {p: code for code, p in enumerate(PRIORITIES)}  # a column of uint8
 _TIME_COLUMNS = ("created", "updated", "accessed")
 _NUMBER_COLUMNS = ("importance", "mtime_ns", "size", "change", "flags")
 _HAS_FRONTMATTER, _CONFLICTED, _HAS_PROBLEM = 1, 2, 4
@@ -147,13 +148,13 @@ def memories_to_columns(memories: Sequence[Memory]) -> dict[str, npt.NDArray[Any
         "id": [m.id for m in ms],
         "title": [m.title for m in ms],
         "content": [m.content for m in ms],
-        "priority": [m.priority for m in ms],
         "hash": [m.hash for m in ms],
         "problem": [m.problem or "" for m in ms],
         "tags": [json.dumps(m.tags, ensure_ascii=False) if m.tags else "" for m in ms],
     }
     for name, values in strings.items():
         out[f"{name}.blob"], out[f"{name}.len"] = pack_strings(values)
+    out["priority"] = np.fromiter((_PRIORITY_CODES[m.priority] for m in ms), np.uint8, len(ms))
     for name, attr in zip(_TIME_COLUMNS, ("created_at", "updated_at", "last_accessed_at"), strict=True):
         stamps = (getattr(m, attr) for m in ms)
         out[name] = np.fromiter((t.timestamp() if t else np.nan for t in stamps), np.float64, len(ms))
@@ -191,14 +192,16 @@ def memories_from_columns(
         strings["id"] = ids
     n = len(strings["id"])
     numbers = {name: columns[name].tolist() for name in (*_TIME_COLUMNS, *_NUMBER_COLUMNS)}
-    if any(len(values) != n for values in (*strings.values(), *numbers.values())):
+    codes = columns["priority"].tolist()
+    if any(len(values) != n for values in (*strings.values(), *numbers.values(), codes)):
         raise ValueError("snapshot columns differ in length")
+    if codes and not 0 <= min(codes) <= max(codes) < len(PRIORITIES):
+        raise ValueError("snapshot holds an unknown priority")
     at = datetime.fromtimestamp  # NaN: no time
     when = {name: [None if t != t else at(t, UTC) for t in numbers[name]] for name in _TIME_COLUMNS}
     # Few distinct priorities and tag sets: one object each, shared (tuples and strings are
     # immutable), and one json.loads per tag set; 100,000 copies of "P1" were 5 MB.
-    shared: dict[str, str] = {}
-    priorities = [shared.setdefault(p, p) for p in strings["priority"]]
+    priorities = list(map(PRIORITIES.__getitem__, codes))
     tag_sets: dict[str, tuple[str, ...]] = {"": ()}
     for text in strings["tags"]:
         if text not in tag_sets:

@@ -15,6 +15,11 @@ def test_strings_survive_packing(values: list[str]) -> None:
     assert unpack_strings(blob, lengths) == values
 
 
+@given(st.lists(st.sampled_from(["", "", "", "", "x", "dé", "東京", "a\U0001f600b"])))
+def test_mostly_empty_columns_survive_packing(values: list[str]) -> None:
+    assert unpack_strings(*pack_strings(values)) == values
+
+
 def test_empty_column() -> None:
     assert unpack_strings(*pack_strings([])) == []
     assert unpack_strings(*pack_strings(["", ""])) == ["", ""]

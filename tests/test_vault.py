@@ -1324,6 +1324,10 @@ def test_snapshot_columns_from_another_parser_version_are_refused() -> None:
     columns["size"] = columns["size"][:0]
     with pytest.raises(ValueError, match="length"):
         memories_from_columns(columns, archived=False)
+    columns = memories_to_columns([parse_memory(b"# T\n\nbody", "t.md")])
+    columns["priority"] = columns["priority"] + len(PRIORITIES)
+    with pytest.raises(ValueError, match="unknown priority"):
+        memories_from_columns(columns, archived=False)
 
 
 def test_the_store_does_not_keep_the_frontmatter_mapping() -> None:
