@@ -267,8 +267,9 @@ def load(state: TokenState) -> tuple[Area, Area] | None:
         return None
     try:
         with np.load(where, allow_pickle=False) as data:
-            if data["version"].tolist() != [VERSION]:
-                raise ValueError("snapshot version")
+            if data["version"].tolist() != [VERSION]:  # written by another version of memvault
+                log.info("index snapshot in another format; reading the files once instead")
+                return None
             return areas_from(data)
     except (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile) as exc:
         log.warning("index snapshot not usable (%s); reading the files instead", type(exc).__name__)

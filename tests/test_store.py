@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -201,6 +202,23 @@ async def test_a_snapshot_in_an_older_format_is_ignored(make_settings, vault_roo
         await store.close()
     with np.load(folder / ".memvault" / "snapshot.npz") as data:
         assert data["version"].tolist() == [SNAPSHOT_VERSION]  # rewritten in the current format
+    # A snapshot of another version (an upgrade) is read from the files too, said without alarm.
+    with np.load(folder / ".memvault" / "snapshot.npz") as data:
+        arrays = dict(data)
+    arrays["version"] = arrays["version"] - 1
+    with open(folder / ".memvault" / "snapshot.npz", "wb") as handle:
+        np.savez(handle, **arrays)
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="memvault")
+    store = Store(make_settings())
+    try:
+        found = await store.find("alice", query="number3")
+        assert [m.id for m in found.memories] == ["note-3.md"]
+        assert store.parses == 4
+        assert "index snapshot in another format" in caplog.text
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    finally:
+        await store.close()
 
 
 async def test_restore_accepts_the_archive_path_as_seen_in_the_folder(make_settings, vault_root):
