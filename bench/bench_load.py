@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus
-from harness import free_port, machine_line, ms, pct, update_results
+from harness import cpu_ticks, free_port, machine_line, ms, pct, steal_share, update_results
 
 from memvault.markdown import render_new
 from memvault.names import slugify
@@ -303,7 +303,8 @@ def row(name: str, result: dict[str, Any], floor: dict[str, Any]) -> str:
     ratio = result["rate"] / floor["rate"]
     return (
         f"| {name} | {result['rate']:,.0f} | {ratio:.2f} | {ms(result['p50'])} | {ms(result['p99'])} | "
-        f"{result['failed']} | {result['server_cpu_ms_per_call']:.2f} | {result['client_cpu']:.2f} |"
+        f"{result['failed']} | {result['server_cpu_ms_per_call']:.2f} | {result['client_cpu']:.2f} | "
+        f"{'-' if result.get('steal') is None else format(result['steal'], '.0%')} |"
     )
 
 
@@ -332,10 +333,13 @@ def write_section(
         f"of them took {loaded:.1f} s; the embedding worker still busy with them): 55% read_memory (30% of "
         "them by filename), 15% recall, 10% list_memory_titles, 12% write_memory, 8% update_memory. "
         "Memories were last read 1-20 days ago, so first reads write lastAccessedAt back. The floor: the "
-        "same clients against a bare MCP SDK server with one trivial tool (bench/floor_server.py), same run.",
+        "same clients against a bare MCP SDK server with one trivial tool (bench/floor_server.py), same run. "
+        "Steal: the share of the machine's CPU time its host gave to other guests during that window "
+        "(/proc/stat); the phases run one after another, so unequal steal skews their ratios.",
         "",
-        "| server | calls/s | x floor | p50 ms | p99 ms | failed | server CPU ms/call | client cores |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| server | calls/s | x floor | p50 ms | p99 ms | failed | server CPU ms/call | client cores "
+        "| steal |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         row("SDK floor (one trivial tool)", floor, floor),
         *(row(name, result, floor) for name, result in results.items()),
         "",
@@ -399,7 +403,9 @@ def run_memvault(
         cpu0 = [cpu_seconds(s.pid) for s in servers], time.process_time()
         sys0 = sum(cpu_seconds(s.pid, system=True) for s in servers)
         main0 = sum(cpu_seconds(s.pid, task=s.pid) for s in servers)
+        ticks = cpu_ticks()
         tally, elapsed = asyncio.run(drive(urls, args.seconds, memvault_plan(names, words, args.only)))
+        steal = steal_share(ticks, cpu_ticks())
         server_cpu = sum(cpu_seconds(s.pid) for s in servers) - sum(cpu0[0])
         result = report(tally, elapsed)
         result["server_cpu"] = server_cpu / elapsed
@@ -410,6 +416,7 @@ def run_memvault(
         result["server_sys"] = (sum(cpu_seconds(s.pid, system=True) for s in servers) - sys0) / elapsed
         result["client_cpu"] = (time.process_time() - cpu0[1]) / elapsed
         result["server_cpu_ms_per_call"] = 1000 * server_cpu / max(1, result["calls"])
+        result["steal"] = steal
         if spy is not None:
             spy.wait(60)
         return result, loaded
@@ -506,12 +513,15 @@ def main() -> int:
         try:
             urls = [f"http://127.0.0.1:{port}/mcp/" for _ in range(args.tokens)]
             cpu0 = cpu_seconds(floor.pid), time.process_time()
+            ticks = cpu_ticks()
             tally, elapsed = asyncio.run(drive(urls, args.seconds, lambda i, rng: ("echo", {"text": "hi"})))
+            steal = steal_share(ticks, cpu_ticks())
             floor_cpu = cpu_seconds(floor.pid) - cpu0[0]
             floor_result = report(tally, elapsed)
             floor_result["client_cpu"] = (time.process_time() - cpu0[1]) / elapsed
             floor_result["server_cpu"] = floor_cpu / elapsed
             floor_result["server_cpu_ms_per_call"] = 1000 * floor_cpu / max(1, floor_result["calls"])
+            floor_result["steal"] = steal
         finally:
             stop(floor)
         print(f"floor: {floor_result['rate']:.0f} calls/s", flush=True)

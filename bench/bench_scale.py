@@ -49,7 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus
-from harness import call, client, free_port, fs_type, machine, ms, pct, update_results
+from harness import call, client, cpu_ticks, free_port, fs_type, machine, ms, pct, steal_share, update_results
 
 import memvault
 from memvault.markdown import render_new
@@ -194,11 +194,13 @@ class Start:
     settle_s: float | None = None  # after the first answer, until the server's CPU goes quiet
     settle_cpu_s: float | None = None
     stop_s: float | None = None  # SIGTERM -> exit (shutdown writes the snapshot)
+    steal: float | None = None  # the host's share of this machine's CPU, process start -> first answer
 
 
 async def first_answer(server: ServerProc, query: str, label: str, deadline_s: float = 600.0) -> Start:
     """Start the server and time process start -> /healthz -> first read_memory answer."""
     res = Start(label)
+    ticks = cpu_ticks()
     server.start()
     deadline = server.t0 + deadline_s
     while True:
@@ -218,6 +220,7 @@ async def first_answer(server: ServerProc, query: str, label: str, deadline_s: f
     async with client(server.url) as session:
         _, text = await call(session, "read_memory", {"query": query})
     res.answer_s = time.perf_counter() - server.t0
+    res.steal = steal_share(ticks, cpu_ticks())
     if text.startswith("No hot memories"):
         raise RuntimeError(f"first answer of server {label} found nothing for {query!r}")
     res.cpu_s = server.cpu()
@@ -792,17 +795,19 @@ def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) 
     lines += [
         "",
         "| server | up (/healthz) s | first answer s | server CPU to first answer s | RSS when up MB "
-        "| RSS at first answer MB | background work after it: s wall / s CPU | SIGTERM -> exit s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| RSS at first answer MB | background work after it: s wall / s CPU | SIGTERM -> exit s "
+        "| steal to first answer |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for label, s in starts:
         bg = f"{s.settle_s:.1f} / {s.settle_cpu_s:.1f}" if s.settle_s is not None else ""
         stop = f"{s.stop_s:.2f}" if s.stop_s is not None and label.startswith(("B", "C")) else ""
         if label.startswith("A"):
             stop = "(SIGKILL)"
+        steal = "-" if s.steal is None else f"{s.steal:.0%}"
         lines.append(
             f"| {label} | {s.up_s:.2f} | {s.answer_s:.2f} | {s.cpu_s:.2f} | {s.mem_up.get('VmRSS', 0):,.0f} "
-            f"| {s.mem.get('VmRSS', 0):,.0f} | {bg} | {stop} |"
+            f"| {s.mem.get('VmRSS', 0):,.0f} | {bg} | {stop} | {steal} |"
         )
     lines += [
         "",
@@ -810,7 +815,8 @@ def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) 
         "its "
         'first answer. "Background work" is the time after the first answer until the server\'s CPU stays '
         "under 20 ms per second twice in a row (the snapshot, an eviction sweep, embeddings), and the CPU "
-        "it used.",
+        "it used. Steal: the share of the machine's CPU time its host gave to other guests meanwhile "
+        "(/proc/stat), the shared machine's noise.",
         "",
         f"### read_memory over HTTP ({args.calls} timed calls per kind per server, round-robin, after "
         f"{args.warmup} warm-up rounds)",

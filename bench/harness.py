@@ -121,6 +121,23 @@ def pct(values: Sequence[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
+def cpu_ticks(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
+    """(steal, total) CPU ticks of this machine since boot, None where /proc/stat says nothing."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        fields = [int(x) for x in stat.read_text().split("\n", 1)[0].split()[1:]]
+        # user nice system idle iowait irq softirq steal guest guest_nice; guest time is in user too
+        return fields[7], sum(fields[:8])
+    return None
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of this machine's CPU time its host gave to others between two cpu_ticks(): a
+    shared machine's noise, which hits whatever runs in that window and not the others."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def ms(seconds: float) -> str:
     value = seconds * 1000
     return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:,.0f}"

@@ -126,3 +126,18 @@ def unused_tcp_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_steal_is_the_hosts_share_of_the_window(tmp_path: Path) -> None:
+    bench = load_bench()
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 50 0 25 400 5 0 0 20 0 0\n")
+    before = bench.cpu_ticks(stat)
+    stat.write_text("cpu  160 0 70 900 10 0 0 100 0 0\ncpu0 80 0 35 450 5 0 0 50 0 0\n")
+    after = bench.cpu_ticks(stat)
+    assert before == (40, 1000) and after == (100, 1240)
+    assert bench.steal_share(before, after) == pytest.approx(60 / 240)
+    assert bench.steal_share(before, None) is None
+    assert bench.cpu_ticks(tmp_path / "missing") is None
+    stat.write_text("nonsense\n")
+    assert bench.cpu_ticks(stat) is None
