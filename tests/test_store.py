@@ -192,14 +192,8 @@ async def test_a_snapshot_in_an_older_format_is_ignored(make_settings, vault_roo
     # The first format: one JSON "meta" array and the index arrays, no "version" array.
     with open(folder / ".memvault" / "snapshot.npz", "wb") as handle:
         np.savez(handle, meta=np.frombuffer(b'{"version": 1}', dtype=np.uint8), **{"hot.dl": np.zeros(4)})
-    store = Store(make_settings())
-    try:
-        found = await store.find("alice", query="number2")
-        assert [m.id for m in found.memories] == ["note-2.md"]
-        assert store.parses == 4
-        assert "index snapshot not usable (KeyError)" in caplog.text
-    finally:
-        await store.close()
+    await _found_by_reading_every_file(make_settings, "number2", "note-2.md")
+    assert "index snapshot not usable (KeyError)" in caplog.text
     with np.load(folder / ".memvault" / "snapshot.npz") as data:
         assert data["version"].tolist() == [SNAPSHOT_VERSION]  # rewritten in the current format
     # A snapshot of another version (an upgrade) is read from the files too, said without alarm.
@@ -210,13 +204,17 @@ async def test_a_snapshot_in_an_older_format_is_ignored(make_settings, vault_roo
         np.savez(handle, **arrays)
     caplog.clear()
     caplog.set_level(logging.INFO, logger="memvault")
+    await _found_by_reading_every_file(make_settings, "number3", "note-3.md")
+    assert "index snapshot in another format" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def _found_by_reading_every_file(make_settings, query: str, expected: str) -> None:
     store = Store(make_settings())
     try:
-        found = await store.find("alice", query="number3")
-        assert [m.id for m in found.memories] == ["note-3.md"]
-        assert store.parses == 4
-        assert "index snapshot in another format" in caplog.text
-        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        found = await store.find("alice", query=query)
+        assert [m.id for m in found.memories] == [expected]
+        assert store.parses == 4  # the snapshot was not used
     finally:
         await store.close()
 
