@@ -20,7 +20,6 @@ Anything else is a failure.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 import subprocess
@@ -36,6 +35,7 @@ import numpy.typing as npt
 
 from memvault.columns import pack_strings, unpack_strings
 from memvault.files import file_change, is_our_temp
+from memvault.helperio import Arrays, answer, run
 from memvault.vault import Vault
 
 __all__ = ["HELPER_MIN_BYTES", "Found", "Scan", "identity", "stamps", "start"]
@@ -101,13 +101,14 @@ class Scan:
             self.cancel()
             log.warning("a folder scan process hung; scanning in this process")
             return None
-        if self._process.returncode != 0:
-            last = (err.decode("utf-8", "replace").strip().splitlines() or ["no message"])[-1]
-            log.warning("a folder scan process failed (exit %s: %s)", self._process.returncode, last)
+        arrays = answer(
+            "a folder scan process", "scanning in this process", self._process.returncode, out, err
+        )
+        if arrays is None:
             return None
         try:
-            found = self._decode(out)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            found = self._decode(arrays)
+        except (ValueError, KeyError, TypeError) as exc:
             log.warning("a folder scan process gave unreadable output (%s)", type(exc).__name__)
             return None
         if not found.snapshot == self._expected == identity(self._snapshot_file):
@@ -125,9 +126,7 @@ class Scan:
             self._counted = False
             _finished()
 
-    def _decode(self, out: bytes) -> Found:
-        with np.load(io.BytesIO(out), allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
+    def _decode(self, arrays: Arrays) -> Found:
         leftovers = []
         for rel in unpack_strings(arrays["leftovers.blob"], arrays["leftovers.len"]):
             # Removed later under the token's lock: only names of ours, only inside the folder.
@@ -179,7 +178,7 @@ def _located(arrays: Mapping[str, npt.NDArray[Any]], name: str) -> list[Located]
     return list(zip(ids, archived, strict=True))
 
 
-def _pack(out: dict[str, Any], name: str, located: list[Located]) -> None:
+def _pack(out: Arrays, name: str, located: list[Located]) -> None:
     out[f"{name}.blob"], out[f"{name}.len"] = pack_strings([id for id, _ in located])
     out[f"{name}.archived"] = np.array([archived for _, archived in located], dtype=np.uint8)
 
@@ -202,14 +201,10 @@ def _held(snapshot_file: Path) -> tuple[tuple[int, ...], list[dict[str, tuple[in
 
 
 def main() -> int:
-    try:
-        return _main(Path(sys.argv[1]), Path(sys.argv[2]))
-    except Exception as exc:  # the store logs this line: the error's kind, never a path
-        print(type(exc).__name__, file=sys.stderr)
-        return 1
+    return run(lambda: _compared(Path(sys.argv[1]), Path(sys.argv[2])))
 
 
-def _main(token_dir: Path, snapshot_file: Path) -> int:
+def _compared(token_dir: Path, snapshot_file: Path) -> Arrays:
     snapshot, held = _held(snapshot_file)
     vault = Vault(token_dir)
     changed: list[Located] = []
@@ -217,16 +212,12 @@ def _main(token_dir: Path, snapshot_file: Path) -> int:
         if held[archived].pop(id, None) != (mtime_ns, size, change):
             changed.append((id, archived))
     gone = [(id, archived) for _, archived in AREAS for id in held[archived]]
-    out: dict[str, Any] = {"snapshot": np.array(snapshot, dtype=np.int64)}
+    out: Arrays = {"snapshot": np.array(snapshot, dtype=np.int64)}
     _pack(out, "changed", changed)
     _pack(out, "gone", gone)
     left = [os.path.relpath(path, token_dir) for path in vault.leftovers]
     out["leftovers.blob"], out["leftovers.len"] = pack_strings(left)
-    buffer = io.BytesIO()
-    np.savez(buffer, **out)
-    sys.stdout.buffer.write(buffer.getbuffer())
-    sys.stdout.buffer.flush()
-    return 0
+    return out
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ an ``.npz`` on stdout; exit status 0. Anything else is a failure.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import math
@@ -25,7 +24,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +32,7 @@ import numpy.typing as npt
 from memvault import snapshot
 from memvault.columns import pack_strings, prefixed, unpack_strings
 from memvault.files import file_stamp
+from memvault.helperio import Arrays, answer, run
 from memvault.index import Index
 from memvault.markdown import Memory, parse_memory
 from memvault.vault import Vault
@@ -52,8 +52,6 @@ PARALLEL_MIN = 20_000  # files to parse before helpers pay for their start (~0.3
 MAX_HELPERS = 4
 AREAS = (("hot", False), ("archive", True))
 _CONCATENATED = ("ids.blob", "ids.len", "titles.blob", "titles.len", "dl", "doc_term_counts")
-
-Arrays = dict[str, npt.NDArray[Any]]
 
 
 def helpers_for(files: int, setting: int | None) -> int:
@@ -169,41 +167,22 @@ def _run_helper(token_dir: Path, files: Sequence[tuple[str, bool]]) -> Arrays | 
     except OSError as exc:
         log.warning("could not start a loader process (%s); loading in this process", type(exc).__name__)
         return None
-    if done.returncode != 0:
-        last = (done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"])[-1]
-        log.warning("a loader process failed (exit %s: %s); loading in this process", done.returncode, last)
-        return None
-    try:
-        with np.load(io.BytesIO(done.stdout), allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except (OSError, ValueError) as exc:
-        log.warning(
-            "a loader process gave unreadable output (%s); loading in this process", type(exc).__name__
-        )
-        return None
+    return answer("a loader process", "loading in this process", done.returncode, done.stdout, done.stderr)
 
 
 # ---------------------------------------------------------------------------- the helper's side
 
 
 def main() -> int:
-    try:
-        return _main(json.loads(sys.stdin.buffer.read()))
-    except Exception as exc:  # the store logs this line: the error's kind, never a path
-        print(type(exc).__name__, file=sys.stderr)
-        return 1
+    return run(lambda: _part(json.loads(sys.stdin.buffer.read())))
 
 
-def _main(request: dict[str, Any]) -> int:
+def _part(request: dict[str, Any]) -> Arrays:
     vault = Vault(Path(request["dir"]))
     memories = [read_and_parse(vault, id, bool(archived)) for id, archived in request["files"]]
     part = build_part(m for m in memories if m is not None)
     part["parsed"] = np.array([sum(1 for m in memories if m is not None)], dtype=np.int64)
-    out = io.BytesIO()
-    np.savez(out, **cast("dict[str, Any]", part))  # numpy stubs type **kwds as allow_pickle
-    sys.stdout.buffer.write(out.getbuffer())
-    sys.stdout.buffer.flush()
-    return 0
+    return part
 
 
 if __name__ == "__main__":

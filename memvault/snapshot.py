@@ -298,7 +298,7 @@ def save(state: TokenState) -> None:
     fd, tmp = tempfile.mkstemp(dir=where.parent, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **cast("dict[str, Any]", parts))  # (numpy stubs: see loader)
+            np.savez(handle, **cast("dict[str, Any]", parts))  # (numpy stubs: see helperio)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, where)

@@ -67,7 +67,7 @@ FORBIDDEN = {
     "store": ("memvault.app", "memvault.tools"),
     # Helper processes import them: they must stay light (no server, no store).
     **{name: ("memvault.app", "memvault.tools", "mcp", "memvault.store", "memvault.embeddings")
-       for name in ("loader", "folderscan")},
+       for name in ("loader", "folderscan", "helperio")},
 }  # fmt: skip
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 400
@@ -110,7 +110,7 @@ def test_core_modules_do_not_import_upper_layers_or_mcp(module: str) -> None:
     assert not bad, f"memvault/{module}.py imports {bad}; dependencies must point one way (DESIGN.md)"
 
 
-@pytest.mark.parametrize("helper", ["loader", "folderscan"])
+@pytest.mark.parametrize("helper", ["loader", "folderscan", "helperio"])
 def test_helper_modules_stay_light_at_run_time(helper: str) -> None:
     """Helper processes import these; what they pull in, directly or not, every helper pays for."""
     probe = (
