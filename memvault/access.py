@@ -202,8 +202,8 @@ def recorded(state: TokenState, *, inline: bool = False) -> dict[str, datetime]:
 def listing(state: TokenState, *, inline: bool) -> tuple[list[Memory], dict[str, datetime]]:
     """The hot memories by id, and the access times recorded for them (a listing's look; see
     memvault.inline)."""
-    if inline and len(state.hot.memories) > MAX_ROWS:
-        raise NeedsThread
+    if inline and (len(state.hot.memories) > MAX_ROWS or state.hot.memories.unbuilt):
+        raise NeedsThread  # (memories still to build after a restore: a worker builds them)
     with state.looking(inline):
         memories = state.hot.in_order()
     return memories, recorded(state, inline=inline)

@@ -368,6 +368,10 @@ class Recaller:
         """``inline``: on the event loop (memvault.inline), for a token of at most MAX_ROWS rows
         with the built-in embedder and no reranker (a few milliseconds at most); else NeedsThread."""
         store = self.store
+        if not state.settled:  # restored moments ago: the vectors' rows, recall's candidates, come next
+            if inline:
+                raise NeedsThread
+            store.registry.settle(state)
         reranker = self.reranking.get() if self.reranking is not None else None
         embedder = store.embeddings.ready()
         if inline and (reranker is not None or not (embedder is None or isinstance(embedder, HashEmbedder))):

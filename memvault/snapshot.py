@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memvault import heap
-from memvault.area import Area
+from memvault.area import Area, Memories
 from memvault.columns import pack_strings, prefixed, unpack_strings
 from memvault.files import TEMP_PREFIX, TEMP_SUFFIX, file_stamp
 from memvault.index import Index, IndexSnapshot
@@ -176,65 +176,94 @@ def memories_to_columns(memories: Sequence[Memory]) -> dict[str, npt.NDArray[Any
     return out
 
 
+class StoredRows:
+    """A snapshot's memory columns decoded into lists, each row built into a Memory on demand
+    (``build``; memvault.area.Memories asks). Everything a build could fail on is checked here:
+    the constructor raises ValueError (or KeyError) on data that do not fit, including data from
+    another parser version, and ``build`` never fails."""
+
+    def __init__(
+        self, columns: Mapping[str, npt.NDArray[Any]], *, archived: bool, ids: list[str] | None = None
+    ) -> None:
+        if columns["version"].tolist() != [PARSER_VERSION]:
+            raise ValueError("snapshot from another parser version")
+        strings = {
+            name: unpack_strings(columns[f"{name}.blob"], columns[f"{name}.len"])
+            for name in _STRINGS
+            if ids is None or name != "id"
+        }
+        self.ids: list[str] = ids if ids is not None else strings["id"]
+        n = len(self.ids)
+        numbers = {name: columns[name].tolist() for name in (*_TIME_COLUMNS, *_NUMBER_COLUMNS)}
+        codes = columns["priority"].tolist()
+        if any(len(values) != n for values in (*strings.values(), *numbers.values(), codes)):
+            raise ValueError("snapshot columns differ in length")
+        if codes and not 0 <= min(codes) <= max(codes) < len(PRIORITIES):
+            raise ValueError("snapshot holds an unknown priority")
+        for name in _TIME_COLUMNS:  # a time out of datetime's range would fail its build
+            stamps = np.asarray(columns[name], dtype=np.float64)
+            if n and not np.isnan(stamps).all():
+                for extreme in (np.nanmin(stamps), np.nanmax(stamps)):
+                    try:
+                        datetime.fromtimestamp(float(extreme), UTC)
+                    except (OverflowError, OSError, ValueError) as exc:
+                        raise ValueError("snapshot holds a time out of range") from exc
+        # Few distinct priorities and tag sets: one object each, shared (tuples and strings are
+        # immutable), and one json.loads per tag set; 100,000 copies of "P1" were 5 MB.
+        tag_sets: dict[str, tuple[str, ...]] = {"": ()}
+        for text in strings["tags"]:
+            if text not in tag_sets:
+                tag_sets[text] = tuple(json.loads(text))
+        self.archived = archived
+        self._titles, self._contents = strings["title"], strings["content"]
+        self._hashes, self._problems = strings["hash"], strings["problem"]
+        self._tags = list(map(tag_sets.__getitem__, strings["tags"]))
+        self._priorities = list(map(PRIORITIES.__getitem__, codes))
+        self._created, self._updated = numbers["created"], numbers["updated"]
+        self._accessed, self._importance = numbers["accessed"], numbers["importance"]
+        self._mtime_ns, self._size = numbers["mtime_ns"], numbers["size"]
+        self._change, self._flags = numbers["change"], numbers["flags"]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def build(self, rows: Sequence[int]) -> list[Memory]:
+        at = datetime.fromtimestamp  # NaN: no time
+        out = []
+        for i in rows:
+            created, updated, accessed = self._created[i], self._updated[i], self._accessed[i]
+            importance, flags = self._importance[i], self._flags[i]
+            out.append(
+                _stored(
+                    self.archived,
+                    self.ids[i],
+                    self._titles[i],
+                    self._contents[i],
+                    self._priorities[i],
+                    None if created != created else at(created, UTC),
+                    None if updated != updated else at(updated, UTC),
+                    None if accessed != accessed else at(accessed, UTC),
+                    self._tags[i],
+                    None if importance != importance else importance,
+                    bool(flags & _HAS_FRONTMATTER),
+                    self._problems[i] if flags & _HAS_PROBLEM else None,
+                    bool(flags & _CONFLICTED),
+                    self._mtime_ns[i],
+                    self._size[i],
+                    self._hashes[i],
+                    self._change[i],
+                )
+            )
+        return out
+
+
 def memories_from_columns(
     columns: Mapping[str, npt.NDArray[Any]], *, archived: bool, ids: list[str] | None = None
 ) -> list[Memory]:
     """Inverse of memories_to_columns (``ids``: the id column, already decoded). Raises ValueError
     (or KeyError) on data that do not fit, including data from another parser version."""
-    if columns["version"].tolist() != [PARSER_VERSION]:
-        raise ValueError("snapshot from another parser version")
-    strings = {
-        name: unpack_strings(columns[f"{name}.blob"], columns[f"{name}.len"])
-        for name in _STRINGS
-        if ids is None or name != "id"
-    }
-    if ids is not None:
-        strings["id"] = ids
-    n = len(strings["id"])
-    numbers = {name: columns[name].tolist() for name in (*_TIME_COLUMNS, *_NUMBER_COLUMNS)}
-    codes = columns["priority"].tolist()
-    if any(len(values) != n for values in (*strings.values(), *numbers.values(), codes)):
-        raise ValueError("snapshot columns differ in length")
-    if codes and not 0 <= min(codes) <= max(codes) < len(PRIORITIES):
-        raise ValueError("snapshot holds an unknown priority")
-    at = datetime.fromtimestamp  # NaN: no time
-    when = {name: [None if t != t else at(t, UTC) for t in numbers[name]] for name in _TIME_COLUMNS}
-    # Few distinct priorities and tag sets: one object each, shared (tuples and strings are
-    # immutable), and one json.loads per tag set; 100,000 copies of "P1" were 5 MB.
-    priorities = list(map(PRIORITIES.__getitem__, codes))
-    tag_sets: dict[str, tuple[str, ...]] = {"": ()}
-    for text in strings["tags"]:
-        if text not in tag_sets:
-            tag_sets[text] = tuple(json.loads(text))
-    tags = map(tag_sets.__getitem__, strings["tags"])
-    rows = zip(
-        strings["id"], strings["title"], strings["content"], priorities, strings["hash"],
-        strings["problem"], tags, when["created"], when["updated"], when["accessed"],
-        numbers["importance"], numbers["mtime_ns"], numbers["size"], numbers["change"], numbers["flags"],
-        strict=True,
-    )  # fmt: skip
-    return [
-        _stored(
-            archived,
-            id,
-            title,
-            content,
-            priority,
-            created,
-            updated,
-            accessed,
-            tags,
-            None if importance != importance else importance,
-            bool(flags & _HAS_FRONTMATTER),
-            problem if flags & _HAS_PROBLEM else None,
-            bool(flags & _CONFLICTED),
-            mtime_ns,
-            size,
-            hash,
-            change,
-        )
-        for id, title, content, priority, hash, problem, tags, created, updated, accessed, importance, mtime_ns, size, change, flags in rows  # noqa: E501
-    ]
+    rows = StoredRows(columns, archived=archived, ids=ids)
+    return rows.build(range(len(rows)))
 
 
 # ---------------------------------------------------------------------------- the snapshot file
@@ -321,11 +350,12 @@ def areas_from(data: Mapping[str, npt.NDArray[Any]]) -> tuple[Area, Area]:
         index = Index.from_snapshot(index_columns)
         # Memories stored in the index's order share its id strings (100,000 of them at 100k).
         same_ids = all(np.array_equal(index_columns[f"ids.{k}"], columns[f"id.{k}"]) for k in ("blob", "len"))
-        memories = memories_from_columns(columns, archived=archived, ids=index.ids() if same_ids else None)
-        area = Area({m.id: m for m in memories}, index)
-        differ = not same_ids and any(id not in index for id in area.memories)
-        if differ or len(area.memories) != len(index):
+        # Built into Memory objects as they are asked for (memvault.area.Memories).
+        rows = StoredRows(columns, archived=archived, ids=index.ids() if same_ids else None)
+        differ = not same_ids and any(id not in index for id in rows.ids)
+        if differ or len(rows) != len(index):
             raise ValueError("snapshot memories and index differ")
+        area = Area(Memories.stored(rows.ids, rows), index)
         areas.append(area)
     return areas[0], areas[1]
 

@@ -80,6 +80,7 @@ class Sweeps:
             return done
 
     def _plan(self, state: TokenState) -> tuple[datetime, list[eviction.Eviction]]:
+        self.tokens.settle(state)  # memories still to build after a restore: a batch per hold of the lock
         now = self.clock()
         with state.file_lock():
             sidecar = state.ensure_sidecar()

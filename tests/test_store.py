@@ -21,6 +21,7 @@ from memvault.cli import main
 from memvault.errors import InvalidArgument, InvalidName
 from memvault.markdown import MAX_INDEXED_BYTES
 from memvault.names import STATE_DIR
+from memvault.recall import Recaller
 from memvault.snapshot import VERSION as SNAPSHOT_VERSION
 from memvault.store import Store
 from memvault.tokens import Tokens
@@ -161,6 +162,49 @@ async def test_restart_from_the_index_snapshot_reads_only_what_changed(
         assert len(state.hot.memories) == 30
     finally:
         await second.close()
+
+
+async def test_a_restored_token_answers_before_its_memories_are_built(make_settings, vault_root, monkeypatch):
+    monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)
+    # The folder compared with the snapshot by a helper process, as for a large vault (the scan
+    # in this process looks at every memory, which builds them all).
+    monkeypatch.setattr("memvault.folderscan.HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr("memvault.loader.usable_cpus", lambda: 2)
+    folder = vault_root / "alice"
+    folder.mkdir()
+    for i in range(30):
+        _hand_write(folder, f"note-{i}.md", f"ordinary words number{i}")
+    first = Store(make_settings())
+    await first.state("alice")
+    await first.close()  # writes the snapshot
+
+    second = Store(make_settings())
+    try:
+        state = await second.state("alice")
+        # Loaded, and nothing built yet: the settling work was only scheduled.
+        assert state.loaded and not state.settled
+        assert state.hot.memories.unbuilt == 30 and state.vectors.counts() == (0, 0)
+        # Recall's candidates are the vectors' rows: it settles the token first, not answer empty.
+        found = await Recaller(second).recall("alice", "number7")
+        assert found.results[0].memory.id == "note-7.md"
+        assert state.settled and state.hot.memories.unbuilt == 0
+        assert state.vectors.counts()[1] == 30
+        await second.idle()
+    finally:
+        await second.close()
+
+    # Unloaded before it settled: the settling stops, and serves no vectors for it.
+    third = Store(make_settings())
+    try:
+        state = await third.state("alice")
+        hot = state.hot
+        third.registry.settings = third.registry.settings.replace(max_loaded_tokens=0)
+        third.registry.unload_idle()
+        assert not state.loaded
+        await third.idle()
+        assert not state.settled and hot.memories.unbuilt == 30 and state.vectors.counts() == (0, 0)
+    finally:
+        await third.close()
 
 
 async def test_a_corrupt_snapshot_is_ignored(make_settings, vault_root, monkeypatch):
