@@ -75,7 +75,7 @@ class Memories(MutableMapping[str, Memory]):
             assert self._source is not None
             self._built.update(zip(ids, self._source.build(numbers), strict=True))
             if not rows:
-                self._source = None
+                self._drained()
         return not rows
 
     def filled(self) -> Mapping[str, Memory]:
@@ -83,12 +83,18 @@ class Memories(MutableMapping[str, Memory]):
         self.fill()
         return self._built
 
+    def _drained(self) -> None:
+        """Every row built or gone: the stored form goes, and so does the emptied dict's table
+        (a dict never shrinks: 5 MB at 100,000 ids)."""
+        self._source = None
+        self._rows = {}
+
     def _build(self, id: str) -> Memory:
         row = self._rows.pop(id)
         assert self._source is not None
         memory = self._built[id] = self._source.build([row])[0]
         if not self._rows:
-            self._source = None
+            self._drained()
         return memory
 
     # --- the mapping ---------------------------------------------------------------------------
@@ -123,14 +129,14 @@ class Memories(MutableMapping[str, Memory]):
 
     def __setitem__(self, id: str, memory: Memory) -> None:
         if self._rows.pop(id, None) is not None and not self._rows:
-            self._source = None
+            self._drained()
         self._built[id] = memory
 
     def __delitem__(self, id: str) -> None:
         if self._rows.pop(id, None) is None:
             del self._built[id]
         elif not self._rows:
-            self._source = None
+            self._drained()
 
     def pop(self, id: str, default: object = None) -> object:  # type: ignore[override]
         if id in self._rows:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memvault.area import Area, Memories
 from memvault.markdown import Memory, parse_memory
@@ -107,3 +109,51 @@ def test_an_area_of_stored_memories_edits_and_lists_like_any_other() -> None:
     assert area.index.search("zebra")[0][0].id == "m2.md"
     assert area.drop("m0.md") is source.memories[0]
     assert [m.id for m in area.in_order()] == ["m1.md", "m2.md"]
+
+
+_IDS = [f"m{i}.md" for i in range(6)]
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["get", "item", "in", "set", "del", "pop", "fill", "len", "values"]),
+        st.sampled_from([*_IDS, "other.md"]),
+        st.integers(0, 3),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_OPS)
+def test_stored_memories_behave_as_a_dict_of_the_same_memories(ops) -> None:
+    memories, source = _stored(6)
+    model = {m.id: m for m in source.memories}
+    for op, id, n in ops:
+        if op == "get":
+            assert memories.get(id) is model.get(id)
+        elif op == "item":
+            if id in model:
+                assert memories[id] is model[id]
+            else:
+                with pytest.raises(KeyError):
+                    memories[id]
+        elif op == "in":
+            assert (id in memories) == (id in model)
+        elif op == "set":
+            model[id] = memories[id] = _memory(id, f"new words {n}")
+        elif op == "del":
+            if id in model:
+                del memories[id], model[id]
+            else:
+                with pytest.raises(KeyError):
+                    del memories[id]
+        elif op == "pop":
+            assert memories.pop(id, None) is model.pop(id, None)
+        elif op == "fill":
+            assert memories.fill(n) == (memories.unbuilt == 0)
+        elif op == "len":
+            assert len(memories) == len(model)
+        else:
+            assert sorted(memories.values(), key=lambda m: m.id) == sorted(model.values(), key=lambda m: m.id)
+        assert len(memories) == len(model)
+    assert dict(memories) == model
+    assert len(source.built) == len(set(source.built))  # no row built twice
