@@ -128,9 +128,8 @@ def _hand_write(folder, name, body):
     (folder / name).write_text(f"---\npriority: P1\n---\n# {name[:-3]}\n\n{body}\n", encoding="utf-8")
 
 
-async def test_restart_from_the_index_snapshot_reads_only_what_changed(
-    make_settings, vault_root, monkeypatch
-):
+async def _alice_snapshotted(make_settings, vault_root, monkeypatch):
+    """Token alice with 30 hand-written memories, loaded once and closed: its snapshot written."""
     monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)
     folder = vault_root / "alice"
     folder.mkdir()
@@ -141,6 +140,13 @@ async def test_restart_from_the_index_snapshot_reads_only_what_changed(
     assert first.parses == 30
     await first.close()  # writes the snapshot
     assert (folder / ".memvault" / "snapshot.npz").is_file()
+    return folder
+
+
+async def test_restart_from_the_index_snapshot_reads_only_what_changed(
+    make_settings, vault_root, monkeypatch
+):
+    folder = await _alice_snapshotted(make_settings, vault_root, monkeypatch)
 
     _hand_write(folder, "note-1.md", "changed zebra")
     _hand_write(folder, "note-2.md", "changed giraffe")
@@ -170,13 +176,7 @@ async def test_a_restored_token_answers_before_its_memories_are_built(make_setti
     # in this process looks at every memory, which builds them all).
     monkeypatch.setattr("memvault.folderscan.HELPER_MIN_BYTES", 0)
     monkeypatch.setattr("memvault.loader.usable_cpus", lambda: 2)
-    folder = vault_root / "alice"
-    folder.mkdir()
-    for i in range(30):
-        _hand_write(folder, f"note-{i}.md", f"ordinary words number{i}")
-    first = Store(make_settings())
-    await first.state("alice")
-    await first.close()  # writes the snapshot
+    await _alice_snapshotted(make_settings, vault_root, monkeypatch)
 
     second = Store(make_settings())
     try:
