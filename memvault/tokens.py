@@ -53,6 +53,11 @@ log = logging.getLogger("memvault")
 SETTLE_BATCH = 2_000  # memories built per hold of a token's mem_lock after a restore (~5-10 ms)
 
 
+def _still(state: TokenState, hot: Area, archive: Area) -> bool:
+    """Whether the token is loaded with these areas (``mem_lock`` held)."""
+    return state.loaded and state.hot is hot and state.archive is archive
+
+
 class Phase(enum.Enum):
     UNLOADED = "unloaded"
     LOADING = "loading"
@@ -417,12 +422,12 @@ class Tokens:
                     done = False
                     while not done:
                         with state.mem_lock:
-                            if state.hot is not hot or state.archive is not archive:
-                                return  # unloaded (or reloaded) meanwhile
+                            if not _still(state, hot, archive):
+                                return  # unloaded, reindexed or reloaded meanwhile
                             done = area.memories.fill(SETTLE_BATCH)
                         time.sleep(0)  # waiting threads and the event loop go first
             with state.mem_lock:
-                if state.hot is not hot or state.archive is not archive:
+                if not _still(state, hot, archive):
                     return
                 # Under the lock: a write between a look at the memories and the vectors' reset
                 # would be missing from the vectors until its next change.

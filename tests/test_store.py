@@ -184,11 +184,14 @@ async def test_a_restored_token_answers_before_its_memories_are_built(make_setti
         # Loaded, and nothing built yet: the settling work was only scheduled.
         assert state.loaded and not state.settled
         assert state.hot.memories.unbuilt == 30 and state.vectors.counts() == (0, 0)
+        # Written before the vectors are served: it is among them once they are.
+        await second.write("alice", title="Fresh", content="a quokka arrived")
         # Recall's candidates are the vectors' rows: it settles the token first, not answer empty.
         found = await Recaller(second).recall("alice", "number7")
         assert found.results[0].memory.id == "note-7.md"
         assert state.settled and state.hot.memories.unbuilt == 0
-        assert state.vectors.counts()[1] == 30
+        assert state.vectors.counts()[1] == 31
+        assert (await Recaller(second).recall("alice", "quokka")).results[0].memory.title == "Fresh"
         await second.idle()
     finally:
         await second.close()
@@ -202,7 +205,7 @@ async def test_a_restored_token_answers_before_its_memories_are_built(make_setti
         third.registry.unload_idle()
         assert not state.loaded
         await third.idle()
-        assert not state.settled and hot.memories.unbuilt == 30 and state.vectors.counts() == (0, 0)
+        assert not state.settled and hot.memories.unbuilt == 31 and state.vectors.counts() == (0, 0)
     finally:
         await third.close()
 
