@@ -74,27 +74,26 @@ class Memories(MutableMapping[str, Memory]):
             numbers = [rows.pop(id) for id in ids]
             assert self._source is not None
             self._built.update(zip(ids, self._source.build(numbers), strict=True))
-            if not rows:
-                self._drained()
-        return not rows
+            self._drop_source_when_done()
+        return not self._rows
 
     def filled(self) -> Mapping[str, Memory]:
         """All of them, built (a read-only view, valid while the caller holds the lock)."""
         self.fill()
         return self._built
 
-    def _drained(self) -> None:
-        """Every row built or gone: the stored form goes, and so does the emptied dict's table
-        (a dict never shrinks: 5 MB at 100,000 ids)."""
-        self._source = None
-        self._rows = {}
+    def _drop_source_when_done(self) -> None:
+        """Once every row is built or gone, the stored form goes, and so does the emptied dict's
+        table (a dict never shrinks: 5 MB at 100,000 ids)."""
+        if not self._rows:
+            self._source = None
+            self._rows = {}
 
     def _build(self, id: str) -> Memory:
         row = self._rows.pop(id)
         assert self._source is not None
         memory = self._built[id] = self._source.build([row])[0]
-        if not self._rows:
-            self._drained()
+        self._drop_source_when_done()
         return memory
 
     # --- the mapping ---------------------------------------------------------------------------
@@ -128,15 +127,15 @@ class Memories(MutableMapping[str, Memory]):
         return self.filled().items()
 
     def __setitem__(self, id: str, memory: Memory) -> None:
-        if self._rows.pop(id, None) is not None and not self._rows:
-            self._drained()
+        if self._rows.pop(id, None) is not None:
+            self._drop_source_when_done()
         self._built[id] = memory
 
     def __delitem__(self, id: str) -> None:
         if self._rows.pop(id, None) is None:
             del self._built[id]
-        elif not self._rows:
-            self._drained()
+        else:
+            self._drop_source_when_done()
 
     def pop(self, id: str, default: object = None) -> object:  # type: ignore[override]
         if id in self._rows:
