@@ -274,13 +274,21 @@ def encode_areas(areas: Iterable[tuple[str, IndexSnapshot, Sequence[Memory]]]) -
     ``<name>.memories.*`` arrays."""
     out: dict[str, npt.NDArray[Any]] = {}
     for name, index, memories in areas:
-        out.update({f"{name}.index.{key}": value for key, value in index.arrays().items()})
         # In the index's order, the memories' id column is the index's: a restart decodes it once.
         by_id = {m.id: m for m in memories}
         ordered = [by_id.get(id) for id in index.live_ids()]
         if len(ordered) == len(by_id) and None not in ordered:
             memories = cast("list[Memory]", ordered)
-        out.update({f"{name}.memories.{key}": value for key, value in memories_to_columns(memories).items()})
+        out.update(area_arrays(name, index.arrays(), memories))
+    return out
+
+
+def area_arrays(
+    name: str, index: Mapping[str, npt.NDArray[Any]], memories: Sequence[Memory]
+) -> dict[str, npt.NDArray[Any]]:
+    """One area in the snapshot's format, from its index's arrays and its memories."""
+    out = {f"{name}.index.{key}": value for key, value in index.items()}
+    out.update({f"{name}.memories.{key}": value for key, value in memories_to_columns(memories).items()})
     return out
 
 

@@ -13,6 +13,8 @@ _CJK = (
 )
 _TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
 _ASCII_WORD_RE = re.compile(r"[a-z0-9]+")
+# tokenize's ASCII words, and a NUL: texts joined by NULs are tokenized at once (index.arrays_of).
+ASCII_WORDS_AND_NUL = re.compile(r"[a-z0-9]+|\x00")
 _WORD_RE = re.compile(r"[^\W_]+")
 _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
 
@@ -82,6 +84,11 @@ def tokenize(text: str) -> list[str]:
         else:
             out.append(_stem(word))
     return out
+
+
+def ascii_term(word: str) -> str:
+    """The term :func:`tokenize` makes of a lowercase ASCII word (which it does inline)."""
+    return word if len(word) < 5 or word[-1] not in "sdg" else _stem(word)
 
 
 def normalize_title(text: str) -> str:

@@ -90,7 +90,7 @@ def test_merged_parts_equal_one_part(tmp_path):
     folder = tmp_path / "alice"
     _fill(folder, 60)
     vault = Vault(folder)
-    memories = [loader.read_and_parse(vault, id, archived) for id, archived, _ in vault.scan()]
+    memories = loader.read_and_parse(vault, [(id, archived) for id, archived, _ in vault.scan()])
     whole = _areas_from(loader.merge_parts([loader.build_part(memories)]))
     split = _areas_from(loader.merge_parts([loader.build_part(memories[i::3]) for i in range(3)]))
     _same_areas(whole, split)
@@ -106,7 +106,7 @@ def test_helper_processes_read_what_the_store_reads(tmp_path):
     parts = loader.load_in_helpers(folder, files, 2)
     assert parts is not None and len(parts) == 2
     assert sum(int(p.pop("parsed")[0]) for p in parts) == len(files)
-    local = loader.build_part(loader.read_and_parse(vault, id, archived) for id, archived in files)
+    local = loader.build_part(loader.read_and_parse(vault, files))
     _same_areas(_areas_from(loader.merge_parts(parts)), _areas_from(loader.merge_parts([local])))
 
 

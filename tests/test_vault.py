@@ -1475,6 +1475,35 @@ def test_read_regular_reads_what_a_file_grew_by_after_its_stat(tmp_path: Path, m
     assert files.read_regular(path, 1000)[0] == b"a" * 10 + b"b" * 50
 
 
+def test_read_regular_reads_on_after_short_reads_and_stops_at_a_shrunk_end(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from memvault import files
+
+    path = tmp_path / "m.md"
+    data = bytes(range(256)) * 4
+    path.write_bytes(data)
+    real_read = os.read
+
+    def dribble(fd: int, n: int) -> bytes:  # what a network file system may do
+        return real_read(fd, min(n, 7))
+
+    monkeypatch.setattr(files.os, "read", dribble)
+    assert files.read_regular(path)[0] == data
+    assert files.read_regular(path, 100)[0] == data[:100]
+    monkeypatch.setattr(files.os, "read", real_read)
+    real_fstat = os.fstat
+
+    def fstat_then_shrink(fd: int) -> os.stat_result:
+        st = real_fstat(fd)
+        os.truncate(path, 300)
+        return st
+
+    monkeypatch.setattr(files.os, "fstat", fstat_then_shrink)
+    raw, st = files.read_regular(path, 10_000)
+    assert st.st_size == len(data) and raw == data[:300]
+
+
 def test_a_stored_memory_sets_every_field_where_the_dataclass_would() -> None:
     """snapshot._stored sets slots directly, in declaration order: a field added or moved shows here."""
     from memvault.snapshot import _stored
