@@ -41,6 +41,7 @@ from memvault.vault import Vault
 
 __all__ = [
     "PARALLEL_MIN",
+    "Helpers",
     "build_part",
     "helpers_for",
     "load_in_helpers",
@@ -155,28 +156,70 @@ def _merge_index(parts: Sequence[Mapping[str, npt.NDArray[Any]]], prefix: str) -
 
 def load_in_helpers(token_dir: Path, files: Sequence[tuple[str, bool]], helpers: int) -> list[Arrays] | None:
     """``files`` read, parsed and indexed by ``helpers`` processes; None if any of them failed."""
-    n = len(files)
-    shares = [files[i * n // helpers : (i + 1) * n // helpers] for i in range(helpers)]
-    with ThreadPoolExecutor(max_workers=helpers, thread_name_prefix="memvault-loader") as pool:
-        results = list(pool.map(lambda share: _run_helper(token_dir, share), shares))
-    if any(r is None for r in results):
+    with Helpers() as pool:
+        pool.start(helpers)
+        return pool.load(token_dir, files)
+
+
+class Helpers:
+    """Helper processes, started before their work is known: a store starts them as soon as its
+    scan has listed ``PARALLEL_MIN`` files, and their interpreters start and import (0.3-0.4 s
+    each) on the core the scan leaves free. Those not given work are stopped on exit."""
+
+    def __init__(self) -> None:
+        self._procs: list[subprocess.Popen[bytes] | None] = []  # None: could not be started
+
+    def __enter__(self) -> Helpers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self._procs:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        self._procs = []
+
+    def start(self, count: int) -> None:
+        """At least ``count`` helpers running (or failed to start)."""
+        while len(self._procs) < count:
+            try:
+                self._procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "memvault.loader"],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                    )
+                )
+            except OSError as exc:
+                log.warning(
+                    "could not start a loader process (%s); loading in this process", type(exc).__name__
+                )
+                self._procs.append(None)
+
+    def load(self, token_dir: Path, files: Sequence[tuple[str, bool]]) -> list[Arrays] | None:
+        """``files`` read, parsed and indexed by the helpers started, in equal shares; None if
+        any of them failed. Each helper takes one share."""
+        procs, self._procs = self._procs, []
+        n, helpers = len(files), len(procs)
+        shares = [files[i * n // helpers : (i + 1) * n // helpers] for i in range(helpers)]
+        with ThreadPoolExecutor(max_workers=max(1, helpers), thread_name_prefix="memvault-loader") as pool:
+            results = list(
+                pool.map(lambda job: _ask(job[0], token_dir, job[1]), zip(procs, shares, strict=True))
+            )
+        if not results or any(r is None for r in results):
+            return None
+        return [r for r in results if r is not None]
+
+
+def _ask(
+    proc: subprocess.Popen[bytes] | None, token_dir: Path, files: Sequence[tuple[str, bool]]
+) -> Arrays | None:
+    if proc is None:
         return None
-    return [r for r in results if r is not None]
-
-
-def _run_helper(token_dir: Path, files: Sequence[tuple[str, bool]]) -> Arrays | None:
     request = json.dumps({"dir": str(token_dir), "files": [[id, archived] for id, archived in files]})
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "memvault.loader"],
-            input=request.encode("utf-8"),
-            capture_output=True,
-            check=False,
-        )
-    except OSError as exc:
-        log.warning("could not start a loader process (%s); loading in this process", type(exc).__name__)
-        return None
-    return answer("a loader process", "loading in this process", done.returncode, done.stdout, done.stderr)
+    stdout, stderr = proc.communicate(request.encode("utf-8"))
+    return answer("a loader process", "loading in this process", proc.returncode, stdout, stderr)
 
 
 # ---------------------------------------------------------------------------- the helper's side

@@ -351,20 +351,22 @@ class Tokens:
             ready: list[Memory] = []  # from the parse cache
             todo: list[tuple[str, bool, FileStat | None]] = []  # to read (and parse unless unchanged)
             seen: set[str] = set()
-            for id, archived, st in state.vault.scan():
-                path_key = key(id, archived)
-                seen.add(path_key)
-                cached = cache.get(path_key)
-                if cached is not None and cached.parsed and unchanged(cached, st):
-                    memory = snapshot.from_stat(cached, id, archived, st)
-                    if memory is not None:
-                        ready.append(memory)
-                        continue
-                todo.append((id, archived, cached))
-            helpers = loader.helpers_for(len(todo), self.settings.load_processes)
-            parts = (
-                loader.load_in_helpers(state.dir, [(i, a) for i, a, _ in todo], helpers) if helpers else None
-            )
+            with loader.Helpers() as pool:
+                for id, archived, st in state.vault.scan():
+                    path_key = key(id, archived)
+                    seen.add(path_key)
+                    cached = cache.get(path_key)
+                    if cached is not None and cached.parsed and unchanged(cached, st):
+                        memory = snapshot.from_stat(cached, id, archived, st)
+                        if memory is not None:
+                            ready.append(memory)
+                            continue
+                    todo.append((id, archived, cached))
+                    if len(todo) == loader.PARALLEL_MIN:  # helpers will pay: started while the scan goes on
+                        pool.start(loader.helpers_for(len(todo), self.settings.load_processes))
+                helpers = loader.helpers_for(len(todo), self.settings.load_processes)
+                pool.start(helpers)
+                parts = pool.load(state.dir, [(i, a) for i, a, _ in todo]) if helpers else None
             if parts is not None:
                 self.parses += sum(int(part.pop("parsed")[0]) for part in parts)
                 merged = loader.merge_parts([*parts, loader.build_part(ready)])

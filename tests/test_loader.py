@@ -164,7 +164,56 @@ def test_the_helper_refuses_a_bad_request(tmp_path):
     )
     assert done.returncode != 0
     assert done.stderr.decode().strip() == "JSONDecodeError"  # logged by the store: a kind, no path
-    assert loader._run_helper(tmp_path / "missing", [("a.md", False)]) is not None  # unreadable: skipped
-    part = loader._run_helper(tmp_path / "missing", [("a.md", False)])
-    assert part is not None and int(part["parsed"][0]) == 0
+    parts = loader.load_in_helpers(tmp_path / "missing", [("a.md", False)], 1)  # unreadable: skipped
+    assert parts is not None and len(parts) == 1
+    part = parts[0]
+    assert int(part["parsed"][0]) == 0
     assert np.asarray(part["hot.index.doc_term_counts"]).size == 0
+
+
+async def test_helpers_start_while_the_scan_goes_on_and_stop_if_it_fails(
+    make_settings, vault_root, monkeypatch
+):
+    _fill(vault_root / "alice", 30)
+    monkeypatch.setattr(loader, "PARALLEL_MIN", 8)
+    listed, fail = 0, False
+    real_scan, real_start = Vault.scan, loader.Helpers.start
+    started_at: list[int] = []
+    spawned: list = []
+
+    def counting_scan(self, *args, **kwargs):
+        nonlocal listed
+        for found in real_scan(self, *args, **kwargs):
+            listed += 1
+            yield found
+            if fail and listed == 20:
+                raise OSError("the disk went away")
+
+    def recording_start(self, count):
+        started_at.append(listed)
+        real_start(self, count)
+        spawned.extend(p for p in self._procs if p not in spawned)
+
+    monkeypatch.setattr(Vault, "scan", counting_scan)
+    monkeypatch.setattr(loader.Helpers, "start", recording_start)
+    store = Store(make_settings(load_processes=2))
+    try:
+        state = await store.state("alice")
+        assert len(state.hot.memories) + len(state.archive.memories) == 32
+        assert started_at[0] == 8 < listed  # when the scan had listed PARALLEL_MIN files
+        assert store.parses == 32 and len(spawned) == 2
+    finally:
+        await store.close()
+
+    fail, listed = True, 0
+    started_at.clear()
+    spawned.clear()
+    (vault_root / "alice" / ".memvault" / "snapshot.npz").unlink(missing_ok=True)
+    store = Store(make_settings(load_processes=2))
+    try:
+        with pytest.raises(OSError):
+            await store.state("alice")
+        assert started_at == [8] and len(spawned) == 2
+        assert all(p.returncode is not None for p in spawned)  # stopped and reaped, not left behind
+    finally:
+        await store.close()
