@@ -105,16 +105,20 @@ class _Split:
 
 
 def _split(text: str) -> _Split:
-    if not _FM_OPEN.match(text):
-        return _Split(None, text, None)
     start = _FM_OPEN.match(text)
-    assert start is not None
-    close = _FM_CLOSE.search(text, start.end() - 1)
-    # The closing fence must come after the opening line.
-    while close is not None and close.start() < start.end():
-        close = _FM_CLOSE.search(text, close.end())
-    if close is None:
-        return _Split(None, text, "frontmatter has no closing '---' line")
+    if start is None:
+        return _Split(None, text, None)
+    # The closing fence is the first line after the opening one that is `---` (str.find, then
+    # the pattern: a multiline search tried every position of the frontmatter).
+    at = start.end() - 1  # the opening line's newline
+    while True:
+        at = text.find("\n---", at)
+        if at < 0:
+            return _Split(None, text, "frontmatter has no closing '---' line")
+        close = _FM_CLOSE.match(text, at + 1)
+        if close is not None:
+            break
+        at += 1
     fm_text = text[start.end() : close.start()]
     body = text[close.end() :]
     if body.startswith("\n"):
@@ -174,7 +178,7 @@ def _normalise(raw: bytes) -> str:
 
 def has_conflict_markers(text: str) -> bool:
     """Git's markers at line starts, in git's order: <<<<<<<, then =======, then >>>>>>>."""
-    start = _CONFLICT_START.search(text)
+    start = _CONFLICT_START.search(text) if "<<<<<<<" in text else None
     if start is None:
         return False
     separator = _CONFLICT_SEPARATOR.search(text, start.end())
@@ -203,7 +207,11 @@ def seal_markers(text: str) -> str:
 
 
 def _title_and_content(body: str, meta: Mapping[str, Any], stem: str) -> tuple[str, str]:
-    content = _FOOTER.sub("", body.rstrip() + "\n").strip("\n")
+    content = body.rstrip() + "\n"
+    footer = content.rfind("\n---")  # nothing in a footer after its `---` starts a line with `---`
+    if footer >= 0 and _FOOTER.match(content, footer):
+        content = content[:footer]
+    content = content.strip("\n")
     heading = _HEADING.match(content)
     meta_title = meta.get("title")
     if heading:

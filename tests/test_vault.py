@@ -466,6 +466,48 @@ def test_fast_frontmatter_path_agrees_with_yaml(pairs: list[tuple[str, str]], bl
         assert got == expected
 
 
+def _split_by_search(text: str) -> tuple[str | None, str, str | None]:
+    """The frontmatter split as a multiline search (before str.find sped it up), for comparison."""
+    start = vault_module._FM_OPEN.match(text)
+    if start is None:
+        return None, text, None
+    close = vault_module._FM_CLOSE.search(text, start.end() - 1)
+    while close is not None and close.start() < start.end():
+        close = vault_module._FM_CLOSE.search(text, close.end())
+    if close is None:
+        return None, text, "frontmatter has no closing '---' line"
+    body = text[close.end() :]
+    return text[start.end() : close.start()], body[1:] if body.startswith("\n") else body, None
+
+
+FENCY = st.lists(
+    st.sampled_from(
+        ["---", "----", "--- ", "---\t", "---x", "\n", "\n\n", "\r", "a: b", "# T", " ", "x", "-",
+         "*Created: 2026-01-15T12:00:00.000Z*", "*Created: *", "*", "<<<<<<< ours", "=======", ">>>>>>>"]
+    ),
+    max_size=14,
+).map("".join)  # fmt: skip
+
+
+@PROPS
+@given(FENCY)
+@example("---\n---\n")
+@example("x\n---\ny\n\n---\n*Created: *\n")  # the footer is the last `---` line
+@example("<<<<<<< ours\nx\n=======\ny\n>>>>>>> theirs\n")
+@example("---\na: b\n--- \nbody\n\n---\n*Created: 2026-01-15T12:00:00.000Z*\n")
+def test_split_and_footer_agree_with_the_patterns_they_stand_for(text: str) -> None:
+    split = vault_module._split(text)
+    assert (split.fm_text, split.body, split.broken) == _split_by_search(text)
+    by_sub = vault_module._FOOTER.sub("", split.body.rstrip() + "\n").strip("\n")
+    heading = vault_module._HEADING.match(by_sub)
+    title, content = vault_module._title_and_content(split.body, {}, "stem")
+    assert content == (by_sub[heading.end() :].lstrip("\n") if heading else by_sub).rstrip()
+    assert title == (heading.group(1).strip() if heading else "stem")
+    assert vault_module.has_conflict_markers(text) == bool(
+        re.search(r"^<<<<<<<(?: |$)[\s\S]*?^=======[ \t]*$[\s\S]*?^>>>>>>>(?: |$)", text, re.M)
+    )
+
+
 # ============================================================================ render_new / rewrite
 
 line_text = st.text(
