@@ -186,7 +186,7 @@ class NotRegularFile(OSError):
 
 
 def read_regular(
-    path: Path, limit: int | None = None, *, follow_links: bool = True
+    path: Path | str, limit: int | None = None, *, follow_links: bool = True
 ) -> tuple[bytes, os.stat_result]:
     """A regular file's bytes (its first ``limit`` bytes, if given) and stat. Opened without
     blocking, so a FIFO named like a memory cannot hang a load; anything but a regular file
@@ -198,7 +198,7 @@ def read_regular(
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(f"not a regular file: {path.name}")
+            raise NotRegularFile(f"not a regular file: {os.path.basename(path)}")
         return _read_fd(fd, st.st_size, limit), st
     finally:
         os.close(fd)

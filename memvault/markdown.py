@@ -139,8 +139,10 @@ _YAML_SPECIAL = frozenset("y n yes no on off true false null nan inf".split())
 
 def _fast_value(text: str) -> tuple[bool, Any]:
     if _FAST_TIME.fullmatch(text):
-        value = parse_time(text)  # None for a non-date like 2026-02-30: YAML decides (a problem)
-        return value is not None, value
+        try:  # the parse_time of this form: an aware UTC datetime ("Z" gives UTC itself)
+            return True, datetime.fromisoformat(text)
+        except ValueError:  # a non-date like 2026-02-30: YAML decides (a problem)
+            return False, None
     if _FAST_NUMBER.fullmatch(text):
         return True, float(text) if "." in text else int(text)
     if _FAST_WORD.fullmatch(text) and text.lower() not in _YAML_SPECIAL:

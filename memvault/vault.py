@@ -171,7 +171,7 @@ class Vault:
         """Bytes and stat of a file ``scan`` listed (no name checks: the scan made them); None if
         it cannot be read now."""
         try:
-            return read_regular(self.area(archived) / id, MAX_INDEXED_BYTES)
+            return read_regular(self.file_name(id, archived), MAX_INDEXED_BYTES)
         except OSError:
             return None
 
