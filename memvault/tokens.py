@@ -351,12 +351,14 @@ class Tokens:
             ready: list[Memory] = []  # from the parse cache
             todo: list[tuple[str, bool, FileStat | None]] = []  # to read (and parse unless unchanged)
             seen: set[str] = set()
+            # Without a parse cache to check files against, their stats are not needed here.
+            listing = state.vault.scan() if cache else ((*f, None) for f in state.vault.list_files())
             with loader.Helpers() as pool:
-                for id, archived, st in state.vault.scan():
+                for id, archived, st in listing:
                     path_key = key(id, archived)
                     seen.add(path_key)
                     cached = cache.get(path_key)
-                    if cached is not None and cached.parsed and unchanged(cached, st):
+                    if cached is not None and st is not None and cached.parsed and unchanged(cached, st):
                         memory = snapshot.from_stat(cached, id, archived, st)
                         if memory is not None:
                             ready.append(memory)

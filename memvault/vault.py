@@ -89,15 +89,26 @@ class Vault:
     def scan(self) -> Iterator[tuple[str, bool, os.stat_result]]:
         """Every memory file: (id, archived, stat). Skips dot-files/folders, folder links (never followed:
         no loops, each file once) and file links that lead out of the token folder."""
+        for id, archived, st in self._files(with_stat=True):
+            assert st is not None
+            yield id, archived, st
+
+    def list_files(self) -> Iterator[tuple[str, bool]]:
+        """``scan`` without the stat of each file (a third of a scan's time: the file type comes
+        from the directory entry), for a load that reads every file anyway."""
+        for id, archived, _ in self._files(with_stat=False):
+            yield id, archived
+
+    def _files(self, *, with_stat: bool) -> Iterator[tuple[str, bool, os.stat_result | None]]:
         self.leftovers = []
         if self.dir.is_symlink() or not self.dir.is_dir():
             return
         root = self.dir.resolve()
-        yield from self._walk(self.dir, (), False, root)
+        yield from self._walk(self.dir, (), False, root, with_stat)
 
     def _walk(
-        self, folder: Path, rel: tuple[str, ...], archived: bool, root: Path
-    ) -> Iterator[tuple[str, bool, os.stat_result]]:
+        self, folder: Path, rel: tuple[str, ...], archived: bool, root: Path, with_stat: bool
+    ) -> Iterator[tuple[str, bool, os.stat_result | None]]:
         for entry in _entries(folder):
             name = entry.name
             if name.startswith("."):
@@ -112,19 +123,20 @@ class Vault:
                 if entry.is_symlink():
                     continue
                 if not rel and not archived and name == ARCHIVE:
-                    yield from self._walk(Path(entry.path), (), True, root)
+                    yield from self._walk(Path(entry.path), (), True, root, with_stat)
                 elif not rel and name == SESSIONS_DIR:
                     continue  # session files (memvault.sessionfiles), not memories
                 else:
-                    yield from self._walk(Path(entry.path), (*rel, name), archived, root)
+                    yield from self._walk(Path(entry.path), (*rel, name), archived, root, with_stat)
             elif name.endswith(".md"):
                 if entry.is_symlink() and not self._link_inside(Path(entry.path), root, archived):
                     continue
                 try:
-                    st = entry.stat()
+                    st = entry.stat() if with_stat else None
+                    regular = stat.S_ISREG(st.st_mode) if st is not None else entry.is_file()
                 except OSError:
                     continue
-                if stat.S_ISREG(st.st_mode):  # not a FIFO, socket or device named *.md
+                if regular:  # not a FIFO, socket or device named *.md
                     yield "/".join((*rel, name)), archived, st
 
     def remove_leftovers(self, now: float) -> int:

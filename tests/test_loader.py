@@ -177,13 +177,13 @@ async def test_helpers_start_while_the_scan_goes_on_and_stop_if_it_fails(
     _fill(vault_root / "alice", 30)
     monkeypatch.setattr(loader, "PARALLEL_MIN", 8)
     listed, fail = 0, False
-    real_scan, real_start = Vault.scan, loader.Helpers.start
+    real_walk, real_start = Vault._files, loader.Helpers.start
     started_at: list[int] = []
     spawned: list = []
 
-    def counting_scan(self, *args, **kwargs):
+    def counting_walk(self, *args, **kwargs):
         nonlocal listed
-        for found in real_scan(self, *args, **kwargs):
+        for found in real_walk(self, *args, **kwargs):
             listed += 1
             yield found
             if fail and listed == 20:
@@ -194,7 +194,7 @@ async def test_helpers_start_while_the_scan_goes_on_and_stop_if_it_fails(
         real_start(self, count)
         spawned.extend(p for p in self._procs if p not in spawned)
 
-    monkeypatch.setattr(Vault, "scan", counting_scan)
+    monkeypatch.setattr(Vault, "_files", counting_walk)
     monkeypatch.setattr(loader.Helpers, "start", recording_start)
     store = Store(make_settings(load_processes=2))
     try:

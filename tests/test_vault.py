@@ -1282,6 +1282,29 @@ def test_scan_skips_links_that_leave_the_vault(tmp_path: Path) -> None:
     assert [id for id, _, _ in Vault(token).scan()] == ["mine.md"]
 
 
+def test_list_files_lists_what_scan_does_without_a_stat(tmp_path: Path, monkeypatch) -> None:
+    token = tmp_path / "tok"
+    for rel in ("a.md", "sub/b.md", "archive/old.md", ".memvault/x.md", "sessions/s.md", "n.txt"):
+        (token / rel).parent.mkdir(parents=True, exist_ok=True)
+        (token / rel).write_text("# x\n")
+    (token / ".memvault-abcd1234.tmp").write_text("partial")  # a temp file of ours: a leftover
+    os.mkfifo(token / "pipe.md")
+    (tmp_path / "outside.md").write_text("s")
+    (token / "out.md").symlink_to(tmp_path / "outside.md")
+    (token / "in.md").symlink_to(token / "sub" / "b.md")
+    (token / "to-archive.md").symlink_to(token / "archive" / "old.md")
+    vault = Vault(token)
+    scanned = [(id, archived) for id, archived, _ in vault.scan()]
+    leftovers = vault.leftovers
+    assert [p.name for p in leftovers] == [".memvault-abcd1234.tmp"]
+    assert ("in.md", False) in scanned and ("old.md", True) in scanned and ("a.md", False) in scanned
+    monkeypatch.setattr(
+        os.DirEntry, "stat", lambda self: pytest.fail("list_files took a stat"), raising=False
+    )
+    assert list(vault.list_files()) == scanned
+    assert vault.leftovers == leftovers
+
+
 # ============================================================================ parse cache
 
 
