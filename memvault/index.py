@@ -13,10 +13,10 @@ import numpy.typing as npt
 from rapidfuzz import fuzz
 
 from memvault.columns import pack_strings, unpack_strings
-from memvault.lexicon import TERM_LIMIT, Lexicon
-from memvault.text import ASCII_WORDS_AND_NUL, STOP_WORDS, ascii_term, normalize_title, tokenize
+from memvault.lexicon import Lexicon
+from memvault.text import STOP_WORDS, normalize_title, tokenize
 
-__all__ = ["Hit", "Index", "IndexSnapshot", "arrays_of", "tokenize_many"]
+__all__ = ["DOC_LIMIT", "F_NAME", "F_TAG", "F_TITLE", "TF_MAX", "Hit", "Index", "IndexSnapshot", "name_text"]
 
 
 def _uint32s(data: memoryview) -> array[int]:
@@ -46,7 +46,7 @@ def _entries(
     return cast("array[int] | None", terms)
 
 
-def _name_text(id: str) -> str:
+def name_text(id: str) -> str:
     return id[:-3] if id.lower().endswith(".md") else id
 
 
@@ -61,11 +61,11 @@ _TITLE_POOL = 64  # best-scoring candidates whose titles are compared with the q
 _MAX_QUERY_TERMS = 64
 
 # Low byte of a posting: tf (capped at 31) << 3 | field flags.
-_F_TITLE = 1
-_F_NAME = 2
-_F_TAG = 4
-_TF_MAX = 31
-_DOC_LIMIT = 1 << 24  # doc numbers share a uint32 with the low byte
+F_TITLE = 1
+F_NAME = 2
+F_TAG = 4
+TF_MAX = 31
+DOC_LIMIT = 1 << 24  # doc numbers share a uint32 with the low byte
 _FLUSH_AT = 1 << 20  # queued postings appended once this many are waiting
 
 if array("I").itemsize != 4:  # pragma: no cover - every mainstream platform has 4-byte unsigned int
@@ -136,14 +136,14 @@ class Index:
         # term -> low byte of its posting (tf << 3 | field flags). Bulk loads are dominated by this
         # per-term work, so it is kept to comprehensions and a few small loops.
         body_tokens = tokenize(body)
-        packed = {t: (tf if tf < _TF_MAX else _TF_MAX) << 3 for t, tf in Counter(body_tokens).items()}
+        packed = {t: (tf if tf < TF_MAX else TF_MAX) << 3 for t, tf in Counter(body_tokens).items()}
         for term in tokenize(title):
-            packed[term] = packed.get(term, 0) | _F_TITLE
-        for term in tokenize(_name_text(id)):
-            packed[term] = packed.get(term, 0) | _F_NAME
+            packed[term] = packed.get(term, 0) | F_TITLE
+        for term in tokenize(name_text(id)):
+            packed[term] = packed.get(term, 0) | F_NAME
         for tag in tags:
             for term in tokenize(tag):
-                packed[term] = packed.get(term, 0) | _F_TAG
+                packed[term] = packed.get(term, 0) | F_TAG
         docno = self._docno.get(id)
         if docno is None:
             docno = self._new_docno(id)
@@ -187,8 +187,8 @@ class Index:
             self._ids_by_no[docno] = id
         else:
             docno = len(self._ids_by_no)
-            if docno >= _DOC_LIMIT:
-                raise OverflowError(f"the index holds at most {_DOC_LIMIT} memories")
+            if docno >= DOC_LIMIT:
+                raise OverflowError(f"the index holds at most {DOC_LIMIT} memories")
             self._ids_by_no.append(id)
             self._doc_terms.append(None)
             self._titles.append("")
@@ -398,11 +398,11 @@ class Index:
         # stop the array from growing later).
         packed = np.concatenate([np.frombuffer(p, dtype=np.uint32) for p in lists])
         docs = packed >> 8
-        tf = ((packed >> 3) & _TF_MAX).astype(np.float32)
+        tf = ((packed >> 3) & TF_MAX).astype(np.float32)
         fields = packed & 7
         score = tf * np.float32(_K1 + 1.0) / (tf + norm[docs])
-        score += np.where(fields & _F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
-        score += np.where(fields & (_F_NAME | _F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
+        score += np.where(fields & F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
+        score += np.where(fields & (F_NAME | F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
         score *= factor
         term_score = np.zeros(ndocs, dtype=np.float32)
         if len(lists) == 1:
@@ -492,88 +492,3 @@ class IndexSnapshot:
         ):
             out[f"{name}.blob"], out[f"{name}.len"] = pack_strings(values)
         return out
-
-
-def arrays_of(docs: Sequence[tuple[str, str, str, Sequence[str]]]) -> dict[str, npt.NDArray[Any]]:
-    """What ``snapshot().arrays()`` gives after upserting ``docs`` (id, title, body, tags) into an
-    empty index, in bulk: a cold load's helpers index 50,000 memories each, and numpy counts
-    the terms instead of a dict per document. The documents keep their order; term ids and the
-    order of a document's entries may differ from upsert's, and nothing depends on them."""
-    n = len(docs)
-    if len({id for id, _, _, _ in docs}) != n:
-        raise ValueError("a document id is repeated")
-    if n > _DOC_LIMIT:
-        raise OverflowError(f"the index holds at most {_DOC_LIMIT} memories")
-    tags = [tag for _, _, _, doc_tags in docs for tag in doc_tags]
-    fields = [  # body, title, name, tags: field 0-3, as in the keys below
-        [body for _, _, body, _ in docs],
-        [title for _, title, _, _ in docs],
-        [_name_text(id) for id, _, _, _ in docs],
-        tags,
-    ]
-    owner, code, terms = tokenize_many([text for texts in fields for text in texts])
-    if len(terms) >= TERM_LIMIT:
-        raise OverflowError(f"the index holds at most {TERM_LIMIT} distinct terms")
-    per_doc = np.arange(n, dtype=np.int64)
-    doc_of_text = np.concatenate([per_doc] * 3 + [np.repeat(per_doc, [len(d[3]) for d in docs])])
-    field_of_text = np.repeat(np.arange(4, dtype=np.int64), [len(texts) for texts in fields])
-    doc = doc_of_text[owner]
-    # One sorted key per term occurrence: (document, term) pair, then its field in the low 2 bits.
-    # A pair's run holds its body count and which other fields have the term.
-    width = max(1, len(terms))
-    keys = np.sort((doc * width + code) << 2 | field_of_text[owner])
-    pairs = keys >> 2
-    starts = np.flatnonzero(np.diff(pairs, prepend=-1))
-    fields_at = keys & 3
-    if len(keys):
-        tf = np.add.reduceat(fields_at == 0, starts, dtype=np.int64)
-        flags = np.bitwise_or.reduceat(np.array([0, _F_TITLE, _F_NAME, _F_TAG])[fields_at], starts)
-    else:
-        tf = flags = np.zeros(0, dtype=np.int64)
-    low = np.minimum(tf, _TF_MAX) << 3 | flags
-    pairs = pairs[starts]
-    body = field_of_text[owner] == 0
-    out: dict[str, npt.NDArray[Any]] = {
-        "dl": np.bincount(doc[body], minlength=n).astype(np.float32),
-        "doc_term_counts": np.bincount(pairs // width, minlength=n).astype(np.int64),
-        "doc_terms": ((pairs % width) << 8 | low).astype(np.uint32),
-    }
-    for name, values in (
-        ("ids", [id for id, _, _, _ in docs]),
-        ("titles", [normalize_title(title) for _, title, _, _ in docs]),
-        ("terms", terms),
-    ):
-        out[f"{name}.blob"], out[f"{name}.len"] = pack_strings(values)
-    return out
-
-
-def tokenize_many(texts: Sequence[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], list[str]]:
-    """``tokenize`` of every text at once, coded: ``(owner, code)`` per term, where
-    ``terms[code]`` is the term and ``owner`` the number of its text. Each text's terms keep
-    their reading order; the texts need not be in order.
-
-    A cold load indexes 100,000 short texts: the ASCII ones are lowercased and split as one
-    string, NUL-separated, and each distinct word is stemmed once, so the per-word work is a
-    dict lookup in C. The rest (non-ASCII, or holding a NUL) go through ``tokenize``."""
-    code_of: dict[str, int] = {}  # term -> code; in insertion order, so list(code_of) is `terms`
-    owners: list[npt.NDArray[np.int64]] = []
-    codes: list[npt.NDArray[np.int64]] = []
-    fast = [i for i, text in enumerate(texts) if text.isascii() and "\x00" not in text]
-    if fast:
-        words = ASCII_WORDS_AND_NUL.findall("\x00".join([texts[i] for i in fast]).lower() + "\x00")
-        coded: dict[str, int] = dict.fromkeys(words, -1)  # "\x00", which ends a text, stays -1
-        for word in coded:
-            if word != "\x00":
-                coded[word] = code_of.setdefault(ascii_term(word), len(code_of))
-        flat = np.fromiter(map(coded.__getitem__, words), dtype=np.int64, count=len(words))
-        ends = np.flatnonzero(flat < 0)
-        words_in = np.diff(ends, prepend=-1) - 1  # each text's, among `fast`
-        owners.append(np.repeat(np.asarray(fast, dtype=np.int64), words_in))
-        codes.append(flat[flat >= 0])
-    for i in sorted(set(range(len(texts))).difference(fast)):
-        found = [code_of.setdefault(term, len(code_of)) for term in tokenize(texts[i])]
-        owners.append(np.full(len(found), i, dtype=np.int64))
-        codes.append(np.asarray(found, dtype=np.int64))
-    if not owners:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), []
-    return np.concatenate(owners), np.concatenate(codes), list(code_of)

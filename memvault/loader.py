@@ -4,7 +4,7 @@ A token with no usable snapshot must read, parse and index every file: about 10 
 for 100,000 memories, all under one GIL. Above ``PARALLEL_MIN`` files the store splits the
 list and starts one helper per share (``python -m memvault.loader``, a fresh interpreter: no
 fork of a threaded server). Each helper reads its files and parses them as the store would,
-indexes them all at once (``index.arrays_of``: the terms ``Index.upsert`` would give, counted by
+indexes them all at once (``bulkindex.arrays_of``: the terms ``Index.upsert`` would give, counted by
 numpy), and writes back its part in the index snapshot's format (numpy arrays, never pickle).
 The store merges the parts (``merge_parts``) and restores the areas from them as from a
 snapshot. A helper that cannot start or fails costs only time: the store then loads
@@ -32,10 +32,10 @@ import numpy as np
 import numpy.typing as npt
 
 from memvault import snapshot
+from memvault.bulkindex import arrays_of
 from memvault.columns import pack_strings, prefixed, unpack_strings
 from memvault.files import file_stamp
 from memvault.helperio import Arrays, answer, run
-from memvault.index import arrays_of
 from memvault.markdown import Memory, parse_memory
 from memvault.vault import Vault
 

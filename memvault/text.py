@@ -13,7 +13,7 @@ _CJK = (
 )
 _TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
 _ASCII_WORD_RE = re.compile(r"[a-z0-9]+")
-# tokenize's ASCII words, and a NUL: texts joined by NULs are tokenized at once (index.arrays_of).
+# tokenize's ASCII words, and a NUL: texts joined by NULs are tokenized at once (bulkindex).
 ASCII_WORDS_AND_NUL = re.compile(r"[a-z0-9]+|\x00")
 _WORD_RE = re.compile(r"[^\W_]+")
 _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")

@@ -18,6 +18,7 @@ NO_MCP_NO_UPPER_LAYERS = (
     "access",
     "area",
     "arguments",
+    "bulkindex",
     "canonical",
     "check",
     "clock",
