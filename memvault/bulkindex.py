@@ -17,7 +17,7 @@ import numpy.typing as npt
 from memvault.columns import pack_strings
 from memvault.index import DOC_LIMIT, F_NAME, F_TAG, F_TITLE, TF_MAX, name_text
 from memvault.lexicon import TERM_LIMIT
-from memvault.text import ASCII_WORDS_AND_NUL, ascii_term, normalize_title, tokenize
+from memvault.text import ASCII_WORDS_AND_NUL, ascii_term, ascii_words, normalize_title, tokenize
 
 __all__ = ["arrays_of", "tokenize_many"]
 
@@ -101,9 +101,10 @@ def tokenize_many(texts: Sequence[str]) -> tuple[npt.NDArray[np.int64], npt.NDAr
 class _Coder:
     """Terms coded in the order first seen, for texts given in batches.
 
-    A cold load indexes 100,000 short texts: the ASCII ones are lowercased and split as one
-    string, NUL-separated, and each distinct word is stemmed once, so the per-word work is a
-    dict lookup in C. The rest (non-ASCII, or holding a NUL) go through ``tokenize``."""
+    A cold load indexes 100,000 short texts: those whose words are ASCII once folded (NFKC and
+    casefold, as ``tokenize`` does) are lowercased and split as one string, NUL-separated, and
+    each distinct word is stemmed once, so the per-word work is a dict lookup in C. The rest
+    (letters outside ASCII, CJK, a NUL) go through ``tokenize``."""
 
     def __init__(self) -> None:
         self.code_of: dict[str, int] = {}  # term -> code; in insertion order, like the terms
@@ -114,9 +115,16 @@ class _Coder:
         code_of, coded = self.code_of, self._coded
         owners: list[npt.NDArray[np.int64]] = []
         codes: list[npt.NDArray[np.int64]] = []
-        fast = [i for i, text in enumerate(texts) if text.isascii() and "\x00" not in text]
+        fast: list[int] = []  # texts whose words are ASCII: split at once, below
+        plain: list[str] = []
+        for i, text in enumerate(texts):
+            folded = ascii_words(text)
+            if folded is not None and "\x00" not in folded:
+                fast.append(i)
+                plain.append(folded)
         if fast:
-            words = ASCII_WORDS_AND_NUL.findall("\x00".join([texts[i] for i in fast]).lower() + "\x00")
+            words = ASCII_WORDS_AND_NUL.findall("\x00".join(plain).lower() + "\x00")
+            del plain
             for word in dict.fromkeys(words):
                 if word not in coded:
                     coded[word] = code_of.setdefault(ascii_term(word), len(code_of))

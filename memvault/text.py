@@ -17,6 +17,7 @@ _ASCII_WORD_RE = re.compile(r"[a-z0-9]+")
 ASCII_WORDS_AND_NUL = re.compile(r"[a-z0-9]+|\x00")
 _WORD_RE = re.compile(r"[^\W_]+")
 _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
+_NON_ASCII_TERM_CHAR = re.compile(rf"[{_CJK}]|(?![\x00-\x7f])[^\W_]")
 
 _VOWELS = frozenset("aeiouy")
 _STEM_CACHE: dict[str, str] = {}
@@ -84,6 +85,15 @@ def tokenize(text: str) -> list[str]:
         else:
             out.append(_stem(word))
     return out
+
+
+def ascii_words(text: str) -> str | None:
+    """``text`` folded as :func:`tokenize` folds it, if all the terms it would find there are
+    ASCII words (curly quotes, dashes and ligatures leave them so); None if some are not."""
+    if text.isascii():
+        return text
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return None if _NON_ASCII_TERM_CHAR.search(folded) else folded
 
 
 def ascii_term(word: str) -> str:

@@ -6,7 +6,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memvault import bulkindex
@@ -23,13 +23,15 @@ def _results(ix: Index, queries: list[str]) -> list[list[tuple[str, float, bool]
 # Words that stem, fold, normalise or split, NULs, and whatever hypothesis makes of the rest.
 PIECES = st.sampled_from(
     ["deploys", "Deployed", "running", "stopped", "cities", "bus", "café", "東京会議", "ﬁle", "\x00",
-     "a_b", "X1", "e\u0301", "ΣΑΣ", "straße", "ﾃｽﾄ", " ", ", ", "\n"]
+     "a_b", "X1", "e\u0301", "ΣΑΣ", "straße", "ﾃｽﾄ", " ", ", ", "\n", "don’t", "—", "…", "²", "🙂",
+     "\u00a0", "Ⅻ", "①"]
 )  # fmt: skip
 TEXTS = st.lists(st.one_of(PIECES, st.text(max_size=6)), max_size=12).map("".join)
 
 
 @settings(deadline=None, max_examples=200)
 @given(st.lists(TEXTS, max_size=8))
+@example(["don’t — stop…", "\ufada", "ﬁle straße Ⅻ²", "ｄｅｐｌｏｙｓ"])  # folded to ASCII words, or not
 def test_tokenize_many_gives_each_texts_tokenize_in_order(texts: list[str]) -> None:
     owner, code, terms = tokenize_many(texts)
     assert len(set(terms)) == len(terms)
