@@ -4,7 +4,7 @@ A restart restores a token from its index snapshot, then stats every file to cat
 while the server was down: at 100,000 files about 0.5 s, nearly all of it in ``stat`` calls. A
 thread cannot overlap them with the decode (after each call it waits up to a switch interval
 for the GIL, which the decode holds), so when the snapshot is large and a second CPU is there,
-a helper (``python -m memvault.folderscan``, a fresh interpreter: no fork of a threaded server)
+a helper (``memvault.folderscan`` run by a fresh interpreter: no fork of a threaded server)
 walks the folder with the same :meth:`Vault.scan`, compares each file's stamp with the one the
 snapshot holds, exactly as the store would, and answers with the few that differ, as numpy
 arrays (never pickle). The store then looks at those files only. A helper that cannot start,
@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from memvault.columns import pack_strings, unpack_strings
 from memvault.files import file_change, is_our_temp
-from memvault.helperio import Arrays, answer, run
+from memvault.helperio import Arrays, answer, command, run
 from memvault.vault import Vault
 
 __all__ = ["HELPER_MIN_BYTES", "Found", "Scan", "identity", "stamps", "start"]
@@ -150,7 +150,7 @@ def start(token_dir: Path, snapshot_file: Path, most: int) -> Scan | None:
         _running += 1
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "memvault.folderscan", str(token_dir), str(snapshot_file)],
+            [*command("folderscan"), str(token_dir), str(snapshot_file)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -16,7 +16,6 @@ an ``.npz`` on stdout; exit status 0. Anything else is a failure.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import math
@@ -35,7 +34,7 @@ from memvault import snapshot
 from memvault.bulkindex import arrays_of
 from memvault.columns import pack_strings, prefixed, unpack_strings
 from memvault.files import file_stamp
-from memvault.helperio import Arrays, answer, run
+from memvault.helperio import Arrays, answer, command, run
 from memvault.markdown import Memory, parse_memory
 from memvault.vault import Vault
 
@@ -185,7 +184,7 @@ class Helpers:
             try:
                 self._procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "memvault.loader"],
+                        command("loader"),
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE,
@@ -230,7 +229,6 @@ def main() -> int:
 
 
 def _part(request: dict[str, Any]) -> Arrays:
-    gc.disable()  # what it makes lives until this process ends: nothing for the collector to find
     vault = Vault(Path(request["dir"]))
     memories = read_and_parse(vault, [(id, bool(archived)) for id, archived in request["files"]])
     part = build_part(memories)

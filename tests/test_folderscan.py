@@ -17,6 +17,7 @@ import pytest
 from memvault import folderscan, snapshot
 from memvault.columns import pack_strings
 from memvault.files import TEMP_PREFIX, TEMP_SUFFIX
+from memvault.helperio import command
 from memvault.store import Store
 from memvault.vault import Vault
 
@@ -247,3 +248,23 @@ async def test_a_helper_that_cannot_start_means_scanning_in_process(
         assert folderscan._running == 0
     finally:
         await store.close()
+
+
+def test_helpers_start_with_the_collector_off_before_their_first_import(tmp_path):
+    # A stand-in package on PYTHONPATH, ahead of the real one: its helper module says whether the
+    # cyclic collector ran while it was imported and while its main ran.
+    fake = tmp_path / "memvault"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("", encoding="utf-8")
+    (fake / "probe.py").write_text(
+        "import gc, sys\nAT_IMPORT = gc.isenabled()\n"
+        "def main():\n    print(AT_IMPORT, gc.isenabled(), sys.argv[1:])\n    return 3\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run(
+        [*command("probe"), "a b", "c"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
+    assert (done.returncode, done.stdout.strip()) == (3, "False False ['a b', 'c']"), done.stderr
+    with pytest.raises(ValueError):
+        command("folderscan; import os")
