@@ -11,7 +11,8 @@ arrays (never pickle). The store then looks at those files only. A helper that c
 fails, answers nonsense or read another snapshot than the store (one written meanwhile) costs
 only time: the store then walks the folder itself.
 
-Protocol: the token folder and the snapshot file as arguments; an ``.npz`` on stdout
+Protocol: the token folder and the snapshot file as a JSON list on stdin (which may come long
+after the helper started: memvault.spawn starts one early); an ``.npz`` on stdout
 (``changed.*``: files new or different, ``gone.*``: in the snapshot but not found,
 ``leftovers.*``: our temp files seen, ``snapshot``: the snapshot file's identity); exit status 0.
 Anything else is a failure.
@@ -20,6 +21,7 @@ Anything else is a failure.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import subprocess
@@ -33,18 +35,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memvault import spawn
 from memvault.columns import pack_strings, unpack_strings
 from memvault.files import file_change, is_our_temp
-from memvault.helperio import Arrays, answer, command, run
+from memvault.helperio import Arrays, answer, run
+from memvault.spawn import HELPER_MIN_BYTES
 from memvault.vault import Vault
 
 __all__ = ["HELPER_MIN_BYTES", "Found", "Scan", "identity", "stamps", "start"]
 
 log = logging.getLogger("memvault")
 
-# A snapshot this large holds some 10,000 memories or more: their scan (~60 ms) outweighs a
-# helper's start (~0.15 s of the other CPU, ~5 ms of this one).
-HELPER_MIN_BYTES = 6 << 20
 WAIT_SECONDS = 600.0  # a helper still walking after this is stuck (a hung network mount)
 AREAS = (("hot", False), ("archive", True))
 
@@ -140,26 +141,28 @@ class Scan:
 
 
 def start(token_dir: Path, snapshot_file: Path, most: int) -> Scan | None:
-    """A helper walking ``token_dir`` and comparing it with ``snapshot_file``; None if ``most``
-    helpers run already (many large tokens loading at once: each helper is a Python process of
-    tens of MB, 73 at 100,000 files) or if it could not start."""
+    """A helper walking ``token_dir`` and comparing it with ``snapshot_file`` (the spare one if it
+    waits: memvault.spawn); None if ``most`` helpers run already (many large tokens loading at
+    once: each helper is a Python process of tens of MB, 73 at 100,000 files) or if it could not
+    start."""
     global _running
     with _lock:
         if _running >= most:
             return None
         _running += 1
+    job = json.dumps([str(token_dir), str(snapshot_file)]).encode("utf-8", "surrogateescape")
     try:
-        process = subprocess.Popen(
-            [*command("folderscan"), str(token_dir), str(snapshot_file)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        helper = spawn.start("folderscan")
+        if not helper.give(job):  # a spare that died since it was taken: one more try
+            helper.stop()
+            helper = spawn.Started("folderscan")
+            if not helper.give(job):
+                raise BrokenPipeError
     except OSError as exc:
         _finished()
         log.warning("could not start a folder scan process (%s)", type(exc).__name__)
         return None
-    return Scan(process, token_dir, snapshot_file, counted=True)
+    return Scan(helper.process, token_dir, snapshot_file, counted=True)
 
 
 _lock = threading.Lock()
@@ -201,7 +204,11 @@ def _held(snapshot_file: Path) -> tuple[tuple[int, ...], list[dict[str, tuple[in
 
 
 def main() -> int:
-    return run(lambda: _compared(Path(sys.argv[1]), Path(sys.argv[2])))
+    def work() -> Arrays:
+        token_dir, snapshot_file = json.loads(sys.stdin.buffer.read().decode("utf-8", "surrogateescape"))
+        return _compared(Path(token_dir), Path(snapshot_file))
+
+    return run(work)
 
 
 def _compared(token_dir: Path, snapshot_file: Path) -> Arrays:

@@ -16,22 +16,11 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Arrays", "answer", "command", "run"]
+__all__ = ["Arrays", "answer", "run"]
 
 log = logging.getLogger("memvault")
 
 Arrays = dict[str, npt.NDArray[Any]]
-
-
-def command(module: str) -> list[str]:
-    """How to start the helper ``memvault.<module>``: its ``main`` in a fresh interpreter, with the
-    cyclic collector off from before the first import. What a helper makes (numpy's modules, the
-    files it parsed) lives until it exits, so the collector's passes find nothing: off, a folder
-    scan of 100,000 files took about a tenth less CPU, most of it while importing."""
-    if not module.isidentifier():
-        raise ValueError("not a module name")
-    main = f"import gc; gc.disable(); from memvault.{module} import main; raise SystemExit(main())"
-    return [sys.executable, "-c", main]
 
 
 def run(work: Callable[[], Mapping[str, npt.NDArray[Any]]]) -> int:

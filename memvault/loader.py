@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import os
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,11 +28,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memvault import snapshot
+from memvault import snapshot, spawn
 from memvault.bulkindex import arrays_of
 from memvault.columns import pack_strings, prefixed, unpack_strings
 from memvault.files import file_stamp
-from memvault.helperio import Arrays, answer, command, run
+from memvault.helperio import Arrays, answer, run
 from memvault.markdown import Memory, parse_memory
 from memvault.vault import Vault
 
@@ -63,22 +61,9 @@ def helpers_for(files: int, setting: int | None) -> int:
     if files < PARALLEL_MIN:
         return 0
     if setting is None:
-        cpus = usable_cpus()
+        cpus = spawn.usable_cpus()
         setting = min(MAX_HELPERS, cpus) if cpus > 1 else 0
     return max(0, min(setting, files // (PARALLEL_MIN // 4)))
-
-
-def usable_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
-    """CPUs this process may run on, less a container's CPU quota (cgroup v2 ``cpu.max``, as
-    set by ``docker run --cpus``), rounded up."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        quota, period = cpu_max.read_text(encoding="ascii").split()[:2]
-        if quota != "max":
-            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return cpus
 
 
 def read_and_parse(vault: Vault, files: Sequence[tuple[str, bool]]) -> list[Memory]:
@@ -184,7 +169,7 @@ class Helpers:
             try:
                 self._procs.append(
                     subprocess.Popen(
-                        command("loader"),
+                        spawn.command("loader"),
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE,

@@ -10,6 +10,7 @@ from memvault.errors import InvalidName
 
 ARCHIVE = "archive"
 STATE_DIR = ".memvault"
+SNAPSHOT_FILE = "snapshot.npz"  # the index snapshot, in STATE_DIR (memvault.snapshot)
 # Reserved in a token folder: the session files and the knowledge graph (memvault.canonical).
 SESSIONS_DIR = "sessions"
 GRAPH_FILE = "graph.jsonl"

@@ -29,7 +29,7 @@ from memvault.columns import pack_strings, prefixed, unpack_strings
 from memvault.files import TEMP_PREFIX, TEMP_SUFFIX, file_stamp
 from memvault.index import Index, IndexSnapshot
 from memvault.markdown import NO_META, PRIORITIES, Memory
-from memvault.names import STATE_DIR
+from memvault.names import SNAPSHOT_FILE, STATE_DIR
 from memvault.sidecar import FileStat
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memvault")
 
-FILE_NAME = "snapshot.npz"
+FILE_NAME = SNAPSHOT_FILE
 VERSION = 4  # 3: a file's ctime and inode (Memory.change) beside mtime and size; 4: priority codes
 MIN_MEMORIES = 500  # smaller vaults load from their files fast enough (and keep the parse cache)
 

@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 from filelock import FileLock, Timeout
 
-from memvault import folderscan, heap, loader, reconcile, snapshot
+from memvault import folderscan, heap, loader, reconcile, snapshot, spawn
 from memvault.access import Pending
 from memvault.area import Area
 from memvault.config import Settings
@@ -321,7 +321,7 @@ class Tokens:
             large = where.stat().st_size >= folderscan.HELPER_MIN_BYTES
         except OSError:
             return None
-        cpus = loader.usable_cpus()
+        cpus = spawn.usable_cpus()
         if not large or self.settings.load_processes == 0 or cpus < 2:
             return None
         return folderscan.start(state.dir, where, most=cpus)

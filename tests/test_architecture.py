@@ -68,7 +68,7 @@ FORBIDDEN = {
     "store": ("memvault.app", "memvault.tools"),
     # Helper processes import them: they must stay light (no server, no store).
     **{name: ("memvault.app", "memvault.tools", "mcp", "memvault.store", "memvault.embeddings")
-       for name in ("loader", "folderscan", "helperio")},
+       for name in ("loader", "folderscan", "helperio", "spawn")},
 }  # fmt: skip
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 400
@@ -111,12 +111,15 @@ def test_core_modules_do_not_import_upper_layers_or_mcp(module: str) -> None:
     assert not bad, f"memvault/{module}.py imports {bad}; dependencies must point one way (DESIGN.md)"
 
 
-@pytest.mark.parametrize("helper", ["loader", "folderscan", "helperio"])
+@pytest.mark.parametrize("helper", ["loader", "folderscan", "helperio", "spawn"])
 def test_helper_modules_stay_light_at_run_time(helper: str) -> None:
-    """Helper processes import these; what they pull in, directly or not, every helper pays for."""
+    """Helper processes import these; what they pull in, directly or not, every helper pays for.
+    ``spawn`` runs before the server's own imports, so it must not even pull in numpy."""
+    heavy = ("mcp", "starlette", "memvault.store", "memvault.embeddings", "memvault.tokens")
+    heavy += ("numpy", "memvault.vault") if helper == "spawn" else ()
     probe = (
         f"import sys, memvault.{helper}\n"
-        "heavy = ('mcp', 'starlette', 'memvault.store', 'memvault.embeddings', 'memvault.tokens')\n"
+        f"heavy = {heavy!r}\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

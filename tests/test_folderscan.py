@@ -14,10 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memvault import folderscan, snapshot
+from memvault import folderscan, snapshot, spawn
 from memvault.columns import pack_strings
 from memvault.files import TEMP_PREFIX, TEMP_SUFFIX
-from memvault.helperio import command
 from memvault.store import Store
 from memvault.vault import Vault
 
@@ -68,14 +67,20 @@ def _expected(folder: Path, snap: Path) -> tuple[set[tuple[str, bool]], set[tupl
     return changed, set(held)
 
 
-async def test_the_helper_finds_what_a_scan_in_process_finds(make_settings, vault_root, monkeypatch):
+@pytest.mark.parametrize("spare", [False, True])
+async def test_the_helper_finds_what_a_scan_in_process_finds(make_settings, vault_root, monkeypatch, spare):
     folder = vault_root / "alice"
     _fill(folder, 60)
     snap = await _snapshot_of(make_settings, folder, monkeypatch)
+    if spare:  # started before the job was known, as serve does (memvault.spawn)
+        assert spawn.start_spare("folderscan")
+        waiting = spawn._spare
     _change_while_down(folder)
     (folder / "archive" / "note-7.md").unlink()
     scan = folderscan.start(folder, snap, most=1)
     assert scan is not None
+    if spare:
+        assert waiting is not None and scan._process is waiting.process and spawn._spare is None
     assert folderscan.start(folder, snap, most=1) is None  # one runs already
     found = scan.result()
     scan.cancel()
@@ -197,7 +202,7 @@ async def _down_after_changes(make_settings, vault_root: Path, monkeypatch, n: i
     is down; a helper is used for any snapshot on any machine."""
     folder = _restartable(vault_root, n)
     monkeypatch.setattr(folderscan, "HELPER_MIN_BYTES", 0)
-    monkeypatch.setattr("memvault.loader.usable_cpus", lambda: 2)
+    monkeypatch.setattr("memvault.spawn.usable_cpus", lambda: 2)
     await _snapshot_of(make_settings, folder, monkeypatch)
     _change_while_down(folder)
     return folder
@@ -248,23 +253,3 @@ async def test_a_helper_that_cannot_start_means_scanning_in_process(
         assert folderscan._running == 0
     finally:
         await store.close()
-
-
-def test_helpers_start_with_the_collector_off_before_their_first_import(tmp_path):
-    # A stand-in package on PYTHONPATH, ahead of the real one: its helper module says whether the
-    # cyclic collector ran while it was imported and while its main ran.
-    fake = tmp_path / "memvault"
-    fake.mkdir()
-    (fake / "__init__.py").write_text("", encoding="utf-8")
-    (fake / "probe.py").write_text(
-        "import gc, sys\nAT_IMPORT = gc.isenabled()\n"
-        "def main():\n    print(AT_IMPORT, gc.isenabled(), sys.argv[1:])\n    return 3\n",
-        encoding="utf-8",
-    )
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = subprocess.run(
-        [*command("probe"), "a b", "c"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
-    )
-    assert (done.returncode, done.stdout.strip()) == (3, "False False ['a b', 'c']"), done.stderr
-    with pytest.raises(ValueError):
-        command("folderscan; import os")

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memvault import loader
+from memvault import loader, spawn
 from memvault.index import Index
 from memvault.snapshot import areas_from as _areas_from
 from memvault.store import Store
@@ -66,24 +66,24 @@ def test_helpers_only_for_large_loads_and_never_on_one_cpu(monkeypatch):
     assert loader.helpers_for(100_000, 0) == 0
     assert loader.helpers_for(100_000, 3) == 3
     assert loader.helpers_for(loader.PARALLEL_MIN, 4) == 4
-    monkeypatch.setattr(loader.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(spawn.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert loader.helpers_for(100_000, None) == 0
-    monkeypatch.setattr(loader.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(spawn.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert loader.helpers_for(100_000, None) == loader.MAX_HELPERS
 
 
 def test_a_container_cpu_quota_limits_the_helpers(tmp_path, monkeypatch):
-    monkeypatch.setattr(loader.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(spawn.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     cpu_max = tmp_path / "cpu.max"
     cpu_max.write_text("150000 100000\n")  # docker run --cpus=1.5
-    assert loader.usable_cpus(cpu_max) == 2
+    assert spawn.usable_cpus(cpu_max) == 2
     cpu_max.write_text("50000 100000\n")
-    assert loader.usable_cpus(cpu_max) == 1
+    assert spawn.usable_cpus(cpu_max) == 1
     cpu_max.write_text("max 100000\n")
-    assert loader.usable_cpus(cpu_max) == 8
-    assert loader.usable_cpus(tmp_path / "missing") == 8
+    assert spawn.usable_cpus(cpu_max) == 8
+    assert spawn.usable_cpus(tmp_path / "missing") == 8
     cpu_max.write_text("garbage")
-    assert loader.usable_cpus(cpu_max) == 8
+    assert spawn.usable_cpus(cpu_max) == 8
 
 
 def test_merged_parts_equal_one_part(tmp_path):

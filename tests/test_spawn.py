@@ -1,0 +1,131 @@
+"""Helper processes: their command, and the spare one serve starts before its own imports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memvault import spawn
+from memvault.spawn import command
+
+
+@pytest.fixture(autouse=True)
+def _no_spare_left() -> Iterator[None]:
+    yield
+    spawn.drop_spare()
+
+
+def _probe_package(tmp_path: Path) -> dict[str, str]:
+    """A stand-in memvault on PYTHONPATH, ahead of the real one (run with cwd=tmp_path): its
+    ``probe`` helper says whether the cyclic collector ran while it was imported and while its main
+    ran, and echoes its arguments and what it read from stdin."""
+    fake = tmp_path / "memvault"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("", encoding="utf-8")
+    (fake / "probe.py").write_text(
+        "import gc, sys\nAT_IMPORT = gc.isenabled()\n"
+        "def main():\n"
+        "    job = sys.stdin.read()\n"
+        "    print(AT_IMPORT, gc.isenabled(), sys.argv[1:], job)\n"
+        "    return 3\n",
+        encoding="utf-8",
+    )
+    return {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+
+def test_helpers_start_with_the_collector_off_before_their_first_import(tmp_path):
+    env = _probe_package(tmp_path)
+    done = subprocess.run(
+        [*command("probe"), "a b", "c"], input="job", capture_output=True, text=True, env=env, cwd=tmp_path,
+        timeout=60,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout.strip()) == (3, "False False ['a b', 'c'] job"), done.stderr
+    with pytest.raises(ValueError):
+        command("folderscan; import os")
+
+
+def test_a_started_helper_takes_its_job_whenever_it_comes(tmp_path, monkeypatch):
+    _probe_package(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    helper = spawn.Started("probe")
+    # The job comes whenever the store knows it; the helper waits on its stdin meanwhile.
+    assert helper.give('["é", 1]'.encode())
+    out, err = helper.process.communicate(timeout=60)
+    assert (helper.process.returncode, out.decode().strip()) == (3, 'False False [] ["é", 1]'), err
+    assert not helper.give(b"twice")  # its stdin is closed: a job is given once
+    helper.stop()
+
+
+def test_the_spare_is_taken_once_by_its_own_kind(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert spawn.start_spare("folderscan")
+    spare = spawn._spare
+    assert spare is not None
+    assert spawn.take_spare("loader") is None  # another kind of helper: not this one
+    assert spawn.take_spare("folderscan") is spare
+    assert spawn.take_spare("folderscan") is None
+    fresh = spawn.start("folderscan")  # no spare left: a fresh one
+    assert fresh is not spare
+    for helper in (spare, fresh):
+        helper.stop()
+        assert helper.process.returncode is not None
+
+
+def _wait(condition, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_spare_nobody_takes_is_stopped_after_its_time():
+    assert spawn.start_spare("folderscan", seconds=0.2)
+    spare = spawn._spare
+    assert spare is not None
+    _wait(lambda: spawn._spare is None and spare.process.returncode is not None)  # killed, reaped
+    assert spawn.take_spare("folderscan") is None
+
+
+def test_a_spare_that_died_is_not_handed_out():
+    assert spawn.start_spare("folderscan")
+    spare = spawn._spare
+    assert spare is not None
+    spare.process.kill()
+    spare.process.wait(timeout=30)
+    assert spawn.take_spare("folderscan") is None
+    assert spawn._spare is None and spare.process.returncode is not None
+
+
+def test_drop_spare_stops_it_and_a_new_spare_replaces_the_old():
+    assert spawn.start_spare("folderscan")
+    first = spawn._spare
+    assert spawn.start_spare("folderscan")
+    assert first is not None and first.process.returncode is not None
+    second = spawn._spare
+    spawn.drop_spare()
+    assert spawn._spare is None and second is not None and second.process.returncode is not None
+
+
+def test_a_spare_is_worth_it_only_for_a_large_snapshot_in_a_token_folder(tmp_path):
+    root = tmp_path / "vault"
+    assert not spawn.worth_a_spare(root, 1000)  # no vault yet
+    (root / "alice" / ".memvault").mkdir(parents=True)
+    (root / "alice" / ".memvault" / "snapshot.npz").write_bytes(b"x" * 999)
+    (root / "alice" / "big.md").write_bytes(b"x" * 5000)
+    assert not spawn.worth_a_spare(root, 1000)
+    outside = tmp_path / "elsewhere"
+    (outside / ".memvault").mkdir(parents=True)
+    (outside / ".memvault" / "snapshot.npz").write_bytes(b"x" * 5000)
+    (root / "linked").symlink_to(outside)  # not followed: nothing outside the vault is looked at
+    (root / ".memvault").symlink_to(outside / ".memvault")
+    assert not spawn.worth_a_spare(root, 1000)
+    (root / "bob" / ".memvault").mkdir(parents=True)
+    with open(root / "bob" / ".memvault" / "snapshot.npz", "wb") as handle:
+        handle.truncate(1000)
+    assert spawn.worth_a_spare(root, 1000)
