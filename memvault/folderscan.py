@@ -215,8 +215,8 @@ def _compared(token_dir: Path, snapshot_file: Path) -> Arrays:
     snapshot, held = _held(snapshot_file)
     vault = Vault(token_dir)
     changed: list[Located] = []
-    for id, archived, mtime_ns, size, change in stamps(vault):
-        if held[archived].pop(id, None) != (mtime_ns, size, change):
+    for id, archived, st in vault.scan():  # as stamps() gives them, one generator less
+        if held[archived].pop(id, None) != (st.st_mtime_ns, st.st_size, file_change(st)):
             changed.append((id, archived))
     gone = [(id, archived) for _, archived in AREAS for id in held[archived]]
     out: Arrays = {"snapshot": np.array(snapshot, dtype=np.int64)}

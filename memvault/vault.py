@@ -6,7 +6,7 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from memvault.errors import Conflict, InvalidArgument, InvalidName, LinkedFolder, NotFound
 from memvault.files import (
@@ -89,9 +89,7 @@ class Vault:
     def scan(self) -> Iterator[tuple[str, bool, os.stat_result]]:
         """Every memory file: (id, archived, stat). Skips dot-files/folders, folder links (never followed:
         no loops, each file once) and file links that lead out of the token folder."""
-        for id, archived, st in self._files(with_stat=True):
-            assert st is not None
-            yield id, archived, st
+        return cast("Iterator[tuple[str, bool, os.stat_result]]", self._files(with_stat=True))
 
     def list_files(self) -> Iterator[tuple[str, bool]]:
         """``scan`` without the stat of each file (a third of a scan's time: the file type comes
@@ -104,40 +102,50 @@ class Vault:
         if self.dir.is_symlink() or not self.dir.is_dir():
             return
         root = self.dir.resolve()
-        yield from self._walk(self.dir, (), False, root, with_stat)
+        yield from self._walk(self.dir, "", False, root, with_stat)
 
     def _walk(
-        self, folder: Path, rel: tuple[str, ...], archived: bool, root: Path, with_stat: bool
+        self, folder: Path, prefix: str, archived: bool, root: Path, with_stat: bool
     ) -> Iterator[tuple[str, bool, os.stat_result | None]]:
-        for entry in _entries(folder):
-            name = entry.name
-            if name.startswith("."):
-                if is_our_temp(name):
-                    self.leftovers.append(Path(entry.path))
-                continue
-            try:
-                is_dir = entry.is_dir()
-            except OSError:
-                continue
-            if is_dir:
-                if entry.is_symlink():
-                    continue
-                if not rel and not archived and name == ARCHIVE:
-                    yield from self._walk(Path(entry.path), (), True, root, with_stat)
-                elif not rel and name == SESSIONS_DIR:
-                    continue  # session files (memvault.sessionfiles), not memories
-                else:
-                    yield from self._walk(Path(entry.path), (*rel, name), archived, root, with_stat)
-            elif name.endswith(".md"):
-                if entry.is_symlink() and not self._link_inside(Path(entry.path), root, archived):
-                    continue
-                try:
-                    st = entry.stat() if with_stat else None
-                    regular = stat.S_ISREG(st.st_mode) if st is not None else entry.is_file()
-                except OSError:
-                    continue
-                if regular:  # not a FIFO, socket or device named *.md
-                    yield "/".join((*rel, name)), archived, st
+        """The memory files under ``folder``, whose ids start with ``prefix`` ("" or "a/b/"), until
+        the end or an error. A restart walks 100,000 files: each layer of generators cost a tenth,
+        so this is one. Entries come one at a time: a list of a folder's 100,000 kept each one's
+        cached stat to the end of the scan, and left 70 MB of Python's small-object pools behind."""
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name.startswith("."):
+                        if is_our_temp(name):
+                            self.leftovers.append(Path(entry.path))
+                        continue
+                    try:
+                        is_dir = entry.is_dir()  # (a stat where the folder gives no file types)
+                    except OSError:
+                        continue
+                    if is_dir:
+                        if entry.is_symlink():
+                            continue
+                        if not prefix and not archived and name == ARCHIVE:
+                            yield from self._walk(Path(entry.path), "", True, root, with_stat)
+                        elif not prefix and name == SESSIONS_DIR:
+                            continue  # session files (memvault.sessionfiles), not memories
+                        else:
+                            yield from self._walk(
+                                Path(entry.path), f"{prefix}{name}/", archived, root, with_stat
+                            )
+                    elif name.endswith(".md"):
+                        if entry.is_symlink() and not self._link_inside(Path(entry.path), root, archived):
+                            continue
+                        try:
+                            st = entry.stat() if with_stat else None
+                            regular = stat.S_ISREG(st.st_mode) if st is not None else entry.is_file()
+                        except OSError:
+                            continue  # gone since it was listed
+                        if regular:  # not a FIFO, socket or device named *.md
+                            yield prefix + name, archived, st
+        except OSError:
+            return  # the folder went away or became unreadable: what was found so far stands
 
     def remove_leftovers(self, now: float) -> int:
         """Delete the temp files of ours the last scan saw that are older than a minute: left by a
@@ -303,14 +311,3 @@ def refuse_unwritable(memory: Memory, consequence: str) -> None:
         raise Conflict(memory.id)
     if memory.problem is not None:
         raise InvalidArgument(f"'{memory.id}' has a problem ({memory.problem}), {consequence}")
-
-
-def _entries(folder: Path) -> Iterator[os.DirEntry[str]]:
-    """A folder's entries one at a time, until the end or an error. Lazily: a list of a folder's
-    100,000 entries kept each one's cached stat to the end of the scan, and a restart's rescan
-    left 70 MB of Python's small-object pools behind (resident, but free)."""
-    try:
-        with os.scandir(folder) as entries:
-            yield from entries
-    except OSError:
-        return
