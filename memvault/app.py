@@ -8,7 +8,7 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Container
+from collections.abc import AsyncIterator, Callable, Container
 from pathlib import Path
 from typing import Any
 
@@ -178,8 +178,10 @@ class TokenGuard:
         settings: Settings,
         sessions: SessionOwners | None,
         manager: StreamableHTTPSessionManager | None = None,
+        warm: Callable[[str], None] | None = None,
     ) -> None:
         self.app = app
+        self.warm = warm  # Tokens.warm: a token's load begins with its client's first request
         self.settings = settings
         self.sessions = sessions  # None for the legacy SSE transport, which binds per token itself
         self.manager = manager
@@ -215,6 +217,8 @@ class TokenGuard:
                     scope, receive, send
                 )
                 return
+        if self.warm is not None:
+            self.warm(token)
         # A chunked body past the cap is answered 413 by the SDK's RequestBodyLimitMiddleware (both
         # transports get the same limit in create_app); cutting the stream here turned it into a 500.
         if self.sessions is None:
@@ -386,9 +390,10 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
                 await watcher.stop()
                 await store.close()
 
-    mcp_http = TokenGuard(StreamableHTTPASGIApp(manager), settings, sessions, manager)
+    warm = store.registry.warm
+    mcp_http = TokenGuard(StreamableHTTPASGIApp(manager), settings, sessions, manager, warm=warm)
     sse_apps = SseApps(server, security, settings.max_body_bytes)
-    mcp_sse = TokenGuard(sse_apps, settings, None)
+    mcp_sse = TokenGuard(sse_apps, settings, None, warm=warm)
     routes: list[Route | Mount] = [Route("/healthz", healthz, methods=["GET"])]
     keyring = KeyRing(settings.keys_file) if settings.keys_file is not None else None
     if keyring is not None:

@@ -38,7 +38,7 @@ from memvault.access import Pending
 from memvault.area import Area
 from memvault.config import Settings
 from memvault.embeddings import Embeddings
-from memvault.errors import InvalidName, LinkedFolder
+from memvault.errors import InvalidName, LinkedFolder, MemvaultError
 from memvault.files import file_stamp, try_lock, unchanged
 from memvault.inline import NeedsThread, held
 from memvault.markdown import Memory, content_hash, parse_memory
@@ -191,6 +191,27 @@ class Tokens:
         self.states: dict[str, TokenState] = {}
         self.parses = 0  # files parsed (not served from the cache); tests count them
         self.unloads = 0
+        self.warming: set[str] = set()  # tokens whose load warm() began
+
+    def warm(self, token: str) -> None:
+        """Begin loading a token a request just addressed, without waiting for it. A client's
+        handshake (initialize, its notification, the GET stream) comes before its first tool call:
+        after a restart the load runs meanwhile. A failure is left to the call that needs the token,
+        which reports it; a token without a folder loads as empty, creating nothing."""
+        state = self.states.get(token)
+        if token in self.warming or (state is not None and state.loaded):
+            return
+        self.warming.add(token)
+        self.spawn(self._warm(token))
+
+    async def _warm(self, token: str) -> None:
+        try:
+            async with self.using(token):
+                pass
+        except (MemvaultError, OSError):
+            pass  # the tool call that needs the token says what is wrong
+        finally:
+            self.warming.discard(token)
 
     @contextlib.asynccontextmanager
     async def using(self, token: str) -> AsyncIterator[TokenState]:

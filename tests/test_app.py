@@ -8,6 +8,7 @@ import urllib.request
 
 import anyio.to_thread
 import pytest
+from conftest import wait_for
 
 from memvault.app import SessionOwners
 
@@ -99,3 +100,25 @@ def _get_error_body(url: str) -> dict:
     except urllib.error.HTTPError as exc:
         return json.loads(exc.read())
     raise AssertionError("expected an error status")
+
+
+async def test_a_token_starts_loading_with_its_clients_first_request(server_factory, vault_root):
+    (vault_root / "alice").mkdir()
+    (vault_root / "alice" / "tide.md").write_text("# Tide\n\nharbour\n", encoding="utf-8")
+    (vault_root / "linked").symlink_to(vault_root / "alice")
+    async with server_factory() as srv:
+        states = srv.app.state.store.registry.states
+        assert (await _post(srv.mcp_url("alice"), INIT, HEADERS))[0] == 200  # no tool called
+        await wait_for(lambda: "alice" in states and states["alice"].loaded, timeout=10)
+        assert "tide.md" in states["alice"].hot.memories
+        # A token without a folder loads as empty and creates nothing; a linked one is refused by
+        # the tool call, as before, and the handshake still answers.
+        assert (await _post(srv.mcp_url("nobody"), INIT, HEADERS))[0] == 200
+        await wait_for(lambda: "nobody" in states and states["nobody"].loaded, timeout=10)
+        assert not (vault_root / "nobody").exists()
+        assert (await _post(srv.mcp_url("linked"), INIT, HEADERS))[0] == 200
+        await wait_for(lambda: not srv.app.state.store.registry.warming, timeout=10)
+        assert "linked" not in states
+        async with srv.session("linked") as session:
+            is_error, message = await srv.call(session, "list_memory_titles")
+        assert is_error and "link" in message.lower()
