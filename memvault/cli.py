@@ -172,9 +172,10 @@ def serve(settings: Settings) -> int:
     from memvault import spawn
 
     # Before our imports: a restart's folder scan helper imports on the other core meanwhile.
-    if settings.load_processes != 0 and spawn.usable_cpus() >= 2:
-        if spawn.worth_a_spare(settings.root, spawn.HELPER_MIN_BYTES):
-            spawn.start_spare("folderscan")
+    if spawn.scan_helpers(settings.load_processes) and spawn.worth_a_spare(
+        settings.root, spawn.HELPER_MIN_BYTES
+    ):
+        spawn.start_spare("folderscan")
     try:
         return _serve(settings)
     finally:

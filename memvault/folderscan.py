@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -42,21 +42,14 @@ from memvault.helperio import Arrays, answer, run
 from memvault.spawn import HELPER_MIN_BYTES
 from memvault.vault import Vault
 
-__all__ = ["HELPER_MIN_BYTES", "Found", "Scan", "identity", "stamps", "start"]
+__all__ = ["HELPER_MIN_BYTES", "Found", "Scan", "identity", "start"]
 
 log = logging.getLogger("memvault")
 
 WAIT_SECONDS = 600.0  # a helper still walking after this is stuck (a hung network mount)
 AREAS = (("hot", False), ("archive", True))
 
-Stamp = tuple[str, bool, int, int, int]  # id, archived, mtime_ns, size, change (memvault.files)
 Located = tuple[str, bool]  # id, archived
-
-
-def stamps(vault: Vault) -> Iterator[Stamp]:
-    """Every memory file's stamp, walked in this process."""
-    for id, archived, st in vault.scan():
-        yield id, archived, st.st_mtime_ns, st.st_size, file_change(st)
 
 
 def identity(snapshot_file: Path) -> tuple[int, ...] | None:
@@ -150,7 +143,7 @@ def start(token_dir: Path, snapshot_file: Path, most: int) -> Scan | None:
         if _running >= most:
             return None
         _running += 1
-    job = json.dumps([str(token_dir), str(snapshot_file)]).encode("utf-8", "surrogateescape")
+    job = json.dumps([str(token_dir), str(snapshot_file)]).encode("ascii")  # json escapes the rest
     try:
         helper = spawn.start("folderscan")
         if not helper.give(job):  # a spare that died since it was taken: one more try
@@ -205,7 +198,7 @@ def _held(snapshot_file: Path) -> tuple[tuple[int, ...], list[dict[str, tuple[in
 
 def main() -> int:
     def work() -> Arrays:
-        token_dir, snapshot_file = json.loads(sys.stdin.buffer.read().decode("utf-8", "surrogateescape"))
+        token_dir, snapshot_file = json.loads(sys.stdin.buffer.read())
         return _compared(Path(token_dir), Path(snapshot_file))
 
     return run(work)
@@ -215,7 +208,7 @@ def _compared(token_dir: Path, snapshot_file: Path) -> Arrays:
     snapshot, held = _held(snapshot_file)
     vault = Vault(token_dir)
     changed: list[Located] = []
-    for id, archived, st in vault.scan():  # as stamps() gives them, one generator less
+    for id, archived, st in vault.scan():
         if held[archived].pop(id, None) != (st.st_mtime_ns, st.st_size, file_change(st)):
             changed.append((id, archived))
     gone = [(id, archived) for _, archived in AREAS for id in held[archived]]

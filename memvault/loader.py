@@ -2,8 +2,8 @@
 
 A token with no usable snapshot must read, parse and index every file: about 10 s of Python
 for 100,000 memories, all under one GIL. Above ``PARALLEL_MIN`` files the store splits the
-list and starts one helper per share (``python -m memvault.loader``, a fresh interpreter: no
-fork of a threaded server). Each helper reads its files and parses them as the store would,
+list and starts one helper per share (``memvault.loader`` run by a fresh interpreter, see
+memvault.spawn: no fork of a threaded server). Each helper reads its files and parses them as the store would,
 indexes them all at once (``bulkindex.arrays_of``: the terms ``Index.upsert`` would give, counted by
 numpy), and writes back its part in the index snapshot's format (numpy arrays, never pickle).
 The store merges the parts (``merge_parts``) and restores the areas from them as from a

@@ -24,8 +24,8 @@ from pathlib import Path
 from memvault.names import SNAPSHOT_FILE, STATE_DIR
 
 __all__ = [
-    "HELPER_MIN_BYTES", "SPARE_SECONDS", "Started", "command", "drop_spare", "start", "start_spare",
-    "take_spare", "usable_cpus", "worth_a_spare",
+    "HELPER_MIN_BYTES", "SPARE_SECONDS", "Started", "command", "drop_spare", "scan_helpers", "start",
+    "start_spare", "take_spare", "usable_cpus", "worth_a_spare",
 ]  # fmt: skip
 
 # A snapshot this large holds some 10,000 memories or more: their scan (~60 ms) outweighs a
@@ -44,6 +44,14 @@ def command(module: str) -> list[str]:
         raise ValueError("not a module name")
     main = f"import gc; gc.disable(); from memvault.{module} import main; raise SystemExit(main())"
     return [sys.executable, "-c", main]
+
+
+def scan_helpers(load_processes: int | None) -> int:
+    """How many folder scan helpers may run at once (one per CPU); 0 when there are none to use:
+    helper processes turned off (``MEMVAULT_LOAD_PROCESSES=0``) or a single CPU. The store asks
+    before a restore, ``serve`` before it starts the spare: both must agree."""
+    cpus = usable_cpus()
+    return 0 if load_processes == 0 or cpus < 2 else cpus
 
 
 def usable_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:

@@ -342,10 +342,10 @@ class Tokens:
             large = where.stat().st_size >= folderscan.HELPER_MIN_BYTES
         except OSError:
             return None
-        cpus = spawn.usable_cpus()
-        if not large or self.settings.load_processes == 0 or cpus < 2:
+        most = spawn.scan_helpers(self.settings.load_processes)
+        if not large or most == 0:
             return None
-        return folderscan.start(state.dir, where, most=cpus)
+        return folderscan.start(state.dir, where, most=most)
 
     def _load_files(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
         """Read a token's folder: from the index snapshot plus what changed since, else from the files,

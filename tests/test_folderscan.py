@@ -16,7 +16,7 @@ import pytest
 
 from memvault import folderscan, snapshot, spawn
 from memvault.columns import pack_strings
-from memvault.files import TEMP_PREFIX, TEMP_SUFFIX
+from memvault.files import TEMP_PREFIX, TEMP_SUFFIX, file_change
 from memvault.store import Store
 from memvault.vault import Vault
 
@@ -61,8 +61,8 @@ def _expected(folder: Path, snap: Path) -> tuple[set[tuple[str, bool]], set[tupl
         areas = snapshot.areas_from(data)
     held = {(id, m.archived): (m.mtime_ns, m.size, m.change) for a in areas for id, m in a.memories.items()}
     changed = set()
-    for id, archived, *stamp in folderscan.stamps(Vault(folder)):
-        if held.pop((id, archived), None) != tuple(stamp):
+    for id, archived, st in Vault(folder).scan():
+        if held.pop((id, archived), None) != (st.st_mtime_ns, st.st_size, file_change(st)):
             changed.add((id, archived))
     return changed, set(held)
 

@@ -129,3 +129,11 @@ def test_a_spare_is_worth_it_only_for_a_large_snapshot_in_a_token_folder(tmp_pat
     with open(root / "bob" / ".memvault" / "snapshot.npz", "wb") as handle:
         handle.truncate(1000)
     assert spawn.worth_a_spare(root, 1000)
+
+
+def test_folder_scan_helpers_only_with_two_cpus_and_helpers_allowed(monkeypatch):
+    monkeypatch.setattr(spawn, "usable_cpus", lambda: 4)
+    assert spawn.scan_helpers(None) == 4 and spawn.scan_helpers(2) == 4
+    assert spawn.scan_helpers(0) == 0  # MEMVAULT_LOAD_PROCESSES=0: no helper processes at all
+    monkeypatch.setattr(spawn, "usable_cpus", lambda: 1)
+    assert spawn.scan_helpers(None) == 0
