@@ -10,7 +10,7 @@ from typing import Any, TypeAlias, cast
 
 import numpy as np
 import numpy.typing as npt
-from rapidfuzz import fuzz
+from rapidfuzz import fuzz, process
 
 from memvault.columns import pack_strings, unpack_strings
 from memvault.lexicon import Lexicon
@@ -418,22 +418,27 @@ class Index:
         wanted = normalize_title(query)
         if not wanted:
             return []
-        scored = []
         size = len(wanted)
         # Both scores are 100 * (1 - distance / total length), and the distance is at least the
         # difference in length (sorting a title's words keeps its length): most titles fail on length.
         slack = (100.0 - _TITLE_SIMILARITY) / 100.0
-        for docno in _top(candidates, key, _TITLE_POOL):
-            title = self._titles[docno]
-            if not title or abs(len(title) - size) > slack * (len(title) + size):
-                continue
-            similarity = max(
-                fuzz.ratio(wanted, title, score_cutoff=_TITLE_SIMILARITY),
-                fuzz.token_sort_ratio(wanted, title, score_cutoff=_TITLE_SIMILARITY),
+        titles = self._titles
+        near = [
+            docno
+            for docno in _top(candidates, key, _TITLE_POOL)
+            if titles[docno] and abs(len(titles[docno]) - size) <= slack * (len(titles[docno]) + size)
+        ]
+        if not near:
+            return []
+        # Each scorer over all of them in one call: a call per title cost more than the scoring.
+        similarity: dict[int, float] = {}
+        for scorer in (fuzz.ratio, fuzz.token_sort_ratio):
+            found = process.extract(
+                wanted, [titles[d] for d in near], scorer=scorer, score_cutoff=_TITLE_SIMILARITY, limit=None
             )
-            if similarity >= _TITLE_SIMILARITY:
-                scored.append((-similarity, -float(key[docno]), docno))
-        scored.sort()
+            for _, score, i in found:
+                similarity[i] = max(score, similarity.get(i, 0.0))
+        scored = sorted((-score, -float(key[near[i]]), near[i]) for i, score in similarity.items())
         return [docno for _, _, docno in scored]
 
 
