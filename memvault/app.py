@@ -217,7 +217,7 @@ class TokenGuard:
                     scope, receive, send
                 )
                 return
-        if self.warm is not None:
+        if self.warm is not None and scope.get("method") != "DELETE":  # an ending session needs no load
             self.warm(token)
         # A chunked body past the cap is answered 413 by the SDK's RequestBodyLimitMiddleware (both
         # transports get the same limit in create_app); cutting the stream here turned it into a 500.

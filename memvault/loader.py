@@ -41,7 +41,6 @@ __all__ = [
     "Helpers",
     "build_part",
     "helpers_for",
-    "load_in_helpers",
     "merge_parts",
     "read_and_parse",
 ]
@@ -136,13 +135,6 @@ def _merge_index(parts: Sequence[Mapping[str, npt.NDArray[Any]]], prefix: str) -
 
 
 # ---------------------------------------------------------------------------- the store's side
-
-
-def load_in_helpers(token_dir: Path, files: Sequence[tuple[str, bool]], helpers: int) -> list[Arrays] | None:
-    """``files`` read, parsed and indexed by ``helpers`` processes; None if any of them failed."""
-    with Helpers() as pool:
-        pool.start(helpers)
-        return pool.load(token_dir, files)
 
 
 class Helpers:

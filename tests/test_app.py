@@ -122,3 +122,8 @@ async def test_a_token_starts_loading_with_its_clients_first_request(server_fact
         async with srv.session("linked") as session:
             is_error, message = await srv.call(session, "list_memory_titles")
         assert is_error and "link" in message.lower()
+        # Ending a session (DELETE) loads nothing.
+        (vault_root / "carol").mkdir()
+        (vault_root / "carol" / "reef.md").write_text("# Reef\n\ncoral\n", encoding="utf-8")
+        await _post(srv.mcp_url("carol"), {}, HEADERS, method="DELETE")
+        assert "carol" not in states and "carol" not in srv.app.state.store.registry.warming

@@ -98,12 +98,18 @@ def test_merged_parts_equal_one_part(tmp_path):
     assert _areas_from(loader.merge_parts([]))[0].memories == {}
 
 
+def _load_in_helpers(token_dir, files, helpers):
+    with loader.Helpers() as pool:
+        pool.start(helpers)
+        return pool.load(token_dir, files)
+
+
 def test_helper_processes_read_what_the_store_reads(tmp_path):
     folder = tmp_path / "alice"
     _fill(folder, 40)
     vault = Vault(folder)
     files = [(id, archived) for id, archived, _ in vault.scan()]
-    parts = loader.load_in_helpers(folder, files, 2)
+    parts = _load_in_helpers(folder, files, 2)
     assert parts is not None and len(parts) == 2
     assert sum(int(p.pop("parsed")[0]) for p in parts) == len(files)
     local = loader.build_part(loader.read_and_parse(vault, files))
@@ -164,7 +170,7 @@ def test_the_helper_refuses_a_bad_request(tmp_path):
     )
     assert done.returncode != 0
     assert done.stderr.decode().strip() == "JSONDecodeError"  # logged by the store: a kind, no path
-    parts = loader.load_in_helpers(tmp_path / "missing", [("a.md", False)], 1)  # unreadable: skipped
+    parts = _load_in_helpers(tmp_path / "missing", [("a.md", False)], 1)  # unreadable: skipped
     assert parts is not None and len(parts) == 1
     part = parts[0]
     assert int(part["parsed"][0]) == 0
