@@ -760,3 +760,50 @@ async def test_polling_never_lists_what_is_in_dot_folders(server_factory, vault_
     folders = {Path(p) for p in seen}
     assert {vault_root, folder, folder / "projects"} <= folders
     assert not [p for p in folders if any(part.startswith(".") for part in p.relative_to(vault_root).parts)]
+
+
+def test_dot_file_events_never_wake_the_loop() -> None:
+    from watchdog.events import (
+        DirCreatedEvent,
+        FileCreatedEvent,
+        FileDeletedEvent,
+        FileModifiedEvent,
+        FileMovedEvent,
+    )
+
+    class Loop:
+        def __init__(self) -> None:
+            self.calls: list[Any] = []
+
+        def is_closed(self) -> bool:
+            return False
+
+        def call_soon_threadsafe(self, fn: Any, *args: Any) -> None:
+            self.calls.append(args)
+
+    class Watcher:
+        loop = Loop()
+
+        def push(self, event: Any) -> None: ...
+
+    handler = memvault.watcher._Handler(Watcher())  # type: ignore[arg-type]
+    token = "/vault/alice"
+    dropped = [
+        FileCreatedEvent(f"{token}/.memvault-abcd1234.tmp"),  # our own temp file, start to end
+        FileModifiedEvent(f"{token}/.memvault-abcd1234.tmp"),
+        FileDeletedEvent(f"{token}/.memvault-abcd1234.tmp"),
+        FileModifiedEvent(f"{token}/notes/.draft.md.swp"),
+        FileMovedEvent(f"{token}/.a.tmp", f"{token}/.b.tmp"),
+        FileCreatedEvent(os.fsencode(f"{token}/.memvault-abcd1234.tmp")),
+    ]
+    kept = [
+        FileMovedEvent(f"{token}/.memvault-abcd1234.tmp", f"{token}/tide.md"),  # a rename over a memory
+        FileMovedEvent(f"{token}/tide.md", f"{token}/.tide.md"),  # a memory hidden by hand: it goes
+        FileCreatedEvent(f"{token}/tide.md"),
+        FileDeletedEvent(f"{token}/notes/tide.md"),
+        DirCreatedEvent(f"{token}/.obsidian"),  # folders are push's to judge
+        FileCreatedEvent(os.fsencode(f"{token}/tide.md")),
+    ]
+    for event in dropped + kept:
+        handler.on_any_event(event)
+    assert Watcher.loop.calls == [(event,) for event in kept]
