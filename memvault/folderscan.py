@@ -150,6 +150,7 @@ def start(token_dir: Path, snapshot_file: Path, most: int) -> Scan | None:
             helper.stop()
             helper = spawn.Started("folderscan")
             if not helper.give(job):
+                helper.stop()  # reaped, not left a zombie
                 raise BrokenPipeError
     except OSError as exc:
         _finished()

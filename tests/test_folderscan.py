@@ -172,6 +172,23 @@ def test_a_failing_or_garbled_helper_or_another_snapshot_gives_nothing(tmp_path,
     assert str(tmp_path) not in caplog.text
 
 
+def test_helpers_that_cannot_take_their_job_are_reaped(tmp_path, monkeypatch):
+    started: list[spawn.Started] = []
+    real = spawn.Started.__init__
+
+    def recorded(self: spawn.Started, module: str) -> None:
+        real(self, module)
+        started.append(self)
+
+    monkeypatch.setattr(spawn.Started, "__init__", recorded)
+    monkeypatch.setattr(spawn.Started, "give", lambda self, job: False)  # as if each died at once
+    running = folderscan._running
+    assert folderscan.start(tmp_path, tmp_path / "snapshot.npz", most=4) is None
+    assert len(started) == 2  # the first, then one more try
+    assert all(helper.process.returncode is not None for helper in started)  # killed and reaped
+    assert folderscan._running == running  # its place given back
+
+
 def _restartable(vault_root: Path, n: int) -> Path:
     folder = vault_root / "alice"
     for i in range(n):
