@@ -39,10 +39,9 @@ from memvault import spawn
 from memvault.columns import pack_strings, unpack_strings
 from memvault.files import file_change, is_our_temp
 from memvault.helperio import Arrays, answer, run
-from memvault.spawn import HELPER_MIN_BYTES
 from memvault.vault import Vault
 
-__all__ = ["HELPER_MIN_BYTES", "Found", "Scan", "identity", "start"]
+__all__ = ["Found", "Scan", "identity", "start"]
 
 log = logging.getLogger("memvault")
 

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memvault")
 
-FILE_NAME = SNAPSHOT_FILE
 VERSION = 4  # 3: a file's ctime and inode (Memory.change) beside mtime and size; 4: priority codes
 MIN_MEMORIES = 500  # smaller vaults load from their files fast enough (and keep the parse cache)
 
@@ -294,7 +293,7 @@ def area_arrays(
 
 def path(state: TokenState) -> Path:
     """Where a token's snapshot lives (derived: deleting it costs only restart time)."""
-    return state.dir / STATE_DIR / FILE_NAME
+    return state.dir / STATE_DIR / SNAPSHOT_FILE
 
 
 def load(state: TokenState) -> tuple[Area, Area] | None:

@@ -339,7 +339,7 @@ class Tokens:
         """A helper process scanning the folder, for a large snapshot and a second CPU."""
         where = snapshot.path(state)
         try:
-            large = where.stat().st_size >= folderscan.HELPER_MIN_BYTES
+            large = where.stat().st_size >= spawn.HELPER_MIN_BYTES
         except OSError:
             return None
         most = spawn.scan_helpers(self.settings.load_processes)

@@ -17,6 +17,7 @@ import pytest
 from memvault import folderscan, snapshot, spawn
 from memvault.columns import pack_strings
 from memvault.files import TEMP_PREFIX, TEMP_SUFFIX, file_change
+from memvault.names import SNAPSHOT_FILE
 from memvault.store import Store
 from memvault.vault import Vault
 
@@ -50,7 +51,7 @@ async def _snapshot_of(make_settings, folder: Path, monkeypatch) -> Path:
         await store.state(folder.name)
     finally:
         await store.close()
-    path = folder / ".memvault" / snapshot.FILE_NAME
+    path = folder / ".memvault" / SNAPSHOT_FILE
     assert path.is_file()
     return path
 
@@ -218,7 +219,7 @@ async def _down_after_changes(make_settings, vault_root: Path, monkeypatch, n: i
     """A token of ``n`` notes served once (its snapshot written), then changed while the server
     is down; a helper is used for any snapshot on any machine."""
     folder = _restartable(vault_root, n)
-    monkeypatch.setattr(folderscan, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(spawn, "HELPER_MIN_BYTES", 0)
     monkeypatch.setattr("memvault.spawn.usable_cpus", lambda: 2)
     await _snapshot_of(make_settings, folder, monkeypatch)
     _change_while_down(folder)

@@ -174,7 +174,7 @@ async def test_a_restored_token_answers_before_its_memories_are_built(make_setti
     monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)
     # The folder compared with the snapshot by a helper process, as for a large vault (the scan
     # in this process looks at every memory, which builds them all).
-    monkeypatch.setattr("memvault.folderscan.HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr("memvault.spawn.HELPER_MIN_BYTES", 0)
     monkeypatch.setattr("memvault.spawn.usable_cpus", lambda: 2)
     await _alice_snapshotted(make_settings, vault_root, monkeypatch)
 
