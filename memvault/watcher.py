@@ -71,7 +71,7 @@ class _Handler(FileSystemEventHandler):
             # poller only diffs two snapshots: a file that came and went between them (after a
             # read or a rescan indexed it) shows only as its folder's change, so keep that one.
             return
-        if not event.is_directory and _dot_name(event.src_path) and _dot_name(event.dest_path or "."):
+        if not event.is_directory and all(_dot_name(p) for p in (event.src_path, event.dest_path) if p):
             # A dot-file is never a memory (push drops it too): every write of ours makes four or five
             # events on its temp file, not worth a wake-up of the loop each. A temp file renamed
             # to a memory's name is a move with a visible destination, which goes on.
@@ -82,9 +82,8 @@ class _Handler(FileSystemEventHandler):
 
 
 def _dot_name(path: str | bytes) -> bool:
-    """Whether the last part of ``path`` is a dot-name (an empty path counts as one)."""
-    name = os.path.basename(path)
-    return name[:1] in (".", b".", "", b"")
+    """Whether the last part of ``path`` is a dot-name."""
+    return os.path.basename(path)[:1] in (".", b".")
 
 
 def _hidden(root: bytes, path: bytes) -> bool:
