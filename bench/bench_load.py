@@ -309,16 +309,21 @@ def row(name: str, result: dict[str, Any], floor: dict[str, Any]) -> str:
     )
 
 
+def floor_mean(floors: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What memvault is set against: the mean rate of the floor runs (one before it, one after; the
+    machine's speed drifts over minutes)."""
+    return {"rate": sum(f["rate"] for f in floors.values()) / len(floors)}
+
+
 def write_section(
     args: argparse.Namespace,
     floors: dict[str, dict[str, Any]],
     results: dict[str, dict[str, Any]],
     loaded: float,
 ) -> None:
-    """The RESULTS section; "x floor" is against the mean of the floor runs (one before memvault,
-    one after)."""
+    """The RESULTS section; "x floor" is against :func:`floor_mean`."""
     mv = results["memvault, one process"]
-    floor = {"rate": sum(f["rate"] for f in floors.values()) / len(floors)}
+    floor = floor_mean(floors)
     command = "python bench/bench_load.py"
     command += f" --tokens {args.tokens} --memories {args.memories} --seconds {args.seconds:g}"
     command += (" --locomo ../shared/data/locomo" if args.locomo else "") + (" --nginx" if args.nginx else "")
@@ -552,11 +557,9 @@ def main() -> int:
             results["memvault, 2 processes behind nginx"], _ = run_memvault(
                 args, env, root, 2, work, names, words
             )
-        # The floor again: the machine's speed drifts over minutes, so memvault is set against
-        # the mean of a floor run before it and one after.
-        floor_after = run_floor(args, env, here, work)
+        floor_after = run_floor(args, env, here, work)  # the floor again (see floor_mean)
         floors = {"SDK floor, before": floor_result, "SDK floor, after": floor_after}
-        reference = {"rate": (floor_result["rate"] + floor_after["rate"]) / 2}
+        reference = floor_mean(floors)
         for name, result in {**floors, **results}.items():
             print(f"{name}: {result['rate']:.0f} calls/s ({result['rate'] / reference['rate']:.2f})")
         print(json.dumps({**floors, **results}, indent=1, default=str))
