@@ -332,12 +332,17 @@ class Embeddings:
             if sidecar is not None and work:
                 missing = []
                 stored = sidecar.get_vectors([w.key for w in work])
-                by_hash = sidecar.vectors_by_hash(name, hashes)
+                current = [
+                    (row := stored.get(item.key)) is not None and row.model == name and row.hash == hashes[i]
+                    for i, item in enumerate(work)
+                ]
+                # A restart finds every vector under its own key: the lookup by text is for the rest.
+                by_hash = sidecar.vectors_by_hash(
+                    name, [h for h, ok in zip(hashes, current, strict=True) if not ok]
+                )
                 reused: dict[str, StoredVector] = {}
                 for i, item in enumerate(work):
-                    row = stored.get(item.key)
-                    current = row is not None and row.model == name and row.hash == hashes[i]
-                    blob = row.vec if row is not None and current else None
+                    blob = stored[item.key].vec if current[i] else None
                     if blob is None:
                         blob = by_hash.get(hashes[i])
                         if blob is None:

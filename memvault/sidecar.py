@@ -539,6 +539,8 @@ class Sidecar:
 
     def vectors_by_hash(self, model: str, hashes: Sequence[str]) -> dict[str, bytes]:
         """``text hash -> float32 bytes`` of any memory's vector from ``model`` with that text."""
+        if not hashes:
+            return {}
         rows = self._select_in("SELECT hash, vec FROM vectors WHERE model = ? AND hash", hashes, model)
         return {digest: bytes(vec) for digest, vec in rows}
 

@@ -394,7 +394,7 @@ class TokenVectors:
         with self._lock:
             work = [
                 Work(key, self._generation[self._rows[key]], self._pending.pop(key))
-                for key in list(self._pending)[:limit]
+                for key in list(itertools.islice(self._pending, limit))
             ]
             removed: list[str] = []
             if not self._pending:

@@ -283,7 +283,7 @@ async def test_outside_edits_are_re_embedded(make_settings: Callable[..., Settin
 
 
 async def test_a_restart_reuses_stored_vectors_and_a_model_change_re_embeds(
-    make_settings: Callable[..., Settings],
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
 ):
     settings = make_settings()
     first = Counting()
@@ -296,9 +296,18 @@ async def test_a_restart_reuses_stored_vectors_and_a_model_change_re_embeds(
 
     same = Counting()
     store = make_store(settings, same)
+    by_text: list[list[str]] = []
+    lookup = Sidecar.vectors_by_hash
+
+    def recording(self: Sidecar, model: str, hashes: Sequence[str]) -> dict[str, bytes]:
+        by_text.append(list(hashes))
+        return lookup(self, model, hashes)
+
+    monkeypatch.setattr(Sidecar, "vectors_by_hash", recording)
     await store.state("t")
     await settle(store)
     assert same.texts == []  # all five came from the sidecar
+    assert not any(by_text)  # each under its own key: nothing looked up by its text
     assert (await store.state("t")).vectors.counts() == (5, 5)
     await store.close()
 
