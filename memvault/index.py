@@ -59,6 +59,7 @@ _NAME_TAG_BOOST = 1.5
 _TITLE_SIMILARITY = 90.0  # whole-title similarity (0-100) that puts a memory first
 _TITLE_POOL = 64  # best-scoring candidates whose titles are compared with the query
 _MAX_QUERY_TERMS = 64
+_SCORE_CELLS = 1 << 20  # (term, document) cells a query scores at once
 
 # Low byte of a posting: tf (capped at 31) << 3 | field flags.
 F_TITLE = 1
@@ -350,13 +351,7 @@ class Index:
         avgdl = max(self._total_len / n_live, 1.0)
         # BM25 length normalisation per docno, shared by all terms of this query.
         norm = _K1 * (1.0 - _B + _B * self._dl[:ndocs] / np.float32(avgdl))
-        total = np.zeros(ndocs, dtype=np.float32)
-        matched = np.zeros(ndocs, dtype=np.int16)
-        for term in terms:
-            term_score = self._term_scores(term, ndocs, n_live, norm)
-            if term_score is not None:
-                total += term_score
-                matched += term_score > 0
+        total, matched = self._term_scores(terms, ndocs, n_live, norm)
 
         nterms = len(terms)
         any_docs = np.flatnonzero(matched)
@@ -383,33 +378,55 @@ class Index:
             ranked += [d for d in _top(chosen, key, rest + len(near)) if d not in near_set][:rest]
         return ranked, total, matched == nterms, count
 
-    def _term_scores(self, term: str, ndocs: int, n_live: int, norm: _FloatArray) -> _FloatArray | None:
-        """Per-docno score of one query term (0 where it does not match), via the postings."""
-        expansion = self._lexicon.expand(term)
-        if not expansion:
-            return None
-        lists = [self._postings[tid] for tid, _ in expansion]
-        sizes = np.fromiter((len(p) for p in lists), dtype=np.int64, count=len(lists))
-        # idf (BM25, always > 0) times the match-kind weight, repeated over each term's postings.
-        idf = np.log1p((n_live - sizes + 0.5) / (sizes + 0.5))
-        weight = np.fromiter((w for _, w in expansion), dtype=np.float64, count=len(expansion))
-        factor = np.repeat((idf * weight).astype(np.float32), sizes)
-        # concatenate copies, so no numpy view keeps exporting an array('I') buffer (which would
-        # stop the array from growing later).
-        packed = np.concatenate([np.frombuffer(p, dtype=np.uint32) for p in lists])
-        docs = packed >> 8
-        tf = ((packed >> 3) & TF_MAX).astype(np.float32)
-        fields = packed & 7
-        score = tf * np.float32(_K1 + 1.0) / (tf + norm[docs])
-        score += np.where(fields & F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
-        score += np.where(fields & (F_NAME | F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
-        score *= factor
-        term_score = np.zeros(ndocs, dtype=np.float32)
-        if len(lists) == 1:
-            term_score[docs] = score  # docnos are unique within one postings list
-        else:
-            np.maximum.at(term_score, docs, score)  # best way this doc matches the term
-        return term_score
+    def _term_scores(
+        self, terms: list[str], ndocs: int, n_live: int, norm: _FloatArray
+    ) -> tuple[_FloatArray, npt.NDArray[np.int16]]:
+        """Per docno: the sum over the query terms of each term's score (its best matching
+        vocabulary term's), and how many terms match it. The postings of all terms are scored in
+        one pass: a pass per term cost more in numpy's per-call overhead than in arithmetic on the
+        thousand-memory tokens agents mostly have."""
+        total = np.zeros(ndocs, dtype=np.float32)
+        matched = np.zeros(ndocs, dtype=np.int16)
+        # Rows of at most _SCORE_CELLS cells: a long query over a large token stays a few MB.
+        step = max(1, _SCORE_CELLS // max(ndocs, 1))
+        for first in range(0, len(terms), step):
+            chunk = terms[first : first + step]
+            lists: list[array[int]] = []
+            weights: list[float] = []
+            owners: list[int] = []
+            for i, term in enumerate(chunk):
+                for tid, weight in self._lexicon.expand(term):
+                    lists.append(self._postings[tid])
+                    weights.append(weight)
+                    owners.append(i)
+            if not lists:
+                continue
+            sizes = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+            # idf (BM25, always > 0) times the match-kind weight, repeated over each list's postings.
+            idf = np.log1p((n_live - sizes + 0.5) / (sizes + 0.5))
+            factor = np.repeat((idf * np.array(weights)).astype(np.float32), sizes)
+            # concatenate copies, so no numpy view keeps exporting an array('I') buffer (which
+            # would stop the array from growing later).
+            packed = np.concatenate([np.frombuffer(p, dtype=np.uint32) for p in lists])
+            docs = packed >> 8
+            tf = ((packed >> 3) & TF_MAX).astype(np.float32)
+            fields = packed & 7
+            score = tf * np.float32(_K1 + 1.0) / (tf + norm[docs])
+            score += np.where(fields & F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
+            score += np.where(fields & (F_NAME | F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
+            score *= factor
+            # Each (term, docno) cell keeps the best way the doc matches that term.
+            best = np.zeros(len(chunk) * ndocs, dtype=np.float32)
+            cells = np.repeat(np.array(owners, dtype=np.int64) * ndocs, sizes) + docs
+            if len(lists) == len(set(owners)):
+                best[cells] = score  # one list per term: docnos are unique within a list
+            else:
+                np.maximum.at(best, cells, score)
+            rows = best.reshape(len(chunk), ndocs)
+            for row in rows:  # term by term, in query order: the same float32 sums as ever
+                total += row
+            matched += np.count_nonzero(rows, axis=0).astype(np.int16)
+        return total, matched
 
     def _near_titles(
         self, query: str, candidates: npt.NDArray[np.intp], key: npt.NDArray[np.float64]
