@@ -110,6 +110,7 @@ class Index:
         self._restored_at: array[int] = array("q")  # document no's entries: [at[no], at[no + 1])
         self._titles: list[str] = []  # normalized titles, by docno
         self._dl: _FloatArray = np.zeros(64, dtype=np.float32)  # body lengths, by docno
+        self._title_len = np.zeros(64, dtype=np.int64)  # len(self._titles[docno]), for _near_titles
         self._total_len = 0
         # vocabulary: term ids, and postings by term id
         self._lexicon = Lexicon()
@@ -169,6 +170,7 @@ class Index:
         if len(self._pending_tids) >= _FLUSH_AT:
             self._flush_postings()
         self._titles[docno] = normalize_title(title)
+        self._title_len[docno] = len(self._titles[docno])
         self._dl[docno] = len(body_tokens)
         self._total_len += len(body_tokens)
 
@@ -180,6 +182,7 @@ class Index:
         self._drop_doc_terms(docno)
         self._ids_by_no[docno] = None
         self._titles[docno] = ""
+        self._title_len[docno] = 0
         self._free_docnos.append(docno)
 
     def _new_docno(self, id: str) -> int:
@@ -195,6 +198,8 @@ class Index:
             self._titles.append("")
             if docno >= len(self._dl):
                 self._dl = np.concatenate([self._dl, np.zeros(len(self._dl), dtype=np.float32)])
+            if docno >= len(self._title_len):
+                self._title_len = np.concatenate([self._title_len, np.zeros_like(self._title_len)])
         self._docno[id] = docno
         return docno
 
@@ -274,6 +279,9 @@ class Index:
         index._ids_by_no = list(ids)
         index._docno = {id: no for no, id in enumerate(ids)}
         index._titles = titles
+        index._title_len = np.concatenate(
+            [np.fromiter(map(len, titles), dtype=np.int64, count=n), np.zeros(max(64, n), dtype=np.int64)]
+        )
         index._dl = np.concatenate([dl, np.zeros(max(64, n), dtype=np.float32)])
         index._total_len = int(dl.astype(np.int64).sum())
         index._restored = memoryview(flat.tobytes()).cast("I")
@@ -417,15 +425,16 @@ class Index:
             score *= factor
             # Each (term, docno) cell keeps the best way the doc matches that term.
             best = np.zeros(len(chunk) * ndocs, dtype=np.float32)
-            cells = np.repeat(np.array(owners, dtype=np.int64) * ndocs, sizes) + docs
+            cells = (
+                docs if len(chunk) == 1 else np.repeat(np.array(owners, dtype=np.int64) * ndocs, sizes) + docs
+            )
             if len(lists) == len(set(owners)):
                 best[cells] = score  # one list per term: docnos are unique within a list
             else:
                 np.maximum.at(best, cells, score)
-            rows = best.reshape(len(chunk), ndocs)
-            for row in rows:  # term by term, in query order: the same float32 sums as ever
+            for row in best.reshape(len(chunk), ndocs):  # term by term, in query order, as ever
                 total += row
-            matched += np.count_nonzero(rows, axis=0).astype(np.int16)
+                matched += row > 0
         return total, matched
 
     def _near_titles(
@@ -439,6 +448,13 @@ class Index:
         # Both scores are 100 * (1 - distance / total length), and the distance is at least the
         # difference in length (sorting a title's words keeps its length): most titles fail on length.
         slack = (100.0 - _TITLE_SIMILARITY) / 100.0
+        # Mostly no candidate's title can (a word or two against whole titles): then nothing below
+        # is needed. |length - size| <= slack * (length + size) bounds the length on both sides;
+        # the bounds are widened a hair, so rounding never skips what the exact test keeps.
+        lengths = self._title_len[candidates]
+        low, high = size * (1 - slack) / (1 + slack) * 0.999, size * (1 + slack) / (1 - slack) * 1.001
+        if not ((lengths >= low) & (lengths <= high)).any():
+            return []
         titles = self._titles
         near = [
             docno
