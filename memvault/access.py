@@ -199,7 +199,7 @@ def recorded(state: TokenState, *, inline: bool = False) -> dict[str, datetime]:
     return times
 
 
-def listing(state: TokenState, *, inline: bool) -> tuple[list[Memory], dict[str, datetime]]:
+def listing(state: TokenState, *, inline: bool) -> tuple[Sequence[Memory], dict[str, datetime]]:
     """The hot memories by id, and the access times recorded for them (a listing's look; see
     memvault.inline)."""
     if inline and (len(state.hot.memories) > MAX_ROWS or state.hot.memories.unbuilt):
@@ -228,9 +228,12 @@ def flush_records(state: TokenState) -> None:
 
 
 def last_access(memory: Memory, recorded: datetime | None) -> datetime | None:
-    """The later of the sidecar's record and the file's lastAccessedAt, else its last change."""
-    times = [t for t in (recorded, memory.last_accessed_at) if t is not None]
-    return max(times) if times else (memory.updated_at or memory.created_at)
+    """The later of the sidecar's record and the file's lastAccessedAt, else its last change
+    (asked for every row a listing shows and every recall candidate: kept to comparisons)."""
+    accessed = memory.last_accessed_at
+    if recorded is None:
+        return accessed if accessed is not None else (memory.updated_at or memory.created_at)
+    return recorded if accessed is None or recorded >= accessed else accessed
 
 
 def needs_file_write(memory: Memory, now: datetime, mode: str) -> bool:

@@ -113,7 +113,7 @@ class Store:
 
     # ------------------------------------------------------------------ reading
 
-    async def list_hot(self, token: str) -> tuple[list[Memory], Callable[[Memory], datetime | None]]:
+    async def list_hot(self, token: str) -> tuple[Sequence[Memory], Callable[[Memory], datetime | None]]:
         """The hot memories by id, and when each was last accessed: asked only for the rows a
         reply shows (working it out for every row was most of a listing's cost under load)."""
         async with self.using(token) as state:

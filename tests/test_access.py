@@ -82,3 +82,19 @@ async def test_access_write_backs_make_way_while_requests_come_in(make_settings,
         assert "lastAccessedAt: 2026-02-11" in text
     finally:
         await store.close()
+
+
+def test_last_access_is_the_later_record_else_the_last_change() -> None:
+    day = datetime(2026, 3, 1, tzinfo=UTC)
+    created, updated, read, later = day, day + timedelta(1), day + timedelta(2), day + timedelta(3)
+
+    def memory(accessed: datetime | None, updated_at: datetime | None = updated) -> SimpleNamespace:
+        return SimpleNamespace(last_accessed_at=accessed, updated_at=updated_at, created_at=created)
+
+    last = access.last_access
+    assert last(memory(None), None) == updated  # never accessed: its last change
+    assert last(memory(None, None), None) == created
+    assert last(memory(read), None) == read  # only the file's lastAccessedAt
+    assert last(memory(None), read) == read  # only the sidecar's record
+    assert last(memory(read), later) == later  # both: the later one, whichever holds it
+    assert last(memory(later), read) == later

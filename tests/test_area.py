@@ -29,6 +29,21 @@ def test_in_order_lists_by_id_and_follows_every_put_and_drop() -> None:
     assert area.index.search("other")[0][0].id == "a.md"
 
 
+def test_in_order_is_the_area_as_it_was_when_asked_whatever_happens_next() -> None:
+    # A listing renders from it after the lock is let go: later puts and drops must not show.
+    area = Area()
+    for id in ("b.md", "a.md", "c.md"):
+        area.put(_memory(id))
+    listed = area.in_order()
+    first = listed[0]
+    area.put(_memory("a.md", "changed words"))
+    area.drop("c.md")
+    area.put(_memory("0.md"))
+    assert len(listed) == 3
+    assert [m.id for m in listed] == ["a.md", "b.md", "c.md"]
+    assert listed[0] is first and [m.id for m in listed[1:]] == ["b.md", "c.md"]
+
+
 class _Rows:
     """A stored form that says which rows were built."""
 
