@@ -396,10 +396,14 @@ class Recaller:
             rows = view.rows
             for archived in areas:
                 ids, found = reading.scores(query, archived=archived, limit=LEXICAL_LIMIT)
-                for id, value in zip(ids, found.tolist(), strict=True):
-                    row = rows.get(key(id, archived))
-                    if row is not None:
-                        lexical[row] = value
+                # Hundreds of hits a query: their rows looked up in one pass, set in one call.
+                at = np.fromiter(
+                    (rows.get(k, -1) for k in ([key(id, True) for id in ids] if archived else ids)),
+                    dtype=np.intp,
+                    count=len(ids),
+                )
+                known = at >= 0
+                lexical[at[known]] = found[known]
             if tags or priorities:
                 for row in np.flatnonzero(eligible).tolist():
                     memory = reading.memory(view.keys[row] or "")
