@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 
@@ -146,13 +146,14 @@ class Index:
         for tag in tags:
             for term in tokenize(tag):
                 packed[term] = packed.get(term, 0) | F_TAG
+        kept: set[int] = set()
         docno = self._docno.get(id)
         if docno is None:
             docno = self._new_docno(id)
         else:
             # Words the new text keeps stay in the vocabulary, so the typo/prefix caches survive
-            # an edit that adds no new word.
-            self._drop_doc_terms(docno, keep=packed)
+            # an edit that adds no new word; postings that stay the same stay where they are.
+            kept = self._drop_doc_terms(docno, keep=packed)
         terms = list(packed)
         lows = list(packed.values())
         known = self._lexicon.get
@@ -164,9 +165,13 @@ class Index:
         )
         # Postings are queued and appended term by term later (see _flush_postings).
         high = docno << 8
+        entries = [tid << 8 | low for tid, low in zip(tids, lows, strict=True)]
+        if kept:
+            new = [i for i, entry in enumerate(entries) if entry not in kept]
+            tids, lows = [tids[i] for i in new], [lows[i] for i in new]
         self._pending_tids.fromlist(tids)
         self._pending_postings.fromlist([high | low for low in lows])
-        self._doc_terms[docno] = array("I", [tid << 8 | low for tid, low in zip(tids, lows, strict=False)])
+        self._doc_terms[docno] = array("I", entries)
         if len(self._pending_tids) >= _FLUSH_AT:
             self._flush_postings()
         self._titles[docno] = normalize_title(title)
@@ -203,24 +208,33 @@ class Index:
         self._docno[id] = docno
         return docno
 
-    def _drop_doc_terms(self, docno: int, keep: Container[str] = ()) -> None:
+    def _drop_doc_terms(self, docno: int, keep: Mapping[str, int] | None = None) -> set[int]:
+        """Take the document's postings out, but those ``keep`` (term -> low byte of its new
+        posting) has unchanged: returns their entries, which stay where they are (an edit of a
+        tag or a sentence looked up every term's posting otherwise)."""
         entries = _entries(self._doc_terms[docno], self._restored, self._restored_at, docno)
+        kept: set[int] = set()
         if entries is None:
-            return
+            return kept
         self._flush_postings()
         high = docno << 8
+        terms = self._lexicon.terms
         for entry in entries:
-            tid = entry >> 8
+            tid, low = entry >> 8, entry & 0xFF
+            if keep is not None and keep.get(terms[tid]) == low:
+                kept.add(entry)
+                continue
             plist = self._postings[tid]
-            i = _position(plist, high | (entry & 0xFF))
+            i = _position(plist, high | low)
             last = plist.pop()
             if i < len(plist):
                 plist[i] = last  # swap-remove: postings are unordered
-            elif not plist and self._lexicon.terms[tid] not in keep:
+            elif not plist and (keep is None or terms[tid] not in keep):
                 self._lexicon.free(tid)
         self._doc_terms[docno] = None
         self._total_len -= int(self._dl[docno])
         self._dl[docno] = 0
+        return kept
 
     def _flush_postings(self) -> None:
         """Append queued postings, grouped by term: one Python step per term, not per posting."""

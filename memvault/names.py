@@ -50,6 +50,9 @@ def slugify(title: str) -> str:
     return slug or "memory"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f]")  # control characters (what ord(ch) < 32 is)
+
+
 def check_id(name: str) -> str:
     """Validate a memory name from a client and return its id (with '.md'). Raises InvalidName."""
     if not isinstance(name, str) or not name.strip():
@@ -75,7 +78,7 @@ def check_id(name: str) -> str:
             raise InvalidName(name, "names starting with '.' are hidden files, not memories")
         if len(part.encode("utf-8")) > MAX_NAME_CHARS:
             raise InvalidName(name, f"a path segment is longer than {MAX_NAME_CHARS} bytes")
-        if any(ord(ch) < 32 for ch in part):
+        if _CONTROL.search(part):
             raise InvalidName(name, "control characters are not allowed")
     return value
 

@@ -365,6 +365,20 @@ def test_len_contains_and_ids_follow_upserts_and_removes() -> None:
     assert "a.md" not in ix
 
 
+def test_an_edit_moves_only_the_postings_that_change() -> None:
+    ix = Index()
+    ix.upsert("n.md", title="Garden", body="tomatoes and basil", tags=["summer"])
+    ix.upsert("m.md", title="Other", body="tomatoes twice tomatoes", tags=[])
+    before = {q: ix.search(q)[0] for q in ("tomatoes", "basil", "garden")}
+    ix.upsert("n.md", title="Garden", body="tomatoes and basil", tags=["winter"])  # a tag only
+    assert found(ix, "summer") == [] and found(ix, "winter") == ["n.md"]
+    assert {q: ix.search(q)[0] for q in before} == before  # the unchanged words score as before
+    ix.upsert("n.md", title="Garden", body="tomatoes tomatoes tomatoes and basil", tags=["winter"])
+    assert found(ix, "tomatoes") == ["n.md", "m.md"]  # more of a word: its posting changed
+    ix.remove("n.md")
+    assert found(ix, "tomatoes") == ["m.md"] and found(ix, "winter") == [] and found(ix, "basil") == []
+
+
 def test_tags_given_as_a_string_are_rejected() -> None:
     with pytest.raises(TypeError):
         Index().upsert("a.md", title="", body="", tags="ops")
