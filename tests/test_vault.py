@@ -944,6 +944,8 @@ def test_slug_is_always_a_safe_non_empty_name(title: str) -> None:
         "x" * 2000,
         "a/" + "y" * 300,
         "tab\there",
+        "unit\x1fseparator",
+        "a/\x01b",
     ],
 )
 def test_check_id_refuses_unsafe_names(name: str) -> None:
