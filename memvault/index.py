@@ -373,7 +373,7 @@ class Index:
         avgdl = max(self._total_len / n_live, 1.0)
         # BM25 length normalisation per docno, shared by all terms of this query.
         norm = _K1 * (1.0 - _B + _B * self._dl[:ndocs] / np.float32(avgdl))
-        total, matched = self._term_scores(terms, ndocs, n_live, norm)
+        total, matched = _term_scores(self._lexicon, self._postings, terms, ndocs, n_live, norm)
 
         nterms = len(terms)
         any_docs = np.flatnonzero(matched)
@@ -399,57 +399,6 @@ class Index:
         if rest > 0:
             ranked += [d for d in _top(chosen, key, rest + len(near)) if d not in near_set][:rest]
         return ranked, total, matched == nterms, count
-
-    def _term_scores(
-        self, terms: list[str], ndocs: int, n_live: int, norm: _FloatArray
-    ) -> tuple[_FloatArray, npt.NDArray[np.int16]]:
-        """Per docno: the sum over the query terms of each term's score (its best matching
-        vocabulary term's), and how many terms match it. The postings of all terms are scored in
-        one pass: a pass per term cost more in numpy's per-call overhead than in arithmetic on the
-        thousand-memory tokens agents mostly have."""
-        total = np.zeros(ndocs, dtype=np.float32)
-        matched = np.zeros(ndocs, dtype=np.int16)
-        # Rows of at most _SCORE_CELLS cells: a long query over a large token stays a few MB.
-        step = max(1, _SCORE_CELLS // max(ndocs, 1))
-        for first in range(0, len(terms), step):
-            chunk = terms[first : first + step]
-            lists: list[array[int]] = []
-            weights: list[float] = []
-            owners: list[int] = []
-            for i, term in enumerate(chunk):
-                for tid, weight in self._lexicon.expand(term):
-                    lists.append(self._postings[tid])
-                    weights.append(weight)
-                    owners.append(i)
-            if not lists:
-                continue
-            sizes = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-            # idf (BM25, always > 0) times the match-kind weight, repeated over each list's postings.
-            idf = np.log1p((n_live - sizes + 0.5) / (sizes + 0.5))
-            factor = np.repeat((idf * np.array(weights)).astype(np.float32), sizes)
-            # concatenate copies, so no numpy view keeps exporting an array('I') buffer (which
-            # would stop the array from growing later).
-            packed = np.concatenate([np.frombuffer(p, dtype=np.uint32) for p in lists])
-            docs = packed >> 8
-            tf = ((packed >> 3) & TF_MAX).astype(np.float32)
-            fields = packed & 7
-            score = tf * np.float32(_K1 + 1.0) / (tf + norm[docs])
-            score += np.where(fields & F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
-            score += np.where(fields & (F_NAME | F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
-            score *= factor
-            # Each (term, docno) cell keeps the best way the doc matches that term.
-            best = np.zeros(len(chunk) * ndocs, dtype=np.float32)
-            cells = (
-                docs if len(chunk) == 1 else np.repeat(np.array(owners, dtype=np.int64) * ndocs, sizes) + docs
-            )
-            if len(lists) == len(set(owners)):
-                best[cells] = score  # one list per term: docnos are unique within a list
-            else:
-                np.maximum.at(best, cells, score)
-            for row in best.reshape(len(chunk), ndocs):  # term by term, in query order, as ever
-                total += row
-                matched += row > 0
-        return total, matched
 
     def _near_titles(
         self, query: str, candidates: npt.NDArray[np.intp], key: npt.NDArray[np.float64]
@@ -487,6 +436,56 @@ class Index:
                 similarity[i] = max(score, similarity.get(i, 0.0))
         scored = sorted((-score, -float(key[near[i]]), near[i]) for i, score in similarity.items())
         return [docno for _, _, docno in scored]
+
+
+def _term_scores(
+    lexicon: Lexicon, postings: list[array[int]], terms: list[str], ndocs: int, n_live: int, norm: _FloatArray
+) -> tuple[_FloatArray, npt.NDArray[np.int16]]:
+    """Per docno: the sum over the query terms of each term's score (its best matching
+    vocabulary term's), and how many terms match it. The postings of all terms are scored in
+    one pass: a pass per term cost more in numpy's per-call overhead than in arithmetic on the
+    thousand-memory tokens agents mostly have."""
+    total = np.zeros(ndocs, dtype=np.float32)
+    matched = np.zeros(ndocs, dtype=np.int16)
+    # Rows of at most _SCORE_CELLS cells: a long query over a large token stays a few MB.
+    step = max(1, _SCORE_CELLS // max(ndocs, 1))
+    for first in range(0, len(terms), step):
+        chunk = terms[first : first + step]
+        lists: list[array[int]] = []
+        weights: list[float] = []
+        owners: list[int] = []
+        for i, term in enumerate(chunk):
+            for tid, weight in lexicon.expand(term):
+                lists.append(postings[tid])
+                weights.append(weight)
+                owners.append(i)
+        if not lists:
+            continue
+        sizes = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        # idf (BM25, always > 0) times the match-kind weight, repeated over each list's postings.
+        idf = np.log1p((n_live - sizes + 0.5) / (sizes + 0.5))
+        factor = np.repeat((idf * np.array(weights)).astype(np.float32), sizes)
+        # concatenate copies, so no numpy view keeps exporting an array('I') buffer (which
+        # would stop the array from growing later).
+        packed = np.concatenate([np.frombuffer(p, dtype=np.uint32) for p in lists])
+        docs = packed >> 8
+        tf = ((packed >> 3) & TF_MAX).astype(np.float32)
+        fields = packed & 7
+        score = tf * np.float32(_K1 + 1.0) / (tf + norm[docs])
+        score += np.where(fields & F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
+        score += np.where(fields & (F_NAME | F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
+        score *= factor
+        # Each (term, docno) cell keeps the best way the doc matches that term.
+        best = np.zeros(len(chunk) * ndocs, dtype=np.float32)
+        cells = docs if len(chunk) == 1 else np.repeat(np.array(owners, dtype=np.int64) * ndocs, sizes) + docs
+        if len(lists) == len(set(owners)):
+            best[cells] = score  # one list per term: docnos are unique within a list
+        else:
+            np.maximum.at(best, cells, score)
+        for row in best.reshape(len(chunk), ndocs):  # term by term, in query order, as ever
+            total += row
+            matched += row > 0
+    return total, matched
 
 
 def _position(plist: array[int], value: int) -> int:
