@@ -14,8 +14,8 @@ and drives it over HTTP with the official MCP client. Its resident memory and CP
 - server A, cold start (`.memvault/` deleted): process start -> first read_memory answer; then the
   background index snapshot; read_memory latency; RSS; then SIGKILL (no shutdown snapshot);
 - servers B1..Bk, restarts after SIGKILL (from A's background snapshot; each but the last killed
-  right after its first answer, in the middle of its background work, as a crash would): first
-  answer each; the last one then: reads; RSS; idle CPU; 40 hand edits -> searchable; 1,000-file
+  once its background work is done, as a server that ran a while): first answer each; the last
+  one then: reads; RSS; idle CPU; 40 hand edits -> searchable; 1,000-file
   bursts -> fully indexed; idle CPU again; SIGTERM;
 - servers C1..Ck, restarts after SIGTERM (shutdown snapshot): first answer each; reads and RSS on
   the last one.
@@ -654,17 +654,18 @@ async def run(args: argparse.Namespace, tmp: Path, docs: list[corpus.Doc], res: 
         note(f"A reads done, {res.reads[-1].mem}")
         a.stop(signal.SIGKILL)
 
-        # B1..Bk: restarts after SIGKILL, from A's background snapshot; all but the last are killed
-        # right after their first answer, amid their background work (a crash), and the last serves on.
+        # B1..Bk: restarts after SIGKILL, from A's background snapshot. Each but the last settles
+        # (its memories built, its background work done, as a server that ran a while) and is then
+        # killed; the last serves on.
         for k in range(args.kills):
             b = ServerProc(root, logs, f"B{k + 1}-after-kill", spy)
             servers.append(b)
             st = await first_answer(b, first_q[1 + k], f"B{k + 1}")
             res.after_kill.append(st)
             note(f"B{k + 1} after SIGKILL: first answer {st.answer_s:.2f} s, {st.mem}")
+            await settle(b, st)
             if k < args.kills - 1:
                 b.stop(signal.SIGKILL)
-        await settle(b, st)
         last = f"B{args.kills}"
         res.reads.append(await reads(b, queries, args.calls, args.warmup, 1, f"{last} (after SIGKILL)"))
         res.idle.append(await idle_cpu(b.pid, args.idle, f"server {last}, after loading and the reads"))
