@@ -201,9 +201,8 @@ class Index:
             self._ids_by_no.append(id)
             self._doc_terms.append(None)
             self._titles.append("")
-            if docno >= len(self._dl):
-                self._dl = np.concatenate([self._dl, np.zeros(len(self._dl), dtype=np.float32)])
-            if docno >= len(self._title_len):
+            if docno >= len(self._dl):  # the per-docno arrays, always of one length, grow together
+                self._dl = np.concatenate([self._dl, np.zeros_like(self._dl)])
                 self._title_len = np.concatenate([self._title_len, np.zeros_like(self._title_len)])
         self._docno[id] = docno
         return docno
