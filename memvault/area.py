@@ -14,7 +14,7 @@ from collections.abc import (
 )
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, Protocol
+from typing import Protocol, overload
 
 from memvault.index import Index
 from memvault.markdown import Memory
@@ -197,7 +197,13 @@ class InOrder(Sequence[Memory]):
     def __iter__(self) -> Iterator[Memory]:
         return map(self._memories.__getitem__, self._ids)
 
-    def __getitem__(self, i: int | slice) -> Any:
+    @overload
+    def __getitem__(self, i: int) -> Memory: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Memory]: ...
+
+    def __getitem__(self, i: int | slice) -> Memory | list[Memory]:
         if isinstance(i, slice):
             return [self._memories[id] for id in self._ids[i]]
         return self._memories[self._ids[i]]
