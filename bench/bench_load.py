@@ -48,8 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus
 from harness import cpu_ticks, free_port, machine_line, ms, pct, steal_share, update_results
 
-from memvault.markdown import render_new
-from memvault.names import slugify
+from memvault.disk.markdown import render_new
+from memvault.disk.names import slugify
 
 MARK_START = "<!-- bench_load:start -->"
 MARK_END = "<!-- bench_load:end -->"
@@ -458,7 +458,7 @@ def cpu_seconds(pid: int, *, system: bool = False, task: int | None = None) -> f
 
 
 def start_nginx(backends: list[str], port: int, prefix: Path) -> subprocess.Popen[bytes]:
-    from memvault import nginx
+    from memvault.server import nginx
 
     prefix.mkdir(parents=True)
     conf = prefix / "nginx.conf"

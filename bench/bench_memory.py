@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import call, client, free_port, machine_line, update_results
 
-from memvault.markdown import render_new
+from memvault.disk.markdown import render_new
 
 MARK_START = "<!-- bench_memory:start -->"
 MARK_END = "<!-- bench_memory:end -->"

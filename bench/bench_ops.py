@@ -40,8 +40,8 @@ async def worker(locomo: Path | None, writes: bool) -> None:
     import corpus
 
     from memvault.config import Settings
-    from memvault.recall import Recaller
-    from memvault.store import Store
+    from memvault.ops.recall import Recaller
+    from memvault.ops.store import Store
 
     docs = corpus.locomo_docs(locomo, 2000) if locomo else corpus.synthetic_docs(2000, 1)
     with tempfile.TemporaryDirectory() as folder:

@@ -4,7 +4,7 @@
     python bench/bench_read.py --memories 10000 [--locomo ../shared/data/locomo] [--out bench/RESULTS.md]
 
 Builds a vault of N memories for one token in a temporary folder (LoCoMo turns, or synthetic prose
-from a fixed-seed word generator), starts the real server in this process (memvault.app.create_app
+from a fixed-seed word generator), starts the real server in this process (memvault.server.app.create_app
 under uvicorn on a free loopback port), drives it with the official MCP client, and in the same
 process runs a mem-mcp-like baseline that reads and parses every file for every query.
 

@@ -54,7 +54,7 @@ import corpus
 from harness import call, client, cpu_ticks, free_port, fs_type, machine, ms, pct, steal_share, update_results
 
 import memvault
-from memvault.markdown import render_new
+from memvault.disk.markdown import render_new
 
 TOKEN = "scale"
 KINDS = corpus.KINDS
@@ -529,9 +529,9 @@ CHILD = r"""
 import json, os, resource, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
-from memvault.index import Index
-from memvault.markdown import parse_memory
-from memvault.vault import Vault
+from memvault.search.index import Index
+from memvault.disk.markdown import parse_memory
+from memvault.disk.vault import Vault
 out = {"import": time.perf_counter() - t0}
 vault = Vault(Path(sys.argv[1]))
 t = time.perf_counter(); entries = list(vault.scan()); out["scan"] = time.perf_counter() - t

@@ -29,8 +29,8 @@ import corpus
 from harness import call, client, machine_line, ms, pct, serve, update_results
 
 from memvault.config import Settings
-from memvault.markdown import render_new
-from memvault.names import slugify
+from memvault.disk.markdown import render_new
+from memvault.disk.names import slugify
 
 TOKEN = "migrated"
 MARK_START = "<!-- bench_sweep:start -->"

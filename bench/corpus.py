@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memvault.markdown import render_new
-from memvault.names import slugify
+from memvault.disk.markdown import render_new
+from memvault.disk.names import slugify
 
 KINDS = ("title word", "body word", "typo", "two words")
 DF_MIN, DF_MAX = 5, 200

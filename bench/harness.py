@@ -22,8 +22,8 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from memvault import __version__
-from memvault.app import create_app
 from memvault.config import Settings
+from memvault.server.app import create_app
 
 RESULTS_HEADER = "# Benchmark results\n\nSee bench/README.md for how to run each benchmark.\n"
 

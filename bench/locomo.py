@@ -53,11 +53,11 @@ from harness import call as timed_call
 from harness import client as session
 from harness import machine_line, pct, serve, update_results
 
-from memvault import topics
 from memvault.config import Settings
-from memvault.markdown import render_new
-from memvault.names import slugify
-from memvault.recall import DEFAULT_WEIGHTS, Recaller, Weights
+from memvault.disk.markdown import render_new
+from memvault.disk.names import slugify
+from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller, Weights
+from memvault.search import topics
 
 CATEGORIES = (1, 2, 3, 4)
 LIMIT = 10
@@ -261,7 +261,7 @@ def ranked_turns(reply: str, names: dict[str, str]) -> list[str]:
 # ---------------------------------------------------------------------------- the run
 
 
-# Each step turns on one more part of the ranking (memvault.recall.Weights), from plain BM25 scores
+# Each step turns on one more part of the ranking (memvault.ops.recall.Weights), from plain BM25 scores
 # to the default; measured through the tool's body on the same tokens.
 OFF: dict[str, Any] = {
     "context": (0.0, 0.0),
@@ -351,8 +351,8 @@ def tried_lines(tried: list[tuple[Weights, dict[str, Scores]]]) -> list[str]:
 
 # ---------------------------------------------------------------------------- cross-validation
 
-# What cross-validation chooses is a Setting: the ranking's weights (memvault.recall.Weights) and the
-# topic model's neighbour share (memvault.topics.NEIGHBOUR_SHARE; a refit of every token per value).
+# What cross-validation chooses is a Setting: the ranking's weights (memvault.ops.recall.Weights) and the
+# topic model's neighbour share (memvault.search.topics.NEIGHBOUR_SHARE; a refit of every token per value).
 # A Procedure is how a Setting is chosen on some conversations: coordinate ascent from the default
 # over a grid (each round tries every value of one axis with the others fixed, keeping the best on
 # those conversations), where a move must gain at least ``min_gain`` of the objective. Which

@@ -2,6 +2,6 @@
 
 import sys
 
-from memvault.cli import main
+from memvault.cli.main import main
 
 sys.exit(main())

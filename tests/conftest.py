@@ -19,8 +19,8 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from starlette.applications import Starlette
 
-from memvault.app import create_app
 from memvault.config import Settings
+from memvault.server.app import create_app
 
 
 @pytest.fixture

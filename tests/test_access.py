@@ -1,4 +1,4 @@
-"""Tests for access recording (memvault.access): queued accesses stay visible until committed."""
+"""Tests for access recording (memvault.ops.access): queued accesses stay visible until committed."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from memvault import access
-from memvault.access import Pending, flush_records, recorded
-from memvault.sidecar import Sidecar
-from memvault.store import Store
+from memvault.ops import access
+from memvault.ops.access import flush_records, recorded
+from memvault.ops.store import Store
+from memvault.records.sidecar import Sidecar
+from memvault.registry.state import Pending
 
 T0 = datetime(2026, 2, 10, 10, 30, tzinfo=UTC)
 

@@ -10,7 +10,7 @@ import anyio.to_thread
 import pytest
 from conftest import wait_for
 
-from memvault.app import SessionOwners
+from memvault.server.app import SessionOwners
 
 pytestmark = pytest.mark.anyio
 

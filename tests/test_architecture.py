@@ -1,173 +1,235 @@
-"""Dependency direction and module docstrings of the memvault package, checked by parsing the source."""
+"""The package's shape, checked by parsing the source: one rule per folder, no cycle, docstrings."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).parents[1] / "memvault"
-# Module paths relative to the package, without .py: "vault", "tools/memories", ...
-MODULES = sorted(p.relative_to(PACKAGE).with_suffix("").as_posix() for p in PACKAGE.rglob("*.py"))
 
-# Core modules know nothing of MCP or the HTTP layer; store sits between tools and the core.
-NO_MCP_NO_UPPER_LAYERS = (
-    "access",
-    "area",
-    "arguments",
-    "bulkindex",
-    "canonical",
-    "check",
-    "clock",
-    "columns",
-    "edits",
-    "config",
-    "embedders",
-    "embeddings",
-    "errors",
-    "eviction",
-    "files",
-    "graph",
-    "graphsearch",
-    "heap",
-    "index",
-    "lexicon",
-    "markdown",
-    "names",
-    "reconcile",
-    "recall",
-    "resources",
-    "sessionfiles",
-    "sessions",
-    "sidecar",
-    "snapshot",
-    "supersede",
-    "sweeps",
-    "text",
-    "tokens",
-    "topics",
-    "vault",
-    "vectors",
-    "watcher",
-)
-# The parts of the store know nothing of the Store that composes them.
-BELOW_STORE = ("access", "area", "arguments", "reconcile", "snapshot", "supersede", "sweeps", "tokens")
-# The pure basics: no I/O layers, no server, nothing of the store.
-BASICS = ("clock", "names", "text", "markdown", "edits", "eviction", "errors", "graphsearch")
-FORBIDDEN = {
-    **{name: ("memvault.app", "memvault.tools", "mcp") for name in NO_MCP_NO_UPPER_LAYERS},
-    **{name: ("memvault.app", "memvault.tools", "mcp", "memvault.store") for name in BELOW_STORE},
-    **{
-        name: ("memvault.app", "memvault.tools", "mcp", "memvault.store", "memvault.tokens",
-               "memvault.vault", "memvault.sidecar", "memvault.files", "memvault.index", "numpy")
-        for name in BASICS
-    },
-    "store": ("memvault.app", "memvault.tools"),
-    # Helper processes import them: they must stay light (no server, no store).
-    **{name: ("memvault.app", "memvault.tools", "mcp", "memvault.store", "memvault.embeddings")
-       for name in ("loader", "folderscan", "helperio", "spawn")},
-}  # fmt: skip
-MAX_MODULE_LINES = 600
-MAX_CLASS_LINES = 400
+# The folders from the bottom up: a module may import its own folder and the folders below it,
+# never one above. The basics (config, clock, errors, heap, threads) are the modules at the top of
+# the package; ``__main__`` stands with the command line.
+LAYERS = ("", "disk", "records", "search", "load", "registry", "ops", "tools", "server", "cli")
+# Below the tools nothing knows of MCP or HTTP.
+PROTOCOL = ("mcp", "starlette", "sse_starlette", "uvicorn")
+PROTOCOL_FREE = ("", "disk", "records", "search", "load", "registry", "ops")
+# Helper processes import these; whatever they pull in, every helper start pays for.
+HELPERS = {
+    "load.loader": ("mcp", "starlette", "memvault.ops", "memvault.registry", "memvault.search.embeddings"),
+    "load.folderscan": ("mcp", "starlette", "memvault.ops", "memvault.registry", "memvault.search.index"),
+    "load.pipes": ("mcp", "starlette", "memvault.ops", "memvault.registry", "memvault.search.index"),
+    # processes starts before the server's own imports: not even numpy.
+    "load.processes": ("mcp", "starlette", "numpy", "memvault.ops", "memvault.disk.vault", "memvault.search"),
+}
 
 
-def imported_modules(module: str) -> set[str]:
-    """Every module a file imports, anywhere in it (functions and TYPE_CHECKING blocks included).
+def module_names(package: Path) -> list[str]:
+    """Dotted names relative to the package: "config", "disk.vault", "tools" (an __init__)."""
+    names = []
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names.append(".".join(parts))
+    return names
 
-    ``from memvault import app`` and ``from . import app`` count as importing ``memvault.app``.
-    """
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
-    found: set[str] = set()
+
+def file_of(package: Path, module: str) -> Path:
+    base = package.joinpath(*module.split(".")) if module else package
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
+def imports(package: Path, module: str) -> list[tuple[str, list[str]]]:
+    """Every import a module makes, anywhere (functions and TYPE_CHECKING blocks included), as
+    (module imported, names taken from it), relative imports resolved."""
+    tree = ast.parse(file_of(package, module).read_text(encoding="utf-8"))
+    is_package = file_of(package, module).name == "__init__.py"
+    here = ["memvault", *module.split(".")] if module else ["memvault"]
+    found: list[tuple[str, list[str]]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                # The package is flat, so a relative import is resolved from memvault itself.
-                base = "memvault" + (f".{node.module}" if node.module else "")
+                base = here if is_package else here[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                name = ".".join([*base, *([node.module] if node.module else [])])
             else:
-                base = node.module or ""
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+                name = node.module or ""
+            found.append((name, [alias.name for alias in node.names]))
     return found
 
 
-def violates(name: str, banned: str) -> bool:
-    return name == banned or name.startswith(banned + ".")
+def internal_targets(package: Path, names: set[str], module: str) -> set[str]:
+    """The package's modules this module imports: ``from memvault.disk import vault`` is disk.vault."""
+    targets = set()
+    for name, taken in imports(package, module):
+        if name != "memvault" and not name.startswith("memvault."):
+            continue
+        inside = name.removeprefix("memvault").removeprefix(".")
+        submodules = {f"{inside}.{t}".lstrip(".") for t in taken} & names
+        targets |= submodules or ({inside} & names)
+    targets.discard(module)
+    return targets
 
 
-def test_the_package_has_the_modules_this_test_guards() -> None:
-    assert set(FORBIDDEN) <= set(MODULES), f"missing modules: {set(FORBIDDEN) - set(MODULES)}"
+def layer_of(module: str) -> str:
+    if module == "__main__":
+        return "cli"
+    folder = module.split(".")[0]
+    return folder if folder in LAYERS[1:] else ""
 
 
-@pytest.mark.parametrize("module", sorted(FORBIDDEN))
-def test_core_modules_do_not_import_upper_layers_or_mcp(module: str) -> None:
-    bad = sorted(
-        name for name in imported_modules(module) for banned in FORBIDDEN[module] if violates(name, banned)
-    )
-    assert not bad, f"memvault/{module}.py imports {bad}; dependencies must point one way (DESIGN.md)"
+def wrong_way(package: Path) -> list[str]:
+    """Imports of a folder above the importer's own, as readable lines."""
+    names = set(module_names(package))
+    bad = []
+    for module in sorted(names):
+        mine = LAYERS.index(layer_of(module))
+        for target in sorted(internal_targets(package, names, module)):
+            if LAYERS.index(layer_of(target)) > mine:
+                bad.append(f"{module} -> {target}")
+    return bad
 
 
-@pytest.mark.parametrize("helper", ["loader", "folderscan", "helperio", "spawn"])
+def cycles(package: Path) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan), sorted."""
+    names = set(module_names(package))
+    graph = {m: sorted(internal_targets(package, names, m)) for m in names}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def private_imports(package: Path) -> list[str]:
+    names = set(module_names(package))
+    bad = []
+    for module in sorted(names):
+        for name, taken in imports(package, module):
+            if name.startswith("memvault"):
+                bad += [
+                    f"{module} takes {name}.{t}" for t in taken if t.startswith("_") and t != "__version__"
+                ]
+    return bad
+
+
+def protocol_imports(package: Path, modules: Iterable[str]) -> list[str]:
+    bad = []
+    for module in modules:
+        for name, _ in imports(package, module):
+            if name.split(".")[0] in PROTOCOL:
+                bad.append(f"{module} imports {name}")
+    return bad
+
+
+def test_every_module_lives_in_a_known_folder() -> None:
+    stray = [m for m in module_names(PACKAGE) if "." in m and m.split(".")[0] not in LAYERS]
+    assert not stray, f"modules outside the folders this test knows: {stray}; add the folder to LAYERS"
+
+
+def test_imports_point_down_the_folders() -> None:
+    assert wrong_way(PACKAGE) == []
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    assert cycles(PACKAGE) == []
+
+
+def test_no_module_takes_another_modules_private_names() -> None:
+    assert private_imports(PACKAGE) == []
+
+
+def test_nothing_below_the_tools_knows_mcp_or_http() -> None:
+    below = [m for m in module_names(PACKAGE) if layer_of(m) in PROTOCOL_FREE]
+    assert protocol_imports(PACKAGE, below) == []
+
+
+@pytest.mark.parametrize("helper", sorted(HELPERS))
 def test_helper_modules_stay_light_at_run_time(helper: str) -> None:
-    """Helper processes import these; what they pull in, directly or not, every helper pays for.
-    ``spawn`` runs before the server's own imports, so it must not even pull in numpy."""
-    heavy = ("mcp", "starlette", "memvault.store", "memvault.embeddings", "memvault.tokens")
-    heavy += ("numpy", "memvault.vault") if helper == "spawn" else ()
+    heavy = HELPERS[helper]
     probe = (
         f"import sys, memvault.{helper}\n"
         f"heavy = {heavy!r}\n"
-        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "print(sorted(h for h in heavy if any(m == h or m.startswith(h + '.') for m in sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", f"importing memvault.{helper} also imports {out.stdout.strip()}"
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_modules_and_classes_stay_small_enough_to_read(module: str) -> None:
-    source = (PACKAGE / f"{module}.py").read_text(encoding="utf-8")
-    lines = source.count("\n")
-    assert lines <= MAX_MODULE_LINES, f"memvault/{module}.py has {lines} lines; split it by concept"
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ClassDef):
-            size = (node.end_lineno or node.lineno) - node.lineno + 1
-            assert size <= MAX_CLASS_LINES, f"class {node.name} in memvault/{module}.py has {size} lines"
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "memvault"
+    for name, source in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source, encoding="utf-8")
+    return root
 
 
-def test_import_parser_sees_every_form_of_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The guard itself must catch each spelling, or the tests above could never fail."""
-    source = (
-        "import mcp\n"
-        "from mcp.server import x\n"
-        "from memvault import tools\n"
-        "from . import app\n"
-        "from .store import Store\n"
-        "def f():\n"
-        "    import memvault.app\n"
+def test_the_checks_see_a_cycle_a_wrong_way_import_and_a_private_name(tmp_path: Path) -> None:
+    """The guards must catch each spelling, or the tests above could never fail."""
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": '"""x"""\n',
+            "config.py": "import typing\nif typing.TYPE_CHECKING:\n    from memvault.disk import vault\n",
+            "disk/__init__.py": '"""x"""\n',
+            "disk/vault.py": "from memvault import config\nfrom .names import _secret\n",
+            "disk/names.py": "def f():\n    from memvault.disk.vault import x\n_secret = 1\n",
+            "ops/__init__.py": '"""x"""\n',
+            "ops/store.py": "import mcp\nfrom memvault.disk import names\n",
+        },
     )
-    (tmp_path / "probe.py").write_text(source)
-    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path)
-    found = imported_modules("probe")
-    for banned in ("mcp", "memvault.tools", "memvault.app", "memvault.store"):
-        assert any(violates(name, banned) for name in found), banned
-    assert not any(violates(name, "mcp") for name in {"mcpx", "memvault.mcp_like"})
+    assert wrong_way(root) == ["config -> disk.vault"]
+    assert cycles(root) == [["config", "disk.names", "disk.vault"]]
+    assert private_imports(root) == ["disk.vault takes memvault.disk.names._secret"]
+    assert protocol_imports(root, ["ops.store", "disk.names"]) == ["ops.store imports mcp"]
 
 
-@pytest.mark.parametrize("module", MODULES)
+@pytest.mark.parametrize("module", module_names(PACKAGE))
 def test_every_module_starts_with_a_one_line_summary_docstring(module: str) -> None:
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
+    tree = ast.parse(file_of(PACKAGE, module).read_text(encoding="utf-8"))
     first = tree.body[0] if tree.body else None
     assert isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant), (
-        f"memvault/{module}.py must start with a docstring"
+        f"memvault.{module} must start with a docstring"
     )
     doc = first.value.value
     assert isinstance(doc, str)
     lines = doc.split("\n")
-    summary = lines[0].strip()
-    assert summary, f"memvault/{module}.py: the docstring's first line must say what the module is for"
+    assert lines[0].strip(), f"memvault.{module}: the docstring's first line must say what it is for"
     assert len(lines) == 1 or lines[1].strip() == "", (
-        f"memvault/{module}.py: the summary must fit on one line (a blank line before any more text)"
+        f"memvault.{module}: the summary must fit on one line (a blank line before any more text)"
     )

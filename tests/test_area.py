@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memvault.area import Area, Memories
-from memvault.markdown import Memory, parse_memory
+from memvault.disk.markdown import Memory, parse_memory
+from memvault.search.area import Area, Memories
 
 
 def _memory(id: str, body: str = "some words") -> Memory:

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from memvault import bulkindex
-from memvault.bulkindex import arrays_of, tokenize_many
-from memvault.columns import unpack_strings
-from memvault.index import Index
-from memvault.text import tokenize
+from memvault.search import bulkindex
+from memvault.search.bulkindex import arrays_of, tokenize_many
+from memvault.search.columns import unpack_strings
+from memvault.search.index import Index
+from memvault.search.text import tokenize
 
 
 def _results(ix: Index, queries: list[str]) -> list[list[tuple[str, float, bool]]]:

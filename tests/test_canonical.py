@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from memvault import canonical
-from memvault.check import check_vault
-from memvault.cli import main
+from memvault.cli.check import check_vault
+from memvault.cli.main import main
+from memvault.disk.names import check_id
+from memvault.disk.vault import Vault
 from memvault.errors import FileConflict, InvalidArgument, InvalidName
-from memvault.graph import Entity, KnowledgeGraph, Relation
-from memvault.names import check_id
-from memvault.sessionfiles import file_stem, paths
-from memvault.sessions import Sessions
-from memvault.sidecar import Sidecar
-from memvault.vault import Vault
+from memvault.records import sync
+from memvault.records.graph import Entity, KnowledgeGraph, Relation
+from memvault.records.sidecar import Sidecar
+from memvault.records.summaries import Sessions
+from memvault.records.summaryfiles import file_stem, paths
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -33,15 +33,13 @@ class Ticking:
 
 
 def sessions(sidecar: Sidecar, folder: Path, clock: Ticking | None = None) -> Sessions:
-    canonical.sync(sidecar, folder)
-    return Sessions(
-        sidecar, max_chars=100_000, clock=clock or Ticking(), files=canonical.SessionFiles(folder)
-    )
+    sync.sync(sidecar, folder)
+    return Sessions(sidecar, max_chars=100_000, clock=clock or Ticking(), files=sync.SessionFiles(folder))
 
 
 def graph(sidecar: Sidecar, folder: Path) -> KnowledgeGraph:
-    canonical.sync(sidecar, folder)
-    return KnowledgeGraph(sidecar, max_chars=100_000, clock=Ticking(), files=canonical.GraphFile(folder))
+    sync.sync(sidecar, folder)
+    return KnowledgeGraph(sidecar, max_chars=100_000, clock=Ticking(), files=sync.GraphFile(folder))
 
 
 def fresh_sidecar(folder: Path) -> Sidecar:
@@ -75,7 +73,7 @@ def test_sessions_and_graph_come_back_whole_from_the_files_alone(tmp_path: Path)
 
     with fresh_sidecar(folder) as sidecar:
         assert Sessions(sidecar, max_chars=100_000).infos() == []  # nothing until the files are read
-        canonical.sync(sidecar, folder)
+        sync.sync(sidecar, folder)
         assert Sessions(sidecar, max_chars=100_000).history("deploy") == before_history
         assert Sessions(sidecar, max_chars=100_000).history("Weird id / with spaces") == before_other
         assert KnowledgeGraph(sidecar, max_chars=100_000).read_graph() == before_graph
@@ -124,7 +122,7 @@ def test_history_grows_with_the_text_not_its_square(tmp_path: Path) -> None:
     size = sum(p.stat().st_size for p in (folder / "sessions").iterdir())
     assert size < 200_000, size
     with fresh_sidecar(folder) as sidecar:
-        canonical.sync(sidecar, folder)
+        sync.sync(sidecar, folder)
         history = Sessions(sidecar, max_chars=100_000).history("long")
     assert len(history) == 60
     assert history[0].summary.count(chunk) == 60 and history[-1].summary.count(chunk) == 1
@@ -144,7 +142,7 @@ def test_an_edit_of_the_markdown_file_is_a_new_version_and_the_history_catches_u
         assert (latest.summary, count, latest.title) == ("Agent text, corrected by hand.", 2, "Notes")
         s.append("notes", "More from the agent.")
     with fresh_sidecar(folder) as sidecar:
-        canonical.sync(sidecar, folder)
+        sync.sync(sidecar, folder)
         texts = [v.summary for v in Sessions(sidecar, max_chars=100_000).history("notes")]
     assert texts == [
         "Agent text, corrected by hand.\n\nMore from the agent.",
@@ -162,18 +160,18 @@ def test_a_crash_between_file_and_sidecar_leaves_the_file_winning(tmp_path: Path
     class Boom(Exception):
         pass
 
-    class Crashing(canonical.SessionFiles):
+    class Crashing(sync.SessionFiles):
         def written(self, conn, new, *, meta=False):  # type: ignore[no-untyped-def]
             super().written(conn, new, meta=meta)
             raise Boom  # the files are written; the sidecar's transaction never commits
 
     with Sidecar.open(folder) as sidecar:
-        canonical.sync(sidecar, folder)
+        sync.sync(sidecar, folder)
         crashing = Sessions(sidecar, max_chars=1000, clock=Ticking(), files=Crashing(folder))
         with pytest.raises(Boom):
             crashing.append("s", "two")
         assert Sessions(sidecar, max_chars=1000).latest("s")[1] == 1  # the copy rolled back
-        canonical.sync(sidecar, folder)
+        sync.sync(sidecar, folder)
         latest, count = Sessions(sidecar, max_chars=1000).latest("s")
     assert (latest.summary, count) == ("one\n\ntwo", 2)
 
@@ -185,9 +183,9 @@ def test_an_older_sidecar_only_vault_is_written_out_to_files_once(tmp_path: Path
         KnowledgeGraph(sidecar, max_chars=1000).create_entities([Entity("Old", "thing")])
     assert not (folder / "graph.jsonl").exists() and not (folder / "sessions").exists()
     with Sidecar.open(folder) as sidecar:
-        canonical.sync(sidecar, folder)
+        sync.sync(sidecar, folder)
     with fresh_sidecar(folder) as sidecar:
-        canonical.sync(sidecar, folder)
+        sync.sync(sidecar, folder)
         assert Sessions(sidecar, max_chars=1000).latest("old")[0].summary == "kept only in SQLite"
         assert [e.name for e in KnowledgeGraph(sidecar, max_chars=1000).read_graph().entities] == ["Old"]
 

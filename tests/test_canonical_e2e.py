@@ -13,11 +13,11 @@ import pytest
 from conftest import Running, run_server, wait_for
 from test_git import GIT, call_ok, git
 
-from memvault import canonical
 from memvault.config import Settings
-from memvault.graph import Entity, KnowledgeGraph
-from memvault.sessions import Sessions
-from memvault.sidecar import Sidecar
+from memvault.records import sync
+from memvault.records.graph import Entity, KnowledgeGraph
+from memvault.records.sidecar import Sidecar
+from memvault.records.summaries import Sessions
 
 pytestmark = pytest.mark.anyio
 TOKEN = "alice"
@@ -100,12 +100,12 @@ async def test_a_pull_brings_a_graph_entity_and_a_session_to_a_running_server(
         def work_on_the_laptop() -> None:  # another machine's memvault, writing its files
             folder = laptop / TOKEN
             with Sidecar.open(folder) as sidecar:
-                canonical.sync(sidecar, folder)
-                files = canonical.GraphFile(folder)
+                sync.sync(sidecar, folder)
+                files = sync.GraphFile(folder)
                 KnowledgeGraph(sidecar, max_chars=1000, files=files).create_entities(
                     [Entity("Zoe", "person")]
                 )
-                sessions = Sessions(sidecar, max_chars=1000, files=canonical.SessionFiles(folder))
+                sessions = Sessions(sidecar, max_chars=1000, files=sync.SessionFiles(folder))
                 sessions.upsert("from-laptop", "Written on the laptop.")
 
         await anyio.to_thread.run_sync(work_on_the_laptop)

@@ -784,7 +784,7 @@ def test_connections_to_the_serve_socket_have_nagle_off():
     100k benchmark)."""
     import asyncio
 
-    from memvault.cli import listen
+    from memvault.cli.main import listen
 
     async def accepted_nodelay() -> int:
         sock = listen("127.0.0.1", 0)
@@ -810,19 +810,20 @@ def test_connections_to_the_serve_socket_have_nagle_off():
 
 
 def test_serve_hands_the_gil_over_sooner_than_pythons_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from memvault import app, cli, resources
+    from memvault.cli import main as cli
     from memvault.errors import MemvaultError
+    from memvault.server import app, limits
 
     def refuse(settings: Settings) -> None:
         raise MemvaultError("stop here")
 
     monkeypatch.setattr(app, "create_app", refuse)  # serve stops right after its process setup
-    monkeypatch.setattr(resources, "quiet_accept_failures", lambda: None)  # no filter left behind
+    monkeypatch.setattr(limits, "quiet_accept_failures", lambda: None)  # no filter left behind
     before = sys.getswitchinterval()
     try:
         sys.setswitchinterval(0.005)
         assert cli.serve(Settings()) == 2
-        assert sys.getswitchinterval() == pytest.approx(resources.SWITCH_INTERVAL)
-        assert resources.SWITCH_INTERVAL < 0.005
+        assert sys.getswitchinterval() == pytest.approx(limits.SWITCH_INTERVAL)
+        assert limits.SWITCH_INTERVAL < 0.005
     finally:
         sys.setswitchinterval(before)

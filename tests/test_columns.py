@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memvault.columns import pack_strings, unpack_strings
+from memvault.search.columns import pack_strings, unpack_strings
 
 
 @given(st.lists(st.text()))

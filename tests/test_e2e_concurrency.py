@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from memvault.markdown import parse_memory
+from memvault.disk.markdown import parse_memory
 
 pytestmark = [
     pytest.mark.anyio,

@@ -10,7 +10,7 @@ import anyio.to_thread
 import pytest
 import yaml
 
-from memvault.cli import main
+from memvault.cli.main import main
 
 pytestmark = [
     pytest.mark.anyio,
@@ -752,7 +752,7 @@ async def test_a_full_disk_never_fails_a_read_nor_misreports_a_write(server_fact
     import errno
     import sqlite3
 
-    from memvault.sidecar import Sidecar
+    from memvault.records.sidecar import Sidecar
 
     async with server_factory() as srv, srv.session("alice") as s:
         err, _ = await srv.call(s, "write_memory", title="Before", content="written before the disk filled")
@@ -783,7 +783,7 @@ async def test_a_full_disk_never_fails_a_read_nor_misreports_a_write(server_fact
         def no_space(fd: int) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr("memvault.files.os.fsync", no_space)
+        monkeypatch.setattr("memvault.disk.files.os.fsync", no_space)
         before = sorted(p.name for p in (vault_root / "alice").iterdir())
         err, text = await srv.call(s, "write_memory", title="After", content="cannot be written")
         assert err and "disk is full" in text and "nothing was written" in text, text

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from memvault.edits import Edit, apply_edit, replace_section, version_of
+from memvault.disk.markdown import parse_memory
 from memvault.errors import InvalidArgument
-from memvault.markdown import parse_memory
-from memvault.store import Store
+from memvault.ops.edits import Edit, apply_edit, replace_section, version_of
+from memvault.ops.store import Store
 
 NOTES = """Intro line.
 
@@ -84,7 +84,7 @@ def test_reading_does_not_change_a_version_but_any_edit_does() -> None:
 
 
 def test_versions_are_kept_per_file_and_the_kept_ones_stay_bounded() -> None:
-    from memvault import edits
+    from memvault.ops import edits
 
     same_bytes = b"no heading, the title comes from the name\n"
     assert version_of(parse_memory(same_bytes, "a.md")) != version_of(parse_memory(same_bytes, "b.md"))

@@ -18,20 +18,20 @@ import numpy as np
 import pytest
 
 from memvault.config import Settings, check_spec
-from memvault.embedders import (
+from memvault.disk.markdown import Memory
+from memvault.errors import InvalidArgument
+from memvault.ops.store import Store
+from memvault.records.sidecar import Sidecar, StoredVector
+from memvault.search.embedders import (
     EmbedderUnavailable,
     FloatMatrix,
     HashEmbedder,
     load_embedder,
     normalise_rows,
 )
-from memvault.embeddings import Embeddings
-from memvault.errors import InvalidArgument
-from memvault.markdown import Memory
-from memvault.sidecar import Sidecar, StoredVector
-from memvault.store import Store
-from memvault.topics import matvec
-from memvault.vectors import TokenVectors, embed_text, quantize, text_hash
+from memvault.search.embeddings import Embeddings
+from memvault.search.topics import matvec
+from memvault.search.vectors import TokenVectors, embed_text, quantize, text_hash
 
 pytestmark = [
     pytest.mark.anyio,
@@ -65,7 +65,7 @@ def test_hash_embedder_is_deterministic_across_processes():
     texts = ["Deploy notes: blue/green on Fridays", "工作安排", "café au lait"]
     here = hashlib.sha256(HashEmbedder().embed(texts).tobytes()).hexdigest()
     code = (
-        "import hashlib, sys; from memvault.embedders import HashEmbedder; "
+        "import hashlib, sys; from memvault.search.embedders import HashEmbedder; "
         f"print(hashlib.sha256(HashEmbedder().embed({texts!r}).tobytes()).hexdigest())"
     )
     # A different PYTHONHASHSEED would change Python's hash(): the embedder must not depend on it.
@@ -344,7 +344,7 @@ async def test_a_failing_embedder_is_retried_without_losing_work(make_settings: 
 
 def topic_scores(model, rows, where, query: str):
     """Cosine of ``query`` with every row placed in ``model`` (None: no query word is a topic word)."""
-    from memvault import topics
+    from memvault.search import topics
 
     place = model.query(query)
     if place is None:
@@ -354,7 +354,7 @@ def topic_scores(model, rows, where, query: str):
 
 
 def test_topics_connect_words_that_keep_company():
-    from memvault import topics
+    from memvault.search import topics
 
     vocabulary = topics.Vocabulary()
     texts = []
@@ -382,7 +382,7 @@ def test_topics_connect_words_that_keep_company():
 
 
 def test_rows_without_words_change_no_topic_score():
-    from memvault import topics
+    from memvault.search import topics
 
     rng = np.random.default_rng(5)
     words = [f"w{i}" for i in range(120)]
@@ -415,7 +415,7 @@ def test_rows_without_words_change_no_topic_score():
 
 
 def test_folding_in_steps_places_every_row_as_folding_at_once(monkeypatch: pytest.MonkeyPatch):
-    from memvault import topics
+    from memvault.search import topics
 
     rng = np.random.default_rng(11)
     words = [f"w{i}" for i in range(200)]
@@ -441,7 +441,7 @@ def test_folding_in_steps_places_every_row_as_folding_at_once(monkeypatch: pytes
 
 
 def test_topics_need_enough_text():
-    from memvault import topics
+    from memvault.search import topics
 
     vocabulary = topics.Vocabulary()
     rows = [vocabulary.encode("a few words here") for _ in range(10)]
@@ -463,8 +463,8 @@ def test_without_the_recall_tools_nothing_is_embedded(tmp_path: Path):
 
 
 def test_the_worker_waits_while_a_token_loads(tmp_path: Path):
-    from memvault.markdown import parse_memory
-    from memvault.vectors import TokenVectors
+    from memvault.disk.markdown import parse_memory
+    from memvault.search.vectors import TokenVectors
 
     embeddings = Embeddings()
     vectors = TokenVectors()

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memvault.eviction import Candidate, Eviction, Limits, plan, sweep_due
+from memvault.ops.eviction import Candidate, Eviction, Limits, plan, sweep_due
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ROOMY = Limits(capacity=1000)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from memvault.cli import main
-from memvault.graph import Entity, KnowledgeGraph, Relation
-from memvault.sessions import Sessions
-from memvault.sidecar import Sidecar
+from memvault.cli.main import main
+from memvault.records.graph import Entity, KnowledgeGraph, Relation
+from memvault.records.sidecar import Sidecar
+from memvault.records.summaries import Sessions
 
 pytestmark = pytest.mark.filterwarnings("ignore:Callback with id .* already exists for watch:RuntimeWarning")
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memvault import folderscan, snapshot, spawn
-from memvault.columns import pack_strings
-from memvault.files import TEMP_PREFIX, TEMP_SUFFIX, file_change
-from memvault.names import SNAPSHOT_FILE
-from memvault.store import Store
-from memvault.vault import Vault
+from memvault.disk.files import TEMP_PREFIX, TEMP_SUFFIX, file_change
+from memvault.disk.names import SNAPSHOT_FILE
+from memvault.disk.vault import Vault
+from memvault.load import folderscan, processes, snapshot
+from memvault.ops.store import Store
+from memvault.search.columns import pack_strings
 
 pytestmark = pytest.mark.anyio
 
@@ -73,15 +73,15 @@ async def test_the_helper_finds_what_a_scan_in_process_finds(make_settings, vaul
     folder = vault_root / "alice"
     _fill(folder, 60)
     snap = await _snapshot_of(make_settings, folder, monkeypatch)
-    if spare:  # started before the job was known, as serve does (memvault.spawn)
-        assert spawn.start_spare("folderscan")
-        waiting = spawn._spare
+    if spare:  # started before the job was known, as serve does (memvault.load.processes)
+        assert processes.start_spare("folderscan")
+        waiting = processes._spare
     _change_while_down(folder)
     (folder / "archive" / "note-7.md").unlink()
     scan = folderscan.start(folder, snap, most=1)
     assert scan is not None
     if spare:
-        assert waiting is not None and scan._process is waiting.process and spawn._spare is None
+        assert waiting is not None and scan._process is waiting.process and processes._spare is None
     assert folderscan.start(folder, snap, most=1) is None  # one runs already
     found = scan.result()
     scan.cancel()
@@ -174,15 +174,15 @@ def test_a_failing_or_garbled_helper_or_another_snapshot_gives_nothing(tmp_path,
 
 
 def test_helpers_that_cannot_take_their_job_are_reaped(tmp_path, monkeypatch):
-    started: list[spawn.Started] = []
-    real = spawn.Started.__init__
+    started: list[processes.Started] = []
+    real = processes.Started.__init__
 
-    def recorded(self: spawn.Started, module: str) -> None:
+    def recorded(self: processes.Started, module: str) -> None:
         real(self, module)
         started.append(self)
 
-    monkeypatch.setattr(spawn.Started, "__init__", recorded)
-    monkeypatch.setattr(spawn.Started, "give", lambda self, job: False)  # as if each died at once
+    monkeypatch.setattr(processes.Started, "__init__", recorded)
+    monkeypatch.setattr(processes.Started, "give", lambda self, job: False)  # as if each died at once
     running = folderscan._running
     assert folderscan.start(tmp_path, tmp_path / "snapshot.npz", most=4) is None
     assert len(started) == 2  # the first, then one more try
@@ -219,8 +219,8 @@ async def _down_after_changes(make_settings, vault_root: Path, monkeypatch, n: i
     """A token of ``n`` notes served once (its snapshot written), then changed while the server
     is down; a helper is used for any snapshot on any machine."""
     folder = _restartable(vault_root, n)
-    monkeypatch.setattr(spawn, "HELPER_MIN_BYTES", 0)
-    monkeypatch.setattr("memvault.spawn.usable_cpus", lambda: 2)
+    monkeypatch.setattr(processes, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr("memvault.load.processes.usable_cpus", lambda: 2)
     await _snapshot_of(make_settings, folder, monkeypatch)
     _change_while_down(folder)
     return folder

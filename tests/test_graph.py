@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from memvault.errors import InvalidArgument, UnknownEntity
-from memvault.graph import Entity, KnowledgeGraph, Node, Relation, SearchLimits, search, term_score
-from memvault.sidecar import Sidecar
+from memvault.records.graph import Entity, KnowledgeGraph, Node, Relation, SearchLimits, search, term_score
+from memvault.records.sidecar import Sidecar
 
 TRANSPORTS = ["http", "sse"]
 # watchdog warns from its inotify thread when token/.memvault is added to the recursive watch twice.

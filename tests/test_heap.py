@@ -58,7 +58,7 @@ async def test_a_loaded_token_is_kept_from_the_cyclic_collector_until_it_unloads
     an unload hands everything back to the collector, so nothing stays frozen for good."""
     import gc
 
-    from memvault.store import Store
+    from memvault.ops.store import Store
 
     gc.unfreeze()
     store = Store(make_settings(max_loaded_tokens=1))
@@ -147,8 +147,8 @@ def test_uncollected_leaves_a_collector_that_was_off_off():
 async def test_a_token_loads_with_the_collector_paused(make_settings, monkeypatch):
     import gc
 
-    from memvault.store import Store
-    from memvault.tokens import Tokens
+    from memvault.ops.store import Store
+    from memvault.registry.tokens import Tokens
 
     seen = []
     original = Tokens._load_files

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memvault.index import Hit, Index
-from memvault.text import tokenize
+from memvault.search.index import Hit, Index
+from memvault.search.text import tokenize
 
 
 def ids(hits: list[Hit]) -> list[str]:
@@ -460,7 +460,7 @@ def test_very_long_query_is_bounded_and_still_answers() -> None:
 
 
 def test_memories_stay_searchable_across_batched_posting_flushes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("memvault.index._FLUSH_AT", 7)
+    monkeypatch.setattr("memvault.search.index._FLUSH_AT", 7)
     ix = Index()
     for i in range(40):
         ix.upsert(f"n{i}.md", title="", body=f"shared w{i}q and more words here")
@@ -487,7 +487,7 @@ def test_terms_scored_a_few_at_a_time_rank_as_all_at_once(
     whole = [[(h.id, h.score, h.matched_all) for h in index.search(q)[0]] for q in queries]
     counts = [index.search(q)[1] for q in queries]
     assert all(whole[:2]) and any(not h[2] for h in whole[2])
-    monkeypatch.setattr("memvault.index._SCORE_CELLS", 1)  # one term a slice
+    monkeypatch.setattr("memvault.search.index._SCORE_CELLS", 1)  # one term a slice
     assert [[(h.id, h.score, h.matched_all) for h in index.search(q)[0]] for q in queries] == whole
     assert [index.search(q)[1] for q in queries] == counts
 
@@ -565,6 +565,6 @@ def test_a_snapshot_with_terms_out_of_range_is_refused(index: Index) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.text(min_size=1, max_size=40))
 def test_one_terms_character_set_is_the_vectorised_ones(term: str) -> None:
-    from memvault.lexicon import char_mask, char_masks
+    from memvault.search.lexicon import char_mask, char_masks
 
     assert char_mask(term) == int(char_masks([term, "x"])[0])

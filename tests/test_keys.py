@@ -16,7 +16,7 @@ from mcp.client.session import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from memvault import keys
+from memvault.server import keys
 
 pytestmark = pytest.mark.anyio
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from memvault import lexicon as lexicon_module
-from memvault.lexicon import Lexicon
+from memvault.search import lexicon as lexicon_module
+from memvault.search.lexicon import Lexicon
 
 WORDS = [
     "deploy", "deployed", "deploying", "staging", "stag", "postgres", "postgers", "postgre", "release",

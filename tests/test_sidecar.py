@@ -15,8 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memvault.clock import format_time, parse_time
-from memvault.inline import NeedsThread
-from memvault.sidecar import (
+from memvault.records.sidecar import (
     DB_NAME,
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -25,6 +24,7 @@ from memvault.sidecar import (
     Sidecar,
     sidecar_path,
 )
+from memvault.threads import NeedsThread
 
 T0 = datetime(2026, 2, 10, 10, 30, tzinfo=UTC)
 
@@ -100,7 +100,7 @@ def test_a_newer_schema_version_is_opened_as_it_is(token_dir: Path, caplog: pyte
     with closing(sqlite3.connect(sidecar_path(token_dir))) as conn:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
         conn.commit()
-    with caplog.at_level(logging.WARNING, logger="memvault.sidecar"), Sidecar.open(token_dir) as sc:
+    with caplog.at_level(logging.WARNING, logger="memvault.records.sidecar"), Sidecar.open(token_dir) as sc:
         sc.set_state("k", "v")
         assert sc.get_state("k") == "v"
     assert "newer" in caplog.text
@@ -114,7 +114,7 @@ def test_corrupt_database_is_moved_aside_and_a_fresh_one_opens(
     folder.mkdir(parents=True)
     garbage = b"this is not a database at all \x00\xff" * 200
     (folder / DB_NAME).write_bytes(garbage)
-    with caplog.at_level(logging.WARNING, logger="memvault.sidecar"), Sidecar.open(token_dir) as sc:
+    with caplog.at_level(logging.WARNING, logger="memvault.records.sidecar"), Sidecar.open(token_dir) as sc:
         sc.record_access(["a.md"], T0)
         assert sc.access_counts() == {"a.md": (1, 1)}
     moved = [p for p in folder.iterdir() if p.name.startswith(f"{DB_NAME}.corrupt-")]

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from memvault import spawn
-from memvault.spawn import command
+from memvault.load import processes
+from memvault.load.processes import command
 
 
 @pytest.fixture(autouse=True)
 def _no_spare_left() -> Iterator[None]:
     yield
-    spawn.drop_spare()
+    processes.drop_spare()
 
 
 def _probe_package(tmp_path: Path) -> dict[str, str]:
@@ -25,9 +25,10 @@ def _probe_package(tmp_path: Path) -> dict[str, str]:
     ``probe`` helper says whether the cyclic collector ran while it was imported and while its main
     ran, and echoes its arguments and what it read from stdin."""
     fake = tmp_path / "memvault"
-    fake.mkdir()
+    (fake / "load").mkdir(parents=True)
     (fake / "__init__.py").write_text("", encoding="utf-8")
-    (fake / "probe.py").write_text(
+    (fake / "load" / "__init__.py").write_text("", encoding="utf-8")
+    (fake / "load" / "probe.py").write_text(
         "import gc, sys\nAT_IMPORT = gc.isenabled()\n"
         "def main():\n"
         "    job = sys.stdin.read()\n"
@@ -53,7 +54,7 @@ def test_a_started_helper_takes_its_job_whenever_it_comes(tmp_path, monkeypatch)
     _probe_package(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    helper = spawn.Started("probe")
+    helper = processes.Started("probe")
     # The job comes whenever the store knows it; the helper waits on its stdin meanwhile.
     assert helper.give('["é", 1]'.encode())
     out, err = helper.process.communicate(timeout=60)
@@ -64,13 +65,13 @@ def test_a_started_helper_takes_its_job_whenever_it_comes(tmp_path, monkeypatch)
 
 def test_the_spare_is_taken_once_by_its_own_kind(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    assert spawn.start_spare("folderscan")
-    spare = spawn._spare
+    assert processes.start_spare("folderscan")
+    spare = processes._spare
     assert spare is not None
-    assert spawn.take_spare("loader") is None  # another kind of helper: not this one
-    assert spawn.take_spare("folderscan") is spare
-    assert spawn.take_spare("folderscan") is None
-    fresh = spawn.start("folderscan")  # no spare left: a fresh one
+    assert processes.take_spare("loader") is None  # another kind of helper: not this one
+    assert processes.take_spare("folderscan") is spare
+    assert processes.take_spare("folderscan") is None
+    fresh = processes.start("folderscan")  # no spare left: a fresh one
     assert fresh is not spare
     for helper in (spare, fresh):
         helper.stop()
@@ -85,55 +86,55 @@ def _wait(condition, seconds: float = 30.0) -> None:
 
 
 def test_a_spare_nobody_takes_is_stopped_after_its_time():
-    assert spawn.start_spare("folderscan", seconds=0.2)
-    spare = spawn._spare
+    assert processes.start_spare("folderscan", seconds=0.2)
+    spare = processes._spare
     assert spare is not None
-    _wait(lambda: spawn._spare is None and spare.process.returncode is not None)  # killed, reaped
-    assert spawn.take_spare("folderscan") is None
+    _wait(lambda: processes._spare is None and spare.process.returncode is not None)  # killed, reaped
+    assert processes.take_spare("folderscan") is None
 
 
 def test_a_spare_that_died_is_not_handed_out():
-    assert spawn.start_spare("folderscan")
-    spare = spawn._spare
+    assert processes.start_spare("folderscan")
+    spare = processes._spare
     assert spare is not None
     spare.process.kill()
     spare.process.wait(timeout=30)
-    assert spawn.take_spare("folderscan") is None
-    assert spawn._spare is None and spare.process.returncode is not None
+    assert processes.take_spare("folderscan") is None
+    assert processes._spare is None and spare.process.returncode is not None
 
 
 def test_drop_spare_stops_it_and_a_new_spare_replaces_the_old():
-    assert spawn.start_spare("folderscan")
-    first = spawn._spare
-    assert spawn.start_spare("folderscan")
+    assert processes.start_spare("folderscan")
+    first = processes._spare
+    assert processes.start_spare("folderscan")
     assert first is not None and first.process.returncode is not None
-    second = spawn._spare
-    spawn.drop_spare()
-    assert spawn._spare is None and second is not None and second.process.returncode is not None
+    second = processes._spare
+    processes.drop_spare()
+    assert processes._spare is None and second is not None and second.process.returncode is not None
 
 
 def test_a_spare_is_worth_it_only_for_a_large_snapshot_in_a_token_folder(tmp_path):
     root = tmp_path / "vault"
-    assert not spawn.worth_a_spare(root, 1000)  # no vault yet
+    assert not processes.worth_a_spare(root, 1000)  # no vault yet
     (root / "alice" / ".memvault").mkdir(parents=True)
     (root / "alice" / ".memvault" / "snapshot.npz").write_bytes(b"x" * 999)
     (root / "alice" / "big.md").write_bytes(b"x" * 5000)
-    assert not spawn.worth_a_spare(root, 1000)
+    assert not processes.worth_a_spare(root, 1000)
     outside = tmp_path / "elsewhere"
     (outside / ".memvault").mkdir(parents=True)
     (outside / ".memvault" / "snapshot.npz").write_bytes(b"x" * 5000)
     (root / "linked").symlink_to(outside)  # not followed: nothing outside the vault is looked at
     (root / ".memvault").symlink_to(outside / ".memvault")
-    assert not spawn.worth_a_spare(root, 1000)
+    assert not processes.worth_a_spare(root, 1000)
     (root / "bob" / ".memvault").mkdir(parents=True)
     with open(root / "bob" / ".memvault" / "snapshot.npz", "wb") as handle:
         handle.truncate(1000)
-    assert spawn.worth_a_spare(root, 1000)
+    assert processes.worth_a_spare(root, 1000)
 
 
 def test_folder_scan_helpers_only_with_two_cpus_and_helpers_allowed(monkeypatch):
-    monkeypatch.setattr(spawn, "usable_cpus", lambda: 4)
-    assert spawn.scan_helpers(None) == 4 and spawn.scan_helpers(2) == 4
-    assert spawn.scan_helpers(0) == 0  # MEMVAULT_LOAD_PROCESSES=0: no helper processes at all
-    monkeypatch.setattr(spawn, "usable_cpus", lambda: 1)
-    assert spawn.scan_helpers(None) == 0
+    monkeypatch.setattr(processes, "usable_cpus", lambda: 4)
+    assert processes.scan_helpers(None) == 4 and processes.scan_helpers(2) == 4
+    assert processes.scan_helpers(0) == 0  # MEMVAULT_LOAD_PROCESSES=0: no helper processes at all
+    monkeypatch.setattr(processes, "usable_cpus", lambda: 1)
+    assert processes.scan_helpers(None) == 0

@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 from filelock import FileLock
 
-from memvault import files
-from memvault.cli import main
+from memvault.cli.main import main
+from memvault.disk import files
+from memvault.disk.markdown import MAX_INDEXED_BYTES
+from memvault.disk.names import STATE_DIR
 from memvault.errors import InvalidArgument, InvalidName
-from memvault.markdown import MAX_INDEXED_BYTES
-from memvault.names import STATE_DIR
-from memvault.recall import Recaller
-from memvault.snapshot import VERSION as SNAPSHOT_VERSION
-from memvault.store import Store
-from memvault.tokens import Tokens
+from memvault.load.snapshot import VERSION as SNAPSHOT_VERSION
+from memvault.ops.recall import Recaller
+from memvault.ops.store import Store
+from memvault.registry.state import TokenState
 
 pytestmark = pytest.mark.anyio
 
@@ -130,7 +130,7 @@ def _hand_write(folder, name, body):
 
 async def _alice_snapshotted(make_settings, vault_root, monkeypatch):
     """Token alice with 30 hand-written memories, loaded once and closed: its snapshot written."""
-    monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)
+    monkeypatch.setattr("memvault.load.snapshot.MIN_MEMORIES", 0)
     folder = vault_root / "alice"
     folder.mkdir()
     for i in range(30):
@@ -171,11 +171,11 @@ async def test_restart_from_the_index_snapshot_reads_only_what_changed(
 
 
 async def test_a_restored_token_answers_before_its_memories_are_built(make_settings, vault_root, monkeypatch):
-    monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)
+    monkeypatch.setattr("memvault.load.snapshot.MIN_MEMORIES", 0)
     # The folder compared with the snapshot by a helper process, as for a large vault (the scan
     # in this process looks at every memory, which builds them all).
-    monkeypatch.setattr("memvault.spawn.HELPER_MIN_BYTES", 0)
-    monkeypatch.setattr("memvault.spawn.usable_cpus", lambda: 2)
+    monkeypatch.setattr("memvault.load.processes.HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr("memvault.load.processes.usable_cpus", lambda: 2)
     await _alice_snapshotted(make_settings, vault_root, monkeypatch)
 
     second = Store(make_settings())
@@ -211,7 +211,7 @@ async def test_a_restored_token_answers_before_its_memories_are_built(make_setti
 
 
 async def test_a_corrupt_snapshot_is_ignored(make_settings, vault_root, monkeypatch):
-    monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)
+    monkeypatch.setattr("memvault.load.snapshot.MIN_MEMORIES", 0)
     folder = vault_root / "alice"
     folder.mkdir()
     for i in range(5):
@@ -230,7 +230,7 @@ async def test_a_corrupt_snapshot_is_ignored(make_settings, vault_root, monkeypa
 
 
 async def test_a_snapshot_in_an_older_format_is_ignored(make_settings, vault_root, monkeypatch, caplog):
-    monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)
+    monkeypatch.setattr("memvault.load.snapshot.MIN_MEMORIES", 0)
     folder = vault_root / "alice"
     folder.mkdir()
     for i in range(4):
@@ -303,18 +303,18 @@ async def test_an_outside_change_reported_during_a_load_is_applied_after_it(
     for i in range(5):
         _hand_write(folder, f"note-{i}.md", f"ordinary words number{i}")
     store = Store(make_settings())
-    real_read = Tokens.read_file
+    real_read = TokenState.read_file
     edited = []
 
-    def read_then_edit(self, state, id, archived, previous=None):
-        memory = real_read(self, state, id, archived, previous)
+    def read_then_edit(self, id, archived, previous=None):
+        memory = real_read(self, id, archived, previous)
         if id == "note-2.md" and not edited:
             # A person saves the file just after the load read it; the watcher reports it at once.
             _hand_write(folder, "note-2.md", "fresh zebra words")
             edited.append(store.apply_changes("alice", [folder / "note-2.md"], False))
         return memory
 
-    monkeypatch.setattr(Tokens, "read_file", read_then_edit)
+    monkeypatch.setattr(TokenState, "read_file", read_then_edit)
     try:
         found = await store.find("alice", query="zebra")
         assert edited == [0]  # not applied then: the token was still loading
@@ -436,7 +436,7 @@ async def test_a_file_replaced_with_the_same_size_and_mtime_is_read_again(
 async def test_a_large_vault_restart_sees_a_file_replaced_with_the_same_size_and_mtime(
     make_settings, vault_root, monkeypatch
 ):
-    monkeypatch.setattr("memvault.snapshot.MIN_MEMORIES", 0)  # restart from the index snapshot
+    monkeypatch.setattr("memvault.load.snapshot.MIN_MEMORIES", 0)  # restart from the index snapshot
     folder = vault_root / "alice"
     folder.mkdir()
     for i in range(5):
@@ -463,7 +463,7 @@ def _scan_within(vault_dir: Path, seconds: float) -> list[str] | None:
     """The ids Vault.scan lists, or None if it did not finish in time (an endless walk)."""
     import threading
 
-    from memvault.vault import Vault
+    from memvault.disk.vault import Vault
 
     out: list[str] = []
     done = threading.Event()
@@ -708,7 +708,7 @@ async def test_an_access_time_alone_leaves_the_index_untouched(make_settings, va
 async def test_a_sweep_moves_in_batches_and_keeps_what_was_read_since_its_plan(
     make_settings, vault_root, monkeypatch
 ):
-    import memvault.sweeps as sweeps
+    import memvault.ops.sweeps as sweeps
 
     folder = vault_root / "alice"
     folder.mkdir()
@@ -910,7 +910,7 @@ async def test_a_repeated_write_is_reused_only_within_the_window_and_the_record_
 ):
     now = [datetime(2026, 3, 1, 12, 0, tzinfo=UTC)]
     store = Store(make_settings(dedupe_window_seconds=60), clock=lambda: now[0])
-    monkeypatch.setattr("memvault.store.RECENT_WRITES_KEPT", 5)
+    monkeypatch.setattr("memvault.ops.store.RECENT_WRITES_KEPT", 5)
     try:
         first, reused = await store.write("alice", title="Tide", content="high at noon")
         assert not reused

@@ -1,4 +1,4 @@
-"""Unit and property tests of memvault.vault: parsing, rendering, names, path safety and file moves."""
+"""Unit and property tests of memvault.disk.vault: parsing, rendering, names, path safety and file moves."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import yaml
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from memvault import markdown as vault_module
 from memvault.clock import format_time
+from memvault.disk import markdown as vault_module
+from memvault.disk.files import atomic_write
+from memvault.disk.markdown import OWNED_KEYS, PRIORITIES, Memory, parse_memory, render_new, rewrite
+from memvault.disk.names import SLUG_MAX, check_id, slugify, valid_token
+from memvault.disk.vault import Vault
 from memvault.errors import Conflict, InvalidArgument, InvalidName, NotFound
-from memvault.files import atomic_write
-from memvault.index import Index
-from memvault.markdown import OWNED_KEYS, PRIORITIES, Memory, parse_memory, render_new, rewrite
-from memvault.names import SLUG_MAX, check_id, slugify, valid_token
-from memvault.snapshot import (
+from memvault.load.snapshot import (
     StoredRows,
     areas_from,
     encode_areas,
@@ -31,7 +31,7 @@ from memvault.snapshot import (
     memories_to_columns,
     to_cache,
 )
-from memvault.vault import Vault
+from memvault.search.index import Index
 
 PROPS = settings(max_examples=150, deadline=None)
 PROPS_FS = settings(
@@ -1397,7 +1397,7 @@ def test_snapshot_columns_from_another_parser_version_are_refused() -> None:
     columns["priority"] = columns["priority"] + len(PRIORITIES)
     with pytest.raises(ValueError, match="unknown priority"):
         memories_from_columns(columns, archived=False)
-    # Memories are built from their rows when first asked for (memvault.area.Memories), so what
+    # Memories are built from their rows when first asked for (memvault.search.area.Memories), so what
     # would fail a build is refused when the columns are decoded, while a restart can still fall
     # back to the files.
     for bad in (1e300, -1e300, np.inf):
@@ -1484,7 +1484,7 @@ def test_try_lock_is_the_same_lock_as_filelock(tmp_path: Path) -> None:
 
     from filelock import FileLock, Timeout
 
-    from memvault.files import try_lock
+    from memvault.disk.files import try_lock
 
     path = str(tmp_path / "lock")
     fd = try_lock(path)
@@ -1512,7 +1512,7 @@ def test_try_lock_is_the_same_lock_as_filelock(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("size", [0, 1, 99, 100, 101, 5000])
 def test_read_regular_gives_the_whole_file_or_its_first_limit_bytes(tmp_path: Path, size: int) -> None:
-    from memvault.files import read_regular
+    from memvault.disk.files import read_regular
 
     path = tmp_path / "m.md"
     data = bytes(range(256)) * (size // 256 + 1)
@@ -1523,7 +1523,7 @@ def test_read_regular_gives_the_whole_file_or_its_first_limit_bytes(tmp_path: Pa
 
 
 def test_read_regular_reads_what_a_file_grew_by_after_its_stat(tmp_path: Path, monkeypatch) -> None:
-    from memvault import files
+    from memvault.disk import files
 
     path = tmp_path / "m.md"
     path.write_bytes(b"a" * 10)
@@ -1545,7 +1545,7 @@ def test_read_regular_reads_what_a_file_grew_by_after_its_stat(tmp_path: Path, m
 def test_read_regular_reads_on_after_short_reads_and_stops_at_a_shrunk_end(
     tmp_path: Path, monkeypatch
 ) -> None:
-    from memvault import files
+    from memvault.disk import files
 
     path = tmp_path / "m.md"
     data = bytes(range(256)) * 4
@@ -1573,7 +1573,7 @@ def test_read_regular_reads_on_after_short_reads_and_stops_at_a_shrunk_end(
 
 def test_a_stored_memory_sets_every_field_where_the_dataclass_would() -> None:
     """snapshot._stored sets slots directly, in declaration order: a field added or moved shows here."""
-    from memvault.snapshot import _stored
+    from memvault.load.snapshot import _stored
 
     t1, t2, t3 = (datetime(2026, 1, d, tzinfo=UTC) for d in (1, 2, 3))
     built = _stored(

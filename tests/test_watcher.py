@@ -24,7 +24,7 @@ import anyio.to_thread
 import pytest
 from conftest import Running, wait_for
 
-import memvault.watcher
+import memvault.disk.watcher
 
 pytestmark = pytest.mark.anyio
 
@@ -550,7 +550,7 @@ class _NoInotify:
 
 
 async def test_native_watcher_failing_to_start_falls_back_to_polling(server_factory, monkeypatch, caplog):
-    monkeypatch.setattr(memvault.watcher, "Observer", _NoInotify)
+    monkeypatch.setattr(memvault.disk.watcher, "Observer", _NoInotify)
     with caplog.at_level(logging.WARNING, logger="memvault"):
         async with live(server_factory, poll_interval_seconds=0.2) as (srv, s, folder):
             body = await healthz(srv)
@@ -743,13 +743,13 @@ async def test_no_inotify_watch_is_held_under_git_or_other_dot_folders(server_fa
 async def test_polling_never_lists_what_is_in_dot_folders(server_factory, vault_root, monkeypatch):
     """The fallback poller compared every file of .git/ at each poll (a clone's objects: thousands)."""
     seen: list[str] = []
-    entries = memvault.watcher._visible_entries
+    entries = memvault.disk.watcher._visible_entries
 
     def recording(path: str) -> Any:
         seen.append(path)  # list.append is atomic: the poller's thread calls this
         return entries(path)
 
-    monkeypatch.setattr(memvault.watcher, "_visible_entries", recording)
+    monkeypatch.setattr(memvault.disk.watcher, "_visible_entries", recording)
     git_like(vault_root / TOKEN / ".git", 50)
     async with live(server_factory, force_polling=True, poll_interval_seconds=0.2) as (srv, _s, folder):
         git_like(folder / "projects" / ".git", 10)
@@ -786,7 +786,7 @@ def test_dot_file_events_never_wake_the_loop() -> None:
 
         def push(self, event: Any) -> None: ...
 
-    handler = memvault.watcher._Handler(Watcher())  # type: ignore[arg-type]
+    handler = memvault.disk.watcher._Handler(Watcher())  # type: ignore[arg-type]
     token = "/vault/alice"
     dropped = [
         FileCreatedEvent(f"{token}/.memvault-abcd1234.tmp"),  # our own temp file, start to end

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from memvault import __version__
 from memvault.config import Settings
-from memvault.store import Store
+from memvault.ops.store import Store
 from memvault.tools.graph import register_graph_tools
 from memvault.tools.guide import instructions
 from memvault.tools.memories import register_memory_tools, render_found

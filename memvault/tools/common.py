@@ -17,12 +17,12 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
-from memvault import canonical
 from memvault.clock import format_time
 from memvault.errors import DiskFull, MemvaultError, is_disk_full
-from memvault.graph import Entity, Graph
-from memvault.sidecar import Sidecar, sidecar_path
-from memvault.store import Store
+from memvault.ops.store import Store
+from memvault.records import sync
+from memvault.records.graph import Entity, Graph
+from memvault.records.sidecar import Sidecar, sidecar_path
 
 log = logging.getLogger("memvault")
 P = ParamSpec("P")
@@ -134,10 +134,10 @@ def fit_names(names: Sequence[str], room: int) -> str:
 async def sidecar_read(store: Store, token: str, work: Callable[[Sidecar, Path], T]) -> T | None:
     """Run ``work(sidecar, token folder)`` in a worker thread, the token held loaded meanwhile (an
     unload closes the sidecar), after bringing the sidecar's sessions and graph in line with their
-    files (memvault.canonical). None when the token has neither: a read never creates a folder."""
+    files (memvault.records.sync). None when the token has neither: a read never creates a folder."""
     async with store.using(token) as state:
         if state.sidecar is None:
-            if not sidecar_path(state.dir).is_file() and not canonical.has_files(state.dir):
+            if not sidecar_path(state.dir).is_file() and not sync.has_files(state.dir):
                 return None
             async with state.lock:
                 await anyio.to_thread.run_sync(state.ensure_sidecar)
@@ -145,7 +145,7 @@ async def sidecar_read(store: Store, token: str, work: Callable[[Sidecar, Path],
         assert sidecar is not None
 
         def run() -> T:
-            canonical.sync(sidecar, state.dir)
+            sync.sync(sidecar, state.dir)
             return work(sidecar, state.dir)
 
         return await anyio.to_thread.run_sync(run)
@@ -165,7 +165,7 @@ async def sidecar_write(store: Store, token: str, work: Callable[[Callable[[], S
                     if not ready:  # first use: the file lock, then the files' state
                         sidecar = state.ensure_sidecar()
                         stack.enter_context(state.file_lock())
-                        canonical.sync(sidecar, state.dir)
+                        sync.sync(sidecar, state.dir)
                         ready.append(sidecar)
                     return ready[0]
 

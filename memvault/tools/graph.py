@@ -10,11 +10,11 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
 
-from memvault.canonical import GraphFile
 from memvault.config import Settings
-from memvault.graph import Entity, Graph, KnowledgeGraph, Relation, SearchLimits
-from memvault.sidecar import Sidecar
-from memvault.store import Store
+from memvault.ops.store import Store
+from memvault.records.graph import Entity, Graph, KnowledgeGraph, Relation, SearchLimits
+from memvault.records.sidecar import Sidecar
+from memvault.records.sync import GraphFile
 from memvault.tools.common import (
     CHANGES,
     CREATES,

@@ -10,10 +10,10 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from memvault.config import Settings
-from memvault.edits import Edit, version_of
+from memvault.disk.markdown import Memory
 from memvault.errors import InvalidArgument, quote
-from memvault.markdown import Memory
-from memvault.store import Found, Store
+from memvault.ops.edits import Edit, version_of
+from memvault.ops.store import Found, Store
 from memvault.tools.common import (
     CHANGES,
     CREATES,

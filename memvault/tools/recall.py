@@ -10,9 +10,9 @@ from pydantic import Field
 
 from memvault.config import Settings
 from memvault.errors import quote
-from memvault.recall import DEFAULT_WEIGHTS, STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
-from memvault.rerankers import Reranking
-from memvault.store import Store
+from memvault.ops.recall import DEFAULT_WEIGHTS, STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
+from memvault.ops.store import Store
+from memvault.search.rerankers import Reranking
 from memvault.tools.common import READ_ONLY, Reply, handles_errors, joined, show_time, text, token_of
 
 # ---------------------------------------------------------------------------- recall

@@ -11,13 +11,13 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from memvault.canonical import SessionFiles, conflicted_file
 from memvault.config import Settings
 from memvault.errors import InvalidArgument, UnknownSession, quote
-from memvault.sessions import SessionInfo, Sessions, check_session_id, list_sessions
-from memvault.sessions import Version as SessionVersion
-from memvault.sidecar import Sidecar
-from memvault.store import Store
+from memvault.ops.store import Store
+from memvault.records.sidecar import Sidecar
+from memvault.records.summaries import SessionInfo, Sessions, check_session_id, list_sessions
+from memvault.records.summaries import Version as SessionVersion
+from memvault.records.sync import SessionFiles, conflicted_file
 from memvault.tools.common import (
     CHANGES,
     CREATES,

@@ -1,0 +1,1 @@
+"""The ``memvault`` command line."""

@@ -1,0 +1,470 @@
+"""The memory file format: Memory, tolerant parsing, rendering and byte-preserving frontmatter edits.
+
+Pure functions of text: no file system access (see :mod:`memvault.disk.files` and :mod:`memvault.disk.vault`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+import yaml  # type: ignore[import-untyped]
+from frontmatter.default_handlers import YAMLHandler
+
+from memvault.clock import format_time, parse_time
+from memvault.disk import names
+from memvault.errors import InvalidArgument
+
+PRIORITIES = ("P0", "P1", "P2")
+NO_META: Mapping[str, Any] = MappingProxyType({})
+DEFAULT_PRIORITY = "P2"
+# A hand-placed file larger than this is indexed on its first bytes only and never rewritten: a
+# 300 MB log saved as a memory must not take the server's memory with it at every start.
+MAX_INDEXED_BYTES = 8 * 1024 * 1024
+
+# Keys the server owns; every other frontmatter key is kept verbatim on rewrite.
+OWNED_KEYS = (
+    "priority",
+    "createdAt",
+    "updatedAt",
+    "lastAccessedAt",
+    "tags",
+    "importance",
+    "supersedes",
+    "supersededBy",
+    "literalMarkers",  # see seal_markers
+)
+LITERAL_MARKERS = "literalMarkers"
+
+_YAML = YAMLHandler()  # python-frontmatter, on PyYAML's C loader when built with libyaml
+_FM_OPEN = re.compile(r"\A---[ \t]*\r?\n")
+_FM_CLOSE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
+_FOOTER = re.compile(r"\n+---[ \t]*\n+\*Created: [^*\n]*\*[ \t]*\n*\Z")
+_FOOTER_CREATED = re.compile(r"^\*Created: ([^*\n]+)\*[ \t]*$", re.MULTILINE)
+_FIRST_HEADING = re.compile(r"^# (.+?)[ \t]*$", re.M)
+_HEADING = re.compile(r"\A[ \t]*\n*# (.+?)[ \t]*(?:\n|\Z)")
+_CONFLICT_START = re.compile(r"^<<<<<<<(?: |$)", re.MULTILINE)
+_CONFLICT_END = re.compile(r"^>>>>>>>(?: |$)", re.MULTILINE)
+_CONFLICT_SEPARATOR = re.compile(r"^=======[ \t]*$", re.MULTILINE)
+# An owned key at the start of a frontmatter line: plain or quoted, then ":" and a space or the end.
+_FM_KEY = re.compile(r"""^(["']?)([A-Za-z_]\w*)\1[ \t]*:(?:[ \t]|$)""")
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One memory as read from its file. ``id`` is relative to the hot or archive folder."""
+
+    id: str
+    title: str
+    content: str
+    priority: str = DEFAULT_PRIORITY
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    last_accessed_at: datetime | None = None
+    tags: tuple[str, ...] = ()
+    importance: float | None = None
+    archived: bool = False
+    # The parsed frontmatter. Shared and empty unless asked for: the store keeps every memory in memory.
+    meta: Mapping[str, Any] = field(default_factory=lambda: NO_META)
+    has_frontmatter: bool = True
+    problem: str | None = None  # broken frontmatter, unreadable bytes, ...: reported, never fatal
+    conflicted: bool = False
+    mtime_ns: int = 0
+    size: int = 0
+    change: int = 0  # ctime and inode as read (see file_change)
+    hash: str = ""
+
+    @property
+    def path_id(self) -> str:
+        """Id relative to the token folder (archived ones under ``archive/``)."""
+        return names.key(self.id, self.archived)
+
+    @property
+    def writable(self) -> bool:
+        return not self.conflicted and self.problem is None
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    fm_text: str | None  # YAML between the fences, None without a frontmatter block
+    body: str
+    broken: str | None  # why the frontmatter could not be used
+
+
+def _split(text: str) -> _Split:
+    start = _FM_OPEN.match(text)
+    if start is None:
+        return _Split(None, text, None)
+    # The closing fence is the first line after the opening one that is `---` (str.find, then
+    # the pattern: a multiline search tried every position of the frontmatter).
+    at = start.end() - 1  # the opening line's newline
+    while True:
+        at = text.find("\n---", at)
+        if at < 0:
+            return _Split(None, text, "frontmatter has no closing '---' line")
+        close = _FM_CLOSE.match(text, at + 1)
+        if close is not None:
+            break
+        at += 1
+    fm_text = text[start.end() : close.start()]
+    body = text[close.end() :]
+    if body.startswith("\n"):
+        body = body[1:]
+    return _Split(fm_text, body, None)
+
+
+# Fast path for the frontmatter memvault and mem-mcp write: one `key: value` per line with plain
+# values. Anything it is not sure of (quotes, block lists, YAML 1.1 booleans, anchors, comments)
+# goes to the YAML loader, so both paths give the same result. PyYAML is ~70% of a parse otherwise.
+_FAST_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*): ([^\n]*)")
+_FAST_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?Z")
+_FAST_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?")
+_FAST_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+_FAST_LIST = re.compile(r"\[([A-Za-z][A-Za-z0-9_-]*(?:, [A-Za-z][A-Za-z0-9_-]*)*)?\]")
+_YAML_SPECIAL = frozenset("y n yes no on off true false null nan inf".split())
+
+
+def _fast_value(text: str) -> tuple[bool, Any]:
+    if _FAST_TIME.fullmatch(text):
+        try:  # the parse_time of this form: an aware UTC datetime ("Z" gives UTC itself)
+            return True, datetime.fromisoformat(text)
+        except ValueError:  # a non-date like 2026-02-30: YAML decides (a problem)
+            return False, None
+    if _FAST_NUMBER.fullmatch(text):
+        return True, float(text) if "." in text else int(text)
+    if _FAST_WORD.fullmatch(text) and text.lower() not in _YAML_SPECIAL:
+        return True, text
+    match = _FAST_LIST.fullmatch(text)
+    if match:
+        items = match.group(1).split(", ") if match.group(1) else []
+        if any(item.lower() in _YAML_SPECIAL for item in items):
+            return False, None
+        return True, items
+    return False, None
+
+
+def _load_frontmatter(fm_text: str) -> Any:
+    meta: dict[str, Any] = {}
+    for line in fm_text.split("\n"):
+        if not line:
+            continue  # blank lines, including the one the closing fence leaves, mean nothing to YAML
+        match = _FAST_LINE.fullmatch(line)
+        if match is None or match.group(1) in meta or match.group(1).lower() in _YAML_SPECIAL:
+            return _YAML.load(fm_text)  # `on:` / `null:` keys are a bool / None to YAML
+        ok, value = _fast_value(match.group(2))
+        if not ok:
+            return _YAML.load(fm_text)
+        meta[match.group(1)] = value
+    return meta
+
+
+def _normalise(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def has_conflict_markers(text: str) -> bool:
+    """Git's markers at line starts, in git's order: <<<<<<<, then =======, then >>>>>>>."""
+    start = _CONFLICT_START.search(text) if "<<<<<<<" in text else None
+    if start is None:
+        return False
+    separator = _CONFLICT_SEPARATOR.search(text, start.end())
+    return separator is not None and _CONFLICT_END.search(text, separator.end()) is not None
+
+
+def body_seal(body: str) -> str:
+    """A short hash of a memory's body (after the frontmatter), line endings normalised."""
+    digest = hashlib.blake2b(body.replace("\r\n", "\n").encode("utf-8"), digest_size=8).hexdigest()
+    return f"h{digest}"  # a letter first: YAML must not read it as a number
+
+
+def seal_markers(text: str) -> str:
+    """``text`` as the server writes it: when the body itself holds lines that look like git
+    conflict markers (an agent wrote about merges), frontmatter ``literalMarkers`` records the
+    body's hash, so the file is not taken for a real conflict, on any machine. A merge that adds
+    markers changes the body and the hash no longer matches; markers in the frontmatter always
+    count. Without such lines the key is dropped."""
+    split = _split(text.replace("\r\n", "\n").removeprefix("\ufeff"))
+    if split.fm_text is None:
+        return text
+    wanted = body_seal(split.body) if has_conflict_markers(split.body) else None
+    if wanted is None and LITERAL_MARKERS not in split.fm_text:
+        return text
+    return rewrite(text, {LITERAL_MARKERS: wanted}, title=None, content=None)
+
+
+def _title_and_content(body: str, meta: Mapping[str, Any], stem: str) -> tuple[str, str]:
+    content = body.rstrip() + "\n"
+    footer = content.rfind("\n---")  # nothing in a footer after its `---` starts a line with `---`
+    if footer >= 0 and _FOOTER.match(content, footer):
+        content = content[:footer]
+    content = content.strip("\n")
+    heading = _HEADING.match(content)
+    meta_title = meta.get("title")
+    if heading:
+        content = content[heading.end() :].lstrip("\n")
+    if isinstance(meta_title, str) and meta_title.strip():
+        title = meta_title.strip()
+    elif heading:
+        title = heading.group(1).strip()
+    else:
+        title = stem
+    return title, content.rstrip()
+
+
+def parse_memory(
+    raw: bytes,
+    id: str,
+    *,
+    archived: bool = False,
+    mtime_ns: int = 0,
+    size: int | None = None,
+    change: int = 0,
+    keep_meta: bool = True,
+) -> Memory:
+    """Parse a memory file tolerantly: never raises for bad content, records the problem instead.
+
+    ``keep_meta=False`` leaves ``meta`` empty: the store holds every memory in memory and does not
+    need the frontmatter mapping, which would cost about as much as the rest of the Memory."""
+    text = _normalise(raw)
+    stem = id.rsplit("/", 1)[-1]
+    stem = stem[:-3] if stem.lower().endswith(".md") else stem
+    split = _split(text)
+    meta: dict[str, Any] = {}
+    problem = split.broken
+    if split.fm_text is not None:
+        try:
+            loaded = _load_frontmatter(split.fm_text) if split.fm_text.strip() else {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 2})" if mark is not None else ""
+            problem = f"invalid YAML in frontmatter{where}"
+            loaded = None
+        except Exception as exc:
+            # PyYAML lets constructor errors escape as ValueError etc. (`createdAt: 2026-02-30`,
+            # `!!int abc`, very deep nesting); a hand edit must never make the file unreadable.
+            problem = f"invalid value in frontmatter ({type(exc).__name__})"
+            loaded = None
+        if loaded is None:
+            loaded = {}
+        if isinstance(loaded, dict):
+            meta = {str(k): v for k, v in loaded.items()}
+        elif problem is None:
+            problem = "frontmatter is not a mapping of keys to values"
+    conflicted = has_conflict_markers(text) and not (
+        split.fm_text is not None
+        and problem is None
+        and not has_conflict_markers(split.fm_text)
+        and str(meta.get(LITERAL_MARKERS)) == body_seal(split.body)
+    )
+    body = split.body if split.fm_text is not None and problem is None else text
+    title, content = _title_and_content(body, meta, stem)
+    if problem is not None and title == stem:
+        # Broken frontmatter: the whole text is the content (a person must see it to fix it), but
+        # its `# Heading` still names it better than the filename.
+        heading = _FIRST_HEADING.search(text)
+        title = heading.group(1).strip() if heading else stem
+    if problem is None and size is not None and size > len(raw) >= MAX_INDEXED_BYTES:  # read was cut
+        problem = (
+            f"file is over {MAX_INDEXED_BYTES // 2**20} MiB; only its start is indexed, and the server "
+            "will not rewrite it"
+        )
+    if problem is None:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            # Read with replacement characters, but never written back: that would destroy the bytes.
+            problem = "file is not valid UTF-8; the server will not rewrite it"
+    created = parse_time(meta.get("createdAt"))
+    if created is None:
+        footer = _FOOTER_CREATED.search(text)
+        created = parse_time(footer.group(1)) if footer else None
+    mtime = datetime.fromtimestamp(mtime_ns / 1e9, UTC) if mtime_ns else None
+    created = created or mtime
+    priority = str(meta.get("priority", DEFAULT_PRIORITY)).strip().upper()
+    if priority not in PRIORITIES:
+        priority = DEFAULT_PRIORITY
+    importance = meta.get("importance")
+    try:
+        importance_value = None if importance is None else min(1.0, max(0.0, float(importance)))
+    except (TypeError, ValueError):
+        importance_value = None
+    return Memory(
+        id=id,
+        title=title,
+        content=content,
+        priority=priority,
+        created_at=created,
+        updated_at=parse_time(meta.get("updatedAt")) or created,
+        last_accessed_at=parse_time(meta.get("lastAccessedAt")),
+        tags=_tags(meta.get("tags")),
+        importance=importance_value,
+        archived=archived,
+        meta=meta if keep_meta else NO_META,
+        has_frontmatter=split.fm_text is not None or split.broken is not None,
+        problem=problem,
+        conflicted=conflicted,
+        mtime_ns=mtime_ns,
+        size=len(raw) if size is None else size,
+        change=change,
+        hash=content_hash(raw),
+    )
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        items: list[Any] = [part for part in re.split(r"[,\s]+", value) if part]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        return ()
+    return tuple(dict.fromkeys(str(item).strip() for item in items if str(item).strip()))
+
+
+def clean_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
+    if not tags:
+        return ()
+    cleaned = _tags(list(tags))
+    for tag in cleaned:
+        if len(tag) > 100 or "\n" in tag:
+            raise InvalidArgument(f"Tag {tag[:40]!r} is too long or has a line break; use short words.")
+    return cleaned
+
+
+# ---------------------------------------------------------------------------- rendering
+
+
+def _yaml_scalar(value: Any) -> str:
+    if isinstance(value, datetime):
+        return format_time(value)
+    if isinstance(value, list):
+        return _yaml_dump(tuple(value)) if all(isinstance(v, str) for v in value) else _dump(value)
+    if isinstance(value, str | int | float):
+        return _yaml_dump(value)
+    return _dump(value)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: True and 1 are different YAML
+def _yaml_dump(value: str | float | tuple[str, ...]) -> str:
+    """A priority, a number or a tag list as YAML: the same few again and again (0.3 ms each dumped)."""
+    return _dump(list(value) if isinstance(value, tuple) else value)
+
+
+def _dump(value: Any) -> str:
+    dumped: str = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000)
+    return dumped.strip().removesuffix("...").strip()
+
+
+def _owned_lines(fields: Mapping[str, Any]) -> dict[str, str]:
+    lines: dict[str, str] = {}
+    for key in OWNED_KEYS:
+        if key not in fields:
+            continue
+        value = fields[key]
+        if value is None or (key == "tags" and not value):
+            lines[key] = ""
+        else:
+            lines[key] = f"{key}: {_yaml_scalar(list(value) if key == 'tags' else value)}"
+    return lines
+
+
+def render_new(title: str, content: str, fields: Mapping[str, Any]) -> str:
+    """A new file in mem-mcp's layout: frontmatter, '# Title', content, created footer."""
+    lines = [line for line in _owned_lines(fields).values() if line]
+    created = fields.get("createdAt")
+    footer = f"\n\n---\n*Created: {_yaml_scalar(created)}*\n" if created else "\n"
+    return "---\n" + "\n".join(lines) + "\n---\n" + f"# {title}\n\n{content.strip()}" + footer
+
+
+def edit_frontmatter(fm_text: str, fields: Mapping[str, Any]) -> str:
+    """Change only the given owned keys in a frontmatter block; every other byte stays as it was.
+
+    A key's value may span continuation lines (a block list of tags); those go with it.
+    ``None`` (or empty tags) removes the key.
+    """
+    wanted = _owned_lines(fields)
+    out: list[str] = []
+    lines = fm_text.split("\n") if fm_text else []
+    done: set[str] = set()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        match = _FM_KEY.match(line)
+        key = match.group(2) if match else None
+        if key in wanted:
+            i += 1
+            while i < len(lines) and (
+                lines[i][:1] in (" ", "\t") or lines[i].startswith("- ") or lines[i].rstrip() == "-"
+            ):
+                i += 1
+            if wanted[key] and key not in done:
+                out.append(wanted[key])
+            done.add(key)
+            continue
+        out.append(line)
+        i += 1
+    missing = [wanted[k] for k in wanted if k not in done and wanted[k]]
+    if missing:
+        # Insert before trailing blank lines so the block keeps its shape.
+        tail = 0
+        while tail < len(out) and out[len(out) - 1 - tail] == "":
+            tail += 1
+        out[len(out) - tail : len(out) - tail] = missing
+    return "\n".join(out)
+
+
+def rewrite(raw_text: str, fields: Mapping[str, Any], *, title: str | None, content: str | None) -> str:
+    """New text of an existing file with some owned fields and optionally title/content replaced.
+
+    Unknown keys, key order, line endings (CRLF kept) and untouched body bytes are preserved.
+    """
+    bom = "\ufeff" if raw_text.startswith("\ufeff") else ""
+    text = raw_text[len(bom) :]
+    crlf = "\r\n" in text
+    if crlf:
+        text = text.replace("\r\n", "\n")
+    split = _split(text)
+    if split.fm_text is None:
+        # Legacy file: the whole original text becomes the body, under a new frontmatter block.
+        fm_text, body = "", text
+    else:
+        fm_text, body = split.fm_text, split.body
+    new_fm = edit_frontmatter(fm_text, fields)
+    if title is not None or content is not None:
+        body = _replace_body(body, title, content)
+    out = "---\n" + (new_fm + "\n" if new_fm and not new_fm.endswith("\n") else new_fm) + "---\n" + body
+    if crlf:
+        out = out.replace("\n", "\r\n")
+    return bom + out
+
+
+def _replace_body(body: str, title: str | None, content: str | None) -> str:
+    footer_match = _FOOTER.search(body.rstrip() + "\n")
+    footer = footer_match.group(0) if footer_match else "\n"
+    main = body.rstrip() + "\n"
+    if footer_match:
+        main = main[: footer_match.start()]
+    heading = _HEADING.match(main)
+    old_title = heading.group(1).strip() if heading else None
+    old_content = main[heading.end() :].strip("\n") if heading else main.strip("\n")
+    new_title = title if title is not None else old_title
+    new_content = content.strip() if content is not None else old_content
+    head = f"# {new_title}\n\n" if new_title else ""
+    return head + new_content + (footer if footer.strip() else "\n")

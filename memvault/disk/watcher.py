@@ -1,0 +1,370 @@
+"""Watches the vault for changes made outside the server and hands them, coalesced, to the store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirModifiedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.api import DEFAULT_OBSERVER_TIMEOUT, BaseObserver
+from watchdog.observers.polling import PollingObserverVFS
+
+try:
+    from watchdog.observers.inotify import InotifyEmitter, InotifyObserver, InotifyWatchGroup
+except ImportError:  # not Linux, or an older watchdog: it watches .git/ too (push drops its events)
+    InotifyWatchGroup = None  # type: ignore[assignment,misc]
+
+from memvault.disk.names import valid_token
+
+log = logging.getLogger("memvault")
+
+QUIET_SECONDS = 0.05  # a batch closes after this much silence ...
+MAX_BATCH_SECONDS = 0.25  # ... or this long after its first event, whichever comes first
+HEALTH_CHECK_SECONDS = 5.0  # a quiet watcher checks this often that its observer still runs
+# watchdog reports a kernel queue overflow (events lost) only in its log, on these loggers.
+WATCHDOG_LOGGER = "watchdog.observers"
+OVERFLOW_MESSAGE = "Inotify queue overflowed"
+
+ApplyFn = Callable[[str, set[Path], bool], int]
+_CHANGE_EVENTS: tuple[type[FileSystemEvent], ...] = (
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+)
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: Watcher, *, polling: bool = False) -> None:
+        self.watcher = watcher
+        self.polling = polling
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        # Runs on the watchdog thread: hand the event to the loop and return at once.
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        if event.is_directory and event.event_type == "modified" and not self.polling:
+            # Native events report every entry's own change; a folder's mtime adds nothing. A
+            # poller only diffs two snapshots: a file that came and went between them (after a
+            # read or a rescan indexed it) shows only as its folder's change, so keep that one.
+            return
+        if not event.is_directory and all(_dot_name(p) for p in (event.src_path, event.dest_path) if p):
+            # A dot-file is never a memory (push drops it too): every write of ours makes four or five
+            # events on its temp file, not worth a wake-up of the loop each. A temp file renamed
+            # to a memory's name is a move with a visible destination, which goes on.
+            return
+        loop = self.watcher.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.watcher.push, event)
+
+
+def _dot_name(path: str | bytes) -> bool:
+    """Whether the last part of ``path`` is a dot-name."""
+    return os.path.basename(path)[:1] in (".", b".")
+
+
+def _hidden(root: bytes, path: bytes) -> bool:
+    """A path in or under a dot-folder of the vault (.git/, .memvault/, .obsidian/): no memories."""
+    return path.startswith(root + b"/") and any(
+        part.startswith(b".") for part in path[len(root) + 1 :].split(b"/")
+    )
+
+
+if InotifyWatchGroup is not None:
+
+    class _VaultWatchGroup(InotifyWatchGroup):
+        """watchdog's recursive inotify watches, less dot-folders. Every folder of a clone's .git/
+        took a watch (objects/00..ff: hundreds per clone, against fs.inotify.max_user_watches), and
+        git making them in quick succession made watchdog warn; their events were dropped anyway."""
+
+        def _add_all_callbacks(self, path: bytes) -> None:
+            # As watchdog's own, but the walk never enters a dot-folder. Every watch is added here:
+            # at start, for a folder made or moved in, and after a queue overflow.
+            if _hidden(self.path, path):
+                return
+            self._add_callback(path)
+            if not self.is_recursive or not os.path.isdir(path):
+                return
+            for top, dirnames, _ in os.walk(path, followlinks=self.follow_symlink):
+                dirnames[:] = [name for name in dirnames if not name.startswith(b".")]
+                for name in dirnames:
+                    full = os.path.join(top, name)
+                    if self.follow_symlink or not os.path.islink(full):
+                        self._add_callback(full)
+
+        def _move_watches(self, move_src_path: bytes, move_dst_path: bytes) -> bool:
+            # A watched folder renamed to a dot-name (hidden by hand) keeps no watch either.
+            moved = super()._move_watches(move_src_path, move_dst_path)
+            if moved and _hidden(self.path, move_dst_path):
+                inside = move_dst_path + b"/"
+                paths = self._active_callbacks_by_path
+                self._remove_callbacks(
+                    [wd for p, wd in paths.items() if p == move_dst_path or p.startswith(inside)]
+                )
+            return moved
+
+    class _VaultEmitter(InotifyEmitter):
+        def on_thread_start(self) -> None:
+            self._inotify = _VaultWatchGroup(
+                self._inotify_fd,
+                os.fsencode(self.watch.path),
+                is_recursive=self.watch.is_recursive,
+                event_mask=self.get_event_mask_from_filter(),
+                follow_symlink=self.watch.follow_symlink,
+            )
+
+    class _VaultObserver(InotifyObserver):
+        def __init__(self, *, timeout: float = DEFAULT_OBSERVER_TIMEOUT) -> None:
+            super().__init__(timeout=timeout)
+            self._emitter_class = _VaultEmitter
+
+    Observer = _VaultObserver  # tests replace it to see the fallback to polling
+
+
+def _visible_entries(path: str | None) -> Iterator[os.DirEntry[str]]:
+    """A folder's entries less dot-names: the poller never lists or stats what is in .git/."""
+    return (entry for entry in os.scandir(path) if not entry.name.startswith("."))
+
+
+class _OverflowListener(logging.Handler):
+    """Hears watchdog's "queue overflowed" log record (its only report of lost events) and tells
+    the watcher, on its loop, to rescan."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        super().__init__(logging.WARNING)
+        self.watcher = watcher
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not isinstance(record.msg, str) or not record.msg.startswith(OVERFLOW_MESSAGE):
+            return
+        loop = self.watcher.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.watcher.overflowed)
+
+
+class Watcher:
+    """Observer on the root; events are grouped per token and applied in batches off the loop.
+
+    ``mode`` is "inotify" (native events), "polling" (fallback when native watching fails) or
+    "off" (disabled by settings); /healthz reports it.
+    """
+
+    def __init__(
+        self, root: Path, apply: ApplyFn, *, enabled: bool = True, poll_interval: float = 2.0
+    ) -> None:
+        self.root = root
+        self.apply = apply
+        self.enabled = enabled
+        self.poll_interval = poll_interval
+        self.mode = "off"
+        self.observer: BaseObserver | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pending: dict[str, set[Path]] = {}
+        self.rescan: set[str] = set()
+        self.batches = 0
+        self.overflows = 0  # kernel queue overflows heard of (each one rescans every token)
+        self.rescans = 0  # token rescans done
+        self.rescanning = 0  # tokens being rescanned now (shown in /healthz)
+        self._listener = _OverflowListener(self)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[Any] | None = None
+        self._busy = False
+
+    async def start(self, *, force_polling: bool = False) -> None:
+        # When a program makes nested folders in quick succession, watchdog adds a watch it already
+        # holds and warns with a screenful per folder. The watch is the same and nothing is lost.
+        warnings.filterwarnings(
+            "ignore", message=r"Callback with id .* already exists", category=RuntimeWarning
+        )
+        self.loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._task = self.loop.create_task(self._run())
+        if not self.enabled:
+            self.mode = "polling"
+            force_polling = True
+        self.root.mkdir(parents=True, exist_ok=True)
+        watchdog_log = logging.getLogger(WATCHDOG_LOGGER)
+        watchdog_log.addHandler(self._listener)
+        if watchdog_log.getEffectiveLevel() > logging.WARNING:
+            watchdog_log.setLevel(logging.WARNING)  # the overflow record must be made to be heard
+        if not force_polling:
+            try:
+                self.observer = self._start(Observer(), polling=False)
+                self.mode = "inotify"
+                return
+            except OSError as exc:
+                log.warning(
+                    "file watcher could not start (%s); falling back to polling every %.1fs. "
+                    "Raise fs.inotify.max_user_watches to fix.",
+                    exc.strerror or type(exc).__name__,
+                    self.poll_interval,
+                )
+        self.observer = self._start(self._poller(), polling=True)
+        self.mode = "polling"
+
+    def _start(self, observer: BaseObserver, *, polling: bool) -> BaseObserver:
+        # Only changes: without a filter inotify also reports every open and read, so the server's
+        # own reads (100,000 files at a cold start) became 200,000 events for watchdog's thread,
+        # which competed with the load for the GIL and tripled its time.
+        kinds: list[type[FileSystemEvent]] = [*_CHANGE_EVENTS, *([DirModifiedEvent] if polling else [])]
+        observer.schedule(_Handler(self, polling=polling), str(self.root), recursive=True, event_filter=kinds)
+        observer.start()
+        return observer
+
+    def _poller(self) -> BaseObserver:
+        return PollingObserverVFS(os.stat, _visible_entries, polling_interval=self.poll_interval)
+
+    def state(self) -> str:
+        if self.observer is not None and not self._alive(self.observer):
+            return "failed"
+        return self.mode
+
+    @staticmethod
+    def _alive(observer: BaseObserver) -> bool:
+        # The dispatcher thread can outlive its emitter (the thread that reads inotify).
+        return observer.is_alive() and all(emitter.is_alive() for emitter in tuple(observer.emitters))
+
+    async def _check(self) -> None:
+        """If the native observer stopped, poll instead and rescan: its events since then are lost."""
+        dead = self.observer
+        if dead is None or self.mode != "inotify" or self._alive(dead):
+            return
+        self.observer = None
+        await anyio.to_thread.run_sync(dead.stop)
+        log.warning("file watcher stopped; falling back to polling every %.1fs", self.poll_interval)
+        try:
+            self.observer = self._start(self._poller(), polling=True)
+        except OSError as exc:
+            self.mode = "failed"
+            log.error("polling could not start either (%s); hand edits reach search after a restart", exc)
+            return
+        self.mode = "polling"
+        self.rescan.update(self._token_folders())
+        self._wake.set()
+
+    def overflowed(self) -> None:
+        """The kernel dropped events (a burst outran the queue): any token may have missed changes,
+        so every token folder is rescanned, once for a storm of overflows."""
+        self.overflows += 1
+        if self.overflows == 1 or self.overflows % 100 == 0:
+            log.warning("file events were lost (queue overflow %d); rescanning the vault", self.overflows)
+        self.rescan.update(self._token_folders())
+        self._wake.set()
+
+    def _token_folders(self) -> list[str]:
+        try:
+            return [e.name for e in os.scandir(self.root) if valid_token(e.name) and e.is_dir()]
+        except OSError:
+            return []
+
+    async def stop(self) -> None:
+        logging.getLogger(WATCHDOG_LOGGER).removeHandler(self._listener)
+        if self.observer is not None:
+            observer, self.observer = self.observer, None
+            observer.stop()
+            await anyio.to_thread.run_sync(observer.join, 5)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    # ---- on the event loop
+
+    def push(self, event: FileSystemEvent) -> None:
+        paths = [event.src_path]
+        if event.event_type == "moved":
+            paths.append(event.dest_path)
+        queued = False
+        for raw in paths:
+            path = Path(raw.decode() if isinstance(raw, bytes) else raw)
+            try:
+                rel = path.relative_to(self.root)
+            except ValueError:
+                continue
+            if not rel.parts or not valid_token(rel.parts[0]):
+                continue
+            token = rel.parts[0]
+            if any(part.startswith(".") for part in rel.parts[1:-1]):
+                continue  # .memvault/, .git/ and other dot-folders are never memories
+            if event.is_directory and rel.parts[-1].startswith(".") and len(rel.parts) > 1:
+                continue  # a dot-folder itself (.memvault/, .git/): it holds no memories
+            if event.is_directory or len(rel.parts) == 1:
+                # A folder moved, added or removed: its children send no events of their own.
+                self.rescan.add(token)
+                queued = True
+            elif not rel.parts[-1].startswith("."):
+                self.pending.setdefault(token, set()).add(path)
+                queued = True
+        if queued:
+            # Only real work restarts the quiet window: the sidecar's own writes under .memvault/
+            # (every read records access) must not hold a hand edit back until the batch cap.
+            self._wake.set()
+
+    @property
+    def idle(self) -> bool:
+        return not self.pending and not self.rescan and not self._busy
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), HEALTH_CHECK_SECONDS)
+            except TimeoutError:
+                await self._check()
+                continue
+            started = loop.time()
+            # Coalesce: wait for a short silence (editor saves, a git pull's burst), bounded.
+            while True:
+                self._wake.clear()
+                remaining = MAX_BATCH_SECONDS - (loop.time() - started)
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(self._wake.wait(), min(QUIET_SECONDS, remaining))
+                except TimeoutError:
+                    break
+            pending, self.pending = self.pending, {}
+            rescan, self.rescan = self.rescan, set()
+            self._busy = True
+            self.rescanning = len(rescan)
+            try:
+                for token in set(pending) | rescan:
+                    await anyio.to_thread.run_sync(
+                        self.apply, token, pending.get(token, set()), token in rescan
+                    )
+                    if token in rescan:
+                        self.rescans += 1
+                        self.rescanning -= 1
+            except Exception:
+                log.exception("applying file changes failed; the next change or restart will retry")
+            finally:
+                self._busy = False
+                self.rescanning = 0
+                self.batches += 1
+            await self._check()

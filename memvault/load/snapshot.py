@@ -1,0 +1,365 @@
+"""Derived state and its codecs: parse-cache rows, snapshot columns, the snapshot file saved and loaded.
+
+A Memory is stored as a parse-cache row (JSON, in the sidecar) and as snapshot columns (numpy, in
+.memvault/snapshot.npz beside the index).
+Every encoding of derived state lives here, with its version: a change to one bumps its version,
+and data of another version is read from the files again, never misread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import tempfile
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from memvault import heap
+from memvault.disk.files import TEMP_PREFIX, TEMP_SUFFIX, file_stamp
+from memvault.disk.markdown import NO_META, PRIORITIES, Memory
+from memvault.disk.names import SNAPSHOT_FILE, STATE_DIR
+from memvault.records.sidecar import FileStat
+from memvault.search.area import Area, Memories
+from memvault.search.columns import pack_strings, prefixed, unpack_strings
+from memvault.search.index import Index, IndexSnapshot
+
+log = logging.getLogger("memvault")
+
+VERSION = 4  # 3: a file's ctime and inode (Memory.change) beside mtime and size; 4: priority codes
+MIN_MEMORIES = 500  # smaller vaults load from their files fast enough (and keep the parse cache)
+
+# Bump when parse_memory's result for the same bytes changes: older cache entries are parsed again.
+PARSER_VERSION = 4
+
+
+def memory_row(memory: Memory) -> list[Any]:
+    """A parsed memory as a JSON-able row (times as POSIX seconds); meta is not kept."""
+
+    def stamp(at: datetime | None) -> float | None:
+        return at.timestamp() if at is not None else None
+
+    m = memory
+    return [
+        m.id, m.title, m.content, m.priority,
+        stamp(m.created_at), stamp(m.updated_at), stamp(m.last_accessed_at),
+        list(m.tags), m.importance, m.has_frontmatter, m.problem, m.conflicted,
+        m.mtime_ns, m.size, m.hash, m.change,
+    ]  # fmt: skip
+
+
+def memory_from_row(row: Sequence[Any], *, archived: bool) -> Memory:
+    """Inverse of memory_row; raises ValueError or TypeError on a malformed row."""
+
+    def when(stamp: float | None) -> datetime | None:
+        return datetime.fromtimestamp(stamp, UTC) if stamp is not None else None
+
+    (id, title, content, priority, created, updated, accessed, tags, importance, has_fm, problem, conflicted,
+     mtime_ns, size, hash, change) = row  # fmt: skip
+    return _stored(
+        archived, id, title, content, priority, when(created), when(updated), when(accessed), tuple(tags),
+        importance, has_fm, problem, conflicted, mtime_ns, size, hash, change,
+    )  # fmt: skip
+
+
+# A restart builds 100,000 Memory objects. Setting their slots directly, one call per field in
+# straight-line code, skips what the frozen dataclass's __init__ does per field (a keyword, a
+# default factory, object.__setattr__ by name): 5.3 -> 1.4-1.9 us each (a loop over the setters
+# took 3.2-3.5). The setters are the fields in declaration order (tests/test_vault.py checks it).
+(_id, _title, _content, _priority, _created, _updated, _accessed, _tags, _importance, _archived, _meta,
+ _has_frontmatter, _problem, _conflicted, _mtime_ns, _size, _change, _hash) = (
+    getattr(Memory, f.name).__set__ for f in dataclasses.fields(Memory))  # fmt: skip
+_new = object.__new__
+
+
+def _stored(
+    archived: bool, id: str, title: str, content: str, priority: str, created: datetime | None,
+    updated: datetime | None, accessed: datetime | None, tags: tuple[str, ...], importance: float | None,
+    has_frontmatter: bool, problem: str | None, conflicted: bool, mtime_ns: int, size: int, hash: str,
+    change: int,
+) -> Memory:  # fmt: skip
+    """A Memory from the stored form's fields (parse cache and snapshot), meta left out."""
+    m = _new(Memory)
+    _id(m, id)
+    _title(m, title)
+    _content(m, content)
+    _priority(m, priority)
+    _created(m, created)
+    _updated(m, updated)
+    _accessed(m, accessed)
+    _tags(m, tags)
+    _importance(m, importance)
+    _archived(m, archived)
+    _meta(m, NO_META)
+    _has_frontmatter(m, has_frontmatter)
+    _problem(m, problem)
+    _conflicted(m, conflicted)
+    _mtime_ns(m, mtime_ns)
+    _size(m, size)
+    _change(m, change)
+    _hash(m, hash)
+    return m
+
+
+def to_cache(memory: Memory) -> str:
+    """The parsed form of a file as JSON, for the sidecar's file-stat cache."""
+    return json.dumps([PARSER_VERSION, *memory_row(memory)], ensure_ascii=False)
+
+
+def from_cache(
+    data: str, id: str, *, archived: bool, mtime_ns: int, size: int, hash: str, change: int = 0
+) -> Memory | None:
+    """Inverse of to_cache for the file as it is now; None if unusable (then the file is parsed again)."""
+    try:
+        version, *row = json.loads(data)
+        if version != PARSER_VERSION:
+            return None
+        memory = memory_from_row(row, archived=archived)
+    except (ValueError, TypeError):
+        return None
+    return dataclasses.replace(memory, id=id, mtime_ns=mtime_ns, size=size, change=change, hash=hash)
+
+
+_STRINGS = ("id", "title", "content", "hash", "problem", "tags")
+_PRIORITY_CODES = {p: code for code, p in enumerate(PRIORITIES)}  # a column of uint8
+_TIME_COLUMNS = ("created", "updated", "accessed")
+_NUMBER_COLUMNS = ("importance", "mtime_ns", "size", "change", "flags")
+_HAS_FRONTMATTER, _CONFLICTED, _HAS_PROBLEM = 1, 2, 4
+
+
+def memories_to_columns(memories: Sequence[Memory]) -> dict[str, npt.NDArray[Any]]:
+    """Memories as numpy columns (strings packed, times as POSIX seconds, NaN for none), for the
+    index snapshot; meta is not kept. Inverse: memories_from_columns."""
+    ms = memories
+    out: dict[str, npt.NDArray[Any]] = {"version": np.array([PARSER_VERSION], dtype=np.int64)}
+    strings = {
+        "id": [m.id for m in ms],
+        "title": [m.title for m in ms],
+        "content": [m.content for m in ms],
+        "hash": [m.hash for m in ms],
+        "problem": [m.problem or "" for m in ms],
+        "tags": [json.dumps(m.tags, ensure_ascii=False) if m.tags else "" for m in ms],
+    }
+    for name, values in strings.items():
+        out[f"{name}.blob"], out[f"{name}.len"] = pack_strings(values)
+    out["priority"] = np.fromiter((_PRIORITY_CODES[m.priority] for m in ms), np.uint8, len(ms))
+    for name, attr in zip(_TIME_COLUMNS, ("created_at", "updated_at", "last_accessed_at"), strict=True):
+        stamps = (getattr(m, attr) for m in ms)
+        out[name] = np.fromiter((t.timestamp() if t else np.nan for t in stamps), np.float64, len(ms))
+    importance = (np.nan if m.importance is None else m.importance for m in ms)
+    out["importance"] = np.fromiter(importance, np.float64, len(ms))
+    out["mtime_ns"] = np.fromiter((m.mtime_ns for m in ms), np.int64, len(ms))
+    out["size"] = np.fromiter((m.size for m in ms), np.int64, len(ms))
+    out["change"] = np.fromiter((m.change for m in ms), np.int64, len(ms))
+    out["flags"] = np.fromiter(
+        (
+            (_HAS_FRONTMATTER if m.has_frontmatter else 0)
+            | (_CONFLICTED if m.conflicted else 0)
+            | (_HAS_PROBLEM if m.problem is not None else 0)
+            for m in ms
+        ),
+        np.uint8,
+        len(ms),
+    )
+    return out
+
+
+class StoredRows:
+    """A snapshot's memory columns decoded into lists, each row built into a Memory on demand
+    (``build``; memvault.search.area.Memories asks). Everything a build could fail on is checked here:
+    the constructor raises ValueError (or KeyError) on data that do not fit, including data from
+    another parser version, and ``build`` never fails."""
+
+    def __init__(
+        self, columns: Mapping[str, npt.NDArray[Any]], *, archived: bool, ids: list[str] | None = None
+    ) -> None:
+        if columns["version"].tolist() != [PARSER_VERSION]:
+            raise ValueError("snapshot from another parser version")
+        strings = {
+            name: unpack_strings(columns[f"{name}.blob"], columns[f"{name}.len"])
+            for name in _STRINGS
+            if ids is None or name != "id"
+        }
+        self.ids: list[str] = ids if ids is not None else strings["id"]
+        n = len(self.ids)
+        numbers = {name: columns[name].tolist() for name in (*_TIME_COLUMNS, *_NUMBER_COLUMNS)}
+        codes = columns["priority"].tolist()
+        if any(len(values) != n for values in (*strings.values(), *numbers.values(), codes)):
+            raise ValueError("snapshot columns differ in length")
+        if codes and not 0 <= min(codes) <= max(codes) < len(PRIORITIES):
+            raise ValueError("snapshot holds an unknown priority")
+        for name in _TIME_COLUMNS:  # a time out of datetime's range would fail its build
+            stamps = np.asarray(columns[name], dtype=np.float64)
+            if n and not np.isnan(stamps).all():
+                for extreme in (np.nanmin(stamps), np.nanmax(stamps)):
+                    try:
+                        datetime.fromtimestamp(float(extreme), UTC)
+                    except (OverflowError, OSError, ValueError) as exc:
+                        raise ValueError("snapshot holds a time out of range") from exc
+        # Few distinct priorities and tag sets: one object each, shared (tuples and strings are
+        # immutable), and one json.loads per tag set; 100,000 copies of "P1" were 5 MB.
+        tag_sets: dict[str, tuple[str, ...]] = {"": ()}
+        for text in strings["tags"]:
+            if text not in tag_sets:
+                tag_sets[text] = tuple(json.loads(text))
+        self.archived = archived
+        self._titles, self._contents = strings["title"], strings["content"]
+        self._hashes, self._problems = strings["hash"], strings["problem"]
+        self._tags = list(map(tag_sets.__getitem__, strings["tags"]))
+        self._priorities = list(map(PRIORITIES.__getitem__, codes))
+        self._created, self._updated = numbers["created"], numbers["updated"]
+        self._accessed, self._importance = numbers["accessed"], numbers["importance"]
+        self._mtime_ns, self._size = numbers["mtime_ns"], numbers["size"]
+        self._change, self._flags = numbers["change"], numbers["flags"]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def build(self, rows: Sequence[int]) -> list[Memory]:
+        at = datetime.fromtimestamp  # NaN: no time
+        out = []
+        for i in rows:
+            created, updated, accessed = self._created[i], self._updated[i], self._accessed[i]
+            importance, flags = self._importance[i], self._flags[i]
+            out.append(
+                _stored(
+                    self.archived,
+                    self.ids[i],
+                    self._titles[i],
+                    self._contents[i],
+                    self._priorities[i],
+                    None if created != created else at(created, UTC),
+                    None if updated != updated else at(updated, UTC),
+                    None if accessed != accessed else at(accessed, UTC),
+                    self._tags[i],
+                    None if importance != importance else importance,
+                    bool(flags & _HAS_FRONTMATTER),
+                    self._problems[i] if flags & _HAS_PROBLEM else None,
+                    bool(flags & _CONFLICTED),
+                    self._mtime_ns[i],
+                    self._size[i],
+                    self._hashes[i],
+                    self._change[i],
+                )
+            )
+        return out
+
+
+def memories_from_columns(
+    columns: Mapping[str, npt.NDArray[Any]], *, archived: bool, ids: list[str] | None = None
+) -> list[Memory]:
+    """Inverse of memories_to_columns (``ids``: the id column, already decoded). Raises ValueError
+    (or KeyError) on data that do not fit, including data from another parser version."""
+    rows = StoredRows(columns, archived=archived, ids=ids)
+    return rows.build(range(len(rows)))
+
+
+# ---------------------------------------------------------------------------- the snapshot file
+
+
+def encode_areas(areas: Iterable[tuple[str, IndexSnapshot, Sequence[Memory]]]) -> dict[str, npt.NDArray[Any]]:
+    """Areas (name, index, memories) in the snapshot's format: ``<name>.index.*`` and
+    ``<name>.memories.*`` arrays."""
+    out: dict[str, npt.NDArray[Any]] = {}
+    for name, index, memories in areas:
+        # In the index's order, the memories' id column is the index's: a restart decodes it once.
+        by_id = {m.id: m for m in memories}
+        ordered = [by_id.get(id) for id in index.live_ids()]
+        if len(ordered) == len(by_id) and None not in ordered:
+            memories = cast("list[Memory]", ordered)
+        out.update(area_arrays(name, index.arrays(), memories))
+    return out
+
+
+def area_arrays(
+    name: str, index: Mapping[str, npt.NDArray[Any]], memories: Sequence[Memory]
+) -> dict[str, npt.NDArray[Any]]:
+    """One area in the snapshot's format, from its index's arrays and its memories."""
+    out = {f"{name}.index.{key}": value for key, value in index.items()}
+    out.update({f"{name}.memories.{key}": value for key, value in memories_to_columns(memories).items()})
+    return out
+
+
+def path(folder: Path) -> Path:
+    """Where a token's snapshot lives (derived: deleting it costs only restart time)."""
+    return folder / STATE_DIR / SNAPSHOT_FILE
+
+
+def load(folder: Path) -> tuple[Area, Area] | None:
+    """The hot and archive areas as the token folder's snapshot holds them; None without a usable one."""
+    where = path(folder)
+    if not where.is_file():
+        return None
+    try:
+        with np.load(where, allow_pickle=False) as data:
+            if data["version"].tolist() != [VERSION]:  # written by another version of memvault
+                log.info("index snapshot in another format; reading the files once instead")
+                return None
+            return areas_from(data)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile) as exc:
+        log.warning("index snapshot not usable (%s); reading the files instead", type(exc).__name__)
+        return None
+
+
+def save(folder: Path, areas: dict[str, npt.NDArray[Any]]) -> None:
+    """Write a token folder's snapshot from its encoded areas (worker thread). Atomic; a failure
+    only costs restart time."""
+    parts: dict[str, npt.NDArray[Any]] = {"version": np.array([VERSION], dtype=np.int64)}
+    parts.update(areas)
+    del areas
+    where = path(folder)
+    fd, tmp = tempfile.mkstemp(dir=where.parent, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **cast("dict[str, Any]", parts))  # (numpy stubs: see memvault.load.pipes)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, where)
+    except OSError as exc:
+        log.warning("could not write the index snapshot (%s)", exc.strerror or type(exc).__name__)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        del parts
+        heap.release()  # the encoding's and, after a cold load, the load's garbage
+
+
+def areas_from(data: Mapping[str, npt.NDArray[Any]]) -> tuple[Area, Area]:
+    """Hot and archive areas from arrays in the snapshot's format. Raises ValueError (or KeyError,
+    TypeError, IndexError) if they do not fit together."""
+    areas = []
+    for name, archived in (("hot", False), ("archive", True)):
+        index_columns = prefixed(data, f"{name}.index.")
+        columns = prefixed(data, f"{name}.memories.")
+        index = Index.from_snapshot(index_columns)
+        # Memories stored in the index's order share its id strings (100,000 of them at 100k).
+        same_ids = all(np.array_equal(index_columns[f"ids.{k}"], columns[f"id.{k}"]) for k in ("blob", "len"))
+        # Built into Memory objects as they are asked for (memvault.search.area.Memories).
+        rows = StoredRows(columns, archived=archived, ids=index.ids() if same_ids else None)
+        differ = not same_ids and any(id not in index for id in rows.ids)
+        if differ or len(rows) != len(index):
+            raise ValueError("snapshot memories and index differ")
+        area = Area(Memories.stored(rows.ids, rows), index)
+        areas.append(area)
+    return areas[0], areas[1]
+
+
+def from_stat(cached: FileStat, id: str, archived: bool, st: os.stat_result) -> Memory | None:
+    """The cached parse of a file whose bytes are known to be unchanged, as it is now on disk."""
+    if not cached.parsed:
+        return None
+    return from_cache(cached.parsed, id, archived=archived, hash=cached.hash, **file_stamp(st))
+
+
+def file_stat(memory: Memory) -> FileStat:
+    return FileStat(
+        memory.path_id, memory.mtime_ns, memory.size, memory.hash, to_cache(memory), memory.change
+    )

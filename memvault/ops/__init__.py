@@ -1,0 +1,1 @@
+"""The operations the tools and the CLI share: the store, recall, access, edits, sweeps."""

@@ -1,0 +1,581 @@
+"""Hybrid recall: lexical and vector scores fused, memories read in context, weighted and diversified.
+
+The ranking is pure functions of arrays (``fuse``, ``factor``, ``diversify``); :class:`Recaller` gathers
+those arrays from a token's index, vectors and sidecar and turns the result into compact lines.
+
+How a memory is scored for a query, and why:
+
+1. Lexical: BM25 from the token's index (``Index.search``), divided by the best score.
+2. Context: a memory is read with its neighbours, the memories written just before and after it
+   (creation order, within an hour). A note like "I whipped up a chocolate swirl" only means
+   something next to "What flavour did you make?", so each memory gets a share of its
+   neighbours' lexical score (``CONTEXT``).
+3. Vectors: cosine with the query's embedding, divided by the best cosine, added with weight
+   ``VECTOR_WEIGHT``; likewise the cosine in the token's own topic space (memvault.search.topics, LSI
+   learned from the vault's text) with ``TOPIC_WEIGHT``. Scores are fused rather than ranks
+   (reciprocal rank fusion): with a weak embedder (the built-in hash) a rank-only fusion lets its
+   noise outvote the lexical leg. On the LoCoMo development conversations, RRF (k=60) of the same
+   three legs scored 70.4 turn any@10 / 86.6 session all@10 against 75.1 / 87.6 for this fusion.
+4. Weights: a query word in the memory's title, importance, recency of access and priority
+   multiply the score by small factors, so they order near-ties rather than override relevance.
+   A question about when ("When did ...", "What year ...") favours memories that place something
+   in time relative to when they were written ("yesterday", "last week", a weekday).
+5. Reranking (optional, memvault.search.rerankers): a cross-encoder's view of the best candidates is added.
+6. Diversity: results are picked one by one, each time discounting candidates that repeat a
+   result already picked (cosine of their vectors) or sit right next to it in creation order
+   (their context is the same), so ten results cover more than one conversation. A question that
+   gathers several things said at different times ("What books has she read?", "How many times
+   ...") is pushed further apart (``Weights.spread``): its answer is spread over the conversation.
+   The value that picked a result is the score shown, so scores fall down the list.
+7. Floor: a result whose shown score (the value that picked it, a share of the best) is below
+   ``Weights.floor`` is left out (MEMVAULT_RECALL_FLOOR), so a small vault answers with what is
+   relevant only; cross-validation keeps the highest floor that costs LoCoMo nothing.
+
+The weights (:class:`Weights`) were chosen by leave-one-conversation-out cross-validation on the
+LoCoMo development conversations (bench/locomo.py --cv); bench/RESULTS.md has the held-back figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import anyio.to_thread
+import numpy as np
+import numpy.typing as npt
+
+from memvault.clock import parse_time
+from memvault.disk.markdown import PRIORITIES, Memory, clean_tags
+from memvault.disk.names import key
+from memvault.errors import InvalidArgument, quote
+from memvault.ops.access import flush_records, last_access
+from memvault.search.embedders import FloatMatrix, HashEmbedder
+from memvault.search.rerankers import Reranker, RerankerUnavailable, Reranking
+from memvault.search.snippets import asks_for_several, asks_when_question, says_when, snippet
+from memvault.search.text import tokenize
+from memvault.search.topics import Layout, creation_order, matvec
+from memvault.search.vectors import VectorView
+from memvault.threads import MAX_ROWS, NeedsThread, look
+
+if TYPE_CHECKING:
+    from memvault.ops.store import Store
+    from memvault.ops.sweeps import Evicted
+    from memvault.registry.state import TokenState
+
+# --- ranking constants (chosen by cross-validation on the LoCoMo dev conversations; bench/locomo.py --cv) ---
+CONTEXT = (0.7, 0.35)  # share of the lexical score of the neighbour 1, 2 places away
+CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
+VECTOR_WEIGHT = 0.6
+TOPIC_WEIGHT = 0.5  # the vault's own topic model (memvault.search.topics)
+VECTOR_FLOOR = 0.1  # a cosine below this is noise (the hash embedder's chance collisions)
+FLOOR = 0.05  # results whose shown score (the value that ranked them) is below this are left out
+ACCESS_TOP = 3  # the first results shown always count as an access...
+ACCESS_SHARE = 0.5  # ...the others only when they score at least this share of the best
+TITLE_BOOST = 0.5  # a query word in the title
+WHEN_BOOST = 1.0  # x(1 + this) for a memory naming a time when the question asks when
+IMPORTANCE_WEIGHT = 0.3  # importance 1 -> x1.15, 0 -> x0.85, unset -> x1
+RECENCY_WEIGHT = 0.1  # x1.1 just accessed, halving every RECENCY_HALF_LIFE_DAYS
+RECENCY_HALF_LIFE_DAYS = 30.0
+PRIORITY_FACTOR = {"P0": 1.1, "P1": 1.05, "P2": 1.0}
+REPEAT_PENALTY = 0.4  # times the best cosine with a result already picked
+NEIGHBOUR_PENALTY = 0.25  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked
+NEIGHBOUR_SCALE = 10.0
+SPREAD = 0.1  # added to NEIGHBOUR_PENALTY for a question that asks for several things
+POOL = 40  # candidates considered for diversity (at least 4 x limit)
+LEXICAL_LIMIT = 500  # lexical hits scored per query (the rest score too little to matter)
+STALE_DAYS = 30
+RERANK_TOP = 20  # candidates a reranker (MEMVAULT_RERANKER) looks at
+RERANK_WEIGHT = 1.0  # its min-max normalised score, added to the share of the best
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.intp]
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """The ranking's tunable weights, passed per call so a benchmark can try candidates without
+    touching module state (bench/locomo.py --cv chooses the defaults by cross-validation)."""
+
+    context: tuple[float, ...] = CONTEXT  # at most len(CONTEXT) places (the layout's depth)
+    vector: float = VECTOR_WEIGHT
+    topic: float = TOPIC_WEIGHT
+    title: float = TITLE_BOOST
+    repeat: float = REPEAT_PENALTY
+    neighbour: float = NEIGHBOUR_PENALTY
+    floor: float = FLOOR  # relevance floor: a share of the best result's score
+    when: float = WHEN_BOOST  # a "when ..." question, a memory that says when (yesterday, last week)
+    spread: float = SPREAD  # added to the neighbour penalty when the question asks for several things
+
+    def replace(self, **changes: object) -> Weights:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+DEFAULT_WEIGHTS = Weights()
+
+
+# ---------------------------------------------------------------------------- pure ranking
+
+
+def layout(view: VectorView, depth: int | None = None, gap: float | None = None) -> Layout:
+    """The rows of ``view`` in creation order, with neighbours up to ``len(CONTEXT)`` places away."""
+    return creation_order(
+        view.keys,
+        view.created,
+        depth=len(CONTEXT) if depth is None else depth,
+        gap=CONTEXT_GAP_SECONDS if gap is None else gap,
+    )
+
+
+def fuse(
+    lexical: FloatArray,
+    vector: FloatArray | None,
+    eligible: npt.NDArray[np.bool_],
+    where: Layout,
+    *,
+    topic: FloatArray | None = None,
+    context: Sequence[float] | None = None,
+    vector_weight: float | None = None,
+    topic_weight: float | None = None,
+) -> FloatArray:
+    """Relevance of every row: normalised lexical score read in context, plus normalised cosines
+    with the query's embedding and with its topics."""
+    context = CONTEXT if context is None else context
+    vector_weight = VECTOR_WEIGHT if vector_weight is None else vector_weight
+    topic_weight = TOPIC_WEIGHT if topic_weight is None else topic_weight
+    score = np.zeros(where.n, dtype=np.float64)
+    top = float(lexical[eligible].max()) if eligible.any() else 0.0
+    if top > 0:
+        lx = np.append(lexical / top, 0.0)  # index n is "no neighbour"
+        score += lx[:-1]
+        for weight, prev, nxt in zip(context, where.before, where.after, strict=False):
+            score += weight * (lx[prev] + lx[nxt])
+    if vector is not None and eligible.any():
+        best = float(vector[eligible].max())
+        if best >= VECTOR_FLOOR:
+            score += vector_weight * np.where(vector >= VECTOR_FLOOR, vector, 0.0) / best
+    if topic is not None and eligible.any():
+        best = float(topic[eligible].max())
+        if best > 0:
+            score += topic_weight * np.clip(topic, 0.0, None) / best
+    score[~eligible] = 0.0
+    return score
+
+
+def factor(
+    memory: Memory,
+    *,
+    title_hit: bool,
+    last_access: datetime | None,
+    now: datetime,
+    title_boost: float = TITLE_BOOST,
+) -> float:
+    """Small multipliers: title match, importance, recency of access, priority."""
+    value = 1.0 + (title_boost if title_hit else 0.0)
+    if memory.importance is not None:
+        value *= 1.0 + IMPORTANCE_WEIGHT * (float(memory.importance) - 0.5)
+    if last_access is not None:
+        age_days = max(0.0, (now - last_access).total_seconds() / 86400.0)
+        value *= 1.0 + RECENCY_WEIGHT * 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
+    return value * PRIORITY_FACTOR.get(memory.priority, 1.0)
+
+
+@functools.lru_cache(maxsize=16_384)
+def title_terms(title: str) -> frozenset[str]:
+    """A title's index terms: recall asks for each candidate's, the same titles again and again."""
+    return frozenset(tokenize(title))
+
+
+def diversify(
+    candidates: Sequence[int],
+    scores: FloatArray,
+    limit: int,
+    where: Layout,
+    vectors_of: Callable[[npt.NDArray[np.intp]], FloatMatrix | None] | None,
+    *,
+    repeat_penalty: float | None = None,
+    neighbour_penalty: float | None = None,
+    scale: float | None = None,
+) -> list[tuple[int, float, float]]:
+    """Pick ``limit`` rows greedily: best score, less what repeats a row already picked. Returns each
+    row with the value that picked it (a share of the best score, less its penalties then) and its
+    relevance (the share of the best score alone). The values never rise down the list: penalties
+    only grow, so what is left only loses value."""
+    repeat_penalty = REPEAT_PENALTY if repeat_penalty is None else repeat_penalty
+    neighbour_penalty = NEIGHBOUR_PENALTY if neighbour_penalty is None else neighbour_penalty
+    scale = NEIGHBOUR_SCALE if scale is None else scale
+    left = sorted(candidates, key=lambda r: (-scores[r], r))
+    if not left:
+        return []
+    rows = np.array(left)
+    top = float(scores[left[0]]) or 1.0
+    rel = scores[rows].astype(np.float64) / top
+    # Every pair's closeness at once (a few dozen candidates): the loop below reads rows of it.
+    # Repetition stays one product a pick: a matrix product would wake BLAS's threads, which then
+    # spin for a core the event loop needs.
+    vectors = vectors_of(rows) if vectors_of is not None and repeat_penalty else None
+    close = None
+    if neighbour_penalty:
+        positions, threads = where.position[rows], where.thread[rows]
+        same = (threads[:, None] == threads[None, :]) & (threads >= 0)[:, None]
+        close = np.where(same, np.exp(-np.abs(positions[:, None] - positions[None, :]) / scale), 0.0)
+    repeat = np.zeros(len(left))
+    near = np.zeros(len(left))
+    taken = np.zeros(len(left))  # -inf once picked
+    picked: list[tuple[int, float, float]] = []
+    for _ in range(min(limit, len(left))):
+        value = rel - repeat_penalty * repeat - neighbour_penalty * near + taken
+        i = int(np.argmax(value))
+        picked.append((left[i], float(value[i]), float(rel[i])))
+        taken[i] = -np.inf
+        if vectors is not None:
+            np.maximum(repeat, vectors @ vectors[i], out=repeat)
+        if close is not None:
+            np.fmax(near, close[i], out=near)  # fmax: a NaN closeness (no position) leaves near as it is
+    return picked
+
+
+# ---------------------------------------------------------------------------- orchestration
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    memory: Memory
+    score: float  # the value that ranked it: a share of the best result (1.0), less diversity penalties
+    snippet: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Filters:
+    include_archive: bool
+    tags: tuple[str, ...]
+    priorities: frozenset[str] | None
+    after: float | None  # POSIX seconds, inclusive
+    before: float | None  # exclusive
+
+
+def accessed(results: Sequence[Recalled]) -> list[Recalled]:
+    """The results an agent is likely to use, which count as accesses: the first ``ACCESS_TOP`` and
+    any other scoring at least ``ACCESS_SHARE`` of the best (the rest only passed by in a list)."""
+    return [hit for i, hit in enumerate(results) if i < ACCESS_TOP or hit.score >= ACCESS_SHARE]
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    results: list[Recalled]
+    vectors: str | None  # model whose vectors took part, None if lexical only
+    considered: int  # memories that matched at all
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    hot: dict[str, int]  # by priority
+    archived: int
+    embedded: int
+    rows: int
+    pending: int
+    embedder: str | None
+    fallback: str | None
+    searches: int
+    misses: int
+    stale: list[str]  # hot memories not accessed in STALE_DAYS days
+    oldest: Memory | None
+    newest: Memory | None
+    next_eviction: list[Evicted]
+
+
+def check_priorities(priority: str | Sequence[str] | None) -> frozenset[str] | None:
+    if priority is None:
+        return None
+    raw = [priority] if isinstance(priority, str) else list(priority)
+    wanted = {p.strip().upper() for item in raw for p in item.split(",") if p.strip()}
+    bad = sorted(p for p in wanted if p not in PRIORITIES)
+    if bad:
+        raise InvalidArgument(
+            f"priority must be P0, P1 or P2 (or several, comma-separated), not {quote(', '.join(bad))}."
+        )
+    return frozenset(wanted) or None
+
+
+def check_time(name: str, value: str | None) -> float | None:
+    """An ``after``/``before`` argument (ISO date or date and time, UTC unless it says otherwise) as
+    POSIX seconds."""
+    if value is None or not str(value).strip():
+        return None
+    at = parse_time(str(value))
+    if at is None:
+        raise InvalidArgument(
+            f"{name} must be an ISO date such as 2026-01-15 or 2026-01-15T09:30:00Z, not {quote(str(value))}."
+        )
+    return at.timestamp()
+
+
+class Recaller:
+    """The recall and stats operations over a :class:`Store`'s tokens."""
+
+    def __init__(
+        self, store: Store, weights: Weights = DEFAULT_WEIGHTS, reranking: Reranking | None = None
+    ) -> None:
+        self.store = store
+        self.weights = weights
+        self.reranking = reranking
+        self._layouts: dict[str, tuple[int, Layout]] = {}
+
+    async def recall(
+        self,
+        token: str,
+        query: str,
+        *,
+        limit: int = 10,
+        include_archive: bool = False,
+        tags: Sequence[str] | None = None,
+        priority: str | Sequence[str] | None = None,
+        after: str | None = None,
+        before: str | None = None,
+        weights: Weights | None = None,
+    ) -> Recall:
+        """The best memories for ``query``; ``after`` (inclusive) and ``before`` (exclusive) keep
+        memories created in that span; ``weights`` overrides the Recaller's for this call."""
+        if not query or not query.strip():
+            raise InvalidArgument("query is empty; say what you are looking for.")
+        if limit < 1:
+            raise InvalidArgument("limit must be at least 1.")
+        wanted_tags = clean_tags(tags) if tags else ()
+        priorities = check_priorities(priority)
+        span = (check_time("after", after), check_time("before", before))
+        if span[0] is not None and span[1] is not None and span[0] >= span[1]:
+            raise InvalidArgument(f"after ({after}) must be earlier than before ({before}).")
+        filters = _Filters(include_archive, wanted_tags, priorities, span[0], span[1])
+        async with self.store.using(token) as state:
+            return await look(
+                self._recall_sync, state, query, min(limit, 100), filters, weights or self.weights
+            )
+
+    def _layout(self, token: str, view: VectorView) -> Layout:
+        cached = self._layouts.get(token)
+        if cached is not None and cached[0] == view.rows_version:
+            return cached[1]  # only vectors or topics moved since: the rows stand where they were
+        where = layout(view)
+        self._layouts[token] = (view.rows_version, where)
+        return where
+
+    def _recall_sync(
+        self, state: TokenState, query: str, limit: int, filters: _Filters, weights: Weights, *, inline: bool
+    ) -> Recall:
+        """``inline``: on the event loop (memvault.threads), for a token of at most MAX_ROWS rows
+        with the built-in embedder and no reranker (a few milliseconds at most); else NeedsThread."""
+        store = self.store
+        if not state.settled:  # restored moments ago: the vectors' rows, recall's candidates, come next
+            if inline:
+                raise NeedsThread
+            store.registry.settle(state)
+        reranker = self.reranking.get() if self.reranking is not None else None
+        embedder = store.embeddings.ready()
+        if inline and (reranker is not None or not (embedder is None or isinstance(embedder, HashEmbedder))):
+            raise NeedsThread
+        view = state.vectors.snapshot(inline)
+        if inline and len(view.keys) > MAX_ROWS:
+            raise NeedsThread
+        where = self._layout(state.token, view)
+        n = where.n
+        lexical = np.zeros(n, dtype=np.float64)
+        include_archive, tags, priorities = filters.include_archive, filters.tags, filters.priorities
+        eligible = where.live.copy() if include_archive else where.live & ~where.archived
+        if filters.after is not None or filters.before is not None:
+            created = view.created[:n]
+            with np.errstate(invalid="ignore"):  # NaN (unknown creation time) never passes a filter
+                if filters.after is not None:
+                    eligible &= created >= filters.after
+                if filters.before is not None:
+                    eligible &= created < filters.before
+        areas = [False, True] if include_archive else [False]
+        with state.reading(inline) as reading:
+            rows = view.rows
+            for archived in areas:
+                ids, found = reading.scores(query, archived=archived, limit=LEXICAL_LIMIT)
+                # Hundreds of hits a query: their rows looked up in one pass, set in one call.
+                at = np.fromiter(
+                    (rows.get(k, -1) for k in ([key(id, True) for id in ids] if archived else ids)),
+                    dtype=np.intp,
+                    count=len(ids),
+                )
+                known = at >= 0
+                lexical[at[known]] = found[known]
+            if tags or priorities:
+                for row in np.flatnonzero(eligible).tolist():
+                    memory = reading.memory(view.keys[row] or "")
+                    if memory is None or (priorities and memory.priority not in priorities):
+                        eligible[row] = False
+                    elif tags and not {t.casefold() for t in tags} <= {t.casefold() for t in memory.tags}:
+                        eligible[row] = False
+        vector = None
+        model = None
+        if view.matrix is not None and embedder is not None and embedder.name == view.name:
+            q = store.embeddings.embed_query(query)
+            if q is not None and q.any():
+                vector = view.similarity(q, n)
+                model = view.name if vector is not None else None
+        topic = self._topic_scores(view, query)
+        score = fuse(
+            lexical,
+            vector,
+            eligible,
+            where,
+            topic=topic,
+            context=weights.context,
+            vector_weight=weights.vector,
+            topic_weight=weights.topic,
+        )
+        matched = int(np.count_nonzero(score > 0))
+        pool_size = max(POOL, 4 * limit)
+        if matched == 0:
+            return self._record(state, Recall([], model, 0))
+        candidates = np.flatnonzero(score > 0)
+        if candidates.size > pool_size:
+            candidates = candidates[np.argpartition(-score[candidates], pool_size - 1)[:pool_size]]
+
+        terms = {t for t in tokenize(query)} - _QUESTION_WORDS
+        asks_when = weights.when > 0 and asks_when_question(query)
+        now = store.clock()
+        recorded = (
+            state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()], inline=inline)
+            if state.sidecar
+            else {}
+        )
+        memories: dict[int, Memory] = {}
+        weighted = np.zeros(n, dtype=np.float64)
+        with state.reading(inline) as reading:
+            for row in candidates.tolist():
+                path_key = view.keys[row] or ""
+                memory = reading.memory(path_key)
+                if memory is None:
+                    continue
+                memories[row] = memory
+                last = last_access(memory, recorded.get(path_key))
+                weighted[row] = score[row] * factor(
+                    memory,
+                    title_hit=not terms.isdisjoint(title_terms(memory.title)),
+                    last_access=last,
+                    now=now,
+                    title_boost=weights.title,
+                )
+                if asks_when and says_when(memory.content):
+                    weighted[row] *= 1.0 + weights.when
+        if reranker is not None and memories:
+            self._rerank(reranker, query, memories, weighted)
+        picked = diversify(
+            list(memories),
+            weighted,
+            limit,
+            where,
+            view.vectors if model else None,
+            repeat_penalty=weights.repeat,
+            neighbour_penalty=weights.neighbour + (weights.spread if asks_for_several(query) else 0.0),
+        )
+        results = []
+        for row, value, _ in picked:
+            if weights.floor > 0 and value < weights.floor:  # values only fall down the list
+                break
+            memory = store.fresh(state, memories[row].id, memories[row].archived, inline=inline)
+            if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
+                results.append(Recalled(memory, max(value, 0.0), snippet(memory.content, terms)))
+        return self._record(state, Recall(results, model, matched))
+
+    def _rerank(
+        self, reranker: Reranker, query: str, memories: dict[int, Memory], weighted: FloatArray
+    ) -> None:
+        """Add the reranker's view of the best candidates to their scores (in place)."""
+        rows = sorted(memories, key=lambda r: -weighted[r])[:RERANK_TOP]
+        try:
+            raw = reranker.score(query, [f"{memories[r].title}\n{memories[r].content}" for r in rows])
+            if len(raw) != len(rows) or not np.isfinite(raw).all():
+                raise RerankerUnavailable(f"it returned {len(raw)} scores for {len(rows)} texts")
+        except RerankerUnavailable as exc:
+            assert self.reranking is not None
+            self.reranking.failed(exc)
+            return
+        low, high = float(np.min(raw)), float(np.max(raw))
+        spread = (
+            (np.asarray(raw, dtype=np.float64) - low) / (high - low) if high > low else np.zeros(len(rows))
+        )
+        top = float(weighted[rows[0]]) or 1.0
+        for i, row in enumerate(rows):
+            weighted[row] = weighted[row] / top + RERANK_WEIGHT * spread[i]
+        chosen = set(rows)
+        weighted[[r for r in memories if r not in chosen]] /= top
+
+    @staticmethod
+    def _topic_scores(view: VectorView, query: str) -> FloatArray | None:
+        """Cosine with the query's topics of every row placed in them (fitted or folded in since)."""
+        model, rows, valid = view.topics, view.topic_rows, view.topic_valid
+        if model is None or rows is None or valid is None:
+            return None
+        place = model.query(query)
+        if place is None:
+            return None
+        n = len(view.keys)
+        m = min(n, len(rows))
+        topic = np.zeros(n, dtype=np.float64)
+        topic[:m] = matvec(rows[:m], place)
+        topic[~valid[:n]] = 0.0
+        return topic
+
+    def _record(self, state: TokenState, found: Recall) -> Recall:
+        self.store.note_search(state, bool(found.results))
+        return found
+
+    async def stats(self, token: str) -> Stats:
+        async with self.store.using(token) as state:
+            evictions = await self.store.evict(token, dry_run=True)
+            return await anyio.to_thread.run_sync(self._stats_sync, state, evictions)
+
+    def _stats_sync(self, state: TokenState, evictions: list[Evicted]) -> Stats:
+        store = self.store
+        with state.reading() as reading:
+            hot = reading.memories()
+            archived = reading.count(archived=True)
+        by_priority = {p: 0 for p in PRIORITIES}
+        for memory in hot:
+            by_priority[memory.priority] = by_priority.get(memory.priority, 0) + 1
+        embedded, rows = state.vectors.counts()
+        status = store.embeddings.status()
+        flush_records(state)
+        searches, misses = state.sidecar.search_counts() if state.sidecar else (0, 0)
+        recorded = state.sidecar.last_access() if state.sidecar else {}
+        now = store.clock()
+        stale = []
+        for memory in hot:
+            last = last_access(memory, recorded.get(memory.id))
+            if last is None or (now - last).total_seconds() > STALE_DAYS * 86400:
+                stale.append(memory.id)
+        dated = [m for m in hot if m.created_at is not None]
+        oldest = min(dated, key=lambda m: (m.created_at, m.id)) if dated else None
+        newest = max(dated, key=lambda m: (m.created_at, m.id)) if dated else None
+        return Stats(
+            hot=by_priority,
+            archived=archived,
+            embedded=embedded,
+            rows=rows,
+            pending=state.vectors.pending,
+            embedder=status.name,
+            fallback=status.fallback,
+            searches=searches,
+            misses=misses,
+            stale=sorted(stale),
+            oldest=oldest,
+            newest=newest,
+            next_eviction=evictions,
+        )
+
+
+# Words that say what kind of answer is wanted, not what it is about: they never earn a title boost.
+_QUESTION_WORDS = frozenset(
+    tokenize(
+        "a an and are as at be been but by can could do does did for from had has have how i if in into is "
+        "it its me my of on or our should so than that the their them then there these they this those to "
+        "us was we were what when where which who whom whose why will with would you your"
+    )
+)

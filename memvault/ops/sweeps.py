@@ -1,0 +1,157 @@
+"""Eviction sweeps: moving stale memories to the archive, on demand and lazily after reads.
+
+The policy (which memories, when a sweep is due) is memvault.ops.eviction, pure; this module gathers
+its inputs from the index and the sidecar and carries out its plan under the token's locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import anyio.to_thread
+
+from memvault.clock import Clock
+from memvault.config import Settings
+from memvault.errors import InvalidName, NotFound
+from memvault.logs import bookkeep, note_failure
+from memvault.ops import eviction
+from memvault.ops.access import flush_records, last_access
+from memvault.registry.state import TokenState
+from memvault.registry.tokens import Tokens
+
+log = logging.getLogger("memvault")
+
+LAST_EVICTION = "last_eviction"  # sidecar state key: when the last sweep ran
+CHUNK = 100  # files moved per turn of the token's lock
+
+
+@dataclass(frozen=True, slots=True)
+class Evicted:
+    id: str
+    reason: str
+    archived_as: str | None  # None on a dry run
+
+
+class Sweeps:
+    """Runs eviction for the registry's tokens; ``spawn`` runs a lazy sweep after the current request."""
+
+    def __init__(
+        self,
+        tokens: Tokens,
+        settings: Settings,
+        clock: Clock,
+        spawn: Callable[[Coroutine[Any, Any, Any]], None],
+    ) -> None:
+        self.tokens = tokens
+        self.settings = settings
+        self.clock = clock
+        self.spawn = spawn
+        self._last: dict[str, datetime | None] = {}  # each token's last sweep, as this process knows it
+        self.limits = eviction.Limits(
+            ttl_p1_days=settings.ttl_p1_days, ttl_p2_days=settings.ttl_p2_days, capacity=settings.capacity
+        )
+
+    async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
+        """Plan, then move the plan's files in batches of CHUNK, each under the token's locks: a
+        sweep of thousands of files never holds a write for more than one batch (it once held
+        one for a minute)."""
+        async with self.tokens.using(token) as state:
+            if not state.dir.is_dir():
+                return []
+            async with state.lock:
+                now, plan = await anyio.to_thread.run_sync(self._plan, state)
+            if dry_run:
+                return [Evicted(e.id, e.reason, None) for e in plan]
+            done: list[Evicted] = []
+            for start in range(0, len(plan), CHUNK):
+                async with state.lock:
+                    done += await anyio.to_thread.run_sync(
+                        self._move, state, plan[start : start + CHUNK], now
+                    )
+                await asyncio.sleep(0)  # requests waiting for the loop go first
+            sidecar = state.ensure_sidecar()
+            bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
+            self._last[state.token] = now
+            return done
+
+    def _plan(self, state: TokenState) -> tuple[datetime, list[eviction.Eviction]]:
+        self.tokens.settle(state)  # memories still to build after a restore: a batch per hold of the lock
+        now = self.clock()
+        with state.file_lock():
+            sidecar = state.ensure_sidecar()
+            flush_records(state)  # accesses still queued count
+            recorded = sidecar.last_access()
+            with state.mem_lock:
+                memories = list(state.hot.memories.values())
+            candidates = [
+                eviction.Candidate(
+                    id=m.id,
+                    priority=m.priority,
+                    last_access=last_access(m, recorded.get(m.id)) or now,
+                    importance=m.importance,
+                    # A file a person made (no frontmatter, so no priority) is never moved.
+                    pinned=m.conflicted or not m.has_frontmatter,
+                )
+                for m in memories
+            ]
+            plan = eviction.plan(candidates, now, self.limits)
+            if plan:
+                state.vault.check_archive()  # else every move fails and the sweep looks like a no-op
+            return now, plan
+
+    def _move(self, state: TokenState, batch: list[eviction.Eviction], planned: datetime) -> list[Evicted]:
+        """Move one batch; a memory read or changed since the plan stays (its access is newer)."""
+        with state.file_lock():
+            flush_records(state)
+            sidecar = state.ensure_sidecar()
+            touched = sidecar.last_access([e.id for e in batch])
+            done: list[Evicted] = []
+            # The batch's access records move in one transaction: one a file kept the sidecar's lock
+            # busy and dropped the kept access table (every read then went to a thread) each time.
+            renamed: list[tuple[str, str]] = []
+            try:
+                for item in batch:
+                    if item.id in touched and touched[item.id] > planned:
+                        continue
+                    try:
+                        new_id = state.move(item.id, to_archive=True, renamed=renamed)
+                    except (NotFound, InvalidName, OSError) as exc:
+                        log.warning("eviction skipped a memory: %s", type(exc).__name__)
+                        continue
+                    done.append(Evicted(item.id, item.reason, new_id))
+            finally:
+                bookkeep("move access records", lambda: sidecar.rename_accesses(renamed))
+            return done
+
+    def maybe_sweep(self, state: TokenState) -> None:
+        """Lazy eviction: after a read, at most once per interval, in the background."""
+        if state.evicting or state.sidecar is None:
+            return
+        if state.token not in self._last:  # read once per token: not a query on every read
+            try:
+                raw = state.sidecar.get_state(LAST_EVICTION)
+            except sqlite3.Error as exc:
+                note_failure("read the last sweep time", exc)
+                return
+            self._last[state.token] = datetime.fromisoformat(raw) if raw else None
+        if not eviction.sweep_due(self._last[state.token], self.clock(), self.settings.evict_interval_hours):
+            return
+        state.evicting = True
+
+        async def sweep() -> None:
+            try:
+                evicted = await self.evict(state.token)
+                if evicted:
+                    log.info("archived %d stale memories", len(evicted))
+            except Exception:
+                log.exception("background eviction failed")
+            finally:
+                state.evicting = False
+
+        self.spawn(sweep())

@@ -1,0 +1,304 @@
+"""The session file format: a readable markdown file per session and its append-only history.
+
+``sessions/<name>.md`` holds the latest summary under frontmatter (sessionId, title, tags, version,
+createdAt, updatedAt); ``sessions/<name>.history.jsonl`` holds every version, one JSON line each:
+an upsert stores the whole text (``summary``), an append only what it added (``append``), a
+metadata change the new title and tags of an existing version (``meta``). So the history grows
+with the text written, not with its square. The history is canonical; the markdown file is what a
+person reads, and an edit of its body is taken as a new version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml  # type: ignore[import-untyped]
+
+from memvault.clock import format_time, require_time
+from memvault.disk.files import NotRegularFile, atomic_write, fsync_dir, read_regular
+from memvault.disk.markdown import clean_tags, has_conflict_markers
+from memvault.disk.names import SESSIONS_DIR, slugify
+from memvault.errors import InvalidArgument
+
+HISTORY_SUFFIX = ".history.jsonl"
+APPEND_SEPARATOR = "\n\n"  # append_summary: latest text, a blank line, the new content
+_PLAIN = re.compile(r"[a-z0-9][a-z0-9_-]{0,79}")
+_HASHED = re.compile(r".*-[0-9a-f]{12}")
+# Characters str.splitlines (and some editors) take for line ends; JSON allows them raw in strings.
+_LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
+_FM = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*\r?\n?", re.DOTALL | re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """One saved version of a session summary."""
+
+    session_id: str
+    version: int
+    ts: str  # UTC ISO-8601 with milliseconds and Z
+    title: str | None
+    tags: tuple[str, ...]
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFiles:
+    """What a session's files hold: its versions, oldest first, and whether git left markers in them."""
+
+    session_id: str | None
+    versions: list[Version]
+    conflicted: bool
+    history_versions: int  # the last version the history file itself holds (0: none)
+
+
+def json_line(row: Mapping[str, object]) -> str:
+    """One JSON line: UTF-8 kept readable, every character a line splitter might break on escaped."""
+    line = json.dumps(row, ensure_ascii=False)
+    for char, escape in _LINE_BREAKS.items():
+        line = line.replace(char, escape)
+    return line
+
+
+def file_stem(session_id: str) -> str:
+    """The session's file name without suffix: the id itself when it is a plain lowercase name,
+    else a slug of it and a hash of the exact id (no two ids share files, whatever the case rules)."""
+    if _PLAIN.fullmatch(session_id) and not _HASHED.fullmatch(session_id):
+        return session_id
+    digest = hashlib.blake2b(session_id.encode("utf-8"), digest_size=6).hexdigest()
+    return f"{slugify(session_id)[:60]}-{digest}"
+
+
+def paths(folder: Path, session_id: str) -> tuple[Path, Path]:
+    """(markdown file, history file) of a session in a token folder."""
+    stem = file_stem(session_id)
+    base = folder / SESSIONS_DIR
+    return base / f"{stem}.md", base / f"{stem}{HISTORY_SUFFIX}"
+
+
+def stem_of(name: str) -> str | None:
+    """The session stem of a file name in sessions/, or None for a file that is not a session's."""
+    if name.endswith(HISTORY_SUFFIX):
+        return name[: -len(HISTORY_SUFFIX)] or None
+    if name.endswith(".md") and not name.startswith("."):
+        return name[:-3] or None
+    return None
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def history_line(new: Version, previous: Version | None, *, meta: bool = False) -> str:
+    row: dict[str, Any] = {"session": new.session_id, "version": new.version}
+    if not meta:
+        row["ts"] = new.ts
+    row["title"] = new.title
+    row["tags"] = list(new.tags)
+    if meta:
+        row["meta"] = True
+    elif previous is not None and new.summary.startswith(previous.summary.rstrip() + APPEND_SEPARATOR):
+        row["append"] = new.summary[len(previous.summary.rstrip() + APPEND_SEPARATOR) :]
+    else:
+        row["summary"] = new.summary
+    return json_line(row)
+
+
+def append_lines(path: Path, lines: Iterable[str]) -> None:
+    """Append lines and fsync (the folder too when the file is new)."""
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    if not data:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    try:
+        if os.fstat(fd).st_size and not _ends_with_newline(fd):
+            data = b"\n" + data  # a hand edit left the last line open
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if new:
+        fsync_dir(path.parent)
+
+
+def _ends_with_newline(fd: int) -> bool:
+    size = os.fstat(fd).st_size
+    return os.pread(fd, 1, size - 1) == b"\n"
+
+
+def render_markdown(latest: Version, created: str) -> bytes:
+    meta: dict[str, Any] = {"sessionId": latest.session_id}
+    if latest.title:
+        meta["title"] = latest.title
+    meta["tags"] = list(latest.tags)
+    meta["version"] = latest.version
+    meta["createdAt"] = created
+    meta["updatedAt"] = latest.ts
+    head = yaml.safe_dump(meta, allow_unicode=True, sort_keys=False, width=10_000)
+    return f"---\n{head}---\n\n{latest.summary.rstrip()}\n".encode()
+
+
+def write_markdown(path: Path, latest: Version, created: str) -> None:
+    atomic_write(path, render_markdown(latest, created))
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def read_text(path: Path) -> str:
+    """A session or graph file's text; "" when it is missing, a link (never followed: it could
+    lead out of the vault) or not a regular file."""
+    try:
+        raw, _ = read_regular(path, follow_links=False)
+    except (OSError, NotRegularFile):
+        return ""
+    return raw.decode("utf-8", errors="replace")
+
+
+def check_folder(folder: Path) -> None:
+    """Refuse to write through a ``sessions`` folder that is a link (it could lead out of the vault)."""
+    if os.path.islink(folder / SESSIONS_DIR):
+        raise InvalidArgument(
+            f"'{SESSIONS_DIR}/' in this vault is a symbolic link, which memvault does not write through; "
+            "ask the user to replace it with a real folder."
+        )
+
+
+def read(md: Path, history: Path, *, mtime_ts: str) -> SessionFiles:
+    """A session's versions from its files. Lines that are not versions (git's markers, a damaged
+    line) mark the session conflicted: it is served as far as it reads, and not written."""
+    versions: dict[int, Version] = {}
+    conflicted = False
+    session_id: str | None = None
+    raw = read_text(history)
+    for line in raw.split("\n"):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            version = _apply(row, versions)
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError, InvalidArgument):
+            conflicted = True
+            continue
+        session_id = session_id or version.session_id
+    history_versions = max(versions, default=0)
+    ordered = [versions[n] for n in sorted(versions)]
+    hand = _from_markdown(md, ordered[-1] if ordered else None, session_id, mtime_ts)
+    if hand == "conflicted":
+        conflicted = True
+    elif hand is not None:
+        session_id = session_id or hand.session_id
+        if ordered and hand.version == ordered[-1].version:
+            ordered[-1] = hand  # title or tags edited by hand
+        else:
+            ordered.append(hand)
+    return SessionFiles(session_id, ordered, conflicted, history_versions)
+
+
+def _apply(row: Any, versions: dict[int, Version]) -> Version:
+    if not isinstance(row, dict):
+        raise TypeError("not an object")
+    session_id = row["session"]
+    number = row["version"]
+    if not isinstance(session_id, str) or not session_id.strip():
+        raise TypeError("session")
+    if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number < 2**62:
+        raise TypeError("version")
+    title = row.get("title")
+    if title is not None and not isinstance(title, str):
+        raise TypeError("title")
+    tags = row.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise TypeError("tags")
+    if row.get("meta"):
+        old = versions[number]
+        versions[number] = replace(old, title=title or None, tags=clean_tags(tags))
+        return versions[number]
+    ts = format_time(require_time(row["ts"]))
+    if "append" in row:
+        text = versions[number - 1].summary.rstrip() + APPEND_SEPARATOR + row["append"]
+    else:
+        text = row["summary"]
+    if not isinstance(text, str):
+        raise TypeError("summary")
+    versions[number] = Version(session_id, number, ts, title or None, clean_tags(tags), text)
+    return versions[number]
+
+
+def _from_markdown(md: Path, latest: Version | None, session_id: str | None, mtime_ts: str) -> Any:
+    """The version a person's edit of the markdown file makes: None when it holds nothing new,
+    "conflicted" when git left markers in it (and it is not simply our rendering of such a text)."""
+    text = read_text(md)
+    if not text:
+        return None
+    match = _FM.match(text)
+    meta: Any = None
+    if match is not None:
+        try:
+            meta = yaml.safe_load(match.group(1))
+        except yaml.YAMLError:
+            meta = None
+    body = (text[match.end() :] if match is not None else text).strip()
+    if not isinstance(meta, dict):
+        if has_conflict_markers(text):
+            return "conflicted"
+        meta = {}
+    if latest is not None and body == latest.summary.strip():
+        title, tags = _title_and_tags(meta, latest)
+        if (title, tags) == (latest.title, latest.tags):
+            return None
+        return replace(latest, title=title, tags=tags)
+    if has_conflict_markers(text):
+        return "conflicted"
+    if not body:
+        return None
+    owner = meta.get("sessionId")
+    sid = owner if isinstance(owner, str) and owner.strip() else session_id
+    if sid is None or (session_id is not None and sid != session_id):
+        return None
+    title, tags = _title_and_tags(meta, latest)
+    number = (latest.version + 1) if latest is not None else 1
+    return Version(sid, number, max(mtime_ts, latest.ts) if latest else mtime_ts, title, tags, body)
+
+
+def _title_and_tags(meta: Mapping[str, Any], latest: Version | None) -> tuple[str | None, tuple[str, ...]]:
+    title = meta.get("title", latest.title if latest else None)
+    tags = meta.get("tags", list(latest.tags) if latest else [])
+    title = title.strip() or None if isinstance(title, str) else (latest.title if latest else None)
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        tags = list(latest.tags) if latest else []
+    return title, clean_tags(tags)
+
+
+def last_history_version(history: Path) -> int:
+    """The version of the history file's last line (0 if none): read from the end, not whole."""
+    try:
+        with open(history, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            end = handle.tell()
+            chunk = 4096
+            while True:
+                start = max(0, end - chunk)
+                handle.seek(start)
+                data = handle.read(end - start)
+                lines = [line for line in data.split(b"\n") if line.strip()]
+                if len(lines) >= 2 or start == 0:
+                    break
+                chunk *= 4
+    except FileNotFoundError:
+        return 0
+    for line in reversed(lines):
+        try:
+            number = json.loads(line)["version"]
+        except (ValueError, TypeError, KeyError, RecursionError):
+            continue
+        if isinstance(number, int) and not isinstance(number, bool):
+            return number
+    return 0

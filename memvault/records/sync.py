@@ -1,0 +1,383 @@
+"""Sessions and the graph in the vault's own files: written with every change, read back into the sidecar.
+
+The files are canonical (``graph.jsonl`` and ``sessions/`` in a token folder, see
+memvault.records.summaryfiles); the sidecar's tables are a copy for queries. A write changes the files
+inside the sidecar transaction that changes the copy, before it commits: a crash between the two
+leaves the files newer, and the next sync takes them. ``sync`` compares each file's stat with the
+one recorded when the copy was made and reloads what differs: a git pull, a restored backup, a
+clone without ``.memvault/``, a person's edit. A file with lines git left (conflict markers) or
+that do not parse is served as far as it reads and refused for writes until a person fixes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memvault.clock import format_time
+from memvault.disk.files import atomic_write, file_change
+from memvault.disk.names import GRAPH_FILE, SESSIONS_DIR
+from memvault.errors import FileConflict
+from memvault.records.graph import Entity, Relation, graph_rows
+from memvault.records.sidecar import Sidecar
+from memvault.records.summaryfiles import (
+    HISTORY_SUFFIX,
+    Version,
+    append_lines,
+    check_folder,
+    history_line,
+    json_line,
+    last_history_version,
+    paths,
+    read,
+    read_text,
+    stem_of,
+    write_markdown,
+)
+
+SYNCED = "canonical_files"  # sidecar state key: set once sidecar-only data was written out to files
+# Per sidecar file: the file signatures last found in line with its tables. A write or a change by
+# another process changes some file's signature, so a stale entry only costs one look at SQLite.
+_in_line: dict[Path, dict[str, str]] = {}
+
+_VERSION_COLUMNS = "session_id, version, ts, title, tags, summary"
+
+
+def has_files(folder: Path) -> bool:
+    """True when the token folder holds session or graph files (a clone, a restore)."""
+    return (folder / GRAPH_FILE).is_file() or (folder / SESSIONS_DIR).is_dir()
+
+
+def scan(folder: Path) -> dict[str, str]:
+    """Each session or graph file (path relative to the token folder) and its stat signature."""
+    found: dict[str, str] = {}
+    graph = scan_one(folder, GRAPH_FILE)
+    if graph is not None:
+        found[GRAPH_FILE] = graph
+    sessions = os.path.join(folder, SESSIONS_DIR)
+    if os.path.isdir(sessions) and not os.path.islink(sessions):
+        try:
+            entries = list(os.scandir(sessions))
+        except OSError:
+            entries = []
+        for entry in entries:  # os.scandir: a thousand sessions are a few milliseconds
+            if stem_of(entry.name) is None:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found[f"{SESSIONS_DIR}/{entry.name}"] = _signature(st)
+    return found
+
+
+def _signature(st: os.stat_result) -> str:
+    return f"{st.st_size}:{st.st_mtime_ns}:{file_change(st)}"
+
+
+def _mtime_ts(path: Path) -> str:
+    try:
+        return format_time(datetime.fromtimestamp(path.stat().st_mtime, UTC))
+    except OSError:
+        return format_time(datetime.now(UTC))
+
+
+# ---------------------------------------------------------------------------- files -> sidecar
+
+
+def sync(sidecar: Sidecar, folder: Path) -> None:
+    """Bring the sidecar's sessions and graph in line with the files (cheap when nothing changed)."""
+    current = scan(folder)
+    if _in_line.get(sidecar.path) == current:
+        return  # as this process last saw them in line: no need to ask SQLite
+    with sidecar.snapshot() as conn:
+        stored = dict(conn.execute("SELECT path, sig FROM canonical_files").fetchall())
+        done = conn.execute("SELECT 1 FROM state WHERE key = ?", (SYNCED,)).fetchone() is not None
+    if done and stored == current:
+        _in_line[sidecar.path] = current
+        return
+    _in_line.pop(sidecar.path, None)
+    with sidecar.transaction() as conn:
+        done = conn.execute("SELECT 1 FROM state WHERE key = ?", (SYNCED,)).fetchone() is not None
+        if not done:
+            _write_out(conn, folder)
+            conn.execute("INSERT OR REPLACE INTO state (key, value) VALUES (?, '1')", (SYNCED,))
+        current = scan(folder)
+        rows = conn.execute("SELECT path, sig, session_id FROM canonical_files").fetchall()
+        stored = {path: sig for path, sig, _ in rows}
+        owners = {path: sid for path, _, sid in rows}
+        changed = {p for p in set(current) | set(stored) if current.get(p) != stored.get(p)}
+        if not changed:
+            return
+        if GRAPH_FILE in changed:
+            conflicted = _load_graph(conn, folder)
+            _record(conn, folder, GRAPH_FILE, None, conflicted)
+        stems = {stem_of(p.split("/", 1)[1]) for p in changed if p.startswith(f"{SESSIONS_DIR}/")}
+        for stem in sorted(s for s in stems if s is not None):
+            _load_session(conn, folder, stem, owners)
+
+
+def _record(
+    conn: sqlite3.Connection, folder: Path, rel: str, session_id: str | None, conflicted: bool
+) -> None:
+    sig = scan_one(folder, rel)
+    if sig is None:
+        conn.execute("DELETE FROM canonical_files WHERE path = ?", (rel,))
+    else:
+        conn.execute(
+            "INSERT OR REPLACE INTO canonical_files (path, sig, session_id, conflicted) VALUES (?, ?, ?, ?)",
+            (rel, sig, session_id, int(conflicted)),
+        )
+
+
+def scan_one(folder: Path, rel: str) -> str | None:
+    """A regular file's stat signature (size, mtime, ctime and inode); None for anything else."""
+    try:
+        st = (folder / rel).lstat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return _signature(st)
+
+
+def _load_session(conn: sqlite3.Connection, folder: Path, stem: str, owners: dict[str, str | None]) -> None:
+    md_rel, history_rel = f"{SESSIONS_DIR}/{stem}.md", f"{SESSIONS_DIR}/{stem}{HISTORY_SUFFIX}"
+    md, history = folder / md_rel, folder / history_rel
+    files = read(md, history, mtime_ts=_mtime_ts(md))
+    for sid in {owners.get(md_rel), owners.get(history_rel), files.session_id} - {None}:
+        conn.execute("DELETE FROM session_versions WHERE session_id = ?", (sid,))
+    conn.executemany(
+        f"INSERT OR REPLACE INTO session_versions ({_VERSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+        [_version_row(v) for v in files.versions],
+    )
+    for rel in (md_rel, history_rel):
+        _record(conn, folder, rel, files.session_id, files.conflicted)
+
+
+def _version_row(v: Version) -> tuple[Any, ...]:
+    return (v.session_id, v.version, v.ts, v.title, json.dumps(list(v.tags), ensure_ascii=False), v.summary)
+
+
+def _load_graph(conn: sqlite3.Connection, folder: Path) -> bool:
+    """Replace the graph tables with graph.jsonl (the official memory server's lines); returns
+    whether the file holds lines that are not entities or relations (git's markers, damage).
+    Entities that did not change keep their times; new or changed ones take the file's."""
+    path = folder / GRAPH_FILE
+    when = _mtime_ts(path)
+    entities, relations, conflicted = read_graph(path)
+    before = graph_rows(conn)
+    conn.execute("DELETE FROM observations")
+    conn.execute("DELETE FROM relations")
+    conn.execute("DELETE FROM entities")
+    for entity in entities.values():
+        old_entity, created, updated = before.get(entity.name, (None, when, when))
+        if old_entity != entity:
+            updated = max(when, updated) if old_entity is not None else when
+        conn.execute(
+            "INSERT INTO entities (name, entity_type, created, updated) VALUES (?, ?, ?, ?)",
+            (entity.name, entity.entity_type, created, updated),
+        )
+        conn.executemany(
+            "INSERT INTO observations (entity, position, text) VALUES (?, ?, ?)",
+            [(entity.name, i, text) for i, text in enumerate(entity.observations)],
+        )
+    conn.executemany(
+        "INSERT OR IGNORE INTO relations (from_entity, to_entity, relation_type) VALUES (?, ?, ?)",
+        [(r.source, r.target, r.relation_type) for r in relations if {r.source, r.target} <= entities.keys()],
+    )
+    return conflicted
+
+
+def read_graph(path: Path) -> tuple[dict[str, Entity], list[Relation], bool]:
+    """The entities and relations of a graph.jsonl, and whether some line is neither (markers, damage)."""
+    raw = read_text(path)
+    entities: dict[str, Entity] = {}
+    relations: dict[Relation, None] = {}
+    conflicted = False
+    for line in raw.split("\n"):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            kind = row["type"]
+            if kind == "entity":
+                entity = _entity(row)
+                old = entities.get(entity.name)
+                if old is not None:  # a merge kept both sides' lines: one entity, every observation
+                    merged = tuple(dict.fromkeys(old.observations + entity.observations))
+                    entity = Entity(old.name, old.entity_type, merged)
+                entities[entity.name] = entity
+            elif kind == "relation":
+                relation = Relation(row["from"], row["to"], row["relationType"])
+                if not all(isinstance(x, str) and x for x in (relation.source, relation.target)):
+                    raise TypeError("relation")
+                if not isinstance(relation.relation_type, str):
+                    raise TypeError("relationType")
+                relations[relation] = None
+            else:
+                raise TypeError("type")
+        except (ValueError, TypeError, KeyError, RecursionError):
+            conflicted = True
+    return entities, list(relations), conflicted
+
+
+def problems(folder: Path) -> Iterator[tuple[str, str]]:
+    """(path, problem) of each session or graph file a person has to fix (memvault check)."""
+    if read_graph(folder / GRAPH_FILE)[2]:
+        yield GRAPH_FILE, "holds lines that are not graph entries (git conflict markers?); fix, then commit"
+    stems = sorted({s for rel in scan(folder) if (s := stem_of(rel.split("/", 1)[-1])) and "/" in rel})
+    for stem in stems:
+        md = folder / SESSIONS_DIR / f"{stem}.md"
+        history = folder / SESSIONS_DIR / f"{stem}{HISTORY_SUFFIX}"
+        files = read(md, history, mtime_ts=_mtime_ts(md))
+        rel = f"{SESSIONS_DIR}/{stem}{HISTORY_SUFFIX}" if history.exists() else f"{SESSIONS_DIR}/{stem}.md"
+        if files.conflicted:
+            yield rel, "holds git conflict markers or damaged lines; resolve them, then commit"
+        elif files.session_id is None:
+            yield rel, f"is not a session summary; '{SESSIONS_DIR}/' is reserved for them, move it out"
+
+
+def _entity(row: dict[str, Any]) -> Entity:
+    name, kind, observations = row["name"], row["entityType"], row.get("observations") or []
+    if not isinstance(name, str) or not name.strip() or not isinstance(kind, str):
+        raise TypeError("entity")
+    if not isinstance(observations, list) or not all(isinstance(o, str) for o in observations):
+        raise TypeError("observations")
+    return Entity(name, kind, tuple(dict.fromkeys(observations)))
+
+
+# ---------------------------------------------------------------------------- sidecar -> files
+
+
+def graph_lines(conn: sqlite3.Connection) -> list[str]:
+    """graph.jsonl's lines: entities, then relations, each in creation order (a change is a small diff)."""
+    entities, relations = graph_rows(conn), _relations(conn)
+    lines = [
+        json_line({"type": "entity", **entity.to_json()}) for entity, _created, _updated in entities.values()
+    ]
+    lines += [json_line({"type": "relation", **r.to_json()}) for r in relations]
+    return lines
+
+
+def _relations(conn: sqlite3.Connection) -> list[Relation]:
+    rows = conn.execute("SELECT from_entity, to_entity, relation_type FROM relations ORDER BY rowid")
+    return [Relation(*row) for row in rows]
+
+
+def _conflicted(conn: sqlite3.Connection, rels: Iterable[str]) -> str | None:
+    for rel in rels:
+        row = conn.execute("SELECT conflicted FROM canonical_files WHERE path = ?", (rel,)).fetchone()
+        if row is not None and row[0]:
+            return rel
+    return None
+
+
+def conflicted_file(sidecar: Sidecar, folder: Path, session_id: str) -> str | None:
+    """The session's file that holds conflict markers or damage, if one does (for read replies)."""
+    md, history = paths(folder, session_id)
+    with sidecar.snapshot() as conn:
+        return _conflicted(conn, [_rel(folder, history), _rel(folder, md)])
+
+
+class GraphFile:
+    """Keeps a token's graph.jsonl in step with the graph tables (KnowledgeGraph's ``files``)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def check(self, conn: sqlite3.Connection) -> None:
+        bad = _conflicted(conn, [GRAPH_FILE])
+        if bad is not None:
+            raise FileConflict(bad)
+
+    def written(self, conn: sqlite3.Connection) -> None:
+        text = "".join(line + "\n" for line in graph_lines(conn))
+        atomic_write(self.folder / GRAPH_FILE, text.encode("utf-8"))
+        _record(conn, self.folder, GRAPH_FILE, None, False)
+
+
+class SessionFiles:
+    """Keeps a token's session files in step with the session tables (Sessions' ``files``)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def check(self, conn: sqlite3.Connection, session_id: str) -> None:
+        md, history = paths(self.folder, session_id)
+        bad = _conflicted(conn, [_rel(self.folder, history), _rel(self.folder, md)])
+        if bad is not None:
+            raise FileConflict(bad)
+
+    def written(self, conn: sqlite3.Connection, new: Version, *, meta: bool = False) -> None:
+        """After ``new`` went into the tables: its history line (and any version the history
+        lacks, such as a person's edit of the markdown file), then the markdown file."""
+        check_folder(self.folder)
+        versions = _versions(conn, new.session_id)
+        by_number = {v.version: v for v in versions}
+        md, history = paths(self.folder, new.session_id)
+        last = last_history_version(history)
+        lines = [
+            history_line(v, by_number.get(v.version - 1))
+            for v in versions
+            if v.version > last and (meta or v.version < new.version)
+        ]
+        if not meta:
+            lines.append(history_line(new, by_number.get(new.version - 1)))
+        elif last >= new.version:
+            lines.append(history_line(new, None, meta=True))
+        append_lines(history, lines)
+        write_markdown(md, versions[-1] if versions else new, versions[0].ts if versions else new.ts)
+        for path in (md, history):
+            _record(conn, self.folder, _rel(self.folder, path), new.session_id, False)
+
+    def rewrite(self, conn: sqlite3.Connection, session_id: str) -> None:
+        """Write a session's files whole from the tables (an import, or an older sidecar's sessions)."""
+        versions = _versions(conn, session_id)
+        if not versions:
+            return
+        check_folder(self.folder)
+        md, history = paths(self.folder, session_id)
+        lines, previous = [], None
+        for v in versions:
+            lines.append(history_line(v, previous))
+            previous = v
+        atomic_write(history, "".join(line + "\n" for line in lines).encode("utf-8"))
+        write_markdown(md, versions[-1], versions[0].ts)
+        for path in (md, history):
+            _record(conn, self.folder, _rel(self.folder, path), session_id, False)
+
+
+def _rel(folder: Path, path: Path) -> str:
+    return path.relative_to(folder).as_posix()
+
+
+def _versions(conn: sqlite3.Connection, session_id: str) -> list[Version]:
+    rows = conn.execute(
+        f"SELECT {_VERSION_COLUMNS} FROM session_versions WHERE session_id = ? ORDER BY version",
+        (session_id,),
+    ).fetchall()
+    return [
+        Version(sid, int(n), ts, title, tuple(json.loads(tags)), text)
+        for sid, n, ts, title, tags, text in rows
+    ]
+
+
+def _write_out(conn: sqlite3.Connection, folder: Path) -> None:
+    """Once per sidecar: sessions and a graph an older memvault kept only in the sidecar go to files
+    (files already there win: they are what a clone or a pull brought)."""
+    writer = SessionFiles(folder)
+    for (sid,) in conn.execute("SELECT DISTINCT session_id FROM session_versions").fetchall():
+        md, history = paths(folder, sid)
+        if not history.exists() and not md.exists():
+            writer.rewrite(conn, sid)
+    has_graph = conn.execute("SELECT 1 FROM entities LIMIT 1").fetchone() is not None
+    if has_graph and not (folder / GRAPH_FILE).exists():
+        GraphFile(folder).written(conn)

@@ -1,0 +1,1 @@
+"""Loaded tokens: each token's state and locks, the registry, and outside changes reaching the index."""

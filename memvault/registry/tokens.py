@@ -1,0 +1,336 @@
+"""The registry of loaded tokens: loading them (snapshot, parse cache, helpers, files) and unloading.
+
+A token's lifecycle (``TokenState.phase``): UNLOADED -> LOADING -> LOADED -> UNLOADED (unload_idle,
+reindex). Beside it, and independent of it: ``users`` (operations holding the token, which is then
+never unloaded), ``lock`` (its mutations, one at a time), ``evicting`` (a sweep runs), and derived
+state waiting to be written (``snapshot_stale``, ``snapshot_parts``) or applied (``missed`` and
+``missed_rescan``: outside changes reported during a load). A token restored from a snapshot is
+LOADED before its memories are all built (memvault.search.area.Memories): ``settle`` builds the rest
+in batches and then serves its vectors; until then ``settled`` is False, and recall waits for it.
+The lock order is written once, in memvault.registry.state.
+"""
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+import anyio.to_thread
+from filelock import Timeout
+
+from memvault import heap
+from memvault.config import Settings
+from memvault.disk.files import unchanged
+from memvault.disk.markdown import Memory
+from memvault.disk.names import key, valid_token
+from memvault.errors import InvalidName, LinkedFolder, MemvaultError
+from memvault.load import folderscan, loader, processes, snapshot
+from memvault.records.sidecar import FileStat
+from memvault.registry import reconcile
+from memvault.registry.state import Phase, TokenState
+from memvault.search.area import Area
+from memvault.search.embeddings import Embeddings
+
+log = logging.getLogger("memvault")
+
+SETTLE_BATCH = 2_000  # memories built per hold of a token's mem_lock after a restore
+
+
+def _still(state: TokenState, hot: Area, archive: Area) -> bool:
+    """Whether the token is loaded with these areas (``mem_lock`` held)."""
+    return state.loaded and state.hot is hot and state.archive is archive
+
+
+class Tokens:
+    """The registry of tokens this process knows, loading and unloading them; ``spawn`` runs
+    background work (a snapshot save, a heap release) after the current request."""
+
+    def __init__(
+        self, settings: Settings, embeddings: Embeddings, spawn: Callable[[Coroutine[Any, Any, Any]], None]
+    ) -> None:
+        self.settings = settings
+        self.embeddings = embeddings
+        self.spawn = spawn
+        self.states: dict[str, TokenState] = {}
+        self.unloads = 0
+        self.warming: set[str] = set()  # tokens whose load warm() began
+
+    def warm(self, token: str) -> None:
+        """Begin loading a token a request just addressed, without waiting for it. A client's
+        handshake (initialize, its notification, the GET stream) comes before its first tool call:
+        after a restart the load runs meanwhile. A failure is left to the call that needs the token,
+        which reports it; a token without a folder loads as empty, creating nothing."""
+        state = self.states.get(token)
+        if token in self.warming or (state is not None and state.loaded):
+            return
+        self.warming.add(token)
+        self.spawn(self._warm(token))
+
+    async def _warm(self, token: str) -> None:
+        try:
+            async with self.using(token):
+                pass
+        except (MemvaultError, OSError):
+            pass  # the tool call that needs the token says what is wrong
+        finally:
+            self.warming.discard(token)
+
+    @contextlib.asynccontextmanager
+    async def using(self, token: str) -> AsyncIterator[TokenState]:
+        """The token's state, loaded, and kept loaded (never unloaded, its sidecar never closed)
+        until the block ends. A read racing an unload once found the token emptied under it."""
+        state = self.register(token)
+        state.users += 1  # before any await: from here on no unload takes this token
+        self.embeddings.last_request = time.monotonic()  # background embedding makes way
+        try:
+            await self.ensure_loaded(state)
+            yield state
+        finally:
+            state.users -= 1
+
+    def register(self, token: str) -> TokenState:
+        if not valid_token(token):
+            raise InvalidName(token, "not a valid token")
+        now = time.monotonic()
+        state = self.states.get(token)
+        # A lstat per request was 7% of the event loop under load: a token's folder is looked at
+        # again once a second (and every file operation checks it too, in Vault.path_of).
+        if state is None or now - state.link_checked > 1.0:
+            if os.path.islink(self.settings.token_dir(token)):
+                raise LinkedFolder()
+            if state is None:
+                state = self.states.setdefault(token, TokenState(token, self.settings))
+            state.link_checked = now
+        state.last_used = now
+        return state
+
+    async def ensure_loaded(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
+        if not state.loaded:
+            async with state.load_lock:
+                if not state.loaded:
+                    with self.embeddings.paused():
+                        await anyio.to_thread.run_sync(self.load, state, progress)
+                    self.unload_idle()
+                    heap.keep()
+                    if not state.settled:
+                        self.spawn(anyio.to_thread.run_sync(self.settle, state))
+                    if state.snapshot_stale:
+                        self.spawn(anyio.to_thread.run_sync(state.save_snapshot))
+                    elif state.large:
+                        self.spawn(anyio.to_thread.run_sync(heap.release))  # the load's garbage
+
+    def unload_idle(self) -> None:
+        """Keep at most MEMVAULT_MAX_LOADED_TOKENS indexes in memory; the least recently used go.
+
+        An unloaded token closes its sidecar (three descriptors each: 5,000 tokens once ran the
+        process out of them) and reloads from its parse cache on the next request. A token in use
+        (an operation in flight, a mutation, a sweep) is never unloaded.
+        """
+        loaded = [s for s in self.states.values() if s.loaded]
+        excess = len(loaded) - self.settings.max_loaded_tokens
+        if excess <= 0:
+            return
+        for state in sorted(loaded, key=lambda s: s.last_used)[:excess]:
+            if state.users or state.lock.locked() or state.load_lock.locked() or state.evicting:
+                continue
+            with state.mem_lock:
+                state.hot, state.archive = Area(), Area()
+                state.phase = Phase.UNLOADED
+                state.settled = False
+                state.snapshot_parts = None
+            self.embeddings.detach(state.vectors)
+            state.vectors.clear()
+            if state.sidecar is not None:
+                sidecar, state.sidecar = state.sidecar, None
+                sidecar.close()
+            if state.sidecar is None and not state.load_lock.locked() and not state.dir.is_dir():
+                # A token that never wrote anything (a read of an unknown token): forget it
+                # entirely, so that requests for made-up tokens cannot pile up state.
+                self.states.pop(state.token, None)
+            self.unloads += 1
+            heap.unkeep()  # its objects go back to the collector (the others are kept at the next load)
+            self.spawn(anyio.to_thread.run_sync(heap.release))
+
+    def reindex(self, token: str, progress: Callable[[int], None] | None = None) -> int:
+        """Rebuild a token's derived state from its files (worker thread or CLI). Returns files read."""
+        state = self.states.get(token) or self.states.setdefault(token, TokenState(token, self.settings))
+        if not state.dir.is_dir():
+            return 0
+        with state.file_lock():
+            sidecar = state.ensure_sidecar()
+            sidecar.delete_file_stats(list(sidecar.file_stats()))
+            with state.mem_lock:
+                state.phase = Phase.UNLOADED
+                state.snapshot_parts = None
+            snapshot.path(state.dir).unlink(missing_ok=True)
+            self.load(state, progress)
+            self.settle(state)
+        return len(state.hot.memories) + len(state.archive.memories)
+
+    def load(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
+        """Load a token, then apply the outside changes reported while it loaded: a file changed
+        after the load read it must not stay stale until its next change."""
+        with state.mem_lock:
+            state.phase = Phase.LOADING
+        try:
+            with heap.uncollected():
+                self._load_files(state, progress)
+            self._remove_leftovers(state)
+        finally:
+            with state.mem_lock:
+                state.phase = Phase.LOADED if state.phase is Phase.LOADED else Phase.UNLOADED
+                missed, rescan = state.missed, state.missed_rescan
+                state.missed, state.missed_rescan = set(), False
+        if missed or rescan:
+            reconcile.apply_changes(state, missed, rescan)
+
+    @staticmethod
+    def _remove_leftovers(state: TokenState) -> None:
+        """Temp files of ours the load's scan saw, left by a crash mid-write: gone, under the lock."""
+        if not state.vault.leftovers:
+            return
+        try:
+            with state.file_lock():
+                removed = state.vault.remove_leftovers(time.time())
+        except (Timeout, OSError):
+            return  # another process holds the lock for long: the next load tries again
+        if removed:
+            log.info("removed %d temp file(s) left by an interrupted write", removed)
+
+    def _scan_in_helper(self, state: TokenState) -> folderscan.Scan | None:
+        """A helper process scanning the folder, for a large snapshot and a second CPU."""
+        where = snapshot.path(state.dir)
+        try:
+            large = where.stat().st_size >= processes.HELPER_MIN_BYTES
+        except OSError:
+            return None
+        most = processes.scan_helpers(self.settings.load_processes)
+        if not large or most == 0:
+            return None
+        return folderscan.start(state.dir, where, most=most)
+
+    def _load_files(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
+        """Read a token's folder: from the index snapshot plus what changed since, else from the files,
+        re-parsing only files whose bytes differ from the sidecar's parse cache."""
+        if state.dir.is_dir():
+            state.ensure_sidecar()
+            scan = self._scan_in_helper(state)  # the folder, walked while the snapshot decodes
+            try:
+                restored = snapshot.load(state.dir)
+                if restored is not None:
+                    with state.mem_lock:
+                        state.hot, state.archive = restored
+                    # What changed on disk since the snapshot was taken:
+                    reconcile.rescan_folder(state, scan.result() if scan is not None else None)
+                    self._publish(state, snapshot_stale=False)
+                    return
+            finally:
+                if scan is not None:
+                    scan.cancel()
+        hot, archive = Area(), Area()
+        if state.dir.is_dir():
+            sidecar = state.ensure_sidecar()
+            cache = sidecar.file_stats()
+            ready: list[Memory] = []  # from the parse cache
+            todo: list[tuple[str, bool, FileStat | None]] = []  # to read (and parse unless unchanged)
+            seen: set[str] = set()
+            # Without a parse cache to check files against, their stats are not needed here.
+            listing = state.vault.scan() if cache else ((*f, None) for f in state.vault.list_files())
+            with loader.Helpers() as pool:
+                for id, archived, st in listing:
+                    path_key = key(id, archived)
+                    seen.add(path_key)
+                    cached = cache.get(path_key)
+                    if cached is not None and st is not None and cached.parsed and unchanged(cached, st):
+                        memory = snapshot.from_stat(cached, id, archived, st)
+                        if memory is not None:
+                            ready.append(memory)
+                            continue
+                    todo.append((id, archived, cached))
+                    if len(todo) == loader.PARALLEL_MIN:  # helpers will pay: started while the scan goes on
+                        pool.start(loader.helpers_for(len(todo), self.settings.load_processes))
+                helpers = loader.helpers_for(len(todo), self.settings.load_processes)
+                pool.start(helpers)
+                parts = pool.load(state.dir, [(i, a) for i, a, _ in todo]) if helpers else None
+            if parts is not None:
+                state.parses += sum(int(part.pop("parsed")[0]) for part in parts)
+                merged = loader.merge_parts([*parts, loader.build_part(ready)])
+                del parts
+                hot, archive = snapshot.areas_from(merged)
+                state.snapshot_parts = merged  # what save_snapshot would encode; written in the background
+                if progress is not None:
+                    progress(len(ready) + len(todo))
+            else:
+                refreshed: list[Memory] = []
+                for memory in ready:
+                    (archive if memory.archived else hot).put(memory)
+                if progress is not None:
+                    progress(len(ready))
+                for id, archived, cached in todo:
+                    read = state.read_file(id, archived, cached)
+                    if read is not None:
+                        refreshed.append(read)
+                        (archive if archived else hot).put(read)
+                    if progress is not None:
+                        progress(1)  # file by file: `memvault reindex` shows a moving bar
+                if len(seen) < snapshot.MIN_MEMORIES:
+                    # Large vaults restart from the snapshot written after this load instead; serialising
+                    # 100,000 parses into SQLite as well would add seconds to a cold start.
+                    sidecar.put_file_stats([snapshot.file_stat(m) for m in refreshed])
+            sidecar.delete_file_stats([key for key in cache if key not in seen])
+        with state.mem_lock:
+            state.hot, state.archive = hot, archive
+        self._publish(
+            state, snapshot_stale=len(hot.memories) + len(archive.memories) >= snapshot.MIN_MEMORIES
+        )
+
+    def _publish(self, state: TokenState, *, snapshot_stale: bool) -> None:
+        with state.mem_lock:
+            state.phase = Phase.LOADED
+            state.snapshot_stale = snapshot_stale
+            state.settled = False
+            restored = state.hot.memories.unbuilt + state.archive.memories.unbuilt
+        if not restored:
+            self.settle(state)  # nothing left to build: the vectors are served before the first answer
+
+    def settle(self, state: TokenState) -> None:
+        """Build the memories a restore left in their stored form, a batch per hold of ``mem_lock``
+        so that requests go between, then serve the token's vectors (worker thread; idempotent).
+
+        A restart at 100,000 memories answers its first request before this (0.5-0.8 s sooner on a
+        slow machine). Recall waits for it: its candidates are the vectors' rows."""
+        with state.settle_lock:
+            with state.mem_lock:
+                if state.settled or not state.loaded:
+                    return
+                hot, archive = state.hot, state.archive
+            with heap.uncollected():  # (the memories stay: see heap.uncollected)
+                for area in (hot, archive):
+                    done = False
+                    while not done:
+                        with state.mem_lock:
+                            if not _still(state, hot, archive):
+                                return  # unloaded, reindexed or reloaded meanwhile
+                            done = area.memories.fill(SETTLE_BATCH)
+                        time.sleep(0)  # waiting threads and the event loop go first
+            with state.mem_lock:
+                if not _still(state, hot, archive):
+                    return
+                # Under the lock: a write between a look at the memories and the vectors' reset
+                # would be missing from the vectors until its next change.
+                everything = [*hot.memories.values(), *archive.memories.values()]
+                self.embeddings.attach(state.vectors, lambda: state.sidecar, everything)
+                state.settled = True
+        problems = sum(1 for m in everything if m.problem and not m.archived)
+        if problems:
+            log.warning(
+                "%d file(s) with broken frontmatter, indexed as plain text (memvault check lists them)",
+                problems,
+            )
+
+    @property
+    def parses(self) -> int:
+        """Files parsed (not served from the parse cache) by the tokens this registry holds."""
+        return sum(state.parses for state in self.states.values())

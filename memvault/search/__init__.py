@@ -1,0 +1,1 @@
+"""Finding memories: text, the lexical index, embedders and vectors, topics, rerankers, snippets."""

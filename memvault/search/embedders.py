@@ -1,0 +1,237 @@
+"""Embedders: the seam (:class:`Embedder`), the built-in hash embedder and optional models.
+
+An :class:`Embedder` turns texts into L2-normalised float32 rows. ``hash`` is built in and
+offline; ``model2vec:<name-or-path>``, ``sentence-transformers:<name-or-path>`` and ``openai``
+are loaded lazily (by the embedding worker, never on the event loop), and anything that cannot
+load falls back to ``hash`` with one log line (shown in ``/healthz``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from memvault.config import check_spec
+from memvault.search.text import STOP_WORDS, tokenize
+
+FloatMatrix = npt.NDArray[np.float32]
+
+DEFAULT_OPENAI_URL = "https://api.openai.com/v1"
+DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
+HASH_DIM = 512
+MAX_EMBED_CHARS = 8000  # models see at most this much of a memory (title and tags first)
+
+
+class Embedder(Protocol):
+    """Turns texts into vectors. ``name`` identifies the model: vectors of another name are redone."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> FloatMatrix:
+        """One L2-normalised float32 row per text (all-zero for a text with nothing to embed)."""
+        ...
+
+
+class EmbedderUnavailable(Exception):
+    """A configured model could not be loaded or used; the reason is safe to show."""
+
+
+def normalise_rows(matrix: npt.ArrayLike) -> FloatMatrix:
+    rows = np.asarray(matrix, dtype=np.float32)
+    if rows.ndim != 2:
+        raise EmbedderUnavailable(f"the model returned an array of shape {rows.shape}, not one row per text")
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    out: FloatMatrix = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+    return out
+
+
+# ---------------------------------------------------------------------------- hash embedder
+
+_WORD_CACHE_MAX = 200_000
+
+
+class HashEmbedder:
+    """Feature hashing of words and their character 3-5-grams into ``dim`` signed buckets.
+
+    Deterministic across processes and machines (blake2b, not Python's salted ``hash``). Words
+    are the index's terms (lightly stemmed; CJK as bigrams), so vectors and lexical search agree
+    on what a word is; character n-grams make "deploy"/"deployment"/"redeployed" overlap.
+    Repeated words count sublinearly; common function words are left out.
+    """
+
+    def __init__(self, dim: int = HASH_DIM) -> None:
+        if dim < 16:
+            raise ValueError("dim must be at least 16")
+        self._dim = dim
+        self._cache: dict[str, tuple[npt.NDArray[np.int64], FloatMatrix]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return f"hash-{self._dim}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _bucket(self, feature: str) -> tuple[int, float]:
+        digest = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
+        return digest % self._dim, (1.0 if digest >> 63 else -1.0)
+
+    def _features(self, word: str) -> tuple[npt.NDArray[np.int64], FloatMatrix]:
+        found = self._cache.get(word)
+        if found is not None:
+            return found
+        bucket, sign = self._bucket("w:" + word)
+        buckets = [bucket]
+        weights = [sign]
+        if len(word) > 2:
+            marked = f"<{word}>"
+            grams = [marked[i : i + n] for n in (3, 4, 5) for i in range(len(marked) - n + 1)]
+            share = 1.0 / math.sqrt(len(grams))
+            for gram in grams:
+                bucket, sign = self._bucket("g:" + gram)
+                buckets.append(bucket)
+                weights.append(sign * share)
+        found = (np.asarray(buckets, dtype=np.int64), np.asarray(weights, dtype=np.float32))
+        with self._lock:
+            if len(self._cache) >= _WORD_CACHE_MAX:
+                self._cache.clear()
+            self._cache[word] = found
+        return found
+
+    def embed(self, texts: Sequence[str]) -> FloatMatrix:
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            terms = tokenize(text)
+            kept = [t for t in terms if t not in STOP_WORDS] or terms
+            if not kept:
+                continue
+            index_parts = []
+            weight_parts = []
+            for word, count in Counter(kept).items():
+                buckets, weights = self._features(word)
+                index_parts.append(buckets)
+                weight_parts.append(weights * np.float32(1.0 + math.log(count)))
+            out[row] = np.bincount(
+                np.concatenate(index_parts), weights=np.concatenate(weight_parts), minlength=self._dim
+            )
+        return normalise_rows(out)
+
+
+# ---------------------------------------------------------------------------- model embedders
+
+
+class _ModelEmbedder:
+    """Shared shape of the model-backed embedders: a name, a dimension found by a probe, embed()."""
+
+    def __init__(self, name: str, encode: Callable[[list[str]], Any]) -> None:
+        self._name = name
+        self._encode = encode
+        probe = self._call(["memvault"])
+        self._dim = int(probe.shape[1])
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _call(self, texts: list[str]) -> FloatMatrix:
+        rows = normalise_rows(self._encode(texts))
+        if rows.shape[0] != len(texts):
+            raise EmbedderUnavailable(f"the model returned {rows.shape[0]} vectors for {len(texts)} texts")
+        return rows
+
+    def embed(self, texts: Sequence[str]) -> FloatMatrix:
+        rows = self._call([t[:MAX_EMBED_CHARS] or " " for t in texts])
+        if rows.shape[1] != self._dim:
+            raise EmbedderUnavailable(f"the model changed dimension from {self._dim} to {rows.shape[1]}")
+        return rows
+
+
+def _model2vec(target: str) -> Embedder:
+    try:
+        from model2vec import StaticModel  # type: ignore[import-not-found]
+    except ImportError:
+        raise EmbedderUnavailable("the model2vec package is not installed (pip install model2vec)") from None
+    try:
+        model = StaticModel.from_pretrained(target)
+    except Exception as exc:
+        raise EmbedderUnavailable(f"model2vec could not load {target!r} ({type(exc).__name__})") from None
+    return _ModelEmbedder(f"model2vec:{target}", lambda texts: model.encode(texts))
+
+
+def _sentence_transformers(target: str) -> Embedder:
+    try:
+        from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
+    except ImportError:
+        raise EmbedderUnavailable(
+            "the sentence-transformers package is not installed (pip install sentence-transformers)"
+        ) from None
+    try:
+        model = SentenceTransformer(target, device="cpu")
+    except Exception as exc:
+        raise EmbedderUnavailable(
+            f"sentence-transformers could not load {target!r} ({type(exc).__name__})"
+        ) from None
+    return _ModelEmbedder(
+        f"sentence-transformers:{target}",
+        lambda texts: model.encode(texts, convert_to_numpy=True, show_progress_bar=False),
+    )
+
+
+def _openai(url: str | None, key: str | None, model: str | None) -> Embedder:
+    import httpx2  # ships with mcp; imported here so the hash embedder needs nothing
+
+    endpoint = (url or DEFAULT_OPENAI_URL).rstrip("/") + "/embeddings"
+    model_name = model or DEFAULT_OPENAI_MODEL
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    client = httpx2.Client(timeout=60.0)
+
+    def encode(texts: list[str]) -> list[list[float]]:
+        try:
+            response = client.post(endpoint, json={"model": model_name, "input": texts}, headers=headers)
+        except httpx2.HTTPError as exc:
+            raise EmbedderUnavailable(
+                f"the embeddings endpoint did not answer ({type(exc).__name__})"
+            ) from None
+        if response.status_code != 200:
+            raise EmbedderUnavailable(f"the embeddings endpoint answered HTTP {response.status_code}")
+        try:
+            data = sorted(response.json()["data"], key=lambda item: item["index"])
+            return [item["embedding"] for item in data]
+        except (ValueError, KeyError, TypeError):
+            raise EmbedderUnavailable(
+                "the embeddings endpoint's answer is not in the OpenAI format"
+            ) from None
+
+    return _ModelEmbedder(f"openai:{model_name}", encode)
+
+
+def load_embedder(
+    spec: str, *, url: str | None = None, key: str | None = None, model: str | None = None
+) -> Embedder:
+    """Load the embedder ``spec`` names; raises :class:`EmbedderUnavailable` if it cannot be used."""
+    kind = check_spec(spec)
+    target = spec.partition(":")[2].strip()
+    if kind == "hash":
+        return HashEmbedder(int(target) if target.isdigit() else HASH_DIM)
+    if kind == "model2vec":
+        return _model2vec(target)
+    if kind == "sentence-transformers":
+        return _sentence_transformers(target)
+    return _openai(url, key, model or target or None)

@@ -1,0 +1,383 @@
+"""The embedding worker: one thread per process that fills loaded tokens' vectors and refits topics.
+
+It loads the process's embedder lazily (never on the event loop), embeds in batches, reuses
+vectors the sidecar already holds for the same model and text, folds each batch's memories into
+the token's topic model, and refits that model when enough changed (topics.refit_due).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memvault import heap
+from memvault.config import check_spec
+from memvault.errors import InvalidArgument
+from memvault.records.sidecar import StoredVector
+from memvault.search import topics
+from memvault.search.embedders import (
+    Embedder,
+    EmbedderUnavailable,
+    FloatMatrix,
+    HashEmbedder,
+    load_embedder,
+)
+from memvault.search.vectors import TokenVectors, Work, embed_text, text_hash
+
+if TYPE_CHECKING:
+    from memvault.disk.markdown import Memory
+    from memvault.records.sidecar import Sidecar
+
+log = logging.getLogger("memvault")
+
+BATCH = 64
+RELEASE_AFTER = 1000  # memories handled before the worker, once idle, releases free heap memory
+WORKER_DUTY_PAUSE = 1.0  # after each batch the worker rests as long as the batch took
+# While requests come in: a twentieth of one core. The batch's own CPU time is the measure, not
+# the time it took: under load a batch waits for the GIL most of its time, and resting in
+# proportion to that gave the worker a quarter of the process's CPU (measured, bench_load).
+BUSY_DUTY_PAUSE = 19.0
+BUSY_SECONDS = 1.0  # a request within this long makes the process busy
+# Once a token's writes pause this long (and at least 50 times as long as its last topic fit took,
+# so refits stay under 2% of a core), its topic model is refitted on every row (vectors.quiet_in).
+QUIET_SECONDS = 2.0
+QUIET_FIT_FACTOR = 50.0
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedderStatus:
+    requested: str
+    name: str | None  # None while loading
+    dim: int | None
+    fallback: str | None  # why the requested embedder is not the one in use
+
+
+class Embeddings:
+    """The process's embedder (loaded lazily, off the event loop) and the worker that fills vectors."""
+
+    def __init__(
+        self,
+        spec: str = "hash",
+        *,
+        url: str | None = None,
+        key: str | None = None,
+        model: str | None = None,
+        loader: Callable[[], Embedder] | None = None,
+        enabled: bool = True,
+    ) -> None:
+        check_spec(spec)
+        self.spec = spec
+        self.enabled = enabled  # False when the recall tools are not offered: nothing is embedded
+        self._holds = 0  # loads in progress: the worker waits, so a load has the CPU to itself
+        self._loader = loader or (lambda: load_embedder(spec, url=url, key=key, model=model))
+        self._embedder: Embedder | None = None
+        self._fallback: str | None = None
+        self._load_lock = threading.Lock()
+        self._tokens: list[TokenVectors] = []
+        self._cond = threading.Condition()
+        self._busy = False
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._worked = 0  # memories taken since the heap was last released (see heap)
+        self.last_request = 0.0  # time.monotonic() of the latest request (Tokens.using sets it)
+        self.embedded = 0  # texts embedded by the model (not reused from the sidecar); tests count them
+        self.cpu_seconds = 0.0  # CPU time the worker spent on batches and topic fits (/healthz)
+        # Which memories count as written together, for the topic model (recall sets the same),
+        # and the share of a neighbour's words a memory is read with there.
+        self.context_gap = 3600.0
+        self.topic_share = topics.NEIGHBOUR_SHARE
+        self._taken = 0  # memories taken by the batch in hand: pending() counts them until placed
+        self.quiet_seconds = QUIET_SECONDS
+
+    # -- the embedder --------------------------------------------------------------------------
+
+    def status(self) -> EmbedderStatus:
+        embedder = self._embedder
+        return EmbedderStatus(
+            self.spec, embedder.name if embedder else None, embedder.dim if embedder else None, self._fallback
+        )
+
+    def load(self) -> Embedder:
+        """The embedder, loading it on first use (blocking: call from a worker thread)."""
+        embedder = self._embedder
+        if embedder is not None:
+            return embedder
+        with self._load_lock:
+            if self._embedder is None:
+                try:
+                    self._embedder = self._loader()
+                except Exception as exc:
+                    reason = (
+                        str(exc)
+                        if isinstance(exc, EmbedderUnavailable | InvalidArgument)
+                        else type(exc).__name__
+                    )
+                    self._fallback = f"{self.spec} could not load: {reason}"
+                    self._embedder = HashEmbedder()
+                    log.warning(
+                        "embedder %s could not load (%s); falling back to %s",
+                        self.spec,
+                        reason,
+                        self._embedder.name,
+                    )
+            return self._embedder
+
+    def ready(self) -> Embedder | None:
+        """The embedder if it is loaded (the built-in one always is); else start loading, return None."""
+        if self._embedder is None and check_spec(self.spec) == "hash":
+            return self.load()
+        if self._embedder is None:
+            self._start()
+            with self._cond:
+                self._cond.notify_all()
+        return self._embedder
+
+    def embed_query(self, text: str) -> FloatMatrix | None:
+        embedder = self.ready()
+        if embedder is None:
+            return None
+        try:
+            vector: FloatMatrix = embedder.embed([text])[0]
+            return vector
+        except Exception as exc:
+            log.warning(
+                "query embedding failed (%s); answering from the lexical index only", type(exc).__name__
+            )
+            return None
+
+    # -- tokens and the worker -----------------------------------------------------------------
+
+    def attach(
+        self, vectors: TokenVectors, sidecar: Callable[[], Sidecar | None], memories: Iterable[Memory]
+    ) -> None:
+        """Serve a (re)loaded token: its vectors come from the sidecar or are computed."""
+        if not self.enabled:
+            return
+        vectors.sidecar = sidecar
+        vectors.wake = self._wake
+        with self._cond:
+            if vectors not in self._tokens:
+                self._tokens.append(vectors)
+        vectors.reset(memories)
+
+    def detach(self, vectors: TokenVectors) -> None:
+        """Stop serving an unloaded token (attach serves it again when it loads)."""
+        with self._cond:
+            if vectors in self._tokens:
+                self._tokens.remove(vectors)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold the worker while a token loads: embedding competes with loading for the one GIL."""
+        with self._cond:
+            self._holds += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._holds -= 1
+                self._cond.notify_all()
+
+    def busy(self) -> bool:
+        """Whether requests came in lately: background work (embedding, access write-backs) makes way."""
+        return time.monotonic() - self.last_request < BUSY_SECONDS
+
+    def pending(self) -> int:
+        """Memories waiting for a vector, over all loaded tokens (the batch in hand included: its
+        memories are not in the vectors or the topics until it is done)."""
+        return sum(v.pending for v in list(self._tokens)) + self._taken
+
+    def topics_due(self) -> int:
+        """Loaded tokens whose topic model waits to be (re)fitted, now or once their writes pause."""
+        now = time.monotonic()
+        return sum(
+            1 for v in list(self._tokens) if v.topics_due or v.quiet_in(self._quiet(v), now) is not None
+        )
+
+    def _quiet(self, vectors: TokenVectors) -> float:
+        return max(self.quiet_seconds, QUIET_FIT_FACTOR * vectors.fit_seconds)
+
+    def _until_quiet(self) -> float | None:
+        """Mark the tokens whose writes have paused long enough (see TokenVectors.quiet_in); the
+        seconds until the next one will have, or None (called with the condition held)."""
+        now = time.monotonic()
+        soonest: float | None = None
+        for vectors in self._tokens:
+            left = vectors.quiet_in(self._quiet(vectors), now)
+            if left is not None and left <= 0:
+                vectors.mark_quiet()
+            elif left is not None:
+                soonest = left if soonest is None else min(soonest, left)
+        return soonest
+
+    def _wake(self) -> None:
+        self._start()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _start(self) -> None:
+        if self._thread is None and not self._closed:
+            with self._cond:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="memvault-embeddings", daemon=True)
+                    self._thread.start()
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Block until no memory waits for a vector (tests, benchmarks, the CLI). True if idle."""
+        deadline = time.monotonic() + timeout
+        self._start()
+        with self._cond:
+            while self._busy or any(v.has_work for v in self._tokens):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))
+        return True
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
+
+    def _run(self) -> None:
+        try:
+            embedder = self.load()
+        except Exception:  # pragma: no cover - load() falls back instead of raising
+            log.exception("embedding worker could not start")
+            return
+        failures = 0
+        while True:
+            if self._worked >= RELEASE_AFTER and not any(v.has_work for v in list(self._tokens)):
+                heap.release()  # a backlog or a topic fit is done: give its free memory back
+                self._worked = 0
+            with self._cond:
+                while not self._closed and (self._holds or not any(v.has_work for v in self._tokens)):
+                    self._busy = False
+                    self._cond.notify_all()
+                    if self._holds:
+                        self._cond.wait()
+                        continue
+                    until = self._until_quiet()  # may mark a token, which then has work
+                    if not any(v.has_work for v in self._tokens):
+                        self._cond.wait(until)
+                if self._closed:
+                    self._busy = False
+                    self._cond.notify_all()
+                    return
+                self._busy = True
+                tokens = list(self._tokens)
+            for vectors in tokens:
+                try:
+                    started, cpu = time.monotonic(), time.thread_time()
+                    self._step(embedder, vectors)
+                    failures = 0
+                    # Background work takes at most about half of one core, and a twentieth of
+                    # its CPU while requests come in (the GIL is shared), so they stay quick
+                    # while a large vault is embedded.
+                    used = time.thread_time() - cpu
+                    self.cpu_seconds += used
+                    took = time.monotonic() - started
+                    self._rest(used * BUSY_DUTY_PAUSE if self.busy() else took * WORKER_DUTY_PAUSE)
+                except Exception as exc:
+                    # A model endpoint that is down: retry with a growing pause, log now and then.
+                    failures += 1
+                    if failures == 1 or failures % 10 == 0:
+                        log.warning("embedding batch failed (%s); retrying", type(exc).__name__)
+                    self._rest(min(60.0, 0.5 * 2**failures))
+
+    def _rest(self, seconds: float) -> None:
+        """Pause for ``seconds``, or until closed. New work notifies the condition; it must not cut
+        the pause short (under a stream of writes the worker then never rested)."""
+        until = time.monotonic() + seconds
+        with self._cond:
+            while not self._closed and (left := until - time.monotonic()) > 0:
+                self._cond.wait(left)
+
+    def _step(self, embedder: Embedder, vectors: TokenVectors) -> None:
+        work, removed = vectors.take(BATCH)
+        self._worked += len(work)
+        if not work and not removed:
+            if vectors.topics_due:
+                vectors.fit_topics(self.context_gap, self.topic_share)
+                heap.release()  # now, before the duty-cycle pause: a fit's garbage is large
+            return
+        self._taken = len(work)
+        try:
+            self._embed(embedder, vectors, work, removed)
+            # Place the batch in the topics now, not at the next refit: recall finds it at once.
+            vectors.fold_topics(self.context_gap)
+        finally:
+            self._taken = 0
+
+    def _embed(self, embedder: Embedder, vectors: TokenVectors, work: list[Work], removed: list[str]) -> None:
+        sidecar = vectors.sidecar()
+        name = embedder.name
+        texts = [embed_text(w.memory) for w in work]
+        hashes = [text_hash(t) for t in texts]
+        # Topics learn from what memories say; titles are often labels ("D3:13 Caroline", "v2 notes")
+        # whose ids would make a topic of their own.
+        words = {w.key: vectors.vocabulary.encode(w.memory.content) for w in work}
+        found: list[tuple[Work, str, FloatMatrix]] = []
+        missing = list(range(len(work)))
+        try:
+            if sidecar is not None and work:
+                missing = []
+                stored = sidecar.get_vectors([w.key for w in work])
+                current = [
+                    (row := stored.get(item.key)) is not None and row.model == name and row.hash == hashes[i]
+                    for i, item in enumerate(work)
+                ]
+                # A restart finds every vector under its own key: the lookup by text is for the rest.
+                by_hash = sidecar.vectors_by_hash(
+                    name, [h for h, ok in zip(hashes, current, strict=True) if not ok]
+                )
+                reused: dict[str, StoredVector] = {}
+                for i, item in enumerate(work):
+                    blob = stored[item.key].vec if current[i] else None
+                    if blob is None:
+                        blob = by_hash.get(hashes[i])
+                        if blob is None:
+                            moved = vectors.recent(name, hashes[i])
+                            blob = moved.tobytes() if moved is not None else None
+                        if blob is not None:
+                            reused[item.key] = StoredVector(name, embedder.dim, hashes[i], blob)
+                    if blob is not None and len(blob) == 4 * embedder.dim:
+                        found.append((item, hashes[i], np.frombuffer(blob, dtype=np.float32)))
+                    else:
+                        missing.append(i)
+                sidecar.put_vectors(reused)
+            if missing:
+                matrix = embedder.embed([texts[i] for i in missing])
+                self.embedded += len(missing)
+                rows = [(work[i], hashes[i], matrix[j]) for j, i in enumerate(missing)]
+                if sidecar is not None:
+                    sidecar.put_vectors(
+                        {w.key: StoredVector(name, embedder.dim, h, v.tobytes()) for w, h, v in rows}
+                    )
+                found += rows
+            if sidecar is not None and removed:
+                sidecar.delete_vectors(removed)
+        except Exception:
+            vectors.requeue(work)
+            raise
+        vectors.install(name, found, words)
+
+
+def from_settings(settings: Any) -> Embeddings:
+    return Embeddings(
+        settings.embedder,
+        url=settings.embed_url,
+        key=settings.embed_key,
+        model=settings.embed_model,
+        enabled="recall" in settings.tools,
+    )

@@ -1,0 +1,544 @@
+"""In-memory search index of one token's memories: inverted postings, BM25 ranking, typo and prefix match."""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias, cast
+
+import numpy as np
+import numpy.typing as npt
+from rapidfuzz import fuzz, process
+
+from memvault.search.columns import pack_strings, unpack_strings
+from memvault.search.lexicon import Lexicon
+from memvault.search.text import STOP_WORDS, normalize_title, tokenize
+
+__all__ = ["DOC_LIMIT", "F_NAME", "F_TAG", "F_TITLE", "TF_MAX", "Hit", "Index", "IndexSnapshot", "name_text"]
+
+
+def _uint32s(data: memoryview) -> array[int]:
+    """An array('I') of the given bytes (array's constructor would take each byte as one item)."""
+    out = array("I")
+    out.frombytes(data)
+    return out
+
+
+class _Restored:
+    """A restored document's entry in Index._doc_terms: its terms are in Index._restored."""
+
+    __slots__ = ()
+
+
+_RESTORED = _Restored()
+_NO_TERMS = memoryview(b"").cast("I")
+DocTerms: TypeAlias = "array[int] | _Restored | None"
+
+
+def _entries(
+    terms: DocTerms, restored: memoryview, at: array[int], docno: int
+) -> array[int] | memoryview | None:
+    """A document's term entries, wherever they are kept."""
+    if terms is _RESTORED:
+        return restored[at[docno] : at[docno + 1]]
+    return cast("array[int] | None", terms)
+
+
+def name_text(id: str) -> str:
+    return id[:-3] if id.lower().endswith(".md") else id
+
+
+# --- scoring constants -------------------------------------------------------------------------
+
+_K1 = 1.2
+_B = 0.75
+_TITLE_BOOST = 2.5  # added to the body's BM25 term factor (which lies in (0, 2.2))
+_NAME_TAG_BOOST = 1.5
+_TITLE_SIMILARITY = 90.0  # whole-title similarity (0-100) that puts a memory first
+_TITLE_POOL = 64  # best-scoring candidates whose titles are compared with the query
+_MAX_QUERY_TERMS = 64
+_SCORE_CELLS = 1 << 20  # (term, document) cells a query scores at once
+
+# Low byte of a posting: tf (capped at 31) << 3 | field flags.
+F_TITLE = 1
+F_NAME = 2
+F_TAG = 4
+TF_MAX = 31
+DOC_LIMIT = 1 << 24  # doc numbers share a uint32 with the low byte
+_FLUSH_AT = 1 << 20  # queued postings appended once this many are waiting
+
+if array("I").itemsize != 4:  # pragma: no cover - every mainstream platform has 4-byte unsigned int
+    raise ImportError("memvault.search.index needs a 4-byte array('I')")
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result."""
+
+    id: str  # memory id, e.g. "projects/alpha.md"
+    score: float  # higher is better
+    matched_all: bool  # True if every query term matched
+
+
+_FloatArray = npt.NDArray[np.float32]
+
+
+class Index:
+    """Inverted index over title, filename, tags and body of each memory.
+
+    Postings are compact: per term an ``array('I')`` of ``docno << 8 | tf << 3 | fields``, and
+    per document an ``array('I')`` of ``termid << 8 | low byte`` so it can be removed without
+    its text. The body itself is not kept. Not thread-safe: callers serialise access.
+
+    A query term matches a vocabulary term exactly (weight 1), as a prefix (0.75, query term of
+    3+ characters), or within 1 typo (0.6; words of 4-7 letters) or 2 typos (0.45; 8+ letters).
+    Scores are BM25 over the body plus fixed boosts for title and filename/tag hits, all
+    computed from the postings with numpy; expansions are cached until the vocabulary changes.
+    """
+
+    def __init__(self) -> None:
+        # documents
+        self._docno: dict[str, int] = {}
+        self._ids_by_no: list[str | None] = []
+        self._free_docnos: list[int] = []
+        self._doc_terms: list[DocTerms] = []  # termid << 8 | low byte of its posting
+        # A restored index keeps its documents' term entries in one buffer, sliced on demand
+        # (building 100,000 arrays was an eighth of a restart's decode): see _entries.
+        self._restored: memoryview = _NO_TERMS
+        self._restored_at: array[int] = array("q")  # document no's entries: [at[no], at[no + 1])
+        self._titles: list[str] = []  # normalized titles, by docno
+        self._dl: _FloatArray = np.zeros(64, dtype=np.float32)  # body lengths, by docno
+        self._title_len = np.zeros(64, dtype=np.int64)  # len(self._titles[docno]), for _near_titles
+        self._total_len = 0
+        # vocabulary: term ids, and postings by term id
+        self._lexicon = Lexicon()
+        self._postings: list[array[int]] = []
+        # Postings of upserted documents not yet appended to self._postings: (term id, posting).
+        self._pending_tids: array[int] = array("I")
+        self._pending_postings: array[int] = array("I")
+
+    # --- documents -----------------------------------------------------------------------------
+
+    def __contains__(self, id: str) -> bool:
+        return id in self._docno
+
+    def __len__(self) -> int:
+        return len(self._docno)
+
+    def ids(self) -> list[str]:
+        """Ids of all indexed memories, in the order they were first added."""
+        return list(self._docno)
+
+    def upsert(self, id: str, *, title: str, body: str, tags: Sequence[str] = ()) -> None:
+        """Add the memory ``id``, or replace everything indexed for it."""
+        if isinstance(tags, str):
+            raise TypeError("tags must be a sequence of strings, not a string")
+        # term -> low byte of its posting (tf << 3 | field flags). Bulk loads are dominated by this
+        # per-term work, so it is kept to comprehensions and a few small loops.
+        body_tokens = tokenize(body)
+        packed = {t: (tf if tf < TF_MAX else TF_MAX) << 3 for t, tf in Counter(body_tokens).items()}
+        for term in tokenize(title):
+            packed[term] = packed.get(term, 0) | F_TITLE
+        for term in tokenize(name_text(id)):
+            packed[term] = packed.get(term, 0) | F_NAME
+        for tag in tags:
+            for term in tokenize(tag):
+                packed[term] = packed.get(term, 0) | F_TAG
+        kept: set[int] = set()
+        docno = self._docno.get(id)
+        if docno is None:
+            docno = self._new_docno(id)
+        else:
+            # Words the new text keeps stay in the vocabulary, so the typo/prefix caches survive
+            # an edit that adds no new word; postings that stay the same stay where they are.
+            kept = self._drop_doc_terms(docno, keep=packed)
+        terms = list(packed)
+        lows = list(packed.values())
+        known = self._lexicon.get
+        found = [known(t) for t in terms]
+        tids = (
+            [self._new_term(t) if tid is None else tid for t, tid in zip(terms, found, strict=True)]
+            if None in found
+            else cast("list[int]", found)
+        )
+        # Postings are queued and appended term by term later (see _flush_postings).
+        high = docno << 8
+        entries = [tid << 8 | low for tid, low in zip(tids, lows, strict=True)]
+        if kept:
+            new = [i for i, entry in enumerate(entries) if entry not in kept]
+            tids, lows = [tids[i] for i in new], [lows[i] for i in new]
+        self._pending_tids.fromlist(tids)
+        self._pending_postings.fromlist([high | low for low in lows])
+        self._doc_terms[docno] = array("I", entries)
+        if len(self._pending_tids) >= _FLUSH_AT:
+            self._flush_postings()
+        self._titles[docno] = normalize_title(title)
+        self._title_len[docno] = len(self._titles[docno])
+        self._dl[docno] = len(body_tokens)
+        self._total_len += len(body_tokens)
+
+    def remove(self, id: str) -> None:
+        """Forget the memory ``id``; nothing happens if it is not indexed."""
+        docno = self._docno.pop(id, None)
+        if docno is None:
+            return
+        self._drop_doc_terms(docno)
+        self._ids_by_no[docno] = None
+        self._titles[docno] = ""
+        self._title_len[docno] = 0
+        self._free_docnos.append(docno)
+
+    def _new_docno(self, id: str) -> int:
+        if self._free_docnos:
+            docno = self._free_docnos.pop()
+            self._ids_by_no[docno] = id
+        else:
+            docno = len(self._ids_by_no)
+            if docno >= DOC_LIMIT:
+                raise OverflowError(f"the index holds at most {DOC_LIMIT} memories")
+            self._ids_by_no.append(id)
+            self._doc_terms.append(None)
+            self._titles.append("")
+            if docno >= len(self._dl):  # the per-docno arrays, always of one length, grow together
+                self._dl = np.concatenate([self._dl, np.zeros_like(self._dl)])
+                self._title_len = np.concatenate([self._title_len, np.zeros_like(self._title_len)])
+        self._docno[id] = docno
+        return docno
+
+    def _drop_doc_terms(self, docno: int, keep: Mapping[str, int] | None = None) -> set[int]:
+        """Take the document's postings out, but those ``keep`` (term -> low byte of its new
+        posting) has unchanged: returns their entries, which stay where they are (an edit of a
+        tag or a sentence looked up every term's posting otherwise)."""
+        entries = _entries(self._doc_terms[docno], self._restored, self._restored_at, docno)
+        kept: set[int] = set()
+        if entries is None:
+            return kept
+        self._flush_postings()
+        high = docno << 8
+        terms = self._lexicon.terms
+        for entry in entries:
+            tid, low = entry >> 8, entry & 0xFF
+            if keep is not None and keep.get(terms[tid]) == low:
+                kept.add(entry)
+                continue
+            plist = self._postings[tid]
+            i = _position(plist, high | low)
+            last = plist.pop()
+            if i < len(plist):
+                plist[i] = last  # swap-remove: postings are unordered
+            elif not plist and (keep is None or terms[tid] not in keep):
+                self._lexicon.free(tid)
+        self._doc_terms[docno] = None
+        self._total_len -= int(self._dl[docno])
+        self._dl[docno] = 0
+        return kept
+
+    def _flush_postings(self) -> None:
+        """Append queued postings, grouped by term: one Python step per term, not per posting."""
+        if not self._pending_tids:
+            return
+        tids = np.frombuffer(self._pending_tids, dtype=np.uint32)
+        order = np.argsort(tids, kind="stable")
+        sorted_tids = tids[order]
+        data = np.frombuffer(self._pending_postings, dtype=np.uint32)[order].tobytes()
+        del tids
+        self._pending_tids = array("I")
+        self._pending_postings = array("I")
+        cuts = (np.flatnonzero(sorted_tids[1:] != sorted_tids[:-1]) + 1).tolist()
+        starts = [0, *cuts]
+        ends = [*cuts, len(sorted_tids)]
+        view = memoryview(data)
+        postings = self._postings
+        for tid, start, end in zip(sorted_tids[starts].tolist(), starts, ends, strict=True):
+            postings[tid].frombytes(view[4 * start : 4 * end])
+
+    # --- snapshot ------------------------------------------------------------------------------
+
+    def snapshot(self) -> IndexSnapshot:
+        """What a snapshot needs, copied by reference (fast: callers hold their lock only for this);
+        ``.arrays()`` on the result does the slow part. Document term arrays are replaced, never
+        changed in place, so the copy stays valid while the index changes."""
+        self._flush_postings()
+        return IndexSnapshot(
+            ids_by_no=list(self._ids_by_no),
+            doc_terms=list(self._doc_terms),
+            restored=self._restored,
+            restored_at=self._restored_at,
+            titles=list(self._titles),
+            dl=self._dl.copy(),
+            terms=list(self._lexicon.terms),
+        )
+
+    @classmethod
+    def from_snapshot(cls, arrays: Mapping[str, npt.NDArray[Any]]) -> Index:
+        """Inverse of ``snapshot().arrays()``. Raises ValueError (or KeyError) if the data do not fit."""
+        index = cls()
+        ids = unpack_strings(arrays["ids.blob"], arrays["ids.len"])
+        titles = unpack_strings(arrays["titles.blob"], arrays["titles.len"])
+        terms = unpack_strings(arrays["terms.blob"], arrays["terms.len"])
+        counts = np.asarray(arrays["doc_term_counts"], dtype=np.int64)
+        flat = np.ascontiguousarray(arrays["doc_terms"], dtype=np.uint32)
+        dl = np.asarray(arrays["dl"], dtype=np.float32)
+        n = len(ids)
+        if not (len(counts) == len(dl) == len(titles) == n) or int(counts.sum()) != len(flat):
+            raise ValueError("index snapshot is inconsistent")
+        if len(set(ids)) != n or len(set(filter(None, terms))) != sum(1 for t in terms if t):
+            raise ValueError("index snapshot repeats an id or a term")
+        tids = flat >> 8
+        if len(tids) and int(tids.max()) >= len(terms):
+            raise ValueError("index snapshot refers to unknown terms")
+        index._ids_by_no = list(ids)
+        index._docno = {id: no for no, id in enumerate(ids)}
+        index._titles = titles
+        index._title_len = np.concatenate(
+            [np.fromiter(map(len, titles), dtype=np.int64, count=n), np.zeros(max(64, n), dtype=np.int64)]
+        )
+        index._dl = np.concatenate([dl, np.zeros(max(64, n), dtype=np.float32)])
+        index._total_len = int(dl.astype(np.int64).sum())
+        index._restored = memoryview(flat.tobytes()).cast("I")
+        index._restored_at = array("q", np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tobytes())
+        index._doc_terms = [_RESTORED] * n
+        # Postings: docno << 8 | low byte, grouped by term id.
+        docnos = np.repeat(np.arange(n, dtype=np.uint32), counts)
+        postings = (docnos << np.uint32(8)) | (flat & np.uint32(0xFF))
+        # A stable sort of 16-bit keys is a radix sort: 5x faster than on 32-bit keys.
+        order = np.argsort(tids.astype(np.uint16) if len(terms) <= 1 << 16 else tids, kind="stable")
+        data = memoryview(postings[order].tobytes())
+        per_term = np.bincount(tids, minlength=len(terms)).tolist()
+        index._postings = []
+        start = 0
+        for count in per_term:
+            index._postings.append(_uint32s(data[4 * start : 4 * (start + count)]))
+            start += count
+        index._lexicon = Lexicon.from_terms(terms)
+        return index
+
+    # --- vocabulary ----------------------------------------------------------------------------
+
+    def _new_term(self, term: str) -> int:
+        tid = self._lexicon.add(term)
+        if tid == len(self._postings):
+            self._postings.append(array("I"))
+        return tid
+
+    # --- search --------------------------------------------------------------------------------
+
+    def search(self, query: str, *, limit: int | None = None) -> tuple[list[Hit], int]:
+        """Returns (hits ranked best-first, truncated to limit; total number of matching docs).
+
+        Documents matching every query term come first (``matched_all``); only when there are
+        none, documents matching any term, more matched terms first. A query that is nearly a
+        memory's whole title puts that memory first.
+        """
+        ranking = self._rank(query, limit)
+        if ranking is None:
+            return [], 0
+        ranked, total, matched_all, count = ranking
+        hits = []
+        for docno in ranked:
+            doc_id = self._ids_by_no[docno]
+            assert doc_id is not None
+            hits.append(Hit(doc_id, float(total[docno]), bool(matched_all[docno])))
+        return hits, count
+
+    def scores(self, query: str, *, limit: int | None = None) -> tuple[list[str], _FloatArray]:
+        """The ids :meth:`search` would return and their scores, as a list and an array: recall
+        wants only these, for up to hundreds of hits a query."""
+        ranking = self._rank(query, limit)
+        if ranking is None:
+            return [], np.zeros(0, dtype=np.float32)
+        ranked, total, _, _ = ranking
+        ids = self._ids_by_no
+        return [cast("str", ids[docno]) for docno in ranked], total[ranked]
+
+    def _rank(
+        self, query: str, limit: int | None
+    ) -> tuple[list[int], _FloatArray, npt.NDArray[np.bool_], int] | None:
+        """(docnos best first, each docno's score, whether it matched every term, how many
+        documents match); None when nothing can match."""
+        terms = list(dict.fromkeys(tokenize(query)))
+        content = [t for t in terms if t not in STOP_WORDS]
+        if content:
+            terms = content
+        del terms[_MAX_QUERY_TERMS:]  # a pasted document is not a query; bound the work
+        if not terms or not self._docno:
+            return None
+        self._flush_postings()
+
+        ndocs = len(self._ids_by_no)
+        n_live = len(self._docno)
+        avgdl = max(self._total_len / n_live, 1.0)
+        # BM25 length normalisation per docno, shared by all terms of this query.
+        norm = _K1 * (1.0 - _B + _B * self._dl[:ndocs] / np.float32(avgdl))
+        total, matched = _term_scores(self._lexicon, self._postings, terms, ndocs, n_live, norm)
+
+        nterms = len(terms)
+        any_docs = np.flatnonzero(matched)
+        if any_docs.size == 0:
+            return None
+        all_docs = np.flatnonzero(matched == nterms)
+        if all_docs.size:
+            chosen = all_docs
+            key = total.astype(np.float64)
+        else:
+            chosen = any_docs
+            # More matched terms first, then score: count * (max score + 1) + score.
+            key = matched.astype(np.float64) * (float(total.max()) + 1.0) + total
+
+        near = self._near_titles(query, any_docs, key)
+        near_set = set(near)
+        extra = sum(1 for docno in near if matched[docno] != nterms) if all_docs.size else 0
+        count = int(chosen.size) + extra
+
+        want = count if limit is None else max(0, min(limit, count))
+        ranked = near[:want]
+        rest = want - len(ranked)
+        if rest > 0:
+            ranked += [d for d in _top(chosen, key, rest + len(near)) if d not in near_set][:rest]
+        return ranked, total, matched == nterms, count
+
+    def _near_titles(
+        self, query: str, candidates: npt.NDArray[np.intp], key: npt.NDArray[np.float64]
+    ) -> list[int]:
+        """Docnos among the best candidates whose whole title is nearly the query, best first."""
+        wanted = normalize_title(query)
+        if not wanted:
+            return []
+        size = len(wanted)
+        # Both scores are 100 * (1 - distance / total length), and the distance is at least the
+        # difference in length (sorting a title's words keeps its length): most titles fail on length.
+        slack = (100.0 - _TITLE_SIMILARITY) / 100.0
+        # Mostly no candidate's title can (a word or two against whole titles): then nothing below
+        # is needed. |length - size| <= slack * (length + size) bounds the length on both sides;
+        # the bounds are widened a hair, so rounding never skips what the exact test keeps.
+        lengths = self._title_len[candidates]
+        low, high = size * (1 - slack) / (1 + slack) * 0.999, size * (1 + slack) / (1 - slack) * 1.001
+        if not ((lengths >= low) & (lengths <= high)).any():
+            return []
+        titles = self._titles
+        near = [
+            docno
+            for docno in _top(candidates, key, _TITLE_POOL)
+            if titles[docno] and abs(len(titles[docno]) - size) <= slack * (len(titles[docno]) + size)
+        ]
+        if not near:
+            return []
+        # Each scorer over all of them in one call: a call per title cost more than the scoring.
+        similarity: dict[int, float] = {}
+        for scorer in (fuzz.ratio, fuzz.token_sort_ratio):
+            found = process.extract(
+                wanted, [titles[d] for d in near], scorer=scorer, score_cutoff=_TITLE_SIMILARITY, limit=None
+            )
+            for _, score, i in found:
+                similarity[i] = max(score, similarity.get(i, 0.0))
+        scored = sorted((-score, -float(key[near[i]]), near[i]) for i, score in similarity.items())
+        return [docno for _, _, docno in scored]
+
+
+def _term_scores(
+    lexicon: Lexicon, postings: list[array[int]], terms: list[str], ndocs: int, n_live: int, norm: _FloatArray
+) -> tuple[_FloatArray, npt.NDArray[np.int16]]:
+    """Per docno: the sum over the query terms of each term's score (its best matching
+    vocabulary term's), and how many terms match it. The postings of all terms are scored in
+    one pass: a pass per term cost more in numpy's per-call overhead than in arithmetic on the
+    thousand-memory tokens agents mostly have."""
+    total = np.zeros(ndocs, dtype=np.float32)
+    matched = np.zeros(ndocs, dtype=np.int16)
+    # Rows of at most _SCORE_CELLS cells: a long query over a large token stays a few MB.
+    step = max(1, _SCORE_CELLS // max(ndocs, 1))
+    for first in range(0, len(terms), step):
+        chunk = terms[first : first + step]
+        lists: list[array[int]] = []
+        weights: list[float] = []
+        owners: list[int] = []
+        for i, term in enumerate(chunk):
+            for tid, weight in lexicon.expand(term):
+                lists.append(postings[tid])
+                weights.append(weight)
+                owners.append(i)
+        if not lists:
+            continue
+        sizes = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        # idf (BM25, always > 0) times the match-kind weight, repeated over each list's postings.
+        idf = np.log1p((n_live - sizes + 0.5) / (sizes + 0.5))
+        factor = np.repeat((idf * np.array(weights)).astype(np.float32), sizes)
+        # concatenate copies, so no numpy view keeps exporting an array('I') buffer (which
+        # would stop the array from growing later).
+        packed = np.concatenate([np.frombuffer(p, dtype=np.uint32) for p in lists])
+        docs = packed >> 8
+        tf = ((packed >> 3) & TF_MAX).astype(np.float32)
+        fields = packed & 7
+        score = tf * np.float32(_K1 + 1.0) / (tf + norm[docs])
+        score += np.where(fields & F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
+        score += np.where(fields & (F_NAME | F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
+        score *= factor
+        # Each (term, docno) cell keeps the best way the doc matches that term.
+        best = np.zeros(len(chunk) * ndocs, dtype=np.float32)
+        cells = docs if len(chunk) == 1 else np.repeat(np.array(owners, dtype=np.int64) * ndocs, sizes) + docs
+        if len(lists) == len(set(owners)):
+            best[cells] = score  # one list per term: docnos are unique within a list
+        else:
+            np.maximum.at(best, cells, score)
+        for row in best.reshape(len(chunk), ndocs):  # term by term, in query order, as ever
+            total += row
+            matched += row > 0
+    return total, matched
+
+
+def _position(plist: array[int], value: int) -> int:
+    """Index of ``value`` in ``plist``; numpy scans long lists (array.index boxes every item)."""
+    if len(plist) < 512:
+        return plist.index(value)
+    found = np.flatnonzero(np.frombuffer(plist, dtype=np.uint32) == value)
+    return int(found[0])  # the temporary view is gone here, so plist may be resized again
+
+
+def _top(docs: npt.NDArray[np.intp], key: npt.NDArray[np.float64], k: int) -> list[int]:
+    """The ``k`` docnos of ``docs`` with the highest ``key``, best first (ties: lower docno)."""
+    if k <= 0 or docs.size == 0:
+        return []
+    values = key[docs]
+    if k < docs.size:
+        part = np.argpartition(-values, k - 1)[:k]
+        docs, values = docs[part], values[part]
+    order = np.lexsort((docs, -values))
+    result: list[int] = docs[order].tolist()
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSnapshot:
+    """An index's documents and vocabulary at one moment (see Index.snapshot)."""
+
+    ids_by_no: list[str | None]
+    doc_terms: list[DocTerms]
+    restored: memoryview
+    restored_at: array[int]
+    titles: list[str]
+    dl: _FloatArray
+    terms: list[str]
+
+    def live_ids(self) -> list[str]:
+        """The documents' ids in the order arrays() stores them."""
+        return [id for id in self.ids_by_no if id is not None]
+
+    def arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """The index as numpy arrays, freed document numbers compacted away. Postings are not
+        stored: Index.from_snapshot rebuilds them from each document's term list."""
+        live = [no for no, id in enumerate(self.ids_by_no) if id is not None]
+        terms, restored, at = self.doc_terms, self.restored, self.restored_at
+        entries = [_entries(terms[no], restored, at, no) or _NO_TERMS for no in live]
+        out: dict[str, npt.NDArray[Any]] = {
+            "dl": self.dl[live].astype(np.float32),
+            "doc_term_counts": np.fromiter(map(len, entries), dtype=np.int64, count=len(entries)),
+            "doc_terms": np.frombuffer(b"".join(e.tobytes() for e in entries), dtype=np.uint32),
+        }
+        for name, values in (
+            ("ids", self.live_ids()),
+            ("titles", [self.titles[no] for no in live]),
+            ("terms", self.terms),
+        ):
+            out[f"{name}.blob"], out[f"{name}.len"] = pack_strings(values)
+        return out

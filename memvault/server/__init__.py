@@ -1,0 +1,1 @@
+"""Serving: the HTTP app and its transports, keys, process limits, stdio, nginx in front."""

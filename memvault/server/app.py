@@ -1,0 +1,430 @@
+"""The HTTP surface: one Starlette app with /healthz and MCP (streamable HTTP and legacy SSE) per token."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Container
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memvault import __version__
+from memvault.clock import Clock, utcnow
+from memvault.config import Settings
+from memvault.disk.names import valid_token
+from memvault.disk.watcher import Watcher
+from memvault.errors import InvalidArgument, MemvaultError
+from memvault.logs import OncePer
+from memvault.ops.store import Store
+from memvault.server.keys import KeyRing
+from memvault.tools import build_server
+
+log = logging.getLogger("memvault")
+
+SESSION_HEADER = b"mcp-session-id"
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+MAX_BOUND_SESSIONS = 10_000
+URL_HINT = (
+    "The MCP endpoint is /mcp/<token> (legacy SSE: /mcp/<token>/sse); a token is 1 to 128 letters, "
+    "digits, '.', '_' or '-', starting with a letter or digit."
+)
+_LOCAL_ORIGIN = re.compile(r"https?://(?:127\.0\.0\.1|localhost|\[::1\])(?::\d+)?")
+
+
+def transport_security(settings: Settings) -> TransportSecuritySettings:
+    """Host/Origin checks against DNS rebinding: localhost always, more hosts by configuration.
+
+    With MEMVAULT_ALLOWED_HOSTS=* the SDK's checks are off (it has no wildcard host) and
+    TokenGuard checks the Origin itself, so a web page still cannot reach the server.
+    """
+    extra = list(settings.allowed_hosts)
+    if "*" in extra:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    hosts = [h for name in LOCAL_HOSTS for h in (name, f"{name}:*")] + extra
+    origins = [f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
+
+
+class SessionOwners:
+    """Which token each streamable HTTP session was created under (bounded, least recently used out).
+
+    A session id this map does not know is refused: every session is created through TokenGuard,
+    so an unknown id is forged, ended, or so long idle that its binding was dropped (the client
+    then starts a new session, as the protocol expects after a 404).
+    """
+
+    def __init__(self, capacity: int = MAX_BOUND_SESSIONS) -> None:
+        self.capacity = capacity
+        self._owners: OrderedDict[str, str] = OrderedDict()
+        self._clients: dict[str, str] = {}  # session -> client address that opened it
+
+    def bind(self, session: str, token: str, client: str = "") -> None:
+        self._owners[session] = token
+        self._clients[session] = client
+        self._owners.move_to_end(session)
+        while len(self._owners) > self.capacity:
+            dropped, _ = self._owners.popitem(last=False)
+            self._clients.pop(dropped, None)
+
+    def owner(self, session: str) -> str | None:
+        token = self._owners.get(session)
+        if token is not None:
+            self._owners.move_to_end(session)
+        return token
+
+    def oldest_first(self, *, token: str | None = None, client: str | None = None) -> list[str]:
+        """Sessions of a token or of a client address, least recently used first."""
+        return [
+            s
+            for s, t in self._owners.items()
+            if (token is None or t == token) and (client is None or self._clients.get(s) == client)
+        ]
+
+    def forget_all_but(self, live: Container[str]) -> None:
+        """Drop the bindings of sessions that ended (idle timeout, crash) without a DELETE."""
+        for session in [s for s in self._owners if s not in live]:
+            self.release(session)
+
+    def release(self, session: str) -> None:
+        self._owners.pop(session, None)
+        self._clients.pop(session, None)
+
+    def __len__(self) -> int:
+        return len(self._owners)
+
+
+def load_allowlist(path: Path | None) -> frozenset[str] | None:
+    if path is None:
+        return None
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InvalidArgument(f"MEMVAULT_TOKENS_FILE cannot be read ({exc.strerror}).") from None
+    tokens = frozenset(t for t in (line.split("#", 1)[0].strip() for line in lines) if t)
+    bad = [t for t in tokens if not valid_token(t)]
+    if bad:
+        raise InvalidArgument(
+            f"MEMVAULT_TOKENS_FILE holds {len(bad)} invalid token(s); see the token rules in README."
+        )
+    return tokens
+
+
+def _error(status: int, message: str) -> Response:
+    """Every HTTP error memvault writes has the SDK's shape: a JSON-RPC error without an id."""
+    code = INVALID_REQUEST if status < 500 else INTERNAL_ERROR
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    return JSONResponse(body, status_code=status)
+
+
+READ_ONLY_STATE = "memvault_read_only"
+
+
+class BearerAuth:
+    """In front of /mcp when a keys file is set: the bearer key names the vault (put where the
+    token of a path would be, so TokenGuard and the tools work unchanged) and its scope."""
+
+    def __init__(self, app: ASGIApp, keyring: KeyRing) -> None:
+        self.app = app
+        self.keyring = keyring
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        header = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin-1")
+        scheme, _, key = header.partition(" ")
+        key = key.strip()
+        grant = self.keyring.find(key) if scheme.lower() == "bearer" and key else None
+        if grant is None:
+            why = "none was sent" if not header else "the key sent is unknown or revoked"
+            response = _error(
+                401,
+                f"This server needs a key: send 'Authorization: Bearer <key>' ({why}). Ask its owner.",
+            )
+            # RFC 6750, as the MCP authorization spec asks of a resource server.
+            response.headers["WWW-Authenticate"] = 'Bearer realm="memvault"' + (
+                ', error="invalid_token"' if header else ""
+            )
+            await response(scope, receive, send)
+            return
+        params = {**scope.get("path_params", {}), "token": grant.token}
+        state = {**scope.get("state", {}), READ_ONLY_STATE: grant.read_only}
+        await self.app({**scope, "path_params": params, "state": state}, receive, send)
+
+
+class TokenGuard:
+    """In front of every /mcp/{token} route: token rules, allowlist, body cap, session binding.
+
+    It answers before any file system access, and refuses a streamable HTTP session id that was
+    created under another token (the SDK's session manager is shared by all tokens).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        settings: Settings,
+        sessions: SessionOwners | None,
+        manager: StreamableHTTPSessionManager | None = None,
+        warm: Callable[[str], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.warm = warm  # Tokens.warm: a token's load begins with its client's first request
+        self.settings = settings
+        self.sessions = sessions  # None for the legacy SSE transport, which binds per token itself
+        self.manager = manager
+        self._closing_note = OncePer(lambda record: True)
+        self.allowlist = load_allowlist(settings.tokens_file)
+        self.check_origin = "*" in settings.allowed_hosts
+        self.origins = {f"{scheme}://{h}" for h in settings.allowed_hosts for scheme in ("http", "https")}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = scope.get("path_params", {}).get("token", "")
+        if not valid_token(token):
+            await _error(404, f"Not found: invalid token. {URL_HINT}")(scope, receive, send)
+            return
+        if self.allowlist is not None and token not in self.allowlist:
+            await _error(403, "This token is not allowed on this server.")(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        length = headers.get(b"content-length")
+        limit = self.settings.max_body_bytes
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await _error(413, f"Request body too large (limit {limit:,} bytes).")(scope, receive, send)
+            return
+        origin = headers.get(b"origin")
+        if self.check_origin and origin is not None:
+            text = origin.decode("latin-1")
+            if not _LOCAL_ORIGIN.fullmatch(text) and text not in self.origins:
+                await _error(403, "Origin not allowed.")(scope, receive, send)
+                return
+        session = headers.get(SESSION_HEADER)
+        if session is not None and self.sessions is not None:
+            if self.sessions.owner(session.decode("latin-1")) != token:
+                await _error(404, "Session not found for this token; start a new session.")(
+                    scope, receive, send
+                )
+                return
+        if self.warm is not None and scope.get("method") != "DELETE":  # an ending session needs no load
+            self.warm(token)
+        # A chunked body past the cap is answered 413 by the SDK's RequestBodyLimitMiddleware (both
+        # transports get the same limit in create_app); cutting the stream here turned it into a 500.
+        if self.sessions is None:
+            await self.app(scope, receive, send)
+            return
+        client = (scope.get("client") or ("", 0))[0]
+        if session is None and scope.get("method") == "POST":
+            await self._make_room(token, client)
+        ending = (
+            session.decode("latin-1") if session is not None and scope.get("method") == "DELETE" else None
+        )
+        await self.app(scope, receive, self._binding(send, token, ending, client))
+
+    async def _make_room(self, token: str, client: str) -> None:
+        """Before a new session: if this token or this client address holds its most sessions, close
+        its own least recently used ones. One client that never ends its sessions cannot fill the
+        SDK's cap (10,000, then 503 for every token for 30 minutes); it only recycles its own."""
+        sessions, manager = self.sessions, self.manager
+        if sessions is None or manager is None:
+            return
+        # The SDK keeps its live sessions in a private map; sessions that ended without a DELETE
+        # (idle timeout) are dropped from ours by it, so counts stay true. (mcp 2.x; tests cover it.)
+        live: dict[str, Any] = manager._server_instances
+        sessions.forget_all_but(live)
+        for limit, kind, names in (
+            (self.settings.max_sessions_per_token, "MEMVAULT_MAX_SESSIONS_PER_TOKEN", {"token": token}),
+            (self.settings.max_sessions_per_client, "MEMVAULT_MAX_SESSIONS_PER_CLIENT", {"client": client}),
+        ):
+            held = sessions.oldest_first(**names)
+            for old in held[: max(0, len(held) - limit + 1)]:
+                transport = live.get(old)
+                sessions.release(old)
+                if transport is not None:
+                    await manager._discard_session(old, transport)
+                self._closing_note.note(log, logging.INFO, f"closed least recently used sessions ({kind})")
+
+    def _binding(self, send: Send, token: str, ending: str | None, client: str = "") -> Send:
+        sessions = self.sessions
+        assert sessions is not None
+
+        async def wrapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for key, value in message.get("headers", []):
+                    if key.lower() == SESSION_HEADER:
+                        sessions.bind(value.decode("latin-1"), token, client)
+                if ending is not None and message.get("status") == 200:
+                    sessions.release(ending)
+            await send(message)
+
+        return wrapped
+
+
+class SseApps:
+    """Legacy HTTP+SSE: one SDK transport per token, so a session id only works under its own token.
+
+    A token's transport lives while it has an open stream (GET .../sse): its sessions exist only
+    then. A message to a token without one is answered 404 and leaves nothing behind (one app per
+    token name ever posted to once held 310 MB after 80,000 made-up names).
+    """
+
+    def __init__(self, server: MCPServer, security: TransportSecuritySettings, max_body: int) -> None:
+        self.server = server
+        self.security = security
+        self.max_body = max_body
+        self.apps: dict[str, ASGIApp] = {}
+        self.streams: dict[str, int] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = scope["path_params"]["token"]
+        stream = scope.get("method") == "GET" and scope.get("path", "").rstrip("/").endswith("/sse")
+        app = self.apps.get(token)
+        if app is None:
+            if not stream:
+                await _error(404, "No open SSE stream for this token; open GET /mcp/<token>/sse first.")(
+                    scope, receive, send
+                )
+                return
+            app = self.apps[token] = self.server.sse_app(
+                sse_path="/sse",
+                message_path="/messages/",
+                transport_security=self.security,
+                max_request_body_size=self.max_body,
+            )
+        if not stream:
+            await app(scope, receive, send)
+            return
+        self.streams[token] = self.streams.get(token, 0) + 1
+        answered = False
+
+        async def sending(message: Message) -> None:
+            nonlocal answered
+            answered = answered or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await app(scope, receive, sending)
+        except ValueError as exc:
+            # The SDK answers a refused Host or Origin (421/403, logged as one line) and then
+            # raises: a 70-line traceback per request, a log flood anyone could trigger.
+            if not answered or "validation failed" not in str(exc):
+                raise
+        finally:
+            self.streams[token] -= 1
+            if not self.streams[token]:
+                del self.streams[token]
+                self.apps.pop(token, None)
+
+
+def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool = False) -> Starlette:
+    """The whole server. Build a new one per test: the SDK's session manager runs only once."""
+    store = Store(settings, clock=clock)
+    server = build_server(store, settings)
+    security = transport_security(settings)
+    # JSON responses to POSTs: our tools stream nothing mid-call, and a plain JSON body saves the
+    # SDK's per-request SSE stream and task group (bench/RESULTS.md: ~1.3 ms of ~5 ms per call).
+    # Server-initiated messages still flow over the GET stream.
+    server.streamable_http_app(
+        transport_security=security,
+        max_request_body_size=settings.max_body_bytes,
+        host=settings.host,
+        json_response=True,
+    )
+    manager = server.session_manager
+    sessions = SessionOwners()
+    watcher = Watcher(
+        settings.root,
+        store.apply_changes,
+        enabled=settings.watch,
+        poll_interval=settings.poll_interval_seconds,
+    )
+    started = time.monotonic()
+
+    async def healthz(request: Request) -> Response:
+        body: dict[str, Any] = {
+            "status": "ok" if watcher.state() in ("inotify", "polling") else "degraded",
+            "version": __version__,
+            "uptime_seconds": round(time.monotonic() - started, 1),
+            "tokens_loaded": sum(1 for s in store.tokens.values() if s.loaded),
+            "watcher": watcher.state(),
+            # Folders being read again after lost file events (a queue overflow): catching up, not degraded.
+            "rescanning": watcher.rescanning + len(watcher.rescan),
+            "event_overflows": watcher.overflows,
+            "tools": list(settings.tools),
+        }
+        embedder = store.embeddings.status()
+        body["embeddings"] = {
+            "name": embedder.name or f"{embedder.requested} (loading)",
+            "dim": embedder.dim,
+            "pending": store.embeddings.pending(),
+            "topics_due": store.embeddings.topics_due(),
+            "cpu_seconds": round(store.embeddings.cpu_seconds, 2),
+        }
+        if embedder.fallback:
+            body["embeddings"]["fallback"] = embedder.fallback
+        # 503 when degraded, so a container health check notices a server serving stale results.
+        status = 200 if body["status"] == "ok" else 503
+        return Response(json.dumps(body), status_code=status, media_type="application/json")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        settings.root.mkdir(parents=True, exist_ok=True)
+        async with manager.run():
+            await watcher.start(force_polling=force_polling)
+            store.embeddings.ready()  # a model loads in the background; nothing waits for it
+            log.info("memvault %s serving %s (watcher: %s)", __version__, settings.root, watcher.state())
+            try:
+                yield
+            finally:
+                await watcher.stop()
+                await store.close()
+
+    warm = store.registry.warm
+    mcp_http = TokenGuard(StreamableHTTPASGIApp(manager), settings, sessions, manager, warm=warm)
+    sse_apps = SseApps(server, security, settings.max_body_bytes)
+    mcp_sse = TokenGuard(sse_apps, settings, None, warm=warm)
+    routes: list[Route | Mount] = [Route("/healthz", healthz, methods=["GET"])]
+    keyring = KeyRing(settings.keys_file) if settings.keys_file is not None else None
+    if keyring is not None:
+        routes += [
+            Route("/mcp", endpoint=BearerAuth(mcp_http, keyring), methods=["GET", "POST", "DELETE"]),
+            # Legacy SSE with a key: the SDK's app under no prefix announces /messages/, so the
+            # vault's name is in no URL there either.
+            Route("/sse", endpoint=BearerAuth(mcp_sse, keyring), methods=["GET"]),
+            Route("/messages/", endpoint=BearerAuth(mcp_sse, keyring), methods=["POST"]),
+        ]
+    if settings.path_tokens == "on" or (settings.path_tokens == "auto" and keyring is None):
+        routes += [
+            Route("/mcp/{token}", endpoint=mcp_http, methods=["GET", "POST", "DELETE"]),
+            Mount("/mcp/{token}", app=mcp_sse),
+        ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={MemvaultError: _memvault_error, 404: _not_found},
+    )
+    app.state.store = store
+    app.state.sessions = sessions
+    app.state.sse_apps = sse_apps
+    app.state.watcher = watcher
+    app.state.server = server
+    return app
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return _error(404, f"Not found. {URL_HINT}")
+
+
+async def _memvault_error(request: Request, exc: Exception) -> Response:
+    return _error(400, str(exc))
