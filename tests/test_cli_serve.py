@@ -784,7 +784,7 @@ def test_connections_to_the_serve_socket_have_nagle_off():
     100k benchmark)."""
     import asyncio
 
-    from memvault.cli.main import listen
+    from memvault.cli.serve import listen
 
     async def accepted_nodelay() -> int:
         sock = listen("127.0.0.1", 0)
@@ -810,7 +810,7 @@ def test_connections_to_the_serve_socket_have_nagle_off():
 
 
 def test_serve_hands_the_gil_over_sooner_than_pythons_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from memvault.cli import main as cli
+    from memvault.cli import serve as cli
     from memvault.errors import MemvaultError
     from memvault.server import app, limits
 

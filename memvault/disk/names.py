@@ -11,6 +11,7 @@ from memvault.errors import InvalidName
 ARCHIVE = "archive"
 STATE_DIR = ".memvault"
 SNAPSHOT_FILE = "snapshot.npz"  # the index snapshot, in STATE_DIR (memvault.load.snapshot)
+LOCK_FILE = "lock"  # the cross-process lock, in STATE_DIR (memvault.disk.vault.folder_lock)
 # Reserved in a token folder: the session files and the knowledge graph (memvault.records.sync).
 SESSIONS_DIR = "sessions"
 GRAPH_FILE = "graph.jsonl"

@@ -8,6 +8,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
+from filelock import FileLock
+
 from memvault.disk.files import (
     TEMP_MIN_AGE_SECONDS,
     NotRegularFile,
@@ -20,7 +22,7 @@ from memvault.disk.files import (
     read_regular,
 )
 from memvault.disk.markdown import MAX_INDEXED_BYTES, Memory, parse_memory, render_new, rewrite, seal_markers
-from memvault.disk.names import ARCHIVE, SESSIONS_DIR, check_id, slugify
+from memvault.disk.names import ARCHIVE, LOCK_FILE, SESSIONS_DIR, STATE_DIR, check_id, slugify
 from memvault.errors import Conflict, InvalidArgument, InvalidName, LinkedFolder, NotFound
 
 
@@ -311,3 +313,12 @@ def refuse_unwritable(memory: Memory, consequence: str) -> None:
         raise Conflict(memory.id)
     if memory.problem is not None:
         raise InvalidArgument(f"'{memory.id}' has a problem ({memory.problem}), {consequence}")
+
+
+LOCK_TIMEOUT = 30.0  # seconds a command waits for another process's write before giving up
+
+
+def folder_lock(folder: Path) -> FileLock:
+    """The cross-process lock of a token folder (.memvault/lock): the server, the CLI and a second
+    server on the same vault take it around every change of the token's files."""
+    return FileLock(str(folder / STATE_DIR / LOCK_FILE), timeout=LOCK_TIMEOUT)

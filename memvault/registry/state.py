@@ -31,13 +31,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from filelock import FileLock
 
 from memvault.config import Settings
 from memvault.disk.files import file_stamp, try_lock, unchanged
 from memvault.disk.markdown import Memory, content_hash, parse_memory
-from memvault.disk.names import STATE_DIR, key, split_key
-from memvault.disk.vault import Vault
+from memvault.disk.names import LOCK_FILE, STATE_DIR, key, split_key
+from memvault.disk.vault import Vault, folder_lock
 from memvault.load import snapshot
 from memvault.logs import bookkeep
 from memvault.records.sidecar import FileStat, Sidecar
@@ -88,7 +87,7 @@ class TokenState:
     def __init__(self, token: str, settings: Settings) -> None:
         self.token = token
         self.vault = Vault(settings.token_dir(token))
-        self.lock_path = str(settings.token_dir(token) / STATE_DIR / "lock")  # see file_lock
+        self.lock_path = str(settings.token_dir(token) / STATE_DIR / LOCK_FILE)  # see file_lock
         self.hot = Area()
         self.archive = Area()
         self.lock = asyncio.Lock()  # serialises this token's mutations within the process
@@ -150,7 +149,7 @@ class TokenState:
                 os.close(fd)
             return
         self.ensure_sidecar()
-        with FileLock(self.lock_path, timeout=30):
+        with folder_lock(self.dir):
             yield
 
     def ensure_sidecar(self) -> Sidecar:
