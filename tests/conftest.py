@@ -134,7 +134,7 @@ def server_factory(make_settings: Callable[..., Settings]) -> Callable[..., Any]
 
 @pytest.fixture
 def thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the functions sent to a worker thread (anyio.to_thread.run_sync) from now on."""
+    """One entry per call sent to a worker thread (anyio.to_thread.run_sync) from now on."""
     hops: list[str] = []
     run_sync = anyio.to_thread.run_sync
 

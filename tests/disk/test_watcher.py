@@ -1,0 +1,828 @@
+"""Live index: changes made outside the server reach search, through a real watchdog observer.
+
+Every test edits real files under a running server's vault and waits (with a deadline) for the
+index to follow. Where the tool adds nothing, the checks look at the token's index directly:
+read_memory re-reads the files of its hits, which would hide a watcher that never ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import pytest
+from conftest import Running, wait_for
+
+import memvault.disk.watcher
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "alice"
+DEADLINE = 5.0
+
+# Query words in these tests are made up and far apart, so typo tolerance never links two of them.
+NOW = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")  # fresh: no eviction sweep moves the files
+FRONTMATTER = f"---\npriority: P1\ncreatedAt: {NOW}\nupdatedAt: {NOW}\nlastAccessedAt: {NOW}\n---\n"
+
+
+def note(title: str, body: str, *, frontmatter: bool = True) -> str:
+    return (FRONTMATTER if frontmatter else "") + f"# {title}\n\n{body}\n"
+
+
+def put(path: Path, text: str) -> Path:
+    """A plain write by hand (what `echo > file` or a simple editor does)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def put_atomic(path: Path, text: str) -> Path:
+    """An editor-style save: a hidden temp file renamed over the target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def store_of(srv: Running) -> Any:
+    return srv.app.state.store
+
+
+def state_of(srv: Running) -> Any:
+    return store_of(srv).tokens[TOKEN]
+
+
+def hot_hits(srv: Running, query: str) -> set[str]:
+    """Ids the hot index returns for a query, without re-reading any file."""
+    state = state_of(srv)
+    with state.mem_lock:
+        hits, _ = state.hot.index.search(query, limit=None)
+    return {h.id for h in hits}
+
+
+def archive_hits(srv: Running, query: str) -> set[str]:
+    state = state_of(srv)
+    with state.mem_lock:
+        hits, _ = state.archive.index.search(query, limit=None)
+    return {h.id for h in hits}
+
+
+def hot_ids(srv: Running) -> set[str]:
+    state = state_of(srv)
+    with state.mem_lock:
+        return set(state.hot.memories)
+
+
+def archive_ids(srv: Running) -> set[str]:
+    state = state_of(srv)
+    with state.mem_lock:
+        return set(state.archive.memories)
+
+
+async def listed(srv: Running, session: Any) -> set[str]:
+    err, text = await srv.call(session, "list_memory_titles")
+    assert not err, text
+    if text.startswith("No memories yet"):
+        return set()
+    return {line.split("|", 1)[0] for line in text.splitlines() if "|" in line}
+
+
+async def healthz(srv: Running) -> dict[str, Any]:
+    def get() -> dict[str, Any]:
+        try:
+            with urllib.request.urlopen(srv.url + "/healthz", timeout=5) as response:
+                assert response.status == 200
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:  # 503 while degraded, with the same JSON body
+            assert exc.code == 503
+            body = json.loads(exc.read())
+            assert body["status"] == "degraded"
+            return body
+
+    return await anyio.to_thread.run_sync(get)
+
+
+@contextlib.asynccontextmanager
+async def live(
+    server_factory: Any, *, seed: bool = True, **changes: Any
+) -> AsyncIterator[tuple[Running, Any, Path]]:
+    """A running server with the token loaded (so the watcher applies changes to it)."""
+    changes.setdefault("capacity", 100_000)  # no background eviction moving files around
+    async with server_factory(**changes) as srv, srv.session(TOKEN) as session:
+        folder = srv.settings.token_dir(TOKEN)
+        if seed:
+            put(folder / "seed.md", note("Seed", "seed memory so the folder exists"))
+        err, text = await srv.call(session, "list_memory_titles")  # loads the token
+        assert not err, text
+        assert TOKEN in store_of(srv).tokens and state_of(srv).loaded
+        yield srv, session, folder
+
+
+# ---------------------------------------------------------------------------- new files
+
+
+async def test_new_files_by_hand_become_searchable(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        words = {
+            "plain.md": "quokkafern",  # with frontmatter
+            "legacy.md": "brontosaurmint",  # without frontmatter
+            "projects/deep/alpha.md": "zeppelinquartz",  # in a new subfolder
+            "My Notes About Things.md": "harpsichordlemon",  # spaces and capitals in the name
+        }
+        put(folder / "plain.md", note("Plain note", "the quokkafern grows here"))
+        put(folder / "legacy.md", "Just some text about brontosaurmint, no frontmatter at all.\n")
+        put(folder / "projects/deep/alpha.md", note("Alpha", "deep inside lies zeppelinquartz"))
+        put(folder / "My Notes About Things.md", note("Mixed Case", "capitals and spaces: harpsichordlemon"))
+        for name, word in words.items():
+            await wait_for(lambda name=name, word=word: hot_hits(srv, word) == {name}, DEADLINE)
+        # Through the tools too: listed, and found by a body word.
+        assert set(words) <= await listed(srv, s)
+        for name, word in words.items():
+            err, text = await srv.call(s, "read_memory", query=word)
+            assert not err and name in text and word in text, text
+
+
+async def test_new_token_folder_made_by_hand_after_load(server_factory):
+    """The token was loaded while its folder did not exist; a person then creates it."""
+    async with live(server_factory, seed=False) as (srv, s, folder):
+        assert not folder.exists()
+        put(folder / "first.md", note("First", "made by hand: ocelotbanjo"))
+        await wait_for(lambda: hot_hits(srv, "ocelotbanjo") == {"first.md"}, DEADLINE)
+        assert "first.md" in await listed(srv, s)
+
+
+# ---------------------------------------------------------------------------- edits
+
+
+@pytest.mark.slow
+async def test_edit_in_place_changes_search(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        path = put(folder / "edit.md", note("Edit me", "the answer is wombatcrayon"))
+        await wait_for(lambda: hot_hits(srv, "wombatcrayon") == {"edit.md"}, DEADLINE)
+
+        # Truncate and rewrite in place (same inode), as `>` or a simple editor does.
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(note("Edit me", "the answer is now flamingotuba"))
+        await wait_for(
+            lambda: hot_hits(srv, "flamingotuba") == {"edit.md"} and not hot_hits(srv, "wombatcrayon"),
+            DEADLINE,
+        )
+        # A same-size edit (only bytes differ, mtime moves) is seen too.
+        text = path.read_text(encoding="utf-8")
+        same = text.replace("flamingotuba", "pangolinharp")
+        assert len(same) == len(text)
+        path.write_text(same, encoding="utf-8")
+        await wait_for(
+            lambda: hot_hits(srv, "pangolinharp") == {"edit.md"} and not hot_hits(srv, "flamingotuba"),
+            DEADLINE,
+        )
+        err, reply = await srv.call(s, "read_memory", query="pangolinharp")
+        assert not err and "edit.md" in reply and "flamingotuba" not in reply, reply
+
+
+@pytest.mark.slow
+async def test_editor_temp_file_and_rename_over_is_picked_up(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        path = put(folder / "note.md", note("Note", "before the save: gazellepiano"))
+        await wait_for(lambda: hot_hits(srv, "gazellepiano") == {"note.md"}, DEADLINE)
+
+        # vim-like: a swap file appears while editing, the save writes a temp file and renames it over.
+        swap = folder / ".note.md.swp"
+        swap.write_bytes(b"b0VIM 9.0 swap junk tapirsaxophone")
+        put_atomic(path, note("Note", "after the save: tapirsaxophone"))
+        swap.unlink()
+        await wait_for(
+            lambda: hot_hits(srv, "tapirsaxophone") == {"note.md"} and not hot_hits(srv, "gazellepiano"),
+            DEADLINE,
+        )
+
+        # The other common pattern: the original renamed to a backup, a new file written, the backup removed.
+        backup = folder / "note.md~"
+        os.rename(path, backup)
+        put(path, note("Note", "third version: iguanacello"))
+        backup.unlink()
+        await wait_for(
+            lambda: hot_hits(srv, "iguanacello") == {"note.md"} and not hot_hits(srv, "tapirsaxophone"),
+            DEADLINE,
+        )
+        await wait_for(lambda: srv.app.state.watcher.idle, DEADLINE)
+        assert hot_ids(srv) == {"seed.md", "note.md"}
+        assert await listed(srv, s) == {"seed.md", "note.md"}
+
+
+# ---------------------------------------------------------------------------- deletes, renames, moves
+
+
+@pytest.mark.slow
+async def test_delete_disappears_from_search_and_list(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        path = put(folder / "doomed.md", note("Doomed", "soon gone: lemurtrombone"))
+        await wait_for(lambda: hot_hits(srv, "lemurtrombone") == {"doomed.md"}, DEADLINE)
+        assert "doomed.md" in await listed(srv, s)
+
+        path.unlink()
+        await wait_for(
+            lambda: "doomed.md" not in hot_ids(srv) and not hot_hits(srv, "lemurtrombone"), DEADLINE
+        )
+        assert "doomed.md" not in await listed(srv, s)
+        err, text = await srv.call(s, "read_memory", query="lemurtrombone")
+        assert not err and "doomed.md" not in text, text
+
+
+@pytest.mark.slow
+async def test_rename_is_picked_up_under_the_new_name(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        put(folder / "old name.md", note("Renamed", "a rename keeps narwhalkazoo"))
+        await wait_for(lambda: hot_hits(srv, "narwhalkazoo") == {"old name.md"}, DEADLINE)
+
+        os.rename(folder / "old name.md", folder / "New-Name.md")
+        await wait_for(lambda: hot_hits(srv, "narwhalkazoo") == {"New-Name.md"}, DEADLINE)
+        assert "old name.md" not in hot_ids(srv)
+
+        # Moved into a subfolder.
+        (folder / "topics").mkdir()
+        os.rename(folder / "New-Name.md", folder / "topics" / "New-Name.md")
+        await wait_for(lambda: hot_hits(srv, "narwhalkazoo") == {"topics/New-Name.md"}, DEADLINE)
+        assert "New-Name.md" not in hot_ids(srv)
+        names = await listed(srv, s)
+        assert "topics/New-Name.md" in names and "New-Name.md" not in names and "old name.md" not in names
+
+
+@pytest.mark.slow
+async def test_move_into_and_out_of_archive(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        put(folder / "stale.md", note("Stale", "archived by hand: axolotlbagpipe"))
+        await wait_for(lambda: hot_hits(srv, "axolotlbagpipe") == {"stale.md"}, DEADLINE)
+
+        (folder / "archive").mkdir()
+        os.rename(folder / "stale.md", folder / "archive" / "stale.md")
+        await wait_for(
+            lambda: (
+                archive_hits(srv, "axolotlbagpipe") == {"stale.md"} and not hot_hits(srv, "axolotlbagpipe")
+            ),
+            DEADLINE,
+        )
+        err, text = await srv.call(s, "search_archive", query="axolotlbagpipe")
+        assert not err and "stale.md" in text, text
+        err, text = await srv.call(s, "read_memory", query="axolotlbagpipe")
+        assert not err and "stale.md" not in text, text
+        assert "stale.md" not in await listed(srv, s)
+
+        os.rename(folder / "archive" / "stale.md", folder / "stale.md")
+        await wait_for(
+            lambda: (
+                hot_hits(srv, "axolotlbagpipe") == {"stale.md"} and not archive_hits(srv, "axolotlbagpipe")
+            ),
+            DEADLINE,
+        )
+        assert "stale.md" not in archive_ids(srv)
+        err, text = await srv.call(s, "read_memory", query="axolotlbagpipe")
+        assert not err and "stale.md" in text, text
+        err, text = await srv.call(s, "search_archive", query="axolotlbagpipe")
+        assert not err and "stale.md" not in text, text
+
+
+@pytest.mark.slow
+async def test_whole_folder_added_moved_and_removed(server_factory, tmp_path):
+    incoming = tmp_path / "incoming" / "team"
+    for i in range(20):
+        put(
+            incoming / f"member-{i:02d}.md",
+            note(f"Member {i}", f"team roster entry, shared word koalafiddle n{i}"),
+        )
+    names = {f"team/member-{i:02d}.md" for i in range(20)}
+
+    async with live(server_factory) as (srv, s, folder):
+        shutil.copytree(incoming, folder / "team")
+        await wait_for(lambda: hot_hits(srv, "koalafiddle") == names, DEADLINE)
+        assert names <= await listed(srv, s)
+
+        # A folder renamed: its children send no events of their own.
+        os.rename(folder / "team", folder / "crew")
+        moved = {n.replace("team/", "crew/", 1) for n in names}
+        await wait_for(lambda: hot_hits(srv, "koalafiddle") == moved, DEADLINE)
+        assert not names & hot_ids(srv)
+
+        shutil.rmtree(folder / "crew")
+        await wait_for(lambda: not hot_hits(srv, "koalafiddle") and hot_ids(srv) == {"seed.md"}, DEADLINE)
+        assert await listed(srv, s) == {"seed.md"}
+
+
+# ---------------------------------------------------------------------------- bursts
+
+
+@pytest.mark.slow
+async def test_thousand_file_burst_is_indexed_fast_in_few_batches(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        watcher = srv.app.state.watcher
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        batches = watcher.batches
+        names = {f"pull/{i // 100:02d}/file-{i:04d}.md" for i in range(1000)}
+        # As fast as possible, like a git pull or checkout.
+        for name in sorted(names):
+            put(
+                folder / name, note(f"Pulled {name}", f"pulled from a remote, shared word meerkatoboe {name}")
+            )
+        # Fully indexed within 2 s of the last write.
+        await wait_for(lambda: names <= hot_ids(srv), timeout=2.0)
+        await wait_for(lambda: watcher.idle, DEADLINE)  # the batch counter moves when a batch ends
+        state = state_of(srv)
+        with state.mem_lock:
+            _, total = state.hot.index.search("meerkatoboe", limit=5)
+        assert total == 1000
+        grown = watcher.batches - batches
+        assert 1 <= grown < 50, f"{grown} batches for a 1,000-file burst"
+        err, text = await srv.call(s, "read_memory", query="meerkatoboe", limit=1)
+        assert not err and "1000 hot memories" in text, text[:200]
+
+        # And the reverse: the checkout removes them all again.
+        batches = watcher.batches
+        shutil.rmtree(folder / "pull")
+        await wait_for(lambda: not names & hot_ids(srv), timeout=2.0)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        assert not hot_hits(srv, "meerkatoboe")
+        assert watcher.batches - batches < 50
+
+
+@pytest.mark.slow
+async def test_burst_of_edits_to_existing_files(server_factory):
+    """A checkout that rewrites 300 existing files (new inode each, like git does) ends consistent."""
+    async with live(server_factory) as (srv, _, folder):
+        names = [f"doc-{i:03d}.md" for i in range(300)]
+        for name in names:
+            put(folder / name, note(name, "version one: puffinmandolin"))
+        await wait_for(lambda: len(hot_hits(srv, "puffinmandolin")) == 300, DEADLINE)
+        watcher = srv.app.state.watcher
+        batches = watcher.batches
+        for name in names:
+            put_atomic(folder / name, note(name, "version two: walrusocarina"))
+        await wait_for(
+            lambda: len(hot_hits(srv, "walrusocarina")) == 300 and not hot_hits(srv, "puffinmandolin"),
+            timeout=2.0,
+        )
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        assert watcher.batches - batches < 50
+
+
+# ---------------------------------------------------------------------------- own writes, ignored files
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.mark.slow
+async def test_own_writes_are_not_reparsed(server_factory):
+    clock = Clock()
+    async with live(server_factory, clock=clock) as (srv, s, folder):
+        store = store_of(srv)
+        watcher = srv.app.state.watcher
+        # A legacy file by hand, indexed (one parse) before counting starts.
+        put(folder / "legacy.md", "# Legacy\n\nno frontmatter yet: koudouorgan\n")
+        await wait_for(lambda: hot_hits(srv, "koudouorgan") == {"legacy.md"}, DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        parses = store.parses
+
+        err, text = await srv.call(
+            s, "write_memory", title="Own write", content="written by the server: yakbassoon"
+        )
+        assert not err, text
+        err, text = await srv.call(
+            s, "update_memory", filename="own-write.md", content="updated by the server: yakbassoon okapiharp"
+        )
+        assert not err, text
+        err, text = await srv.call(s, "write_memory", title="Short lived", content="deleted soon")
+        assert not err, text
+        err, text = await srv.call(s, "delete_memory", filename="short-lived.md")
+        assert not err, text
+        # The server writes for `memvault migrate` (frontmatter for a hand-made file) and for reads
+        # (the access time on a new day).
+        before = (folder / "legacy.md").read_bytes()
+        assert await store.migrate("alice") == ["legacy.md"]
+        err, text = await srv.call(s, "read_memory", query="koudouorgan")
+        assert not err and "legacy.md" in text, text
+        assert (folder / "legacy.md").read_bytes() != before
+        clock.now += timedelta(days=1)
+        before = (folder / "own-write.md").read_bytes()
+        err, text = await srv.call(s, "read_memory", query="okapiharp")
+        assert not err and "own-write.md" in text, text
+        await store.idle()  # the access write-back runs after the reply
+        assert (folder / "own-write.md").read_bytes() != before
+        await store.idle()
+        assert store.parses == parses
+
+        # The events of those writes arrive before the sentinel's; once the sentinel is indexed and
+        # the watcher is idle, all of them have been handled.
+        put_atomic(folder / "sentinel.md", note("Sentinel", "hand written: dingoukulele"))
+        await wait_for(lambda: hot_hits(srv, "dingoukulele") == {"sentinel.md"}, DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        assert store.parses == parses + 1, (
+            "the server's own writes were parsed again when their events arrived"
+        )
+        assert hot_hits(srv, "okapiharp") == {"own-write.md"}
+        assert "short-lived.md" not in hot_ids(srv)
+
+
+@pytest.mark.slow
+async def test_dot_folders_and_other_files_are_never_indexed(server_factory):
+    async with live(server_factory) as (srv, s, folder):
+        put(folder / ".git" / "COMMIT_EDITMSG", "commit message with hyenaflute\n")
+        put(folder / ".git" / "notes.md", note("Git internal", "hyenaflute in a git folder"))
+        put(folder / ".obsidian" / "workspace.md", note("Obsidian", "hyenaflute in obsidian settings"))
+        put(folder / "projects" / ".hidden" / "deep.md", note("Hidden", "hyenaflute in a hidden subfolder"))
+        put(folder / ".hidden-note.md", note("Hidden note", "hyenaflute in a dot-file"))
+        put(folder / "todo.txt", "hyenaflute in a text file\n")
+        put(folder / "draft.md.bak", note("Backup", "hyenaflute in a backup"))
+        put(folder / "image.png", "hyenaflute png\n")
+        # A new folder makes the watcher rescan the token; the sentinel inside says it is done.
+        put_atomic(folder / "fresh" / "sentinel.md", note("Sentinel", "all seen: jackalzither"))
+        await wait_for(lambda: hot_hits(srv, "jackalzither") == {"fresh/sentinel.md"}, DEADLINE)
+        await wait_for(lambda: srv.app.state.watcher.idle, DEADLINE)
+
+        assert not hot_hits(srv, "hyenaflute")
+        assert not archive_hits(srv, "hyenaflute")
+        assert hot_ids(srv) == {"seed.md", "fresh/sentinel.md"}
+        err, text = await srv.call(s, "read_memory", query="hyenaflute")
+        assert not err and "No hot memory matches" in text, text
+        assert await listed(srv, s) == {"seed.md", "fresh/sentinel.md"}
+
+
+# ---------------------------------------------------------------------------- polling fallback
+
+
+@pytest.mark.slow
+async def test_forced_polling_reports_and_still_sees_changes(server_factory):
+    async with live(server_factory, force_polling=True, poll_interval_seconds=0.2) as (srv, s, folder):
+        body = await healthz(srv)
+        assert body["watcher"] == "polling", body
+        put(folder / "polled.md", note("Polled", "seen by polling: bisonpiccolo"))
+        await wait_for(lambda: hot_hits(srv, "bisonpiccolo") == {"polled.md"}, DEADLINE)
+        err, text = await srv.call(s, "read_memory", query="bisonpiccolo")
+        assert not err and "polled.md" in text, text
+        (folder / "polled.md").unlink()
+        await wait_for(lambda: "polled.md" not in hot_ids(srv), DEADLINE)
+
+
+@pytest.mark.slow
+async def test_polling_forgets_a_file_deleted_between_two_polls(server_factory):
+    """A file the index learnt of between two polls (here: read by name) and deleted before the next.
+
+    The poller's two snapshots both lack it, so it reports no change for that file; the deletion
+    still changes the folder, and that must be enough to drop it (no ghost in list_memory_titles).
+    """
+    async with live(server_factory, force_polling=True, poll_interval_seconds=0.3) as (srv, s, folder):
+        watcher = srv.app.state.watcher
+        put(folder / "first.md", note("First", "the poller is running: gnuvibraphone"))
+        await wait_for(lambda: hot_hits(srv, "gnuvibraphone") == {"first.md"}, DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+
+        ghost = put(folder / "ghost.md", note("Ghost", "here for a moment: wraithbanjo"))
+        err, text = await srv.call(s, "read_memory", filenames=["ghost.md"])
+        assert not err and "wraithbanjo" in text, text
+        assert "ghost.md" in hot_ids(srv)
+        ghost.unlink()
+
+        # A later change proves a poll ran after the delete and its batch was applied.
+        put(folder / "later.md", note("Later", "after the ghost: tortoisedulcimer"))
+        await wait_for(lambda: hot_hits(srv, "tortoisedulcimer") == {"later.md"}, DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        assert "ghost.md" not in hot_ids(srv)
+        assert "ghost.md" not in await listed(srv, s)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("what_dies", ["emitter", "observer"])
+async def test_native_watcher_dying_while_running_falls_back_to_polling(server_factory, what_dies, caplog):
+    """The inotify reader thread (or the whole observer) stops: say so, poll, and lose nothing."""
+    with caplog.at_level(logging.WARNING, logger="memvault"):
+        async with live(server_factory, poll_interval_seconds=0.2) as (srv, _, folder):
+            watcher = srv.app.state.watcher
+            assert (await healthz(srv))["watcher"] == "inotify"
+            observer = watcher.observer
+            if what_dies == "emitter":
+                for emitter in list(observer.emitters):
+                    emitter.stop()
+                    emitter.join(5)
+            else:
+                observer.stop()
+                observer.join(5)
+            # Changed while nothing is watching: must not be lost.
+            put(folder / "meanwhile.md", note("Meanwhile", "written while blind: manateeoboe"))
+            (folder / "seed.md").unlink()
+
+            async def polling() -> bool:
+                return (await healthz(srv))["watcher"] == "polling"
+
+            await wait_for(polling, DEADLINE, interval=0.1)
+            assert any("polling" in r.getMessage() for r in caplog.records), [
+                r.getMessage() for r in caplog.records
+            ]
+            await wait_for(lambda: hot_hits(srv, "manateeoboe") == {"meanwhile.md"}, DEADLINE)
+            await wait_for(lambda: "seed.md" not in hot_ids(srv), DEADLINE)
+            put(folder / "after.md", note("After", "written after the fallback: beluganocarina"))
+            await wait_for(lambda: hot_hits(srv, "beluganocarina") == {"after.md"}, DEADLINE)
+            assert (await healthz(srv))["status"] == "ok"
+
+
+class _NoInotify:
+    """Stands in for watchdog's native observer on a machine out of inotify watches."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def schedule(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def start(self) -> None:
+        raise OSError(28, "inotify watch limit reached")
+
+    def is_alive(self) -> bool:
+        return False
+
+    def stop(self) -> None:
+        pass
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+@pytest.mark.slow
+async def test_native_watcher_failing_to_start_falls_back_to_polling(server_factory, monkeypatch, caplog):
+    monkeypatch.setattr(memvault.disk.watcher, "Observer", _NoInotify)
+    with caplog.at_level(logging.WARNING, logger="memvault"):
+        async with live(server_factory, poll_interval_seconds=0.2) as (srv, s, folder):
+            body = await healthz(srv)
+            assert body["watcher"] == "polling", body
+            assert body["status"] == "ok", body
+            assert any("polling" in r.getMessage() for r in caplog.records), [
+                r.getMessage() for r in caplog.records
+            ]
+
+            put(folder / "later.md", note("Later", "arrives anyway: camelbanjo"))
+            await wait_for(lambda: hot_hits(srv, "camelbanjo") == {"later.md"}, DEADLINE)
+            os.rename(folder / "later.md", folder / "renamed.md")
+            await wait_for(lambda: hot_hits(srv, "camelbanjo") == {"renamed.md"}, DEADLINE)
+            err, text = await srv.call(s, "read_memory", query="camelbanjo")
+            assert not err and "renamed.md" in text, text
+
+
+@pytest.mark.slow
+async def test_links_made_while_serving_never_expose_files_outside_the_token(
+    server_factory, vault_root, tmp_path
+):
+    outside = tmp_path / "outside.md"
+    outside.write_text("# Outside\n\ncapybara secret from outside\n", encoding="utf-8")
+    async with server_factory() as srv:
+        async with srv.session("bob") as bob:
+            await srv.call(bob, "write_memory", title="Secret", content="okapi secret of bob")
+        async with srv.session("alice") as alice:
+            await srv.call(alice, "write_memory", title="Mine", content="plain note")
+            folder = vault_root / "alice"
+            os.symlink(outside, folder / "link.md")
+            os.symlink(vault_root / "bob" / "secret.md", folder / "peek.md")
+            (folder / "sentinel.md").write_text("# Sentinel\n\nsentinelword\n", encoding="utf-8")
+            store = srv.app.state.store
+            await wait_for(lambda: "sentinel.md" in store.tokens["alice"].hot.memories)
+            for word in ("capybara", "okapi"):
+                err, text = await srv.call(alice, "read_memory", query=word)
+                assert not err and "secret" not in text
+            err, text = await srv.call(alice, "list_memory_titles")
+            assert "link.md" not in text and "peek.md" not in text
+
+
+# ---------------------------------------------------------------------------- lost events
+
+
+def _kernel_overflow() -> None:
+    """What the kernel sends when its inotify queue overflows, through watchdog's own handling."""
+    from watchdog.observers.inotify_c import InotifyConstants, InotifyEvent, InotifyFD, WatchDescriptor
+
+    event = InotifyEvent(WatchDescriptor(-1), InotifyConstants.IN_Q_OVERFLOW, 0, b"")
+    InotifyFD.get_instance().handle_event(event)
+
+
+@pytest.mark.slow
+async def test_a_queue_overflow_rescans_and_shows_in_healthz(server_factory, monkeypatch):
+    """Issue 9, 2: after an overflow files stayed missing (and deleted ones listed) until a restart."""
+    async with live(server_factory) as (srv, s, folder):
+        watcher = srv.app.state.watcher
+        assert watcher.mode == "inotify"
+        put(folder / "doomed.md", note("Doomed", "deleted while events are lost: vicunaoboe"))
+        await wait_for(lambda: hot_hits(srv, "vicunaoboe") == {"doomed.md"}, DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+
+        # Events of these changes are lost, as in an overflowing burst.
+        monkeypatch.setattr(watcher, "push", lambda event: None)
+        for i in range(30):
+            put(folder / f"burst-{i}.md", note(f"Burst {i}", f"lost event number {i}: marmotlute"))
+        (folder / "doomed.md").unlink()
+        monkeypatch.undo()
+        assert hot_hits(srv, "vicunaoboe") == {"doomed.md"} and not hot_hits(srv, "marmotlute")
+
+        # The rescan is visible in /healthz while it runs: hold it until we have looked.
+        release = threading.Event()
+        apply = watcher.apply
+
+        def slow_apply(token: str, paths: set[Path], rescan: bool) -> int:
+            if rescan:
+                release.wait(DEADLINE)
+            return apply(token, paths, rescan)
+
+        monkeypatch.setattr(watcher, "apply", slow_apply)
+        _kernel_overflow()
+        await wait_for(lambda: watcher.rescanning > 0, DEADLINE)
+        body = await healthz(srv)
+        assert body["status"] == "ok" and body["rescanning"] >= 1 and body["event_overflows"] >= 1, body
+        release.set()
+        await wait_for(lambda: len(hot_hits(srv, "marmotlute")) == 30, DEADLINE)
+        await wait_for(lambda: not hot_hits(srv, "vicunaoboe"), DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        assert (await healthz(srv))["rescanning"] == 0
+        assert len([n for n in await listed(srv, s) if n.startswith("burst-")]) == 30
+
+
+@pytest.mark.slow
+async def test_a_rename_over_keeping_size_and_mtime_reaches_search(server_factory):
+    """Issue 9, 3: `rsync -a` replaces a file with one of the same size and mtime."""
+    async with live(server_factory) as (srv, _s, folder):
+        path = put(folder / "synced.md", note("Synced", "before the sync: lemurcello"))
+        await wait_for(lambda: hot_hits(srv, "lemurcello") == {"synced.md"}, DEADLINE)
+        await wait_for(lambda: srv.app.state.watcher.idle, DEADLINE)
+        st = path.stat()
+        tmp = folder / ".synced.md.rsync"
+        tmp.write_text(note("Synced", "before the sync: hyenaflute"), encoding="utf-8")
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(tmp, path)
+        assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+        await wait_for(
+            lambda: hot_hits(srv, "hyenaflute") == {"synced.md"} and not hot_hits(srv, "lemurcello"), DEADLINE
+        )
+
+
+# ---------------------------------------------------------------------------- what is watched
+
+
+def inotify_watched_inodes() -> set[int]:
+    """The inodes of every inotify watch this process holds, as the kernel lists them."""
+    inodes: set[int] = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            info = Path(f"/proc/self/fdinfo/{fd}").read_text(encoding="ascii")
+        except OSError:
+            continue  # closed meanwhile
+        for line in info.splitlines():
+            if line.startswith("inotify wd:"):
+                fields = dict(item.split(":", 1) for item in line.split()[1:] if ":" in item)
+                inodes.add(int(fields["ino"], 16))
+    return inodes
+
+
+def git_like(folder: Path, count: int) -> None:
+    """Folders as git makes them: objects/00..ff, refs, logs (hundreds per clone)."""
+    for i in range(count):
+        os.makedirs(folder / "objects" / f"{i:02x}", exist_ok=True)
+    os.makedirs(folder / "refs" / "heads" / "feature", exist_ok=True)
+    os.makedirs(folder / "logs" / "refs" / "heads", exist_ok=True)
+
+
+def dirs_under_dot_folders(root: Path) -> dict[int, str]:
+    """Inode -> path (relative to root) of every dot-folder in the vault and every folder in one."""
+    found: dict[int, str] = {}
+    for top, dirnames, _ in os.walk(root):
+        rel = Path(top).relative_to(root)
+        hidden = any(part.startswith(".") for part in rel.parts)
+        for name in dirnames:
+            if hidden or name.startswith("."):
+                path = Path(top) / name
+                found[path.stat().st_ino] = str(path.relative_to(root))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="reads inotify watches from /proc")
+async def test_no_inotify_watch_is_held_under_git_or_other_dot_folders(server_factory, vault_root):
+    """Issue 13: every folder of a clone's .git/ took an inotify watch (hundreds per clone, against
+    the kernel's limit), though nothing under a dot-folder is ever a memory."""
+    git_like(vault_root / ".git", 40)  # a vault kept in git: there before the server starts
+    git_like(vault_root / TOKEN / ".git", 40)
+    async with live(server_factory) as (srv, _s, folder):
+        assert srv.app.state.watcher.mode == "inotify"
+        git_like(folder / ".git", 200)  # `git init`, fetches: made while the server runs
+        git_like(folder / "projects" / "nested" / ".git", 20)  # a new folder holding a repository
+        os.makedirs(folder / ".obsidian" / "plugins" / "one")
+        # A new folder after the others: once its memory is indexed, every event before it was seen.
+        put(folder / "fresh" / "deep" / "sentinel.md", note("Sentinel", "after the clones: ibexmarimba"))
+        await wait_for(lambda: hot_hits(srv, "ibexmarimba") == {"fresh/deep/sentinel.md"}, DEADLINE)
+        await wait_for(lambda: srv.app.state.watcher.idle, DEADLINE)
+
+        watched = inotify_watched_inodes()
+        hidden = dirs_under_dot_folders(vault_root)
+        assert len(hidden) > 250
+        assert not sorted(hidden[ino] for ino in watched & set(hidden))[:10]
+        # Memory folders are still watched, new ones included.
+        for kept in (vault_root, folder, folder / "projects" / "nested", folder / "fresh" / "deep"):
+            assert kept.stat().st_ino in watched, kept
+        put(folder / "projects" / "nested" / "inside.md", note("Inside", "next to a repo: okapicornet"))
+        await wait_for(lambda: hot_hits(srv, "okapicornet") == {"projects/nested/inside.md"}, DEADLINE)
+
+        # A watched folder hidden by a rename loses its watches; the memory in it leaves the index.
+        os.makedirs(folder / "projects" / "nested" / "sub")
+        os.rename(folder / "projects" / "nested", folder / "projects" / ".nested")
+        await wait_for(lambda: not hot_hits(srv, "okapicornet"), DEADLINE)
+        hidden = dirs_under_dot_folders(vault_root)
+        assert not inotify_watched_inodes() & set(hidden)
+
+        # A queue overflow makes watchdog rebuild every watch of the vault: still none under .git/.
+        from watchdog.observers.inotify_c import InotifyConstants, InotifyEvent, WatchDescriptor
+
+        overflow = InotifyEvent(WatchDescriptor(-1), InotifyConstants.IN_Q_OVERFLOW, 0, b"")
+        srv.app.state.watcher.observer._inotify_fd.handle_event(overflow)
+        watched = inotify_watched_inodes()
+        assert not watched & set(hidden)
+        assert folder.stat().st_ino in watched and (folder / "fresh" / "deep").stat().st_ino in watched
+
+
+@pytest.mark.slow
+async def test_polling_never_lists_what_is_in_dot_folders(server_factory, vault_root, monkeypatch):
+    """The fallback poller compared every file of .git/ at each poll (a clone's objects: thousands)."""
+    seen: list[str] = []
+    entries = memvault.disk.watcher._visible_entries
+
+    def recording(path: str) -> Any:
+        seen.append(path)  # list.append is atomic: the poller's thread calls this
+        return entries(path)
+
+    monkeypatch.setattr(memvault.disk.watcher, "_visible_entries", recording)
+    git_like(vault_root / TOKEN / ".git", 50)
+    async with live(server_factory, force_polling=True, poll_interval_seconds=0.2) as (srv, _s, folder):
+        git_like(folder / "projects" / ".git", 10)
+        put(folder / "projects" / "seen.md", note("Seen", "beside a repository: yakglockenspiel"))
+        await wait_for(lambda: hot_hits(srv, "yakglockenspiel") == {"projects/seen.md"}, DEADLINE)
+        put(folder / "later.md", note("Later", "a later poll: gazelleocarina"))
+        await wait_for(lambda: hot_hits(srv, "gazelleocarina") == {"later.md"}, DEADLINE)
+    folders = {Path(p) for p in seen}
+    assert {vault_root, folder, folder / "projects"} <= folders
+    assert not [p for p in folders if any(part.startswith(".") for part in p.relative_to(vault_root).parts)]
+
+
+def test_dot_file_events_never_wake_the_loop() -> None:
+    from watchdog.events import (
+        DirCreatedEvent,
+        FileCreatedEvent,
+        FileDeletedEvent,
+        FileModifiedEvent,
+        FileMovedEvent,
+    )
+
+    class Loop:
+        def __init__(self) -> None:
+            self.calls: list[Any] = []
+
+        def is_closed(self) -> bool:
+            return False
+
+        def call_soon_threadsafe(self, fn: Any, *args: Any) -> None:
+            self.calls.append(args)
+
+    class Watcher:
+        loop = Loop()
+
+        def push(self, event: Any) -> None: ...
+
+    handler = memvault.disk.watcher._Handler(Watcher())  # type: ignore[arg-type]
+    token = "/vault/alice"
+    dropped = [
+        FileCreatedEvent(f"{token}/.memvault-abcd1234.tmp"),  # our own temp file, start to end
+        FileModifiedEvent(f"{token}/.memvault-abcd1234.tmp"),
+        FileDeletedEvent(f"{token}/.memvault-abcd1234.tmp"),
+        FileModifiedEvent(f"{token}/notes/.draft.md.swp"),
+        FileMovedEvent(f"{token}/.a.tmp", f"{token}/.b.tmp"),
+        FileCreatedEvent(os.fsencode(f"{token}/.memvault-abcd1234.tmp")),
+    ]
+    kept = [
+        FileMovedEvent(f"{token}/.memvault-abcd1234.tmp", f"{token}/tide.md"),  # a rename over a memory
+        FileMovedEvent(f"{token}/tide.md", f"{token}/.tide.md"),  # a memory hidden by hand: it goes
+        FileCreatedEvent(f"{token}/tide.md"),
+        FileDeletedEvent(f"{token}/notes/tide.md"),
+        DirCreatedEvent(f"{token}/.obsidian"),  # folders are push's to judge
+        FileCreatedEvent(os.fsencode(f"{token}/tide.md")),
+    ]
+    for event in dropped + kept:
+        handler.on_any_event(event)
+    assert Watcher.loop.calls == [(event,) for event in kept]

@@ -1,0 +1,925 @@
+"""recall and memory_stats: ranking sanity, filters, context, stats figures, tool groups."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from memvault.config import Settings
+from memvault.disk.markdown import Memory
+from memvault.errors import InvalidArgument
+from memvault.ops import recall as ranking
+from memvault.ops.recall import Recaller, layout, snippet
+from memvault.ops.store import Store
+from memvault.search.embedders import FloatMatrix, HashEmbedder
+from memvault.search.embeddings import Embeddings
+from memvault.search.rerankers import RerankerUnavailable, Reranking
+from memvault.search.snippets import SNIPPET_CHARS, asks_for_several, asks_when_question, says_when
+from memvault.search.vectors import VectorView
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.filterwarnings("ignore:Callback with id .* already exists for watch:RuntimeWarning"),
+]
+
+LINE = re.compile(r"^(?P<name>\S+) \| (?P<title>[^|]+) \| (?P<score>\d\.\d\d) \| (?P<snippet>.*)$")
+
+
+class Synonyms:
+    """A stand-in for a real model: words of one meaning share one direction, so paraphrases meet."""
+
+    name = "synonyms-v1"
+    dim = 8
+    groups = (
+        {"automobile", "car", "vehicle"},
+        {"colour", "color", "paint", "red"},
+        {"feline", "cat", "kitten"},
+        {"meal", "food", "salmon", "eat", "eats"},
+    )
+
+    def embed(self, texts: Sequence[str]) -> FloatMatrix:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                for i, group in enumerate(self.groups):
+                    if word in group:
+                        out[row, i] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def make(
+    settings: Settings, embedder: object | None = None, clock: Clock | None = None
+) -> tuple[Store, Recaller]:
+    store = Store(settings, clock=clock or Clock())
+    if embedder is not None:
+        store.embeddings = Embeddings(loader=lambda: embedder)  # type: ignore[arg-type, return-value]
+    return store, Recaller(store)
+
+
+async def settle(store: Store) -> None:
+    assert await asyncio.to_thread(store.embeddings.wait_idle, 20)
+
+
+def names(found: ranking.Recall) -> list[str]:
+    return [("archive/" if r.memory.archived else "") + r.memory.id for r in found.results]
+
+
+# ---------------------------------------------------------------------------- ranking sanity
+
+
+async def test_a_paraphrase_is_found_by_vectors(make_settings: Callable[..., Settings]):
+    store, recaller = await make(make_settings(), Synonyms())
+    try:
+        await store.write("t", title="Garage", content="The car is painted red.")
+        await store.write("t", title="Pets", content="The kitten eats salmon.")
+        await settle(store)
+        lexical = await store.find("t", query="automobile colour")
+        assert lexical.memories == []  # no word in common
+        found = await recaller.recall("t", "automobile colour")
+        assert names(found)[0] == "garage.md"
+        assert found.vectors == "synonyms-v1"
+        assert names(await recaller.recall("t", "feline meal"))[0] == "pets.md"
+    finally:
+        await store.close()
+
+
+async def test_an_exact_rare_term_is_found_lexically(make_settings: Callable[..., Settings]):
+    store, recaller = await make(make_settings())
+    try:
+        for i in range(30):
+            await store.write("t", title=f"Deploy note {i}", content=f"Deploy step {i}: restart the service.")
+        await store.write("t", title="Token rotation", content="Rotate the key ZX81-QR7 every quarter.")
+        await settle(store)
+        found = await recaller.recall("t", "ZX81-QR7")
+        assert names(found)[0] == "token-rotation.md"
+        assert "ZX81-QR7" in found.results[0].snippet
+        assert found.results[0].score == 1.0
+    finally:
+        await store.close()
+
+
+async def test_importance_breaks_a_tie(make_settings: Callable[..., Settings]):
+    store, recaller = await make(make_settings())
+    try:
+        await store.write("t", title="Alpha", content="The build uses gradle caches.", importance=0.2)
+        await store.write("t", title="Beta", content="The build uses gradle caches.", importance=0.9)
+        await settle(store)
+        found = await recaller.recall("t", "gradle caches")
+        assert names(found)[:2] == ["beta.md", "alpha.md"]
+        assert found.results[1].score < 1.0
+    finally:
+        await store.close()
+
+
+async def test_recent_access_breaks_a_tie(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(ttl_p2_days=1000), clock=clock)
+    try:
+        # Written 60 days apart (so they are not neighbours), identical otherwise.
+        await store.write("t", title="Alpha", content="The build uses gradle caches.")
+        clock.now += timedelta(days=60)
+        await store.write("t", title="Beta", content="The build uses gradle caches.")
+        clock.now += timedelta(days=60)
+        alpha = (await store.find("t", filenames=["alpha.md"])).memories
+        await store.touch("t", alpha)  # alpha was just used; beta not for 60 days
+        await settle(store)
+        assert names(await recaller.recall("t", "gradle caches"))[:2] == ["alpha.md", "beta.md"]
+    finally:
+        await store.close()
+
+
+async def test_a_terse_memory_is_found_through_its_neighbours(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(), clock=clock)
+    try:
+        # A conversation saved turn by turn: the answer alone never names what it is about.
+        await store.write(
+            "chat", title="Q1", content="Which flavour of ice cream did you make for the party?"
+        )
+        clock.now += timedelta(seconds=5)
+        await store.write("chat", title="A1", content="Chocolate and vanilla swirl, my favourite.")
+        clock.now += timedelta(days=3)
+        for i in range(12):
+            await store.write(
+                "chat", title=f"Other {i}", content=f"Unrelated chatter number {i} about the weather."
+            )
+            clock.now += timedelta(seconds=5)
+        await settle(store)
+        found = names(await recaller.recall("chat", "party ice cream"))
+        assert found[0] == "q1.md"
+        assert "a1.md" in found[:3]
+    finally:
+        await store.close()
+
+
+def test_neighbours_stay_within_an_hour_of_each_other():
+    keys: list[str | None] = ["a", "b", "c", None, "d"]
+    created = np.array([0.0, 10.0, 4000.0, np.nan, 20.0])
+    view = VectorView(
+        keys,
+        {k: i for i, k in enumerate(keys) if k},
+        None,
+        np.zeros(5, np.float32),
+        np.zeros(5, bool),
+        created,
+        None,
+        1,
+    )
+    where = layout(view)
+    order = ["a", "b", "d", "c"]  # by creation time; c is 66 minutes after d
+    assert [keys[int(r)] for r in np.argsort(where.position)[:4]] == order
+    n = where.n
+    assert where.before[0].tolist() == [n, 0, n, n, 1]
+    assert where.after[0].tolist() == [1, 4, n, n, n]
+    assert where.before[1][4] == 0  # two places back
+    assert where.thread[2] != where.thread[0] and where.thread[3] == -1
+
+
+def test_snippet_shows_the_part_that_matches():
+    text = "Intro words " * 30 + "the deploy script needs the --force flag on Fridays. " + "Outro words " * 30
+    cut = snippet(text, {"deploy", "force"})
+    assert "deploy script" in cut and "--force" in cut
+    assert cut.startswith("…") and cut.endswith("…")
+    assert len(cut) <= SNIPPET_CHARS + 2
+    assert snippet("short\n\ntext", {"x"}) == "short text"
+
+
+# ---------------------------------------------------------------------------- filters and archive
+
+
+async def test_tags_priority_and_archive_filters(make_settings: Callable[..., Settings]):
+    store, recaller = await make(make_settings())
+    try:
+        await store.write(
+            "t", title="Pg deploy", content="Postgres deploy steps.", tags=["deploy", "pg"], priority="P1"
+        )
+        await store.write(
+            "t", title="App deploy", content="App deploy steps.", tags=["deploy"], priority="P2"
+        )
+        await store.write("t", title="Old deploy", content="Old postgres deploy steps.", priority="P2")
+        await store.evict("t")  # nothing stale yet
+        state = await store.state("t")
+        await asyncio.to_thread(state.vault.move, "old-deploy.md", to_archive=True)
+        await asyncio.to_thread(store.apply_changes, "t", [], True)
+        await settle(store)
+
+        assert set(names(await recaller.recall("t", "deploy"))) == {"pg-deploy.md", "app-deploy.md"}
+        assert names(await recaller.recall("t", "deploy", tags=["PG", "deploy"])) == ["pg-deploy.md"]
+        assert names(await recaller.recall("t", "deploy", priority="P2")) == ["app-deploy.md"]
+        assert names(await recaller.recall("t", "deploy", priority="p0,P1")) == ["pg-deploy.md"]
+        assert "archive/old-deploy.md" in names(
+            await recaller.recall("t", "postgres deploy", include_archive=True)
+        )
+        with pytest.raises(InvalidArgument, match="priority"):
+            await recaller.recall("t", "deploy", priority="P7")
+        with pytest.raises(InvalidArgument, match="empty"):
+            await recaller.recall("t", "  ")
+        assert (await recaller.recall("t", "deploy", tags=["nope"])).results == []
+    finally:
+        await store.close()
+
+
+async def test_recall_of_an_unknown_token_creates_nothing(make_settings: Callable[..., Settings]):
+    settings = make_settings()
+    store, recaller = await make(settings)
+    try:
+        assert (await recaller.recall("nobody", "anything")).results == []
+        assert not (settings.root / "nobody").exists()
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------------------- through the tools
+
+
+@pytest.mark.slow
+async def test_recall_tool_replies_with_compact_lines_and_counts_hits(server_factory):
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            await srv.call(
+                session, "write_memory", title="Deploy notes", content="Blue/green deploys on Fridays. " * 40
+            )
+            await srv.call(session, "write_memory", title="Cat", content="The cat eats salmon.")
+            store: Store = srv.app.state.store
+            await settle(store)
+            is_error, reply = await srv.call(session, "recall", query="friday deploys", limit=5)
+            assert not is_error, reply
+            lines = reply.splitlines()
+            assert "best first" in lines[0]
+            first = LINE.match(lines[1])
+            assert first is not None, lines[1]
+            assert first["name"] == "deploy-notes.md" and first["score"] == "1.00"
+            assert len(first["snippet"]) <= SNIPPET_CHARS + 2  # not the whole file
+            assert "read_memory(filenames=" in lines[-1]
+
+            state = await store.state("tok")
+            await store.idle()  # accesses are recorded after the reply
+            counts = state.sidecar.access_counts()
+            assert counts["deploy-notes.md"][1] == 1  # a recall hit
+            await srv.call(session, "read_memory", filenames=["deploy-notes.md"])
+            await store.idle()
+            assert state.sidecar.access_counts()["deploy-notes.md"] == (counts["deploy-notes.md"][0] + 1, 1)
+
+            is_error, reply = await srv.call(session, "recall", query="zzqx")
+            assert not is_error and reply.startswith("Nothing matches")
+            is_error, reply = await srv.call(session, "recall", query="deploy", priority="P9")
+            assert is_error and "priority" in reply
+
+
+@pytest.mark.slow
+async def test_memory_stats_figures_on_a_small_vault(server_factory, vault_root):
+    clock = Clock()
+    async with server_factory(clock=clock, capacity=3) as srv:
+        async with srv.session("tok") as session:
+            await srv.call(
+                session, "write_memory", title="Project", content="Alpha ships in May.", priority="P1"
+            )
+            clock.now += timedelta(hours=2)  # not written together, so recalling one never brings the other
+            await srv.call(session, "write_memory", title="Rule", content="Never force-push.", priority="P0")
+            clock.now += timedelta(days=40)
+            for name in ("One", "Two", "Three"):
+                await srv.call(session, "write_memory", title=name, content=f"Scratch note {name}.")
+                clock.now += timedelta(minutes=1)
+            archived = vault_root / "tok" / "archive"
+            archived.mkdir()
+            (archived / "ancient.md").write_text("# Ancient\n\nLong gone.\n", encoding="utf-8")
+            store: Store = srv.app.state.store
+            await asyncio.to_thread(store.apply_changes, "tok", [], True)
+            await settle(store)
+            # No automatic sweep during the test: the stats report what the next one would do.
+            (await store.state("tok")).sidecar.set_state("last_eviction", clock.now.isoformat())
+            await srv.call(session, "recall", query="force push")
+            await srv.call(session, "recall", query="qqqzzz")
+            is_error, reply = await srv.call(session, "memory_stats")
+            assert not is_error, reply
+    assert "Memories: 5 hot (P0 1, P1 1, P2 3), 1 archived." in reply
+    assert "Vectors: 6/6 memories embedded with hash-512." in reply
+    assert "Searches: 2, 1 found nothing (50.0% miss rate)." in reply
+    assert "Not accessed in 30 days: 1 hot memory (project.md)." in reply  # P0 rule.md was just recalled
+    assert "Oldest: project.md (2026-03-01T12:00:00.000Z); newest: three.md" in reply
+    assert "Next eviction would archive 2: " in reply and "one.md" in reply and "two.md" in reply
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("groups", ["memories", "memories,recall"])
+async def test_tool_groups_select_recall(server_factory, groups):
+    async with server_factory(tools=tuple(groups.split(","))) as srv:
+        async with srv.session("tok") as session:
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+    assert "read_memory" in tools
+    assert ("recall" in tools) == ("recall" in groups)
+    assert ("memory_stats" in tools) == ("recall" in groups)
+
+
+def test_hash_embedder_is_the_default():
+    assert Settings().embedder == "hash"
+    assert HashEmbedder().name == Embeddings().load().name
+
+
+# ---------------------------------------------------------------------------- lifecycle: supersedes
+
+
+def frontmatter_of(path) -> dict:
+    import yaml
+
+    text = path.read_text(encoding="utf-8")
+    return yaml.safe_load(text[4 : text.index("\n---\n", 4)])
+
+
+@pytest.mark.slow
+async def test_supersede_chains_archive_the_old_and_link_both_ways(server_factory, vault_root):
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            await srv.call(session, "write_memory", title="Deploy v1", content="Deploy with Capistrano.")
+            is_error, reply = await srv.call(
+                session,
+                "write_memory",
+                title="Deploy v2",
+                content="Deploy with Kamal.",
+                supersedes=["deploy-v1"],
+            )
+            assert not is_error and "Superseded and archived: deploy-v1.md." in reply, reply
+            is_error, reply = await srv.call(
+                session,
+                "write_memory",
+                title="Deploy v3",
+                content="Deploy with k8s.",
+                supersedes=["deploy-v2.md"],
+            )
+            assert not is_error, reply
+            _, titles = await srv.call(session, "list_memory_titles")
+            is_error, archived = await srv.call(session, "recall", query="deploy", includeArchive=True)
+    folder = vault_root / "tok"
+    assert [line.split("|")[0] for line in titles.splitlines()] == ["deploy-v3.md"]
+    assert "archive/deploy-v1.md" in archived and "archive/deploy-v2.md" in archived
+    v1 = frontmatter_of(folder / "archive" / "deploy-v1.md")
+    v2 = frontmatter_of(folder / "archive" / "deploy-v2.md")
+    v3 = frontmatter_of(folder / "deploy-v3.md")
+    assert v1["supersededBy"] == "deploy-v2.md" and "supersedes" not in v1
+    assert v2["supersedes"] == ["deploy-v1.md"] and v2["supersededBy"] == "deploy-v3.md"
+    assert v3["supersedes"] == ["deploy-v2.md"] and "supersededBy" not in v3
+    assert "Deploy with Capistrano." in (folder / "archive" / "deploy-v1.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+async def test_p0_memories_are_not_superseded_and_the_reply_says_so(server_factory, vault_root):
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            await srv.call(session, "write_memory", title="Rule", content="Never force-push.", priority="P0")
+            await srv.call(session, "write_memory", title="Old tip", content="Use rebase.")
+            is_error, reply = await srv.call(
+                session,
+                "write_memory",
+                title="New rule",
+                content="Force-push only to your own branches.",
+                supersedes=["rule.md", "old-tip.md"],
+            )
+    assert not is_error, reply
+    assert "Superseded and archived: old-tip.md." in reply
+    assert "NOT superseded: rule.md, because it is P0 (permanent)" in reply
+    folder = vault_root / "tok"
+    assert (folder / "rule.md").is_file() and "supersededBy" not in frontmatter_of(folder / "rule.md")
+    assert frontmatter_of(folder / "new-rule.md")["supersedes"] == ["old-tip.md"]
+
+
+@pytest.mark.slow
+async def test_superseding_a_missing_memory_writes_nothing(server_factory, vault_root):
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            await srv.call(session, "write_memory", title="Keep", content="Stays hot.")
+            is_error, reply = await srv.call(
+                session, "write_memory", title="New", content="Text.", supersedes=["keep.md", "nope.md"]
+            )
+            assert is_error and "nope.md" in reply
+            is_error, reply = await srv.call(
+                session, "write_memory", title="New", content="Text.", supersedes=["../escape.md"]
+            )
+            assert is_error
+    assert sorted(p.name for p in (vault_root / "tok").glob("*.md")) == ["keep.md"]
+
+
+async def test_important_memories_are_never_evicted(make_settings: Callable[..., Settings]):
+    store, _ = await make(make_settings(capacity=0))
+    try:
+        await store.write(
+            "t", title="Vital", content="The root password lives in the vault.", importance=0.95
+        )
+        await store.write("t", title="Trivia", content="Lunch was pasta.", importance=0.5)
+        assert [e.id for e in await store.evict("t")] == ["trivia.md"]
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------------------- floor, order, accesses, dates
+
+EDITOR_VAULT = (
+    ("Editor preference", "The user likes Neovim with the gruvbox theme; never suggest VS Code."),
+    ("Deploy notes", "Blue/green deploys on Fridays; run the migrations first."),
+    ("Cat", "The cat eats salmon twice a day."),
+    ("Standup", "Standup is at 9:30 in the small meeting room."),
+    ("Travel", "Flights to Lisbon are booked for the 12th of May."),
+)
+
+
+@pytest.mark.slow
+async def test_one_relevant_memory_of_five_comes_back_alone_and_alone_counts_as_used(server_factory):
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            for title, content in EDITOR_VAULT:
+                await srv.call(session, "write_memory", title=title, content=content)
+            store: Store = srv.app.state.store
+            await settle(store)
+            is_error, reply = await srv.call(session, "recall", query="what editor does the user like?")
+            assert not is_error, reply
+            lines = [line for line in reply.splitlines() if LINE.match(line)]
+            assert [LINE.match(line)["name"] for line in lines] == ["editor-preference.md"]  # type: ignore[index]
+            assert reply.startswith("1 memory for")
+            state = await store.state("tok")
+            await store.idle()
+            hits = {name for name, (_, recalled) in state.sidecar.access_counts().items() if recalled}
+            assert hits == {"editor-preference.md"}
+
+
+@pytest.mark.slow
+async def test_the_floor_is_a_setting_and_zero_shows_every_match(server_factory):
+    async with server_factory(recall_floor=0.0) as srv:
+        async with srv.session("tok") as session:
+            for title, content in EDITOR_VAULT:
+                await srv.call(session, "write_memory", title=title, content=content)
+            await settle(srv.app.state.store)
+            _, reply = await srv.call(session, "recall", query="what editor does the user like?")
+            assert len([line for line in reply.splitlines() if LINE.match(line)]) > 1
+
+
+def test_the_floor_setting_is_checked():
+    with pytest.raises(InvalidArgument, match="MEMVAULT_RECALL_FLOOR"):
+        Settings.from_env({"MEMVAULT_RECALL_FLOOR": "1.5"})
+    with pytest.raises(InvalidArgument, match="MEMVAULT_RECALL_FLOOR"):
+        Settings.from_env({"MEMVAULT_RECALL_FLOOR": "-0.1"})
+    assert Settings.from_env({"MEMVAULT_RECALL_FLOOR": "0.3"}).recall_floor == 0.3
+    assert Settings().recall_floor == ranking.FLOOR  # the tool's default is the ranking's
+
+
+async def test_scores_are_shown_in_the_order_they_ranked(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(), clock=clock)
+    try:
+        # Two copies of one note and a different one: diversity ranks the copy below the other note,
+        # so the copy's score must show what ranked it, not its relevance before the penalty.
+        await store.write("t", title="Gradle one", content="The gradle build cache lives on the shared disk.")
+        clock.now += timedelta(days=10)
+        await store.write("t", title="Gradle two", content="The gradle build cache lives on the shared disk!")
+        clock.now += timedelta(days=10)
+        other = "Our gradle build cache gets wiped every night by cron."
+        await store.write("t", title="Gradle three", content=other)
+        await settle(store)
+        found = await recaller.recall(
+            "t", "gradle build cache", weights=recaller.weights.replace(floor=0, repeat=0.5)
+        )
+        scores = [r.score for r in found.results]
+        assert len(scores) == 3
+        assert names(found)[1] == "gradle-three.md", (names(found), scores)
+        assert scores == sorted(scores, reverse=True), scores
+    finally:
+        await store.close()
+
+
+def test_only_the_first_few_and_the_strong_results_count_as_used():
+    memory = Memory(id="x.md", title="x", content="")
+    hits = [ranking.Recalled(memory, score, "") for score in (1.0, 0.4, 0.3, 0.2, 0.6, 0.1)]
+    used = ranking.accessed(hits)
+    assert [h.score for h in used] == [1.0, 0.4, 0.3, 0.6]
+
+
+async def test_after_and_before_keep_memories_created_in_that_span(make_settings: Callable[..., Settings]):
+    clock = Clock()  # 2026-03-01
+    store, recaller = await make(make_settings(ttl_p2_days=1000), clock=clock)
+    try:
+        await store.write("t", title="March deploy", content="Deploy the billing service.")
+        clock.now += timedelta(days=31)
+        await store.write("t", title="April deploy", content="Deploy the billing service again.")
+        clock.now += timedelta(days=30)
+        await store.write("t", title="May deploy", content="Deploy the billing service once more.")
+        await settle(store)
+        every = dict(weights=recaller.weights.replace(floor=0))
+        assert set(names(await recaller.recall("t", "deploy billing", **every))) == {
+            "march-deploy.md",
+            "april-deploy.md",
+            "may-deploy.md",
+        }
+        assert set(names(await recaller.recall("t", "deploy billing", after="2026-04-01", **every))) == {
+            "april-deploy.md",
+            "may-deploy.md",
+        }
+        assert names(
+            await recaller.recall("t", "deploy billing", before="2026-04-01T00:00:00Z", **every)
+        ) == ["march-deploy.md"]
+        assert names(
+            await recaller.recall("t", "deploy billing", after="2026-04-01", before="2026-05-01", **every)
+        ) == ["april-deploy.md"]
+        with pytest.raises(InvalidArgument, match="after must be an ISO date"):
+            await recaller.recall("t", "deploy", after="last tuesday")
+        with pytest.raises(InvalidArgument, match="earlier than before"):
+            await recaller.recall("t", "deploy", after="2026-05-01", before="2026-04-01")
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow
+async def test_recall_tool_takes_after_and_before(server_factory):
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            await srv.call(session, "write_memory", title="Deploy", content="Deploy the billing service.")
+            await settle(srv.app.state.store)
+            is_error, reply = await srv.call(session, "recall", query="deploy", after="2000-01-01")
+            assert not is_error and "deploy.md" in reply
+            is_error, reply = await srv.call(session, "recall", query="deploy", before="2000-01-01")
+            assert not is_error and reply.startswith("Nothing matches")
+            is_error, reply = await srv.call(session, "recall", query="deploy", before="yesterday")
+            assert is_error and "before must be an ISO date" in reply
+
+
+# ---------------------------------------------------------------------------- reranking
+
+
+class Prefers:
+    """A stand-in cross-encoder: scores a text by whether it holds one word."""
+
+    name = "prefers-v1"
+
+    def __init__(self, word: str) -> None:
+        self.word = word
+        self.calls = 0
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        return np.array([5.0 if self.word in text else -5.0 for text in texts])
+
+
+async def test_a_reranker_reorders_the_best_candidates(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, _ = await make(make_settings(), clock=clock)
+    try:
+        for i, city in enumerate(("Lisbon", "Porto", "Madrid")):
+            await store.write("t", title=f"Trip {i}", content=f"The team trip goes to {city} in spring.")
+            clock.now += timedelta(days=5)
+        await settle(store)
+        cities = {"trip-0.md": "Lisbon", "trip-1.md": "Porto", "trip-2.md": "Madrid"}
+        plain = names(await Recaller(store).recall("t", "team trip spring"))
+        assert len(plain) == 3
+        prefers = Prefers(cities[plain[-1]])  # the reranker prefers the one ranked last without it
+        recaller = Recaller(store, reranking=Reranking(loader=lambda: prefers))
+        found = await recaller.recall("t", "team trip spring")
+        assert names(found)[0] == plain[-1] and prefers.calls == 1
+    finally:
+        await store.close()
+
+
+async def test_a_missing_reranker_leaves_recall_as_it_is_with_one_log_line(
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # not installed
+    store, plain = await make(make_settings())
+    try:
+        await store.write("t", title="Deploy", content="Deploy the billing service.")
+        await store.write("t", title="Cat", content="The cat eats salmon.")
+        await settle(store)
+        reranking = Reranking("cross-encoder:/nowhere/model")
+        recaller = Recaller(store, reranking=reranking)
+        with caplog.at_level(logging.WARNING, logger="memvault.search.rerankers"):
+            first = await recaller.recall("t", "deploy billing")
+            await recaller.recall("t", "cat")
+        assert names(first) == names(await plain.recall("t", "deploy billing"))
+        assert len([r for r in caplog.records if "reranker" in r.getMessage()]) == 1
+        assert reranking.fallback is not None and "sentence-transformers" in reranking.fallback
+    finally:
+        await store.close()
+
+
+async def test_a_reranker_that_fails_is_dropped_and_recall_goes_on(make_settings: Callable[..., Settings]):
+    class Broken:
+        name = "broken"
+
+        def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+            raise RerankerUnavailable("it broke")
+
+    store, _ = await make(make_settings())
+    try:
+        await store.write("t", title="Deploy", content="Deploy the billing service.")
+        await settle(store)
+        reranking = Reranking(loader=lambda: Broken())
+        found = await Recaller(store, reranking=reranking).recall("t", "deploy")
+        assert names(found) == ["deploy.md"] and reranking.fallback == "it broke"
+    finally:
+        await store.close()
+
+
+def test_the_reranker_setting_is_checked():
+    with pytest.raises(InvalidArgument, match="MEMVAULT_RERANKER"):
+        Settings.from_env({"MEMVAULT_RERANKER": "bert"})
+    with pytest.raises(InvalidArgument, match="needs a model"):
+        Settings.from_env({"MEMVAULT_RERANKER": "cross-encoder"})
+    assert (
+        Settings.from_env({"MEMVAULT_RERANKER": "cross-encoder:/models/ce"}).reranker
+        == "cross-encoder:/models/ce"
+    )
+
+
+# ---------------------------------------------------------------------------- dates in the text
+
+
+def test_when_questions_and_memories_that_say_when_are_recognised():
+    assert asks_when_question("When did Caroline go to the support group?")
+    assert asks_when_question("what year did they move?")
+    assert not asks_when_question("What did Caroline paint?")
+    assert says_when("I went to the support group yesterday.")
+    assert says_when("We moved there last year")
+    assert not says_when("The support group was lovely.")
+
+
+async def test_a_when_question_prefers_the_memory_that_says_when(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(), clock=clock)
+    try:
+        await store.write("t", title="Note one", content="The support group was lovely.")
+        clock.now += timedelta(days=5)
+        await store.write("t", title="Note two", content="I went to the support group yesterday.")
+        await settle(store)
+        question = "When did Caroline go to the support group?"
+        weights = recaller.weights.replace(when=0.0, floor=0.0)
+        assert names(await recaller.recall("t", question, weights=weights))[0] == "note-one.md"
+        boosted = recaller.weights.replace(when=1.0, floor=0.0)
+        assert names(await recaller.recall("t", question, weights=boosted))[0] == "note-two.md"
+        # Only questions about when: the same words asked otherwise rank as before.
+        plain = await recaller.recall("t", "Caroline support group", weights=boosted)
+        assert names(plain)[0] == "note-one.md"
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------------------- questions that gather
+
+
+def test_questions_that_ask_for_several_things_are_recognised():
+    assert asks_for_several("What books has Melanie read?")
+    assert asks_for_several("What LGBTQ+ events has Caroline participated in?")
+    assert asks_for_several("What pets does Nate have?")
+    assert asks_for_several("How many times has Melanie gone to the beach?")
+    assert asks_for_several("What do Jon and Gina both have in common?")
+    assert asks_for_several("Where has Maria made friends?")
+    assert asks_for_several("What are Joanna's hobbies?")
+    assert asks_for_several("What does Melanie do to destress?")
+    assert asks_for_several("What types of yoga has Maria practiced?")
+    assert not asks_for_several("What is Caroline's identity?")
+    assert not asks_for_several("When did Caroline go to the support group?")
+    assert not asks_for_several("How long has Caroline had her current group of friends?")
+    assert not asks_for_several("What did Melanie paint last week?")
+
+
+async def test_a_question_that_gathers_spreads_its_results_over_the_conversation(
+    make_settings: Callable[..., Settings],
+):
+    clock = Clock()
+    store, recaller = await make(make_settings(), clock=clock)
+    try:
+        # One conversation saved turn by turn: two adjacent turns about one book, much later another.
+        turns = [
+            "I just finished a book about whales, such a good book to read.",
+            "That book about whales sounds great, I read that book too.",
+            *(f"Unrelated chatter number {i} about the weather." for i in range(14)),
+            "Last month I read a book on gardening.",
+        ]
+        for i, text in enumerate(turns):
+            await store.write("chat", title=f"Turn {i}", content=text)
+            clock.now += timedelta(seconds=5)
+        await settle(store)
+        plain = recaller.weights.replace(floor=0, vector=0, topic=0, repeat=0, neighbour=0.1, spread=0)
+        spread = plain.replace(spread=1.0)
+        gathers = "What books has Melanie read?"
+        pair = {"turn-0.md", "turn-1.md"}
+        assert set(names(await recaller.recall("chat", gathers, limit=2, weights=plain))) == pair
+        found = names(await recaller.recall("chat", gathers, limit=2, weights=spread))
+        assert found[0] in pair and found[1] == "turn-16.md", found
+        # A question after one thing keeps the closest match second, spread or not.
+        one = "Did Melanie read a book?"
+        assert set(names(await recaller.recall("chat", one, limit=2, weights=spread))) == pair
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------------------- topics between refits
+
+
+def pets_and_money(i: int) -> list[tuple[str, str]]:
+    """Four memories of one moment: pets talk next to the dog, money talk next to taxes."""
+    return [
+        (f"Pets {i}", f"We talked about pets and how much joy they bring, story {i}."),
+        (f"Dog {i}", f"My dog Max loves the park and chasing balls, story {i}."),
+        (f"Budget {i}", f"The quarterly budget spreadsheet needs a review, item {i}."),
+        (f"Taxes {i}", f"Taxes and invoices and accounting deadlines again, item {i}."),
+    ]
+
+
+async def write_moments(store: Store, clock: Clock, token: str, moments: range, *, settle_each: bool) -> None:
+    for i in moments:
+        for j, (title, content) in enumerate(pets_and_money(i)):
+            # Pets and dog are written together; the money talk an hour later (not their neighbour).
+            clock.now = datetime(2026, 3, 1, tzinfo=UTC) + timedelta(hours=2 * i + j // 2, seconds=j % 2)
+            await store.write(token, title=title, content=content)
+            if settle_each:
+                await settle(store)
+
+
+def subject_words(subject: str, rng: np.random.Generator, size: int = 10) -> str:
+    """A memory on one of two subjects: words drawn from its own vocabulary of 200 (g0x..., m0x...)."""
+    return " ".join(f"{subject}{i}x" for i in rng.choice(200, size=size, replace=False))
+
+
+async def topics_settled(store: Store, seconds: float = 30.0) -> None:
+    """Wait until no token's topic model waits for a fit, now or once its writes pause."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while store.embeddings.topics_due():
+        assert asyncio.get_running_loop().time() < deadline, "topics still due"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.slow
+async def test_a_memory_written_after_the_fit_is_placed_in_its_topics_at_once(
+    make_settings: Callable[..., Settings],
+):
+    clock = Clock()
+    store, recaller = await make(make_settings(), clock=clock)
+    topics_only = ranking.DEFAULT_WEIGHTS.replace(vector=0.0, context=(0.0, 0.0))
+    rng = np.random.default_rng(7)
+    store.embeddings.quiet_seconds = 3600.0  # no refit once writes pause, within the test
+    try:
+        for i in range(160):  # two subjects, each memory two hours after the last (no neighbours)
+            clock.now += timedelta(hours=2)
+            await store.write("t", title=f"Note {i}", content=subject_words("gm"[i % 2], rng))
+        await settle(store)
+        async with store.using("t") as state:
+            fitted = state.vectors.snapshot().topics
+        assert fitted is not None
+        # Later: one note on each subject, neither with a word of the query (which has no other).
+        query = "g0x g1x g2x g3x"
+        late = clock.now + timedelta(hours=1)
+        for subject in "gm":
+            clock.now += timedelta(hours=2)
+            words = [w for w in subject_words(subject, rng, 30).split() if w not in query.split()][:10]
+            await store.write("t", title=f"Late {subject}", content=" ".join(words))
+        await settle(store)
+        async with store.using("t") as state:
+            assert state.vectors.snapshot().topics is fitted  # no refit since
+        found = await recaller.recall("t", query, after=late.isoformat(), weights=topics_only)
+        assert names(found)[0] == "late-g.md"
+        lexical = {m.id for m in (await store.find("t", query=query, limit=500)).memories}
+        assert lexical and not lexical & {"late-g.md", "late-m.md"}  # no word in common
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow
+async def test_the_same_writes_give_the_same_topic_scores_however_the_worker_keeps_up(
+    make_settings: Callable[..., Settings],
+):
+    clock = Clock()
+    store, _ = await make(make_settings(), clock=clock)
+    try:
+        # One token written in a burst, one waiting for the worker after every write: the fits fall
+        # at different moments, but learn from the same rows (the marks) and place every row alike.
+        await write_moments(store, clock, "burst", range(25), settle_each=False)
+        await settle(store)
+        await write_moments(store, clock, "slow", range(25), settle_each=True)
+        await topics_settled(store)
+        views = []
+        for token in ("burst", "slow"):
+            async with store.using(token) as state:
+                views.append(state.vectors.snapshot())
+        assert views[0].keys == views[1].keys
+        for query in ("pets", "accounting", "park review"):
+            burst, slow = (Recaller._topic_scores(view, query) for view in views)
+            assert burst is not None and slow is not None
+            assert np.array_equal(burst, slow)
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow
+async def test_once_writes_pause_the_topics_learn_from_every_row(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, _ = await make(make_settings(), clock=clock)
+    rng = np.random.default_rng(3)
+    try:
+        store.embeddings.quiet_seconds = 3600.0
+        # 55 memories: the fit at the 50th write learns from the first 50.
+        for i in range(55):
+            clock.now += timedelta(hours=2)
+            extra = " zebrafinch" if i >= 52 else ""  # a word only the last three say
+            await store.write("t", title=f"Note {i}", content=subject_words("gm"[i % 2], rng) + extra)
+        await settle(store)
+        async with store.using("t") as state:
+            fitted = state.vectors.snapshot().topics
+        assert fitted is not None and fitted.query("zebrafinch") is None  # folded in, not learnt
+        store.embeddings.quiet_seconds = 0.1  # now let the writes' pause count
+        store.embeddings._wake()
+        await topics_settled(store)
+        async with store.using("t") as state:
+            refitted = state.vectors.snapshot().topics
+        assert refitted is not fitted and refitted is not None
+        assert refitted.query("zebrafinch") is not None
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow
+async def test_recall_and_listings_run_on_the_event_loop_unless_they_would_wait(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+):
+    """Issue 12: a worker thread's round trip cost more CPU under load than a small recall itself.
+    On the loop when the token is small and nothing it needs is held; else in a thread, same answer."""
+    store, recaller = await make(make_settings())
+    try:
+        for i in range(30):
+            await store.write("t", title=f"Deploy note {i}", content=f"Deploy step {i}: restart the service.")
+        await store.write("t", title="Token rotation", content="Rotate the key ZX81-QR7 every quarter.")
+        await settle(store)
+        hops = request.getfixturevalue("thread_hops")  # from here on
+        await recaller.recall("t", "deploy")  # the first reads the access table, in a thread
+        await store.write("t", title="Later", content="Written after: the kept access table stands.")
+        await settle(store)  # the worker, done with it, holds no lock the loop would find taken
+        await store.idle()
+        hops.clear()
+        assert names(await recaller.recall("t", "ZX81-QR7"))[0] == "token-rotation.md"
+        memories, _ = await store.list_hot("t")  # a listing too
+        assert len(memories) == 32
+        assert hops == []  # neither went to a worker thread
+
+        # The embedding worker holds the token's vectors: the recall waits in a thread, not the loop.
+        state = await store.state("t")
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with state.vectors._lock:
+                held.set()
+                release.wait(20)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert await asyncio.to_thread(held.wait, 20)
+        task = asyncio.create_task(recaller.recall("t", "ZX81-QR7"))
+        deadline = time.monotonic() + 20
+        while not hops and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert hops and not task.done()  # it went to a thread, which waits for the lock
+        release.set()
+        assert names(await task)[0] == "token-rotation.md"
+        holder.join()
+
+        # A token larger than the loop's share recalls in a thread.
+        hops.clear()
+        monkeypatch.setattr(ranking, "MAX_ROWS", 10)
+        assert names(await recaller.recall("t", "ZX81-QR7"))[0] == "token-rotation.md"
+        assert hops
+    finally:
+        await store.close()
+
+
+async def test_the_layout_is_kept_while_only_vectors_and_topics_move(make_settings: Callable[..., Settings]):
+    """Issue 12: every embedding batch made each recall work out the creation order again."""
+    store, recaller = await make(make_settings())
+    try:
+        for i in range(3):
+            await store.write("t", title=f"Note {i}", content=f"Note number {i}.")
+        await settle(store)
+        state = await store.state("t")
+        first = state.vectors.snapshot()
+        where = recaller._layout("t", first)
+        await store.update("t", "note-1.md", content="New words: a new vector, the same row.")
+        await settle(store)
+        second = state.vectors.snapshot()
+        assert second.version != first.version and second.rows_version == first.rows_version
+        assert second.keys is first.keys and recaller._layout("t", second) is where
+        await store.write("t", title="Note 3", content="A new row.")
+        third = state.vectors.snapshot()
+        assert third.rows_version != first.rows_version and "note-3.md" in third.keys
+        assert recaller._layout("t", third) is not where and recaller._layout("t", third).n == 4
+    finally:
+        await store.close()

@@ -1,0 +1,278 @@
+"""Sessions and the graph live in the vault's files: the formats, the sidecar rebuilt from them, conflicts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from memvault.cli.check import check_vault
+from memvault.cli.main import main
+from memvault.disk.names import check_id
+from memvault.disk.vault import Vault
+from memvault.errors import FileConflict, InvalidArgument, InvalidName
+from memvault.records import sync
+from memvault.records.graph import Entity, KnowledgeGraph, Relation
+from memvault.records.sidecar import Sidecar
+from memvault.records.summaries import Sessions
+from memvault.records.summaryfiles import file_stem, paths
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+
+class Ticking:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
+
+
+def sessions(sidecar: Sidecar, folder: Path, clock: Ticking | None = None) -> Sessions:
+    sync.sync(sidecar, folder)
+    return Sessions(sidecar, max_chars=100_000, clock=clock or Ticking(), files=sync.SessionFiles(folder))
+
+
+def graph(sidecar: Sidecar, folder: Path) -> KnowledgeGraph:
+    sync.sync(sidecar, folder)
+    return KnowledgeGraph(sidecar, max_chars=100_000, clock=Ticking(), files=sync.GraphFile(folder))
+
+
+def fresh_sidecar(folder: Path) -> Sidecar:
+    """The sidecar of a clone or a backup without .memvault/: nothing but the files."""
+    shutil.rmtree(folder / ".memvault", ignore_errors=True)
+    return Sidecar.open(folder)
+
+
+def write_some(folder: Path) -> None:
+    with Sidecar.open(folder) as sidecar:
+        s = sessions(sidecar, folder)
+        s.upsert("deploy", "First summary.", title="Deploy", tags=["ops"])
+        s.append("deploy", "Then the canary.")
+        s.append("deploy", "Then the rollback.", tags=["ops", "incident"])
+        s.update_metadata("deploy", title="Deploy of March")
+        s.upsert("Weird id / with spaces", "Other text.")
+        g = graph(sidecar, folder)
+        g.create_entities([Entity("Alice", "person", ("likes tea",)), Entity("Acme", "company")])
+        g.create_relations([Relation("Alice", "Acme", "works_at")])
+        g.add_observations([("Alice", ["plays chess"])])
+
+
+def test_sessions_and_graph_come_back_whole_from_the_files_alone(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    write_some(folder)
+    with Sidecar.open(folder) as sidecar:
+        before_history = Sessions(sidecar, max_chars=100_000).history("deploy")
+        before_other = Sessions(sidecar, max_chars=100_000).history("Weird id / with spaces")
+        before_graph = KnowledgeGraph(sidecar, max_chars=100_000).read_graph()
+    assert len(before_history) == 3 and before_history[0].title == "Deploy of March"
+
+    with fresh_sidecar(folder) as sidecar:
+        assert Sessions(sidecar, max_chars=100_000).infos() == []  # nothing until the files are read
+        sync.sync(sidecar, folder)
+        assert Sessions(sidecar, max_chars=100_000).history("deploy") == before_history
+        assert Sessions(sidecar, max_chars=100_000).history("Weird id / with spaces") == before_other
+        assert KnowledgeGraph(sidecar, max_chars=100_000).read_graph() == before_graph
+
+
+def test_the_graph_file_is_the_official_servers_format_in_creation_order(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    write_some(folder)
+    lines = [json.loads(line) for line in (folder / "graph.jsonl").read_text().splitlines()]
+    assert lines == [
+        {
+            "type": "entity",
+            "name": "Alice",
+            "entityType": "person",
+            "observations": ["likes tea", "plays chess"],
+        },
+        {"type": "entity", "name": "Acme", "entityType": "company", "observations": []},
+        {"type": "relation", "from": "Alice", "to": "Acme", "relationType": "works_at"},
+    ]
+
+
+def test_the_official_servers_memory_jsonl_dropped_in_loads(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    official = [
+        {"type": "entity", "name": "Bob", "entityType": "person", "observations": ["drives a van"]},
+        {"type": "entity", "name": "Zed", "entityType": "dog", "observations": []},
+        {"type": "relation", "from": "Bob", "to": "Zed", "relationType": "owns"},
+    ]
+    (folder / "graph.jsonl").write_text("".join(json.dumps(row) + "\n" for row in official))
+    with Sidecar.open(folder) as sidecar:
+        g = graph(sidecar, folder)
+        found = g.search_nodes("van")
+        assert [e.name for e in found.entities] == ["Bob"]
+        assert g.read_graph().relations == (Relation("Bob", "Zed", "owns"),)
+
+
+@pytest.mark.slow
+def test_history_grows_with_the_text_not_its_square(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    chunk = "x" * 1000
+    with Sidecar.open(folder) as sidecar:
+        s = sessions(sidecar, folder)
+        for i in range(60):
+            s.append("long", f"{i:03d} {chunk}")
+        assert s.latest("long")[1] == 60
+    size = sum(p.stat().st_size for p in (folder / "sessions").iterdir())
+    assert size < 200_000, size
+    with fresh_sidecar(folder) as sidecar:
+        sync.sync(sidecar, folder)
+        history = Sessions(sidecar, max_chars=100_000).history("long")
+    assert len(history) == 60
+    assert history[0].summary.count(chunk) == 60 and history[-1].summary.count(chunk) == 1
+
+
+def test_an_edit_of_the_markdown_file_is_a_new_version_and_the_history_catches_up(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    with Sidecar.open(folder) as sidecar:
+        s = sessions(sidecar, folder)
+        s.upsert("notes", "Agent text.", title="Notes")
+    md, history = paths(folder, "notes")
+    text = md.read_text()
+    md.write_text(text.replace("Agent text.", "Agent text, corrected by hand."))
+    with Sidecar.open(folder) as sidecar:
+        s = sessions(sidecar, folder)
+        latest, count = s.latest("notes")
+        assert (latest.summary, count, latest.title) == ("Agent text, corrected by hand.", 2, "Notes")
+        s.append("notes", "More from the agent.")
+    with fresh_sidecar(folder) as sidecar:
+        sync.sync(sidecar, folder)
+        texts = [v.summary for v in Sessions(sidecar, max_chars=100_000).history("notes")]
+    assert texts == [
+        "Agent text, corrected by hand.\n\nMore from the agent.",
+        "Agent text, corrected by hand.",
+        "Agent text.",
+    ]
+    assert len(history.read_text().splitlines()) == 3
+
+
+def test_a_crash_between_file_and_sidecar_leaves_the_file_winning(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    with Sidecar.open(folder) as sidecar:
+        sessions(sidecar, folder).upsert("s", "one")
+
+    class Boom(Exception):
+        pass
+
+    class Crashing(sync.SessionFiles):
+        def written(self, conn, new, *, meta=False):  # type: ignore[no-untyped-def]
+            super().written(conn, new, meta=meta)
+            raise Boom  # the files are written; the sidecar's transaction never commits
+
+    with Sidecar.open(folder) as sidecar:
+        sync.sync(sidecar, folder)
+        crashing = Sessions(sidecar, max_chars=1000, clock=Ticking(), files=Crashing(folder))
+        with pytest.raises(Boom):
+            crashing.append("s", "two")
+        assert Sessions(sidecar, max_chars=1000).latest("s")[1] == 1  # the copy rolled back
+        sync.sync(sidecar, folder)
+        latest, count = Sessions(sidecar, max_chars=1000).latest("s")
+    assert (latest.summary, count) == ("one\n\ntwo", 2)
+
+
+def test_an_older_sidecar_only_vault_is_written_out_to_files_once(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    with Sidecar.open(folder) as sidecar:  # what an earlier memvault kept only in the sidecar
+        Sessions(sidecar, max_chars=1000, clock=Ticking()).upsert("old", "kept only in SQLite")
+        KnowledgeGraph(sidecar, max_chars=1000).create_entities([Entity("Old", "thing")])
+    assert not (folder / "graph.jsonl").exists() and not (folder / "sessions").exists()
+    with Sidecar.open(folder) as sidecar:
+        sync.sync(sidecar, folder)
+    with fresh_sidecar(folder) as sidecar:
+        sync.sync(sidecar, folder)
+        assert Sessions(sidecar, max_chars=1000).latest("old")[0].summary == "kept only in SQLite"
+        assert [e.name for e in KnowledgeGraph(sidecar, max_chars=1000).read_graph().entities] == ["Old"]
+
+
+def test_conflicted_files_are_served_reported_and_never_written(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    write_some(folder)
+    graph_file = folder / "graph.jsonl"
+    lines = graph_file.read_text().splitlines()
+    theirs = json.dumps({"type": "entity", "name": "Carol", "entityType": "person", "observations": []})
+    graph_file.write_text(
+        "\n".join([lines[0], "<<<<<<< HEAD", lines[1], "=======", theirs, ">>>>>>> b", *lines[2:]]) + "\n"
+    )
+    _, history = paths(folder, "deploy")
+    history.write_text(history.read_text() + "<<<<<<< HEAD\n=======\n>>>>>>> other\n")
+    before = {p: p.read_bytes() for p in (graph_file, history)}
+    with Sidecar.open(folder) as sidecar:
+        g = graph(sidecar, folder)
+        assert {e.name for e in g.read_graph().entities} == {"Alice", "Acme", "Carol"}
+        with pytest.raises(FileConflict, match=r"graph\.jsonl"):
+            g.create_entities([Entity("Dave", "person")])
+        s = sessions(sidecar, folder)
+        assert s.latest("deploy")[1] == 3  # what the history holds is still served
+        with pytest.raises(FileConflict, match=r"deploy\.history\.jsonl"):
+            s.append("deploy", "more")
+        s.upsert("other", "unrelated sessions are still written")
+    assert {p: p.read_bytes() for p in before} == before
+    found = {f.id: f.problem for f in check_vault(Vault(folder))}
+    assert "graph.jsonl" in found and "sessions/deploy.history.jsonl" in found
+
+
+def test_session_file_names_are_safe_and_distinct() -> None:
+    assert file_stem("2026-02-10-deploy") == "2026-02-10-deploy"
+    names = {file_stem(s) for s in ("Deploy", "deploy", "DEPLOY", "../etc/passwd", "a/b", "ä b")}
+    assert len(names) == 6
+    assert all("/" not in n and not n.startswith(".") for n in names)
+    # A plain id that looks like a hashed name cannot take another id's files.
+    hashed = file_stem("Deploy")
+    assert file_stem(hashed) != hashed
+
+
+def test_the_sessions_folder_is_reserved(tmp_path: Path) -> None:
+    with pytest.raises(InvalidName, match="session"):
+        check_id("sessions/notes")
+    folder = tmp_path / "alice"
+    write_some(folder)
+    (folder / "real.md").write_text("# Real\n\nA memory.\n")
+    assert sorted(id for id, _, _ in Vault(folder).scan()) == ["real.md"]
+
+
+def test_migrate_lists_then_gives_frontmatter_only_to_hand_made_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    (folder / "plain.md").write_text("just my text\n")
+    managed = "---\npriority: P1\n---\n# Managed\n\nalready has frontmatter\n"
+    (folder / "managed.md").write_text(managed)
+    assert main(["migrate", "--root", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "alice: would give 1 file(s) frontmatter" in out and "  plain.md" in out
+    assert (folder / "plain.md").read_text() == "just my text\n"
+    assert main(["migrate", "--root", str(tmp_path)]) == 0
+    migrated = (folder / "plain.md").read_text()
+    assert migrated.startswith("---\npriority: P2\n") and migrated.endswith("---\njust my text\n")
+    assert (folder / "managed.md").read_text() == managed
+
+
+def test_links_in_place_of_session_or_graph_files_are_never_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.jsonl"
+    secret.write_text(
+        json.dumps({"type": "entity", "name": "Secret", "entityType": "x", "observations": []}) + "\n"
+    )
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    (folder / "graph.jsonl").symlink_to(secret)
+    (folder / "sessions").symlink_to(outside, target_is_directory=True)
+    with Sidecar.open(folder) as sidecar:
+        g = graph(sidecar, folder)
+        assert g.read_graph().entities == ()  # the link's target is not read
+        g.create_entities([Entity("Mine", "thing")])
+        s = sessions(sidecar, folder)
+        with pytest.raises(InvalidArgument, match="symbolic link"):
+            s.upsert("notes", "text")
+        assert s.infos() == []  # refused before anything was written
+    assert not (folder / "graph.jsonl").is_symlink()  # replaced by a real file, the target untouched
+    assert "Secret" in secret.read_text() and sorted(p.name for p in outside.iterdir()) == ["secret.jsonl"]

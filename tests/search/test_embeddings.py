@@ -1,0 +1,540 @@
+"""The embedder seam, the hash embedder, fallbacks, and vectors kept in step with the memories."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import httpx2
+import numpy as np
+import pytest
+
+from memvault.config import Settings, check_spec
+from memvault.disk.markdown import Memory
+from memvault.errors import InvalidArgument
+from memvault.ops.store import Store
+from memvault.records.sidecar import Sidecar, StoredVector
+from memvault.search.embedders import (
+    EmbedderUnavailable,
+    FloatMatrix,
+    HashEmbedder,
+    load_embedder,
+    normalise_rows,
+)
+from memvault.search.embeddings import Embeddings
+from memvault.search.topics import matvec
+from memvault.search.vectors import TokenVectors, embed_text, quantize, text_hash
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.filterwarnings("ignore:Callback with id .* already exists for watch:RuntimeWarning"),
+]
+
+
+# ---------------------------------------------------------------------------- the hash embedder
+
+
+def test_hash_embedder_rows_are_unit_length_with_its_dimension():
+    embedder = HashEmbedder()
+    rows = embedder.embed(["deploy the postgres database", "Katzenfutter", "工作安排 下周", ""])
+    assert rows.dtype == np.float32
+    assert rows.shape == (4, embedder.dim) == (4, 512)
+    assert np.allclose(np.linalg.norm(rows[:3], axis=1), 1.0, atol=1e-5)
+    assert not rows[3].any()  # nothing to embed: a zero row, never NaN
+    assert embedder.name == "hash-512"
+    assert HashEmbedder(64).embed(["x y z"]).shape == (1, 64)
+
+
+def test_hash_embedder_puts_related_words_closer_than_unrelated_ones():
+    rows = HashEmbedder().embed(
+        ["we deployed postgres", "postgres deployment checklist", "the cat eats salmon"]
+    )
+    assert rows[0] @ rows[1] > 0.3
+    assert abs(rows[0] @ rows[2]) < 0.15
+
+
+@pytest.mark.slow
+def test_hash_embedder_is_deterministic_across_processes():
+    texts = ["Deploy notes: blue/green on Fridays", "工作安排", "café au lait"]
+    here = hashlib.sha256(HashEmbedder().embed(texts).tobytes()).hexdigest()
+    code = (
+        "import hashlib, sys; from memvault.search.embedders import HashEmbedder; "
+        f"print(hashlib.sha256(HashEmbedder().embed({texts!r}).tobytes()).hexdigest())"
+    )
+    # A different PYTHONHASHSEED would change Python's hash(): the embedder must not depend on it.
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed},
+        )
+        assert out.stdout.strip() == here
+
+
+def test_normalise_rows_leaves_zero_rows_alone():
+    rows = normalise_rows([[3.0, 4.0], [0.0, 0.0]])
+    assert np.allclose(rows, [[0.6, 0.8], [0.0, 0.0]])
+
+
+# ---------------------------------------------------------------------------- specs and fallbacks
+
+
+def test_unknown_embedder_kind_is_a_configuration_error():
+    with pytest.raises(InvalidArgument, match="MEMVAULT_EMBEDDER"):
+        check_spec("word2vec:/x")
+    with pytest.raises(InvalidArgument, match="needs a model"):
+        check_spec("model2vec")
+    with pytest.raises(InvalidArgument, match="MEMVAULT_EMBEDDER"):
+        Settings.from_env({"MEMVAULT_EMBEDDER": "bogus"})
+    settings = Settings.from_env({"MEMVAULT_EMBEDDER": "openai", "MEMVAULT_EMBED_KEY": "sk-secret"})
+    assert settings.embedder == "openai"
+    assert "sk-secret" not in repr(settings)
+
+
+@pytest.mark.parametrize("spec", ["model2vec:/no/such/model", "sentence-transformers:/no/such/model"])
+def test_a_model_that_cannot_load_falls_back_to_hash_with_one_log_line(spec, caplog):
+    caplog.set_level(logging.WARNING, logger="memvault")
+    embeddings = Embeddings(spec)
+    embedder = embeddings.load()
+    assert embedder.name == "hash-512"
+    assert embeddings.load() is embedder  # loaded once
+    status = embeddings.status()
+    assert status.name == "hash-512" and status.dim == 512
+    assert status.fallback is not None and spec.split(":")[0] in status.fallback
+    lines = [r for r in caplog.records if "could not load" in r.getMessage()]
+    assert len(lines) == 1
+    assert "falling back to hash-512" in lines[0].getMessage()
+
+
+def test_an_unreachable_openai_endpoint_falls_back(free_url: str):
+    embeddings = Embeddings("openai", url=free_url, key="k", model="m")
+    assert embeddings.load().name == "hash-512"
+    assert "openai" in (embeddings.status().fallback or "")
+
+
+def test_openai_embedder_speaks_the_openai_format(monkeypatch: pytest.MonkeyPatch):
+    seen: list[dict] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        body = __import__("json").loads(request.content)
+        seen.append({"url": str(request.url), "auth": request.headers.get("authorization"), **body})
+        data = [{"index": i, "embedding": [float(len(t)), 1.0, 0.0]} for i, t in enumerate(body["input"])]
+        return httpx2.Response(200, json={"data": list(reversed(data))})
+
+    real_client = httpx2.Client
+    monkeypatch.setattr(
+        httpx2, "Client", lambda **kw: real_client(transport=httpx2.MockTransport(handler), **kw)
+    )
+    embedder = load_embedder("openai", url="http://llm.local/v1/", key="sk-1", model="tiny")
+    assert embedder.name == "openai:tiny" and embedder.dim == 3
+    rows = embedder.embed(["ab", "abcd"])
+    assert np.allclose(np.linalg.norm(rows, axis=1), 1.0)
+    assert rows[1][0] > rows[0][0]  # rows come back in input order although the server reversed them
+    assert seen[-1]["url"] == "http://llm.local/v1/embeddings"
+    assert seen[-1]["auth"] == "Bearer sk-1" and seen[-1]["model"] == "tiny"
+
+
+@pytest.fixture
+def free_url() -> str:
+    from conftest import free_port
+
+    return f"http://127.0.0.1:{free_port()}/v1"
+
+
+async def test_fallback_shows_in_healthz_and_never_blocks_the_handshake(server_factory):
+    async with server_factory(embedder="sentence-transformers:/no/such/model") as srv:
+        async with srv.session("tok") as session:
+            is_error, reply = await srv.call(
+                session, "write_memory", title="Note", content="Deploy on Fridays."
+            )
+            assert not is_error, reply
+            store: Store = srv.app.state.store
+            assert await asyncio.to_thread(store.embeddings.wait_idle, 20)
+            is_error, reply = await srv.call(session, "recall", query="deploy")
+            assert not is_error and "note.md" in reply
+        async with httpx2.AsyncClient() as client:
+            health = (await client.get(srv.url + "/healthz")).json()
+    assert health["embeddings"]["name"] == "hash-512"
+    assert health["embeddings"]["dim"] == 512
+    assert health["embeddings"]["pending"] == 0
+    assert "sentence-transformers" in health["embeddings"]["fallback"]
+    assert "/no/such/model" in health["embeddings"]["fallback"]
+
+
+# ---------------------------------------------------------------------------- vectors follow the memories
+
+
+class Counting:
+    """A small deterministic embedder that counts what it embeds (and can be renamed)."""
+
+    def __init__(self, name: str = "counting-v1") -> None:
+        self.name = name
+        self.dim = 16
+        self.texts: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> FloatMatrix:
+        self.texts += texts
+        return HashEmbedder(16).embed(texts)
+
+
+def make_store(settings: Settings, embedder: Counting) -> Store:
+    store = Store(settings)
+    store.embeddings = Embeddings(loader=lambda: embedder)
+    return store
+
+
+async def settle(store: Store) -> None:
+    assert await asyncio.to_thread(store.embeddings.wait_idle, 20)
+
+
+def stored_vectors(root: Path, token: str) -> dict[str, StoredVector]:
+    with Sidecar.open(root / token) as sidecar:
+        with sidecar.snapshot() as conn:
+            ids = [row[0] for row in conn.execute("SELECT id FROM vectors")]
+        return sidecar.get_vectors(ids)
+
+
+async def test_vectors_are_computed_after_a_write_and_recomputed_on_change(
+    make_settings: Callable[..., Settings],
+):
+    settings = make_settings()
+    embedder = Counting()
+    store = make_store(settings, embedder)
+    try:
+        memory, _ = await store.write("t", title="Deploy", content="Blue/green on Fridays.")
+        await settle(store)
+        rows = stored_vectors(settings.root, "t")
+        assert list(rows) == ["deploy.md"]
+        stored = rows["deploy.md"]
+        model, dim, digest, blob = stored.model, stored.dim, stored.hash, stored.vec
+        assert (model, dim, len(blob)) == ("counting-v1", 16, 64)
+        assert digest == text_hash(embed_text(memory))
+        assert len(embedder.texts) == 1
+
+        # An access (lastAccessedAt, priority) is not a change of text: nothing is re-embedded.
+        await store.update("t", "deploy.md", priority="P1")
+        await settle(store)
+        assert len(embedder.texts) == 1
+
+        await store.update("t", "deploy.md", content="Canary releases on Tuesdays.")
+        await settle(store)
+        assert len(embedder.texts) == 2 and "Canary" in embedder.texts[-1]
+        assert stored_vectors(settings.root, "t")["deploy.md"].hash != digest
+        state = await store.state("t")
+        assert state.vectors.counts() == (1, 1)
+    finally:
+        await store.close()
+
+
+async def test_vectors_are_removed_on_delete_and_follow_archive_moves(make_settings: Callable[..., Settings]):
+    settings = make_settings()
+    embedder = Counting()
+    store = make_store(settings, embedder)
+    try:
+        await store.write("t", title="Keep", content="Kept memory.")
+        await store.write("t", title="Gone", content="Deleted memory.")
+        await settle(store)
+        await store.delete("t", "gone.md")
+        await settle(store)
+        assert list(stored_vectors(settings.root, "t")) == ["keep.md"]
+        state = await store.state("t")
+        assert "gone.md" not in state.vectors.snapshot().rows
+
+        # Archiving moves the vector to archive/keep.md without embedding the same text again.
+        store.sweeps.limits = dataclasses.replace(store.sweeps.limits, capacity=0)
+        evicted = await store.evict("t")
+        assert [e.id for e in evicted] == ["keep.md"]
+        await settle(store)
+        assert list(stored_vectors(settings.root, "t")) == ["archive/keep.md"]
+        assert len(embedder.texts) == 2
+    finally:
+        await store.close()
+
+
+async def test_outside_edits_are_re_embedded(make_settings: Callable[..., Settings]):
+    settings = make_settings(watch=False)
+    embedder = Counting()
+    store = make_store(settings, embedder)
+    try:
+        await store.write("t", title="Hand", content="Written by the server.")
+        await settle(store)
+        path = settings.root / "t" / "hand.md"
+        path.write_text(
+            path.read_text(encoding="utf-8").replace("by the server", "by a person"), encoding="utf-8"
+        )
+        await asyncio.to_thread(store.apply_changes, "t", [path], False)
+        await settle(store)
+        assert "by a person" in embedder.texts[-1]
+        (settings.root / "t" / "new.md").write_text("# New\n\nAdded in an editor.\n", encoding="utf-8")
+        await asyncio.to_thread(store.apply_changes, "t", [settings.root / "t" / "new.md"], False)
+        await settle(store)
+        assert set(stored_vectors(settings.root, "t")) == {"hand.md", "new.md"}
+    finally:
+        await store.close()
+
+
+async def test_a_restart_reuses_stored_vectors_and_a_model_change_re_embeds(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+):
+    settings = make_settings()
+    first = Counting()
+    store = make_store(settings, first)
+    for i in range(5):
+        await store.write("t", title=f"Note {i}", content=f"Memory number {i}.")
+    await settle(store)
+    await store.close()
+    assert len(first.texts) == 5
+
+    same = Counting()
+    store = make_store(settings, same)
+    by_text: list[list[str]] = []
+    lookup = Sidecar.vectors_by_hash
+
+    def recording(self: Sidecar, model: str, hashes: Sequence[str]) -> dict[str, bytes]:
+        by_text.append(list(hashes))
+        return lookup(self, model, hashes)
+
+    monkeypatch.setattr(Sidecar, "vectors_by_hash", recording)
+    await store.state("t")
+    await settle(store)
+    assert same.texts == []  # all five came from the sidecar
+    assert not any(by_text)  # each under its own key: nothing looked up by its text
+    assert (await store.state("t")).vectors.counts() == (5, 5)
+    await store.close()
+
+    other = Counting("counting-v2")
+    store = make_store(settings, other)
+    await store.state("t")
+    await settle(store)
+    assert len(other.texts) == 5
+    assert {row.model for row in stored_vectors(settings.root, "t").values()} == {"counting-v2"}
+    await store.close()
+
+
+@pytest.mark.slow
+async def test_a_failing_embedder_is_retried_without_losing_work(make_settings: Callable[..., Settings]):
+    class Flaky(Counting):
+        failures = 1
+
+        def embed(self, texts: Sequence[str]) -> FloatMatrix:
+            if self.failures:
+                self.failures -= 1
+                raise EmbedderUnavailable("endpoint down")
+            return super().embed(texts)
+
+    store = make_store(make_settings(), Flaky())
+    try:
+        await store.write("t", title="Retry", content="Embedded on the second try.")
+        await settle(store)
+        assert (await store.state("t")).vectors.counts() == (1, 1)
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------------------- topics
+
+
+def topic_scores(model, rows, where, query: str):
+    """Cosine of ``query`` with every row placed in ``model`` (None: no query word is a topic word)."""
+    from memvault.search import topics
+
+    place = model.query(query)
+    if place is None:
+        return None
+    before, after = topics.neighbours(where)
+    return topics.fold(model, rows, before, after, np.arange(len(rows))) @ place
+
+
+def test_topics_connect_words_that_keep_company():
+    from memvault.search import topics
+
+    vocabulary = topics.Vocabulary()
+    texts = []
+    # Thirty short "conversations": pets talk always mentions the dog next door to the word "pets".
+    for i in range(30):
+        texts.append(f"We talked about pets and how much joy they bring, story {i}.")
+        texts.append(f"My dog Max loves the park and chasing balls, story {i}.")
+        texts.append(f"The quarterly budget spreadsheet needs a review, item {i}.")
+        texts.append(f"Taxes and invoices and accounting deadlines again, item {i}.")
+    rows = [vocabulary.encode(t) for t in texts]
+    keys = [f"m{i}.md" for i in range(len(texts))]
+    # Written in pairs, an hour apart: (pets, dog), (budget, taxes), ...
+    created = np.array([(i // 2) * 3600.0 + i % 2 for i in range(len(texts))])
+    where = topics.creation_order(keys, created, depth=1, gap=10.0)
+    model = topics.fit(rows, vocabulary, where.before[0], where.after[0], dimensions=8)
+    assert model is not None
+    scores = topic_scores(model, rows, where, "pets")
+    assert scores is not None
+    dog = [i for i, t in enumerate(texts) if "dog" in t]
+    money = [i for i, t in enumerate(texts) if "Taxes" in t]
+    # "my dog Max" never says "pets", but sits next to memories that do.
+    assert scores[dog].min() > 0.2
+    assert abs(scores[money]).max() < 0.1
+    assert model.query("xylophone") is None
+
+
+def test_rows_without_words_change_no_topic_score():
+    from memvault.search import topics
+
+    rng = np.random.default_rng(5)
+    words = [f"w{i}" for i in range(120)]
+    texts = [" ".join(rng.choice(words, size=12)) for _ in range(150)]
+    vocabulary = topics.Vocabulary()
+    rows = [vocabulary.encode(t) for t in texts]
+    # The same rows with free rows (None) and rows without topic words interleaved.
+    padded: list[topics.Terms | None] = []
+    for i, row in enumerate(rows):
+        padded.append(row)
+        padded.append(None if i % 2 else vocabulary.encode("the and of"))
+    real = np.arange(0, 2 * len(rows), 2)
+
+    def fitted(rows_, created):
+        keys = [f"k{i}" for i in range(len(rows_))]
+        where = topics.creation_order(keys, created, depth=1, gap=1.5)
+        model = topics.fit(rows_, vocabulary, where.before[0], where.after[0], dimensions=8)
+        return model, where
+
+    plain, plain_at = fitted(rows, np.arange(len(rows), dtype=float))
+    created = np.full(len(padded), np.nan)
+    created[real] = np.arange(len(rows), dtype=float)  # the same neighbours as without padding
+    with_gaps, gaps_at = fitted(padded, created)
+    assert plain is not None and with_gaps is not None
+    for query in ("w1 w2", "w50", "w7 w90 w33"):
+        a, b = topic_scores(plain, rows, plain_at, query), topic_scores(with_gaps, padded, gaps_at, query)
+        assert a is not None and b is not None
+        assert np.allclose(b[real], a, atol=1e-5)
+        assert not b[real + 1].any()  # padding rows score nothing
+
+
+def test_folding_in_steps_places_every_row_as_folding_at_once(monkeypatch: pytest.MonkeyPatch):
+    from memvault.search import topics
+
+    rng = np.random.default_rng(11)
+    words = [f"w{i}" for i in range(200)]
+    vocabulary = topics.Vocabulary()
+    texts = [" ".join(rng.choice(words, size=15)) for _ in range(300)]
+    rows: list[topics.Terms | None] = [vocabulary.encode(t) for t in texts]
+    rows[7] = None  # a free row (placed by its neighbours' words alone)
+    where = topics.creation_order([f"k{i}" for i in range(len(rows))], np.arange(300.0), depth=1, gap=1.5)
+    model = topics.fit(rows, vocabulary, where.before[0], where.after[0], dimensions=8)
+    assert model is not None
+    before, after = topics.neighbours(where)
+    targets = rng.permutation(300)
+    at_once = topics.fold(model, rows, before, after, targets)
+    monkeypatch.setattr(topics, "FOLD_ROWS", 16)  # 19 steps, the last one short
+    in_steps = topics.fold(model, rows, before, after, targets)
+    assert np.abs(at_once).sum() > 0
+    assert np.array_equal(in_steps, at_once)
+    placement = topics.Placement(model)  # a refit's way: straight into the placement
+    some = targets[:250]
+    placement.fold_in(rows, before, after, some)
+    assert np.array_equal(placement.rows[some], at_once[:250])
+    assert placement.valid_rows(300).sum() == 250 and placement.valid_rows(300)[some].all()
+
+
+def test_topics_need_enough_text():
+    from memvault.search import topics
+
+    vocabulary = topics.Vocabulary()
+    rows = [vocabulary.encode("a few words here") for _ in range(10)]
+    none = np.full(10, 10, dtype=np.intp)
+    assert topics.fit(rows, vocabulary, none, none) is None
+
+
+def test_without_the_recall_tools_nothing_is_embedded(tmp_path: Path):
+    store = Store(Settings(root=tmp_path, tools=("memories",)))
+    assert not store.embeddings.enabled
+
+    async def go() -> None:
+        await store.write("alice", title="A note", content="words to embed")
+        assert store.embeddings.pending() == 0
+        assert store.embeddings._thread is None  # no worker was ever started
+        await store.close()
+
+    asyncio.run(go())
+
+
+def test_the_worker_waits_while_a_token_loads(tmp_path: Path):
+    from memvault.disk.markdown import parse_memory
+    from memvault.search.vectors import TokenVectors
+
+    embeddings = Embeddings()
+    vectors = TokenVectors()
+    memory = parse_memory(b"# T\n\nsome words", "t.md")
+    with embeddings.paused():
+        embeddings.attach(vectors, lambda: None, [memory])
+        assert not embeddings.wait_idle(timeout=0.3)  # held: the vector is not computed meanwhile
+        assert vectors.pending == 1
+    assert embeddings.wait_idle(timeout=20)
+    assert vectors.pending == 0
+    embeddings.close()
+
+
+# ---------------------------------------------------------------------------- int8 vectors
+
+
+def test_quantized_vectors_keep_dot_products_within_one_percent():
+    rng = np.random.default_rng(7)
+    vectors = normalise_rows(rng.normal(size=(300, 512)))
+    query = normalise_rows(rng.normal(size=(1, 512)))[0]
+    tv = TokenVectors()
+    for i in range(300):
+        tv.changed(Memory(id=f"m{i}.md", title="t", content=f"c{i}"))
+    work, _ = tv.take(1000)
+    tv.install("hash-512", [(w, "h", vectors[int(w.key[1:-3])]) for w in work])
+    view = tv.snapshot()
+    assert view.matrix is not None and view.matrix.dtype == np.int8
+    exact = np.array([vectors[int(k[1:-3])] @ query for k in view.keys if k])
+    got = view.similarity(query, len(exact))
+    assert got is not None
+    assert np.abs(got - exact).max() < 0.01 * np.abs(exact).max()
+    rows = np.array([view.rows["m5.md"], view.rows["m9.md"]])
+    back = view.vectors(rows)
+    assert back is not None and np.abs(back - vectors[[5, 9]]).max() < 0.01
+
+
+def test_rows_without_a_vector_score_zero_and_a_zero_vector_quantizes_to_zero():
+    q, scale = quantize(np.zeros(8, dtype=np.float32))
+    assert not q.any() and scale == 0
+    tv = TokenVectors()
+    tv.changed(Memory(id="a.md", title="t", content="a"))
+    tv.changed(Memory(id="b.md", title="t", content="b"))
+    work, _ = tv.take(1)
+    tv.install("hash-16", [(work[0], "h", normalise_rows(np.ones((1, 16)))[0])])
+    view = tv.snapshot()
+    got = view.similarity(normalise_rows(np.ones((1, 16)))[0], 2)
+    assert got is not None
+    assert sorted(got.round(3).tolist()) == [0.0, 1.0]
+    assert view.similarity(np.ones(8, dtype=np.float32), 2) is None  # another dimension
+
+
+def test_matvec_of_an_int8_matrix_equals_the_float_product():
+    rng = np.random.default_rng(3)
+    matrix = rng.integers(-127, 128, size=(2000, 96)).astype(np.int8)
+    vector = rng.normal(size=96).astype(np.float32)
+    assert np.allclose(matvec(matrix, vector), matrix.astype(np.float32) @ vector, rtol=1e-5, atol=1e-3)
+
+
+def test_vector_matrix_grows_with_the_rows_not_faster():
+    """Issue 9, 1: the matrix doubled at every quarter's growth of the rows (5,000 writes -> GBs)."""
+    tv = TokenVectors()
+    vector = normalise_rows(np.ones((1, 16)))[0]
+    for i in range(5000):
+        tv.changed(Memory(id=f"m{i}.md", title="t", content=f"c{i}"))
+        work, _ = tv.take(10)
+        tv.install("hash-16", [(w, f"h{i}", vector) for w in work])
+    view = tv.snapshot()
+    assert view.matrix is not None
+    rows = len(view.keys)
+    assert rows == 5000
+    # Capacity stays within the growth step (a quarter, at least 64) of the rows in use.
+    assert len(view.matrix) == len(view.has_vector) <= rows * 1.25 + 64
+    assert view.matrix.nbytes < 200_000  # 5,000 x 16 int8 plus slack, not megabytes

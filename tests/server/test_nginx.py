@@ -1,0 +1,108 @@
+"""Tokens spread over two memvault processes behind a real nginx (`memvault nginx`), and one of them dying."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import run_server, wait_for
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from memvault.cli.main import main
+from memvault.errors import InvalidArgument
+from memvault.server import nginx
+
+NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
+needs_nginx = pytest.mark.skipif(
+    NGINX is None,
+    reason="nginx is not installed (CI installs Debian's nginx-light; apt-get install nginx-light)",
+)
+TOKENS = [f"agent{i:02d}" for i in range(12)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_backends_are_checked_before_they_go_into_a_configuration() -> None:
+    text = nginx.http_block(["127.0.0.1:3001", "mybox:3002"], listen="8080")
+    assert (
+        "hash $memvault_token consistent;" in text and "server mybox:3002" in text and "listen 8080;" in text
+    )
+    for bad in ([], ["127.0.0.1"], ["a b:1"], ["x:99999"], ["evil;}:1"]):
+        with pytest.raises(InvalidArgument):
+            nginx.http_block(bad)
+    assert main(["nginx", "--backends", "127.0.0.1:1;include /etc/passwd"]) == 2
+
+
+async def call(url: str, tool: str, **args: Any) -> str:
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        result = await session.call_tool(tool, args)
+        text = "\n".join(c.text for c in result.content if hasattr(c, "text"))
+        assert not result.is_error, text
+        return text
+
+
+@pytest.mark.slow
+@needs_nginx
+@pytest.mark.anyio
+async def test_two_backends_behind_nginx_keep_each_token_on_one_and_survive_losing_one(
+    make_settings: Any, tmp_path: Path
+) -> None:
+    prefix = tmp_path / "nginx"
+    prefix.mkdir()
+    port = free_port()
+    async with contextlib.AsyncExitStack() as stack:
+        a = await stack.enter_async_context(run_server(make_settings()))
+        b_stack = contextlib.AsyncExitStack()
+        b = await b_stack.enter_async_context(run_server(make_settings()))
+        try:
+            backends = [s.url.removeprefix("http://") for s in (a, b)]
+            conf = prefix / "nginx.conf"
+            conf.write_text(nginx.standalone(backends, listen=f"127.0.0.1:{port}", prefix=str(prefix)))
+            log = stack.enter_context(open(prefix / "stderr.log", "wb"))
+            proc = subprocess.Popen([str(NGINX), "-c", str(conf), "-p", str(prefix)], stdout=log, stderr=log)
+            stack.callback(proc.wait, 10)
+            stack.callback(proc.terminate)
+
+            def listening() -> bool:
+                assert proc.poll() is None, (prefix / "stderr.log").read_text()
+                with socket.socket() as sock:
+                    return sock.connect_ex(("127.0.0.1", port)) == 0
+
+            await wait_for(listening, timeout=10)
+            front = f"http://127.0.0.1:{port}/mcp"
+            for token in TOKENS:  # each write readable at once through nginx
+                await call(
+                    f"{front}/{token}", "write_memory", title=f"Note of {token}", content=f"walrus {token}"
+                )
+                assert f"walrus {token}" in await call(f"{front}/{token}", "read_memory", query="walrus")
+            on_a, on_b = set(a.app.state.store.tokens), set(b.app.state.store.tokens)
+            assert on_a and on_b and not on_a & on_b, (on_a, on_b)  # spread, each token on one process
+            assert on_a | on_b == set(TOKENS)
+        finally:
+            await b_stack.aclose()  # backend B goes away
+        for token in TOKENS:  # its tokens move to A: every acknowledged write is there, and writes go on
+            assert f"walrus {token}" in await call(f"{front}/{token}", "read_memory", query="walrus")
+            await call(f"{front}/{token}", "write_memory", title=f"After of {token}", content="still writing")
+        assert set(a.app.state.store.tokens) == set(TOKENS)
+
+
+def test_the_compose_files_nginx_configuration_is_what_memvault_nginx_writes() -> None:
+    compose = yaml.safe_load((Path(__file__).parents[2] / "docker-compose.yml").read_text(encoding="utf-8"))
+    content = compose["configs"]["memvault-nginx"]["content"].replace("$$", "$")
+    assert content == nginx.http_block(["memvault-a:3000", "memvault-b:3000"], listen="3000")
+    for name in ("memvault-a", "memvault-b"):
+        replica = compose["services"][name]
+        assert replica["profiles"] == ["sharded"]
+        assert replica["volumes"] == compose["services"]["memvault"]["volumes"]  # one vault
