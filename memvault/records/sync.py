@@ -23,14 +23,18 @@ from typing import Any
 from memvault.clock import format_time
 from memvault.disk.files import atomic_write, file_change
 from memvault.disk.names import GRAPH_FILE, SESSIONS_DIR
-from memvault.errors import FileConflict
+from memvault.errors import FileConflict, InvalidArgument
 from memvault.records.graph import Entity, Relation, graph_rows
 from memvault.records.sidecar import Sidecar
+from memvault.records.summaries import insert_stored, stored_rows
 from memvault.records.summaryfiles import (
     HISTORY_SUFFIX,
+    Stored,
+    TextBuilder,
     Version,
     append_lines,
     check_folder,
+    file_stem,
     history_line,
     json_line,
     last_history_version,
@@ -38,15 +42,16 @@ from memvault.records.summaryfiles import (
     read,
     read_text,
     stem_of,
+    stored_as,
+    whole,
     write_markdown,
 )
+from memvault.records.summaryfiles import SessionFiles as FilesHold
 
 SYNCED = "canonical_files"  # sidecar state key: set once sidecar-only data was written out to files
 # Per sidecar file: the file signatures last found in line with its tables. A write or a change by
 # another process changes some file's signature, so a stale entry only costs one look at SQLite.
 _in_line: dict[Path, dict[str, str]] = {}
-
-_VERSION_COLUMNS = "session_id, version, ts, title, tags, summary"
 
 
 def has_files(folder: Path) -> bool:
@@ -149,21 +154,35 @@ def scan_one(folder: Path, rel: str) -> str | None:
 
 
 def _load_session(conn: sqlite3.Connection, folder: Path, stem: str, owners: dict[str, str | None]) -> None:
+    """Replace a session's rows with what its files hold. A version only the markdown file shows (a
+    person's edit) goes into the history at once, and a markdown file older than the history is
+    written again, so that a clone taken now holds what the server serves."""
     md_rel, history_rel = f"{SESSIONS_DIR}/{stem}.md", f"{SESSIONS_DIR}/{stem}{HISTORY_SUFFIX}"
     md, history = folder / md_rel, folder / history_rel
-    files = read(md, history, mtime_ts=_mtime_ts(md))
+    files = read(md, history, mtime_ts=_mtime_ts(md), stem=stem)
     for sid in {owners.get(md_rel), owners.get(history_rel), files.session_id} - {None}:
-        conn.execute("DELETE FROM session_versions WHERE session_id = ?", (sid,))
-    conn.executemany(
-        f"INSERT OR REPLACE INTO session_versions ({_VERSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-        [_version_row(v) for v in files.versions],
-    )
+        if sid is not None and file_stem(sid) == stem:  # never another session's rows
+            conn.execute("DELETE FROM session_versions WHERE session_id = ?", (sid,))
+    insert_stored(conn, files.versions, replace=True)
+    if files.session_id is not None and not files.conflicted:
+        _catch_up(folder, files, md, history)
     for rel in (md_rel, history_rel):
         _record(conn, folder, rel, files.session_id, files.conflicted)
 
 
-def _version_row(v: Version) -> tuple[Any, ...]:
-    return (v.session_id, v.version, v.ts, v.title, json.dumps(list(v.tags), ensure_ascii=False), v.summary)
+def _catch_up(folder: Path, files: FilesHold, md: Path, history: Path) -> None:
+    lines = [history_line(row) for row in files.unrecorded]
+    if files.retitled:
+        lines.append(history_line(files.versions[-1], meta=True))
+    if (not lines and not files.stale) or files.latest is None:
+        return
+    try:
+        check_folder(folder)
+        append_lines(history, lines)
+        if files.unrecorded or files.stale:
+            write_markdown(md, files.latest, files.versions[0].ts)
+    except (OSError, InvalidArgument):
+        pass  # served as the files read; the next write of this session tries again
 
 
 def _load_graph(conn: sqlite3.Connection, folder: Path) -> bool:
@@ -237,9 +256,17 @@ def problems(folder: Path) -> Iterator[tuple[str, str]]:
     for stem in stems:
         md = folder / SESSIONS_DIR / f"{stem}.md"
         history = folder / SESSIONS_DIR / f"{stem}{HISTORY_SUFFIX}"
-        files = read(md, history, mtime_ts=_mtime_ts(md))
+        files = read(md, history, mtime_ts=_mtime_ts(md), stem=stem)
         rel = f"{SESSIONS_DIR}/{stem}{HISTORY_SUFFIX}" if history.exists() else f"{SESSIONS_DIR}/{stem}.md"
-        if files.conflicted:
+        if files.foreign is not None:
+            yield (
+                rel,
+                (
+                    f"names session {files.foreign!r}, whose files have another name: a copy? memvault "
+                    "takes it for no session; delete it, or give it a sessionId of its own"
+                ),
+            )
+        elif files.conflicted:
             yield rel, "holds git conflict markers or damaged lines; resolve them, then commit"
         elif files.session_id is None:
             yield rel, f"is not a session summary; '{SESSIONS_DIR}/' is reserved for them, move it out"
@@ -316,58 +343,56 @@ class SessionFiles:
         if bad is not None:
             raise FileConflict(bad)
 
-    def written(self, conn: sqlite3.Connection, new: Version, *, meta: bool = False) -> None:
+    def written(self, conn: sqlite3.Connection, new: Stored, latest: Version, *, meta: bool = False) -> None:
         """After ``new`` went into the tables: its history line (and any version the history
-        lacks, such as a person's edit of the markdown file), then the markdown file."""
+        lacks, such as one an older sidecar holds alone), then the markdown file."""
         check_folder(self.folder)
-        versions = _versions(conn, new.session_id)
-        by_number = {v.version: v for v in versions}
         md, history = paths(self.folder, new.session_id)
         last = last_history_version(history)
         lines = [
-            history_line(v, by_number.get(v.version - 1))
-            for v in versions
-            if v.version > last and (meta or v.version < new.version)
+            history_line(row)
+            for row in stored_rows(conn, new.session_id, last + 1, new.version - (0 if meta else 1))
         ]
         if not meta:
-            lines.append(history_line(new, by_number.get(new.version - 1)))
+            lines.append(history_line(new))
         elif last >= new.version:
-            lines.append(history_line(new, None, meta=True))
+            lines.append(history_line(new, meta=True))
         append_lines(history, lines)
-        write_markdown(md, versions[-1] if versions else new, versions[0].ts if versions else new.ts)
+        write_markdown(md, latest, _created(conn, new.session_id) or latest.ts)
         for path in (md, history):
             _record(conn, self.folder, _rel(self.folder, path), new.session_id, False)
 
     def rewrite(self, conn: sqlite3.Connection, session_id: str) -> None:
         """Write a session's files whole from the tables (an import, or an older sidecar's sessions)."""
-        versions = _versions(conn, session_id)
-        if not versions:
+        rows = stored_rows(conn, session_id)
+        if not rows:
             return
         check_folder(self.folder)
         md, history = paths(self.folder, session_id)
-        lines, previous = [], None
-        for v in versions:
-            lines.append(history_line(v, previous))
-            previous = v
+        lines: list[str] = []
+        builder, previous = TextBuilder(), None
+        for row in rows:
+            builder.apply(row)
+            text = builder.text()
+            if not row.delta:  # stored whole: written as an append when it is one
+                row = stored_as(whole(row, text), previous)
+            lines.append(history_line(row))
+            previous = text
         atomic_write(history, "".join(line + "\n" for line in lines).encode("utf-8"))
-        write_markdown(md, versions[-1], versions[0].ts)
+        write_markdown(md, whole(rows[-1], previous or ""), rows[0].ts)
         for path in (md, history):
             _record(conn, self.folder, _rel(self.folder, path), session_id, False)
 
 
+def _created(conn: sqlite3.Connection, session_id: str) -> str | None:
+    row = conn.execute(
+        "SELECT ts FROM session_versions WHERE session_id = ? ORDER BY version LIMIT 1", (session_id,)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
 def _rel(folder: Path, path: Path) -> str:
     return path.relative_to(folder).as_posix()
-
-
-def _versions(conn: sqlite3.Connection, session_id: str) -> list[Version]:
-    rows = conn.execute(
-        f"SELECT {_VERSION_COLUMNS} FROM session_versions WHERE session_id = ? ORDER BY version",
-        (session_id,),
-    ).fetchall()
-    return [
-        Version(sid, int(n), ts, title, tuple(json.loads(tags)), text)
-        for sid, n, ts, title, tags, text in rows
-    ]
 
 
 def _write_out(conn: sqlite3.Connection, folder: Path) -> None:
