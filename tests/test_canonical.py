@@ -356,3 +356,58 @@ def test_a_persons_edit_is_in_the_history_as_soon_as_the_server_serves_it(tmp_pa
             "Corrected by hand.",
             "Agent text.",
         ]
+
+
+OFFICIAL_LINES = [
+    '{"type":"entity","name":"Ann","entityType":"person","observations":["same","same","other"]}',
+    '{"type":"entity","name":"Bo","entityType":"person","observations":[],"createdAt":"2026-01-02"}',
+    '{"type":"entity","name":"","entityType":"ghost","observations":[]}',
+    '{"type":"entity","name":"Ann","entityType":"robot","observations":["beeps"]}',
+    "not json at all",
+    '{"type":"relation","from":"Ann","to":"Nowhere","relationType":"visits"}',
+    '{"type":"relation","from":"Ann","to":"Bo","relationType":"knows","since":2020}',
+]
+
+
+def test_graph_lines_memvault_cannot_read_are_kept_byte_for_byte_and_reported(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    graph_file = folder / "graph.jsonl"
+    # A BOM, and no newline at the end, as the official server writes its file.
+    graph_file.write_bytes(("\ufeff" + "\n".join(OFFICIAL_LINES)).encode())
+    with Sidecar.open(folder) as sidecar:
+        g = graph(sidecar, folder)
+        read = g.read_graph()
+        assert [e.name for e in read.entities] == ["Ann", "Bo"]
+        assert read.entities[0].observations == ("same", "same", "other")
+        assert Relation("Ann", "Nowhere", "visits") in read.relations
+        assert len(g.kept_lines()) == 3
+        g.create_entities([Entity("Cy", "person")])  # not refused: nothing here is a conflict
+    raw = graph_file.read_bytes().decode()
+    assert raw.startswith("\ufeff") and not raw.endswith("\n")
+    lines = raw.removeprefix("\ufeff").split("\n")
+    new = '{"type":"entity","name":"Cy","entityType":"person","observations":[]}'
+    # Every line is there as it was; the new entity after the entities, before the relations.
+    assert lines == [*OFFICIAL_LINES[:5], new, *OFFICIAL_LINES[5:]]
+    found = [p for path, p in sync.problems(folder) if path == "graph.jsonl"]
+    assert len(found) == 3 and any("line 3" in p and "without a name" in p for p in found)
+    assert not any("conflict" in p for p in found)
+
+
+def test_the_first_write_of_an_official_file_changes_only_what_changed(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    official = [
+        '{"type":"entity","name":"Ann","entityType":"person","observations":["likes tea"]}',
+        '{"type":"entity","name":"Bo","entityType":"person","observations":["ü"]}',
+        '{"type":"relation","from":"Ann","to":"Bo","relationType":"knows"}',
+    ]
+    (folder / "graph.jsonl").write_text("\n".join(official) + "\n", encoding="utf-8")
+    with Sidecar.open(folder) as sidecar:
+        graph(sidecar, folder).add_observations([("Bo", ["plays chess"])])
+    lines = (folder / "graph.jsonl").read_text(encoding="utf-8").splitlines()
+    assert lines == [
+        official[0],
+        '{"type":"entity","name":"Bo","entityType":"person","observations":["ü","plays chess"]}',
+        official[2],
+    ]

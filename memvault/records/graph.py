@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from memvault.clock import Clock, format_time, require_time, utcnow
 from memvault.errors import InvalidArgument, UnknownEntity
+from memvault.records.graphfile import entity_line, relation_line
 from memvault.records.graphsearch import (
     MAX_PATH_LEN,
     MAX_QUERY_CHARS,
@@ -45,8 +46,12 @@ __all__ = [
 MAX_NAME_CHARS = 500
 
 _CHUNK = 500  # below SQLite's host-parameter limit
-_INSERT_ENTITY = "INSERT OR IGNORE INTO entities (name, entity_type, created, updated) VALUES (?, ?, ?, ?)"
-_INSERT_RELATION = "INSERT OR IGNORE INTO relations (from_entity, to_entity, relation_type) VALUES (?, ?, ?)"
+_INSERT_ENTITY = (
+    "INSERT OR IGNORE INTO entities (name, entity_type, created, updated, line) VALUES (?, ?, ?, ?, ?)"
+)
+_INSERT_RELATION = (
+    "INSERT OR IGNORE INTO relations (from_entity, to_entity, relation_type, line) VALUES (?, ?, ?, ?)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +187,7 @@ class KnowledgeGraph:
             for entity in cleaned:
                 cur = conn.execute(
                     _INSERT_ENTITY,
-                    (entity.name, entity.entity_type, now, now),
+                    (entity.name, entity.entity_type, now, now, entity_line(entity)),
                 )
                 if cur.rowcount != 1:
                     continue
@@ -209,7 +214,7 @@ class KnowledgeGraph:
             for relation in relations:
                 cur = conn.execute(
                     _INSERT_RELATION,
-                    (relation.source, relation.target, relation.relation_type),
+                    (relation.source, relation.target, relation.relation_type, relation_line(relation)),
                 )
                 if cur.rowcount == 1:
                     created.append(relation)
@@ -233,6 +238,7 @@ class KnowledgeGraph:
                 added = _append_observations(conn, name, contents)
                 if added:
                     conn.execute("UPDATE entities SET updated = ? WHERE name = ?", (now, name))
+                    _rewrite_line(conn, name)
                 results.append((name, added))
         return results
 
@@ -271,6 +277,7 @@ class KnowledgeGraph:
                     ).rowcount
                 if removed:
                     conn.execute("UPDATE entities SET updated = ? WHERE name = ?", (now, name))
+                    _rewrite_line(conn, name)
                 count += removed
         return count, list(dict.fromkeys(missing))
 
@@ -291,6 +298,11 @@ class KnowledgeGraph:
         with self.sidecar.snapshot() as conn:
             nodes, relations = _load(conn)
         return Graph(tuple(n.entity for n in nodes), tuple(relations))
+
+    def kept_lines(self) -> list[str]:
+        """Why each line of graph.jsonl that memvault keeps as it is could not be read."""
+        with self.sidecar.snapshot() as conn:
+            return [why for (why,) in conn.execute("SELECT why FROM graph_kept ORDER BY seq")]
 
     def open_nodes(self, names: Sequence[str]) -> Graph:
         """The named entities, and every relation from or to one of them (as the official server)."""
@@ -318,18 +330,15 @@ class KnowledgeGraph:
     # ------------------------------------------------------------------ export / import
 
     def export_rows(self) -> list[dict[str, Any]]:
-        """Entities (sorted by name) then relations (sorted), as plain dicts for JSON lines."""
+        """Entities then relations, each in creation order (as graph.jsonl), as plain dicts for JSON lines."""
         with self.sidecar.snapshot() as conn:
             nodes, relations = _load(conn)
             created = dict(conn.execute("SELECT name, created FROM entities").fetchall())
         rows: list[dict[str, Any]] = [
             {"kind": "entity", **n.entity.to_json(), "created": created[n.entity.name], "updated": n.updated}
-            for n in sorted(nodes, key=lambda n: n.entity.name)
+            for n in nodes
         ]
-        rows += [
-            {"kind": "relation", **r.to_json()}
-            for r in sorted(relations, key=lambda r: (r.source, r.target, r.relation_type))
-        ]
+        rows += [{"kind": "relation", **r.to_json()} for r in relations]
         return rows
 
     def parse_rows(self, rows: Iterable[Mapping[str, Any]]) -> GraphRows:
@@ -382,11 +391,19 @@ class KnowledgeGraph:
         for entity, created, updated in entities:
             cur = conn.execute(
                 _INSERT_ENTITY,
-                (entity.name, entity.entity_type, created, updated),
+                (
+                    entity.name,
+                    entity.entity_type,
+                    created,
+                    updated,
+                    entity_line(Entity(entity.name, entity.entity_type)),
+                ),
             )
             new_entities += cur.rowcount
             added = _append_observations(conn, entity.name, entity.observations)
             new_observations += len(added)
+            if added:
+                _rewrite_line(conn, entity.name)
             if added and cur.rowcount != 1:
                 conn.execute(
                     "UPDATE entities SET updated = max(updated, ?) WHERE name = ?", (updated, entity.name)
@@ -399,7 +416,7 @@ class KnowledgeGraph:
                 continue
             new_relations += conn.execute(
                 _INSERT_RELATION,
-                (r.source, r.target, r.relation_type),
+                (r.source, r.target, r.relation_type, relation_line(r)),
             ).rowcount
         return Imported(new_entities, new_observations, new_relations, skipped)
 
@@ -412,6 +429,15 @@ def _existing(conn: sqlite3.Connection, names: Sequence[str]) -> list[str]:
             row[0] for row in conn.execute(f"SELECT name FROM entities WHERE name IN ({marks})", tuple(chunk))
         ]
     return found
+
+
+def _rewrite_line(conn: sqlite3.Connection, name: str) -> None:
+    """After an entity's observations changed: its line, from its old one (fields memvault does not
+    know keep their place)."""
+    kind, old = conn.execute("SELECT entity_type, line FROM entities WHERE name = ?", (name,)).fetchone()
+    rows = conn.execute("SELECT text FROM observations WHERE entity = ? ORDER BY position", (name,))
+    entity = Entity(name, kind, tuple(text for (text,) in rows))
+    conn.execute("UPDATE entities SET line = ? WHERE name = ?", (entity_line(entity, old), name))
 
 
 def _append_observations(conn: sqlite3.Connection, name: str, contents: Iterable[str]) -> list[str]:

@@ -43,6 +43,7 @@ class Relation:
 class Graph:
     entities: tuple[Entity, ...] = ()
     relations: tuple[Relation, ...] = ()
+    left_out: int = 0  # entities a search matched beyond its cap
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -161,7 +162,8 @@ def search(nodes: Sequence[Node], relations: Sequence[Relation], query: str, lim
     most ``max_path_len`` long) between entry entities of different terms is added, so a query
     for two concepts also returns what connects them. Then come entities matching every term,
     then those matching some term. An entity that matches no term and joins nothing is left out.
-    Relations returned are those among the result entities.
+    Relations returned are every one from or to a result entity (as the official server's search);
+    ``left_out`` says how many matching entities the cap left out.
     """
     terms = query_terms(query)
     by_name = {n.entity.name: n for n in nodes}
@@ -211,5 +213,6 @@ def search(nodes: Sequence[Node], relations: Sequence[Relation], query: str, lim
     keep = set(chosen)
     return Graph(
         tuple(by_name[name].entity for name in chosen),
-        tuple(r for r in relations if r.source in keep and r.target in keep),
+        tuple(r for r in relations if r.source in keep or r.target in keep),
+        len(result) - len(chosen),
     )

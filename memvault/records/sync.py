@@ -18,13 +18,13 @@ import stat
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from memvault.clock import format_time
 from memvault.disk.files import atomic_write, file_change
 from memvault.disk.names import GRAPH_FILE, SESSIONS_DIR
 from memvault.errors import FileConflict, InvalidArgument
-from memvault.records.graph import Entity, Relation, graph_rows
+from memvault.records.graphfile import compose, entity_line, parse, relation_line
+from memvault.records.graphsearch import Entity, Relation
 from memvault.records.sidecar import Sidecar
 from memvault.records.summaries import insert_stored, stored_rows
 from memvault.records.summaryfiles import (
@@ -36,7 +36,6 @@ from memvault.records.summaryfiles import (
     check_folder,
     file_stem,
     history_line,
-    json_line,
     last_history_version,
     paths,
     read,
@@ -48,6 +47,7 @@ from memvault.records.summaryfiles import (
 )
 from memvault.records.summaryfiles import SessionFiles as FilesHold
 
+GRAPH_SHAPE = "graph_shape"  # sidecar state key: whether graph.jsonl starts with a BOM, ends with a newline
 SYNCED = "canonical_files"  # sidecar state key: set once sidecar-only data was written out to files
 # Per sidecar file: the file signatures last found in line with its tables. A write or a change by
 # another process changes some file's signature, so a stale entry only costs one look at SQLite.
@@ -186,72 +186,67 @@ def _catch_up(folder: Path, files: FilesHold, md: Path, history: Path) -> None:
 
 
 def _load_graph(conn: sqlite3.Connection, folder: Path) -> bool:
-    """Replace the graph tables with graph.jsonl (the official memory server's lines); returns
-    whether the file holds lines that are not entities or relations (git's markers, damage).
-    Entities that did not change keep their times; new or changed ones take the file's."""
+    """Replace the graph tables with graph.jsonl (memvault.records.graphfile); returns whether git
+    left conflict markers in it. Entities whose line did not change keep their times; new or
+    changed ones take the file's."""
     path = folder / GRAPH_FILE
     when = _mtime_ts(path)
-    entities, relations, conflicted = read_graph(path)
-    before = graph_rows(conn)
+    text = parse(read_text(path))
+    before = {
+        name: (line, created, updated)
+        for name, line, created, updated in conn.execute("SELECT name, line, created, updated FROM entities")
+    }
     conn.execute("DELETE FROM observations")
     conn.execute("DELETE FROM relations")
     conn.execute("DELETE FROM entities")
-    for entity in entities.values():
-        old_entity, created, updated = before.get(entity.name, (None, when, when))
-        if old_entity != entity:
-            updated = max(when, updated) if old_entity is not None else when
-        conn.execute(
-            "INSERT INTO entities (name, entity_type, created, updated) VALUES (?, ?, ?, ?)",
-            (entity.name, entity.entity_type, created, updated),
+    conn.execute("DELETE FROM graph_kept")
+    entity_ids: list[int] = []
+    for entity, line in text.entities:
+        old_line, created, updated = before.get(entity.name, (None, when, when))
+        if old_line != line:
+            updated = max(when, updated) if entity.name in before else when
+        cur = conn.execute(
+            "INSERT INTO entities (name, entity_type, created, updated, line) VALUES (?, ?, ?, ?, ?)",
+            (entity.name, entity.entity_type, created, updated, line),
         )
+        entity_ids.append(int(cur.lastrowid or 0))
         conn.executemany(
             "INSERT INTO observations (entity, position, text) VALUES (?, ?, ?)",
-            [(entity.name, i, text) for i, text in enumerate(entity.observations)],
+            [(entity.name, i, o) for i, o in enumerate(entity.observations)],
         )
+    relation_ids: list[int] = []
+    for relation, line in text.relations:
+        cur = conn.execute(
+            "INSERT INTO relations (from_entity, to_entity, relation_type, line) VALUES (?, ?, ?, ?)",
+            (relation.source, relation.target, relation.relation_type, line),
+        )
+        relation_ids.append(int(cur.lastrowid or 0))
+    ids = {"entity": entity_ids, "relation": relation_ids}
     conn.executemany(
-        "INSERT OR IGNORE INTO relations (from_entity, to_entity, relation_type) VALUES (?, ?, ?)",
-        [(r.source, r.target, r.relation_type) for r in relations if {r.source, r.target} <= entities.keys()],
+        "INSERT INTO graph_kept (after_kind, after_id, line, why) VALUES (?, ?, ?, ?)",
+        [
+            (k.after[0], ids[k.after[0]][k.after[1]] if k.after[0] in ids else 0, k.line, k.why)
+            for k in text.kept
+        ],
     )
-    return conflicted
-
-
-def read_graph(path: Path) -> tuple[dict[str, Entity], list[Relation], bool]:
-    """The entities and relations of a graph.jsonl, and whether some line is neither (markers, damage)."""
-    raw = read_text(path)
-    entities: dict[str, Entity] = {}
-    relations: dict[Relation, None] = {}
-    conflicted = False
-    for line in raw.split("\n"):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            kind = row["type"]
-            if kind == "entity":
-                entity = _entity(row)
-                old = entities.get(entity.name)
-                if old is not None:  # a merge kept both sides' lines: one entity, every observation
-                    merged = tuple(dict.fromkeys(old.observations + entity.observations))
-                    entity = Entity(old.name, old.entity_type, merged)
-                entities[entity.name] = entity
-            elif kind == "relation":
-                relation = Relation(row["from"], row["to"], row["relationType"])
-                if not all(isinstance(x, str) and x for x in (relation.source, relation.target)):
-                    raise TypeError("relation")
-                if not isinstance(relation.relation_type, str):
-                    raise TypeError("relationType")
-                relations[relation] = None
-            else:
-                raise TypeError("type")
-        except (ValueError, TypeError, KeyError, RecursionError):
-            conflicted = True
-    return entities, list(relations), conflicted
+    shape = json.dumps({"bom": text.bom, "final_newline": text.final_newline})
+    conn.execute("INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", (GRAPH_SHAPE, shape))
+    return text.conflicted
 
 
 def problems(folder: Path) -> Iterator[tuple[str, str]]:
     """(path, problem) of each session or graph file a person has to fix (memvault check)."""
-    if read_graph(folder / GRAPH_FILE)[2]:
-        yield GRAPH_FILE, "holds lines that are not graph entries (git conflict markers?); fix, then commit"
+    graph = parse(read_text(folder / GRAPH_FILE))
+    if graph.conflicted:
+        yield GRAPH_FILE, "holds git conflict markers; resolve them, then commit"
+    for kept in graph.kept:
+        yield (
+            GRAPH_FILE,
+            (
+                f"line {kept.number} is {kept.why}: memvault serves no entity or relation from it and "
+                "keeps it as it is; fix or remove it by hand"
+            ),
+        )
     stems = sorted({s for rel in scan(folder) if (s := stem_of(rel.split("/", 1)[-1])) and "/" in rel})
     for stem in stems:
         md = folder / SESSIONS_DIR / f"{stem}.md"
@@ -272,31 +267,34 @@ def problems(folder: Path) -> Iterator[tuple[str, str]]:
             yield rel, f"is not a session summary; '{SESSIONS_DIR}/' is reserved for them, move it out"
 
 
-def _entity(row: dict[str, Any]) -> Entity:
-    name, kind, observations = row["name"], row["entityType"], row.get("observations") or []
-    if not isinstance(name, str) or not name.strip() or not isinstance(kind, str):
-        raise TypeError("entity")
-    if not isinstance(observations, list) or not all(isinstance(o, str) for o in observations):
-        raise TypeError("observations")
-    return Entity(name, kind, tuple(dict.fromkeys(observations)))
+def graph_text(conn: sqlite3.Connection) -> str:
+    """graph.jsonl's text from the tables: each entry's line, in creation order, and the kept lines."""
+    entities = conn.execute("SELECT rowid, line, name, entity_type FROM entities ORDER BY rowid").fetchall()
+    relations = conn.execute(
+        "SELECT rowid, line, from_entity, to_entity, relation_type FROM relations ORDER BY rowid"
+    ).fetchall()
+    kept = conn.execute("SELECT after_kind, after_id, line FROM graph_kept ORDER BY seq").fetchall()
+    row = conn.execute("SELECT value FROM state WHERE key = ?", (GRAPH_SHAPE,)).fetchone()
+    shape = json.loads(row[0]) if row is not None else {}
+    return compose(
+        [
+            (rowid, line if line is not None else _render(conn, name, kind))
+            for rowid, line, name, kind in entities
+        ],
+        [
+            (rowid, line if line is not None else relation_line(Relation(a, b, kind)))
+            for rowid, line, a, b, kind in relations
+        ],
+        kept,
+        bom=bool(shape.get("bom")),
+        final_newline=bool(shape.get("final_newline", True)),
+    )
 
 
-# ---------------------------------------------------------------------------- sidecar -> files
-
-
-def graph_lines(conn: sqlite3.Connection) -> list[str]:
-    """graph.jsonl's lines: entities, then relations, each in creation order (a change is a small diff)."""
-    entities, relations = graph_rows(conn), _relations(conn)
-    lines = [
-        json_line({"type": "entity", **entity.to_json()}) for entity, _created, _updated in entities.values()
-    ]
-    lines += [json_line({"type": "relation", **r.to_json()}) for r in relations]
-    return lines
-
-
-def _relations(conn: sqlite3.Connection) -> list[Relation]:
-    rows = conn.execute("SELECT from_entity, to_entity, relation_type FROM relations ORDER BY rowid")
-    return [Relation(*row) for row in rows]
+def _render(conn: sqlite3.Connection, name: str, kind: str) -> str:
+    """The line of an entity an older sidecar holds without one."""
+    rows = conn.execute("SELECT text FROM observations WHERE entity = ? ORDER BY position", (name,))
+    return entity_line(Entity(name, kind, tuple(text for (text,) in rows)))
 
 
 def _conflicted(conn: sqlite3.Connection, rels: Iterable[str]) -> str | None:
@@ -326,8 +324,7 @@ class GraphFile:
             raise FileConflict(bad)
 
     def written(self, conn: sqlite3.Connection) -> None:
-        text = "".join(line + "\n" for line in graph_lines(conn))
-        atomic_write(self.folder / GRAPH_FILE, text.encode("utf-8"))
+        atomic_write(self.folder / GRAPH_FILE, graph_text(conn).encode("utf-8"))
         _record(conn, self.folder, GRAPH_FILE, None, False)
 
 
