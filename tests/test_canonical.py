@@ -411,3 +411,29 @@ def test_the_first_write_of_an_official_file_changes_only_what_changed(tmp_path:
         '{"type":"entity","name":"Bo","entityType":"person","observations":["ü","plays chess"]}',
         official[2],
     ]
+
+
+def test_new_relations_are_appended_to_an_official_file_as_it_would_write_them(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    official = [
+        '{"type":"entity","name":"Ann","entityType":"person","observations":[]}',
+        '{"type":"entity","name":"Bo","entityType":"person","observations":[]}',
+        '{"type":"relation","from":"Ann","to":"Bo","relationType":"knows"}',
+    ]
+    graph_file = folder / "graph.jsonl"
+    graph_file.write_text("\n".join(official), encoding="utf-8")  # the official server ends no line
+    with Sidecar.open(folder) as sidecar:
+        g = graph(sidecar, folder)
+        g.create_relations([Relation("Bo", "Ann", "knows")])
+        g.create_entities([Entity("Cy", "person")])
+    assert graph_file.read_text(encoding="utf-8") == "\n".join(
+        [
+            *official[:2],
+            '{"type":"entity","name":"Cy","entityType":"person","observations":[]}',
+            official[2],
+            '{"type":"relation","from":"Bo","to":"Ann","relationType":"knows"}',
+        ]
+    )
+    with fresh_sidecar(folder) as sidecar:
+        assert len(graph(sidecar, folder).read_graph().relations) == 2

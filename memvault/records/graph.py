@@ -18,6 +18,7 @@ from memvault.records.graphsearch import (
     Entity,
     Graph,
     Node,
+    Prepared,
     Relation,
     SearchLimits,
     query_terms,
@@ -60,6 +61,15 @@ class GraphRows:
 
     entities: list[tuple[Entity, str, str]]
     relations: list[Relation]
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """The whole graph in creation order, and what its searches share."""
+
+    nodes: list[Node]
+    relations: list[Relation]
+    prepared: Prepared
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +119,11 @@ def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
 
 class GraphFiles(Protocol):
     """Where the graph is canonical (memvault.records.sync.GraphFile): checked before a change,
-    written after it."""
+    written after it (``appended``: the change only added these (kind, line) entries)."""
 
     def check(self, conn: sqlite3.Connection) -> None: ...
 
-    def written(self, conn: sqlite3.Connection) -> None: ...
+    def written(self, conn: sqlite3.Connection, appended: Sequence[tuple[str, str]] = ()) -> None: ...
 
 
 def graph_rows(conn: sqlite3.Connection) -> dict[str, tuple[Entity, str, str]]:
@@ -157,16 +167,17 @@ class KnowledgeGraph:
         return format_time(self.clock())
 
     @contextmanager
-    def _changing(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction; the graph's file, if any, is refused when conflicted and rewritten
-        before the commit when the transaction changed something."""
+    def _changing(self, appended: list[tuple[str, str]] | None = None) -> Iterator[sqlite3.Connection]:
+        """A write transaction; the graph's file, if any, is refused when conflicted and written
+        before the commit when the transaction changed something. ``appended``: the body fills it
+        with the (kind, line) of each entry it adds, when adding is all it does."""
         with self.sidecar.transaction() as conn:
             if self.files is not None:
                 self.files.check(conn)
             before = conn.total_changes
             yield conn
             if self.files is not None and conn.total_changes != before:
-                self.files.written(conn)
+                self.files.written(conn, appended or ())
 
     # ------------------------------------------------------------------ writing
 
@@ -183,14 +194,14 @@ class KnowledgeGraph:
             cleaned.append(Entity(entity.name, entity.entity_type, observations))
         now = self._now()
         created: list[Entity] = []
-        with self._changing() as conn:
+        appended: list[tuple[str, str]] = []
+        with self._changing(appended) as conn:
             for entity in cleaned:
-                cur = conn.execute(
-                    _INSERT_ENTITY,
-                    (entity.name, entity.entity_type, now, now, entity_line(entity)),
-                )
+                line = entity_line(entity)
+                cur = conn.execute(_INSERT_ENTITY, (entity.name, entity.entity_type, now, now, line))
                 if cur.rowcount != 1:
                     continue
+                appended.append(("entity", line))
                 conn.executemany(
                     "INSERT INTO observations (entity, position, text) VALUES (?, ?, ?)",
                     [(entity.name, i, text) for i, text in enumerate(entity.observations)],
@@ -206,18 +217,21 @@ class KnowledgeGraph:
         for relation in relations:
             _check_relation(relation)
         created: list[Relation] = []
-        with self._changing() as conn:
+        appended: list[tuple[str, str]] = []
+        with self._changing(appended) as conn:
             names = list(dict.fromkeys(n for r in relations for n in (r.source, r.target)))
-            missing = [n for n in names if n not in _existing(conn, names)]
+            found = set(_existing(conn, names))
+            missing = [n for n in names if n not in found]
             if missing:
                 raise UnknownEntity(missing[0])
             for relation in relations:
+                line = relation_line(relation)
                 cur = conn.execute(
-                    _INSERT_RELATION,
-                    (relation.source, relation.target, relation.relation_type, relation_line(relation)),
+                    _INSERT_RELATION, (relation.source, relation.target, relation.relation_type, line)
                 )
                 if cur.rowcount == 1:
                     created.append(relation)
+                    appended.append(("relation", line))
         return created
 
     def add_observations(self, additions: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[str, list[str]]]:
@@ -294,10 +308,22 @@ class KnowledgeGraph:
 
     # ------------------------------------------------------------------ reading
 
-    def read_graph(self) -> Graph:
+    def _loaded(self) -> Loaded:
+        """The whole graph as search reads it, kept with the sidecar until the tables change."""
         with self.sidecar.snapshot() as conn:
+            version = self.sidecar.data_version(conn)
+            held = self.sidecar.derived.get("graph")
+            if held is not None and held[0] == version:
+                loaded: Loaded = held[1]
+                return loaded
             nodes, relations = _load(conn)
-        return Graph(tuple(n.entity for n in nodes), tuple(relations))
+        loaded = Loaded(nodes, relations, Prepared.of(nodes, relations))
+        self.sidecar.derived["graph"] = (version, loaded)
+        return loaded
+
+    def read_graph(self) -> Graph:
+        loaded = self._loaded()
+        return Graph(tuple(n.entity for n in loaded.nodes), tuple(loaded.relations))
 
     def kept_lines(self) -> list[str]:
         """Why each line of graph.jsonl that memvault keeps as it is could not be read."""
@@ -320,12 +346,11 @@ class KnowledgeGraph:
             raise InvalidArgument("query must be text.")
         if len(query) > MAX_QUERY_CHARS:
             raise InvalidArgument(f"query is longer than {MAX_QUERY_CHARS} characters; use a few words.")
-        with self.sidecar.snapshot() as conn:
-            nodes, relations = _load(conn)
+        loaded = self._loaded()
         if not query_terms(query):
             # An empty query matches everything, as a substring search would (the official server).
-            return Graph(tuple(n.entity for n in nodes), tuple(relations))
-        return search(nodes, relations, query, self.limits)
+            return Graph(tuple(n.entity for n in loaded.nodes), tuple(loaded.relations))
+        return search(loaded.nodes, loaded.relations, query, self.limits, loaded.prepared)
 
     # ------------------------------------------------------------------ export / import
 

@@ -161,9 +161,14 @@ def compose(
     *,
     bom: bool,
     final_newline: bool,
+    lines: list[str] | None = None,
 ) -> str:
     """The file's text: entities, then relations (each in creation order, by row id), each kept
-    line after the entry it followed (at the end of its section when that entry is gone)."""
+    line after the entry it followed (at the end of its section when that entry is gone); or
+    ``lines`` as they are, when there is nothing to place between them."""
+    if lines is not None:
+        text = "\n".join(lines) + ("\n" if lines and final_newline else "")
+        return (BOM if bom else "") + text
     anchored: dict[tuple[str, int], list[str]] = {}
     for kind, after, line in kept:
         anchored.setdefault((kind, after), []).append(line)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -87,10 +88,37 @@ def _word_start(text: str, term: str) -> bool:
     return False
 
 
-def term_score(term: str, entity: Entity) -> float:
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """An entity's text case-folded once, for every term of every search until the graph changes."""
+
+    name: str
+    kind: str
+    observations: str  # each observation case-folded, one per line (a term holds no line break)
+    blob: str  # all three: a term found nowhere in it scores by typos alone
+
+    @classmethod
+    def of(cls, entity: Entity) -> Folded:
+        name, kind = entity.name.casefold(), entity.entity_type.casefold()
+        observations = "\n".join(o.casefold() for o in entity.observations)
+        return cls(name, kind, observations, f"{name}\n{kind}\n{observations}")
+
+
+def term_score(term: str, entity: Entity | Folded) -> float:
     """How well one (case-folded) term matches an entity: name above type above observations."""
-    name = entity.name.casefold()
-    kind = entity.entity_type.casefold()
+    folded = entity if isinstance(entity, Folded) else Folded.of(entity)
+    score = _exact_score(term, folded)
+    if score == 0:
+        # A typo, as read_memory tolerates them: a word of the name (or type) within one edit or swap
+        # (4-7 letters) or two (8 or more) of the term.
+        score = 3.0 if _near_word(term, folded.name) else 1.0 if _near_word(term, folded.kind) else 0.0
+    return score
+
+
+def _exact_score(term: str, folded: Folded) -> float:
+    if term not in folded.blob:
+        return 0.0
+    name, kind = folded.name, folded.kind
     score = 0.0
     if name == term:
         score += 10
@@ -103,31 +131,82 @@ def term_score(term: str, entity: Entity) -> float:
     elif term in kind:
         score += 1
     # Term frequency in the observations, capped so one chatty entity cannot drown a name match.
-    score += min(5, sum(o.casefold().count(term) for o in entity.observations))
-    if score == 0:
-        # A typo, as read_memory tolerates them: a word of the name (or type) within one edit or swap
-        # (4-7 letters) or two (8 or more) of the term.
-        score = 3.0 if _near_word(term, name) else 1.0 if _near_word(term, kind) else 0.0
-    return score
+    return score + min(5, folded.observations.count(term))
 
 
 def _near_word(term: str, text: str) -> bool:
+    return any(_near(term, word) for word in _WORDS.findall(text))
+
+
+def _near(term: str, word: str) -> bool:
     if len(term) < 4:
         return False
     most = 1 if len(term) < 8 else 2
-    return any(
-        abs(len(word) - len(term)) <= most and OSA.distance(term, word, score_cutoff=most) <= most
-        for word in _WORDS.findall(text)
-    )
+    return abs(len(word) - len(term)) <= most and OSA.distance(term, word, score_cutoff=most) <= most
+
+
+def _near_names(term: str, words: Mapping[str, list[str]]) -> set[str]:
+    """The entities one of whose words (in ``words``: word -> entities) is within a typo of the term."""
+    if len(term) < 4:
+        return set()
+    return {name for word, names in words.items() if _near(term, word) for name in names}
 
 
 def _ranked(
-    names: Iterable[str], score: Mapping[str, float], degree: Mapping[str, int], updated: Mapping[str, str]
+    names: Iterable[str],
+    score: Mapping[str, float],
+    degree: Mapping[str, int],
+    recency: Mapping[str, int],
+    most: int | None = None,
 ) -> list[str]:
-    out = sorted(names)
-    out.sort(key=lambda n: updated[n], reverse=True)  # recency breaks ties ...
-    out.sort(key=lambda n: (-score[n], -degree[n]))  # ... after score and connectedness
-    return out
+    """Best score first, then the better connected, then the more recently changed, then by name
+    (the first ``most`` of them only, without sorting the rest)."""
+
+    def key(n: str) -> tuple[float, int, int, str]:
+        return (-score[n], -degree[n], recency[n], n)
+
+    return sorted(names, key=key) if most is None else heapq.nsmallest(most, names, key=key)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What every search of one state of the graph shares: computed once, kept until it changes."""
+
+    by_name: dict[str, Node]
+    folded: dict[str, Folded]
+    adjacency: dict[str, list[str]]  # relations read both ways, among entities, sorted
+    degree: dict[str, int]
+    recency: dict[str, int]  # 0 for the most recently changed; equal times, equal ranks
+    name_words: dict[str, list[str]]  # each word of a name -> the entities with it in their name
+    kind_words: dict[str, list[str]]  # the same for types
+
+    @classmethod
+    def of(cls, nodes: Sequence[Node], relations: Sequence[Relation]) -> Prepared:
+        by_name = {n.entity.name: n for n in nodes}
+        near: dict[str, set[str]] = {}
+        for r in relations:
+            if r.source != r.target and r.source in by_name and r.target in by_name:
+                near.setdefault(r.source, set()).add(r.target)
+                near.setdefault(r.target, set()).add(r.source)
+        times = sorted({n.updated for n in nodes}, reverse=True)
+        rank = {t: i for i, t in enumerate(times)}
+        folded = {name: Folded.of(n.entity) for name, n in by_name.items()}
+        name_words: dict[str, list[str]] = {}
+        kind_words: dict[str, list[str]] = {}
+        for name, f in folded.items():
+            for word in dict.fromkeys(_WORDS.findall(f.name)):
+                name_words.setdefault(word, []).append(name)
+            for word in dict.fromkeys(_WORDS.findall(f.kind)):
+                kind_words.setdefault(word, []).append(name)
+        return cls(
+            by_name,
+            folded,
+            {name: sorted(them) for name, them in near.items()},
+            {name: len(near.get(name, ())) for name in by_name},
+            {name: rank[n.updated] for name, n in by_name.items()},
+            name_words,
+            kind_words,
+        )
 
 
 def _shortest_paths(
@@ -153,7 +232,13 @@ def _shortest_paths(
     return found
 
 
-def search(nodes: Sequence[Node], relations: Sequence[Relation], query: str, limits: SearchLimits) -> Graph:
+def search(
+    nodes: Sequence[Node],
+    relations: Sequence[Relation],
+    query: str,
+    limits: SearchLimits,
+    prepared: Prepared | None = None,
+) -> Graph:
     """Entities matching the query, ranked, plus the entities on short paths joining the terms' best matches.
 
     Each term picks its entry entities: its best matches (name, type, observations; scored by
@@ -166,26 +251,24 @@ def search(nodes: Sequence[Node], relations: Sequence[Relation], query: str, lim
     ``left_out`` says how many matching entities the cap left out.
     """
     terms = query_terms(query)
-    by_name = {n.entity.name: n for n in nodes}
-    adjacency: dict[str, set[str]] = {}
-    for r in relations:
-        if r.source != r.target and r.source in by_name and r.target in by_name:
-            adjacency.setdefault(r.source, set()).add(r.target)
-            adjacency.setdefault(r.target, set()).add(r.source)
-    degree = {name: len(adjacency.get(name, ())) for name in by_name}
-    updated = {name: n.updated for name, n in by_name.items()}
-    ordered_adjacency = {name: sorted(near) for name, near in adjacency.items()}
+    p = prepared if prepared is not None else Prepared.of(nodes, relations)
+    by_name, degree, recency, ordered_adjacency = p.by_name, p.degree, p.recency, p.adjacency
 
     per_term: list[dict[str, float]] = []
     for term in terms:
-        scores = {name: s for name, n in by_name.items() if (s := term_score(term, n.entity)) > 0}
+        scores = {name: s for name, f in p.folded.items() if (s := _exact_score(term, f)) > 0}
+        # A typo (see term_score): words within an edit or two, looked up once per distinct word.
+        near_name = _near_names(term, p.name_words) - scores.keys()
+        near_kind = _near_names(term, p.kind_words) - scores.keys() - near_name
+        scores.update(dict.fromkeys(near_name, 3.0))
+        scores.update(dict.fromkeys(near_kind, 1.0))
         per_term.append(scores)
 
     entries: list[list[str]] = []
     for scores in per_term:
-        ranked = _ranked(scores, scores, degree, updated)
+        ranked = _ranked(scores, scores, degree, recency, limits.entries_per_term)
         best = scores[ranked[0]] if ranked else 0.0
-        entries.append([n for n in ranked if scores[n] >= best * ENTRY_RATIO][: limits.entries_per_term])
+        entries.append([n for n in ranked if scores[n] >= best * ENTRY_RATIO])
 
     result: dict[str, None] = {}
     for group in entries:
@@ -202,17 +285,20 @@ def search(nodes: Sequence[Node], relations: Sequence[Relation], query: str, lim
                 for target in sorted(paths):
                     result.update(dict.fromkeys(paths[target]))
 
-    total = {name: sum(scores.get(name, 0.0) for scores in per_term) for name in by_name}
+    matched = len(result)
     if per_term:
-        every = [n for n in by_name if all(n in scores for scores in per_term)]
-        some = [n for n in by_name if any(n in scores for scores in per_term)]
-        result.update(dict.fromkeys(_ranked(every, total, degree, updated)))
-        result.update(dict.fromkeys(_ranked(some, total, degree, updated)))
+        some = set().union(*per_term)
+        matched = len(some | result.keys())
+        total = {name: sum(scores.get(name, 0.0) for scores in per_term) for name in some}
+        every = [n for n in some if all(n in scores for scores in per_term)]
+        # Only as many as can still come back are ranked.
+        result.update(dict.fromkeys(_ranked(every, total, degree, recency, limits.max_results)))
+        result.update(dict.fromkeys(_ranked(some, total, degree, recency, limits.max_results)))
 
     chosen = list(result)[: limits.max_results]
     keep = set(chosen)
     return Graph(
         tuple(by_name[name].entity for name in chosen),
         tuple(r for r in relations if r.source in keep or r.target in keep),
-        len(result) - len(chosen),
+        matched - len(chosen),
     )

@@ -288,6 +288,9 @@ class Sidecar:
         self._closed = False
         self._writes = 0  # transactions of ours so far: with SQLite's data_version, says what changed
         self._access_cache: tuple[tuple[int, int], dict[str, datetime]] | None = None
+        # What the modules that keep their own tables derive from them (the graph's search form),
+        # each under the data_version it was made at; dropped with the sidecar when a token unloads.
+        self.derived: dict[str, tuple[tuple[int, int], Any]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -321,6 +324,7 @@ class Sidecar:
             if self._closed:
                 return
             self._closed = True
+            self.derived.clear()
             try:
                 self._conn.execute("PRAGMA optimize")
             except sqlite3.Error:
@@ -395,6 +399,11 @@ class Sidecar:
             finally:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
+
+    def data_version(self, conn: sqlite3.Connection) -> tuple[int, int]:
+        """What the tables hold, as a value that changes with every commit (ours or another
+        process's). Call inside snapshot() or transaction(), with the connection they give."""
+        return self._version(conn)
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         """One short BEGIN IMMEDIATE transaction; rolled back if the body raises."""

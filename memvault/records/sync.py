@@ -15,7 +15,7 @@ import json
 import os
 import sqlite3
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -269,13 +269,28 @@ def problems(folder: Path) -> Iterator[tuple[str, str]]:
 
 def graph_text(conn: sqlite3.Connection) -> str:
     """graph.jsonl's text from the tables: each entry's line, in creation order, and the kept lines."""
+    row = conn.execute("SELECT value FROM state WHERE key = ?", (GRAPH_SHAPE,)).fetchone()
+    shape = json.loads(row[0]) if row is not None else {}
+    kept = conn.execute("SELECT after_kind, after_id, line FROM graph_kept ORDER BY seq").fetchall()
+    whole = conn.execute(
+        "SELECT NOT EXISTS (SELECT 1 FROM entities WHERE line IS NULL) "
+        "AND NOT EXISTS (SELECT 1 FROM relations WHERE line IS NULL)"
+    ).fetchone()[0]
+    if not kept and whole:  # every entry has its line, nothing kept between them: the lines alone
+        lines = [line for (line,) in conn.execute("SELECT line FROM entities ORDER BY rowid")]
+        lines += [line for (line,) in conn.execute("SELECT line FROM relations ORDER BY rowid")]
+        return compose(
+            [],
+            [],
+            [],
+            lines=lines,
+            bom=bool(shape.get("bom")),
+            final_newline=shape.get("final_newline", True),
+        )
     entities = conn.execute("SELECT rowid, line, name, entity_type FROM entities ORDER BY rowid").fetchall()
     relations = conn.execute(
         "SELECT rowid, line, from_entity, to_entity, relation_type FROM relations ORDER BY rowid"
     ).fetchall()
-    kept = conn.execute("SELECT after_kind, after_id, line FROM graph_kept ORDER BY seq").fetchall()
-    row = conn.execute("SELECT value FROM state WHERE key = ?", (GRAPH_SHAPE,)).fetchone()
-    shape = json.loads(row[0]) if row is not None else {}
     return compose(
         [
             (rowid, line if line is not None else _render(conn, name, kind))
@@ -323,9 +338,42 @@ class GraphFile:
         if bad is not None:
             raise FileConflict(bad)
 
-    def written(self, conn: sqlite3.Connection) -> None:
-        atomic_write(self.folder / GRAPH_FILE, graph_text(conn).encode("utf-8"))
+    def written(self, conn: sqlite3.Connection, appended: Sequence[tuple[str, str]] = ()) -> None:
+        """After the tables changed: the file again. ``appended``: the change was only these new
+        (kind, line) entries, each the last of its kind; when that is also their place in the
+        file (no relation follows a new entity, no kept line is placed after the last entry),
+        they are appended (one fsync, the rest of the file untouched), else the file is rewritten."""
+        path = self.folder / GRAPH_FILE
+        if not (appended and _append_graph(conn, path, appended)):
+            atomic_write(path, graph_text(conn).encode("utf-8"))
         _record(conn, self.folder, GRAPH_FILE, None, False)
+
+
+def _append_graph(conn: sqlite3.Connection, path: Path, appended: Sequence[tuple[str, str]]) -> bool:
+    if conn.execute("SELECT 1 FROM graph_kept LIMIT 1").fetchone() is not None:
+        return False
+    if any(kind == "entity" for kind, _ in appended) and (
+        conn.execute("SELECT 1 FROM relations LIMIT 1").fetchone() is not None
+    ):
+        return False  # a new entity goes before the relations, as the official server puts it
+    row = conn.execute("SELECT value FROM state WHERE key = ?", (GRAPH_SHAPE,)).fetchone()
+    final_newline = bool(json.loads(row[0]).get("final_newline", True)) if row is not None else True
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
+    except OSError:
+        return False  # no file yet (or not one to append to): written whole
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return False
+        lines = "\n".join(line for _, line in appended)
+        ends_open = os.pread(fd, 1, size - 1) != b"\n"
+        text = ("\n" if ends_open else "") + lines + ("\n" if final_newline else "")
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
 
 
 class SessionFiles:
