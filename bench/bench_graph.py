@@ -5,7 +5,8 @@ Both servers run as their own stdio processes, started and driven by the officia
 with observations and relations, written once before either starts). Then, alternating between
 the two servers call by call so that a noisy neighbour costs both alike, it times each
 call of create_entities (one new entity), create_relations (one new relation), add_observations
-(one new observation on an existing entity) and search_nodes (a word a few entities hold), and
+(one new observation on an existing entity) and search_nodes (an entity's name, such as
+``entity-123``: both servers find the same handful, that entity and those whose name it starts), and
 reports medians and p90 per tool and the ratio memvault / official. At the end it checks that both
 files hold every entity, relation and observation written.
 
@@ -105,7 +106,7 @@ def call_args(tool: str, i: int, entities: int, rng: random.Random) -> dict[str,
         return {
             "observations": [{"entityName": f"entity-{rng.randrange(entities)}", "contents": [f"added {i}"]}]
         }
-    return {"query": f"fact {rng.randrange(entities)}-1"}
+    return {"query": f"entity-{rng.randrange(entities)}"}
 
 
 def check_file(path: Path, calls: int) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rapidfuzz import process
 from rapidfuzz.distance import OSA
 
 # Search limits (defaults of the MEMVAULT_GRAPH_* settings).
@@ -146,26 +147,29 @@ def _near(term: str, word: str) -> bool:
 
 
 def _near_names(term: str, words: Mapping[str, list[str]]) -> set[str]:
-    """The entities one of whose words (in ``words``: word -> entities) is within a typo of the term."""
+    """The entities one of whose words (in ``words``: word -> entities) is within a typo of the term
+    (every word compared in one call: a distance is never less than the difference in length)."""
     if len(term) < 4:
         return set()
-    return {name for word, names in words.items() if _near(term, word) for name in names}
+    most = 1 if len(term) < 8 else 2
+    near = process.extract(term, words.keys(), scorer=OSA.distance, score_cutoff=most, limit=None)
+    return {name for word, _, _ in near for name in words[word]}
 
 
 def _ranked(
-    names: Iterable[str],
-    score: Mapping[str, float],
-    degree: Mapping[str, int],
-    recency: Mapping[str, int],
-    most: int | None = None,
+    names: Iterable[str], score: Mapping[str, float], rank: Mapping[str, int], most: int
 ) -> list[str]:
-    """Best score first, then the better connected, then the more recently changed, then by name
-    (the first ``most`` of them only, without sorting the rest)."""
-
-    def key(n: str) -> tuple[float, int, int, str]:
-        return (-score[n], -degree[n], recency[n], n)
-
-    return sorted(names, key=key) if most is None else heapq.nsmallest(most, names, key=key)
+    """The ``most`` best: by score, then by ``rank`` (connectedness, then recency, then name; see
+    Prepared). Grouped by score first, so only the groups that reach ``most`` are sorted."""
+    groups: dict[float, list[str]] = {}
+    for name in names:
+        groups.setdefault(score[name], []).append(name)
+    out: list[str] = []
+    for value in sorted(groups, reverse=True):
+        out += sorted(groups[value], key=rank.__getitem__)
+        if len(out) >= most:
+            break
+    return out[:most]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +179,8 @@ class Prepared:
     by_name: dict[str, Node]
     folded: dict[str, Folded]
     adjacency: dict[str, list[str]]  # relations read both ways, among entities, sorted
-    degree: dict[str, int]
-    recency: dict[str, int]  # 0 for the most recently changed; equal times, equal ranks
+    rank: dict[str, int]  # order among equal scores: the better connected, the more recent, by name
+    touching: dict[str, list[int]]  # each entity's relations (their places in the relation list)
     name_words: dict[str, list[str]]  # each word of a name -> the entities with it in their name
     kind_words: dict[str, list[str]]  # the same for types
 
@@ -198,12 +202,18 @@ class Prepared:
                 name_words.setdefault(word, []).append(name)
             for word in dict.fromkeys(_WORDS.findall(f.kind)):
                 kind_words.setdefault(word, []).append(name)
+        order = sorted(by_name, key=lambda n: (-len(near.get(n, ())), rank[by_name[n].updated], n))
+        touching: dict[str, list[int]] = {}
+        for i, r in enumerate(relations):
+            touching.setdefault(r.source, []).append(i)
+            if r.target != r.source:
+                touching.setdefault(r.target, []).append(i)
         return cls(
             by_name,
             folded,
             {name: sorted(them) for name, them in near.items()},
-            {name: len(near.get(name, ())) for name in by_name},
-            {name: rank[n.updated] for name, n in by_name.items()},
+            {name: i for i, name in enumerate(order)},
+            touching,
             name_words,
             kind_words,
         )
@@ -252,11 +262,11 @@ def search(
     """
     terms = query_terms(query)
     p = prepared if prepared is not None else Prepared.of(nodes, relations)
-    by_name, degree, recency, ordered_adjacency = p.by_name, p.degree, p.recency, p.adjacency
+    by_name, rank, ordered_adjacency = p.by_name, p.rank, p.adjacency
 
     per_term: list[dict[str, float]] = []
     for term in terms:
-        scores = {name: s for name, f in p.folded.items() if (s := _exact_score(term, f)) > 0}
+        scores = {name: _exact_score(term, f) for name, f in p.folded.items() if term in f.blob}
         # A typo (see term_score): words within an edit or two, looked up once per distinct word.
         near_name = _near_names(term, p.name_words) - scores.keys()
         near_kind = _near_names(term, p.kind_words) - scores.keys() - near_name
@@ -266,7 +276,7 @@ def search(
 
     entries: list[list[str]] = []
     for scores in per_term:
-        ranked = _ranked(scores, scores, degree, recency, limits.entries_per_term)
+        ranked = _ranked(scores, scores, rank, limits.entries_per_term)
         best = scores[ranked[0]] if ranked else 0.0
         entries.append([n for n in ranked if scores[n] >= best * ENTRY_RATIO])
 
@@ -289,16 +299,20 @@ def search(
     if per_term:
         some = set().union(*per_term)
         matched = len(some | result.keys())
-        total = {name: sum(scores.get(name, 0.0) for scores in per_term) for name in some}
-        every = [n for n in some if all(n in scores for scores in per_term)]
+        total = dict(per_term[0])
+        for scores in per_term[1:]:
+            for name, value in scores.items():
+                total[name] = total.get(name, 0.0) + value
+        every = set(per_term[0]).intersection(*per_term[1:])
         # Only as many as can still come back are ranked.
-        result.update(dict.fromkeys(_ranked(every, total, degree, recency, limits.max_results)))
-        result.update(dict.fromkeys(_ranked(some, total, degree, recency, limits.max_results)))
+        result.update(dict.fromkeys(_ranked(every, total, rank, limits.max_results)))
+        if len(result) < limits.max_results:
+            result.update(dict.fromkeys(_ranked(some, total, rank, limits.max_results)))
 
     chosen = list(result)[: limits.max_results]
-    keep = set(chosen)
+    places = sorted({i for name in chosen for i in p.touching.get(name, ())})
     return Graph(
         tuple(by_name[name].entity for name in chosen),
-        tuple(r for r in relations if r.source in keep or r.target in keep),
+        tuple(relations[i] for i in places),
         matched - len(chosen),
     )
