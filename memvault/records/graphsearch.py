@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
