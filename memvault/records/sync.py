@@ -17,6 +17,7 @@ import sqlite3
 import stat
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
+from operator import itemgetter
 from pathlib import Path
 
 from memvault.clock import format_time
@@ -277,8 +278,9 @@ def graph_text(conn: sqlite3.Connection) -> str:
         "AND NOT EXISTS (SELECT 1 FROM relations WHERE line IS NULL)"
     ).fetchone()[0]
     if not kept and whole:  # every entry has its line, nothing kept between them: the lines alone
-        lines = [line for (line,) in conn.execute("SELECT line FROM entities ORDER BY rowid")]
-        lines += [line for (line,) in conn.execute("SELECT line FROM relations ORDER BY rowid")]
+        first = itemgetter(0)
+        lines = list(map(first, conn.execute("SELECT line FROM entities ORDER BY rowid").fetchall()))
+        lines += map(first, conn.execute("SELECT line FROM relations ORDER BY rowid").fetchall())
         return compose(
             [],
             [],
