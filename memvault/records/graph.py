@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from memvault.clock import Clock, format_time, require_time, utcnow
 from memvault.errors import InvalidArgument, UnknownEntity
+from memvault.records.graphfile import entity_line, relation_line
 from memvault.records.graphsearch import (
     MAX_PATH_LEN,
     MAX_QUERY_CHARS,
@@ -17,6 +18,7 @@ from memvault.records.graphsearch import (
     Entity,
     Graph,
     Node,
+    Prepared,
     Relation,
     SearchLimits,
     query_terms,
@@ -45,8 +47,12 @@ __all__ = [
 MAX_NAME_CHARS = 500
 
 _CHUNK = 500  # below SQLite's host-parameter limit
-_INSERT_ENTITY = "INSERT OR IGNORE INTO entities (name, entity_type, created, updated) VALUES (?, ?, ?, ?)"
-_INSERT_RELATION = "INSERT OR IGNORE INTO relations (from_entity, to_entity, relation_type) VALUES (?, ?, ?)"
+_INSERT_ENTITY = (
+    "INSERT OR IGNORE INTO entities (name, entity_type, created, updated, line) VALUES (?, ?, ?, ?, ?)"
+)
+_INSERT_RELATION = (
+    "INSERT OR IGNORE INTO relations (from_entity, to_entity, relation_type, line) VALUES (?, ?, ?, ?)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,15 @@ class GraphRows:
 
     entities: list[tuple[Entity, str, str]]
     relations: list[Relation]
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """The whole graph in creation order, and what its searches share."""
+
+    nodes: list[Node]
+    relations: list[Relation]
+    prepared: Prepared
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +119,11 @@ def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
 
 class GraphFiles(Protocol):
     """Where the graph is canonical (memvault.records.sync.GraphFile): checked before a change,
-    written after it."""
+    written after it (``appended``: the change only added these (kind, line) entries)."""
 
     def check(self, conn: sqlite3.Connection) -> None: ...
 
-    def written(self, conn: sqlite3.Connection) -> None: ...
+    def written(self, conn: sqlite3.Connection, appended: Sequence[tuple[str, str]] = ()) -> None: ...
 
 
 def graph_rows(conn: sqlite3.Connection) -> dict[str, tuple[Entity, str, str]]:
@@ -152,16 +167,17 @@ class KnowledgeGraph:
         return format_time(self.clock())
 
     @contextmanager
-    def _changing(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction; the graph's file, if any, is refused when conflicted and rewritten
-        before the commit when the transaction changed something."""
+    def _changing(self, appended: list[tuple[str, str]] | None = None) -> Iterator[sqlite3.Connection]:
+        """A write transaction; the graph's file, if any, is refused when conflicted and written
+        before the commit when the transaction changed something. ``appended``: the body fills it
+        with the (kind, line) of each entry it adds, when adding is all it does."""
         with self.sidecar.transaction() as conn:
             if self.files is not None:
                 self.files.check(conn)
             before = conn.total_changes
             yield conn
             if self.files is not None and conn.total_changes != before:
-                self.files.written(conn)
+                self.files.written(conn, appended or ())
 
     # ------------------------------------------------------------------ writing
 
@@ -178,14 +194,14 @@ class KnowledgeGraph:
             cleaned.append(Entity(entity.name, entity.entity_type, observations))
         now = self._now()
         created: list[Entity] = []
-        with self._changing() as conn:
+        appended: list[tuple[str, str]] = []
+        with self._changing(appended) as conn:
             for entity in cleaned:
-                cur = conn.execute(
-                    _INSERT_ENTITY,
-                    (entity.name, entity.entity_type, now, now),
-                )
+                line = entity_line(entity)
+                cur = conn.execute(_INSERT_ENTITY, (entity.name, entity.entity_type, now, now, line))
                 if cur.rowcount != 1:
                     continue
+                appended.append(("entity", line))
                 conn.executemany(
                     "INSERT INTO observations (entity, position, text) VALUES (?, ?, ?)",
                     [(entity.name, i, text) for i, text in enumerate(entity.observations)],
@@ -201,18 +217,21 @@ class KnowledgeGraph:
         for relation in relations:
             _check_relation(relation)
         created: list[Relation] = []
-        with self._changing() as conn:
+        appended: list[tuple[str, str]] = []
+        with self._changing(appended) as conn:
             names = list(dict.fromkeys(n for r in relations for n in (r.source, r.target)))
-            missing = [n for n in names if n not in _existing(conn, names)]
+            found = set(_existing(conn, names))
+            missing = [n for n in names if n not in found]
             if missing:
                 raise UnknownEntity(missing[0])
             for relation in relations:
+                line = relation_line(relation)
                 cur = conn.execute(
-                    _INSERT_RELATION,
-                    (relation.source, relation.target, relation.relation_type),
+                    _INSERT_RELATION, (relation.source, relation.target, relation.relation_type, line)
                 )
                 if cur.rowcount == 1:
                     created.append(relation)
+                    appended.append(("relation", line))
         return created
 
     def add_observations(self, additions: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[str, list[str]]]:
@@ -233,6 +252,7 @@ class KnowledgeGraph:
                 added = _append_observations(conn, name, contents)
                 if added:
                     conn.execute("UPDATE entities SET updated = ? WHERE name = ?", (now, name))
+                    _rewrite_line(conn, name)
                 results.append((name, added))
         return results
 
@@ -271,6 +291,7 @@ class KnowledgeGraph:
                     ).rowcount
                 if removed:
                     conn.execute("UPDATE entities SET updated = ? WHERE name = ?", (now, name))
+                    _rewrite_line(conn, name)
                 count += removed
         return count, list(dict.fromkeys(missing))
 
@@ -287,10 +308,27 @@ class KnowledgeGraph:
 
     # ------------------------------------------------------------------ reading
 
-    def read_graph(self) -> Graph:
+    def _loaded(self) -> Loaded:
+        """The whole graph as search reads it, kept with the sidecar until the tables change."""
         with self.sidecar.snapshot() as conn:
+            version = self.sidecar.data_version(conn)
+            held = self.sidecar.derived.get("graph")
+            if held is not None and held[0] == version:
+                loaded: Loaded = held[1]
+                return loaded
             nodes, relations = _load(conn)
-        return Graph(tuple(n.entity for n in nodes), tuple(relations))
+        loaded = Loaded(nodes, relations, Prepared.of(nodes, relations))
+        self.sidecar.derived["graph"] = (version, loaded)
+        return loaded
+
+    def read_graph(self) -> Graph:
+        loaded = self._loaded()
+        return Graph(tuple(n.entity for n in loaded.nodes), tuple(loaded.relations))
+
+    def kept_lines(self) -> list[str]:
+        """Why each line of graph.jsonl that memvault keeps as it is could not be read."""
+        with self.sidecar.snapshot() as conn:
+            return [why for (why,) in conn.execute("SELECT why FROM graph_kept ORDER BY seq")]
 
     def open_nodes(self, names: Sequence[str]) -> Graph:
         """The named entities, and every relation from or to one of them (as the official server)."""
@@ -308,28 +346,24 @@ class KnowledgeGraph:
             raise InvalidArgument("query must be text.")
         if len(query) > MAX_QUERY_CHARS:
             raise InvalidArgument(f"query is longer than {MAX_QUERY_CHARS} characters; use a few words.")
-        with self.sidecar.snapshot() as conn:
-            nodes, relations = _load(conn)
+        loaded = self._loaded()
         if not query_terms(query):
             # An empty query matches everything, as a substring search would (the official server).
-            return Graph(tuple(n.entity for n in nodes), tuple(relations))
-        return search(nodes, relations, query, self.limits)
+            return Graph(tuple(n.entity for n in loaded.nodes), tuple(loaded.relations))
+        return search(loaded.nodes, loaded.relations, query, self.limits, loaded.prepared)
 
     # ------------------------------------------------------------------ export / import
 
     def export_rows(self) -> list[dict[str, Any]]:
-        """Entities (sorted by name) then relations (sorted), as plain dicts for JSON lines."""
+        """Entities then relations, each in creation order (as graph.jsonl), as plain dicts for JSON lines."""
         with self.sidecar.snapshot() as conn:
             nodes, relations = _load(conn)
             created = dict(conn.execute("SELECT name, created FROM entities").fetchall())
         rows: list[dict[str, Any]] = [
             {"kind": "entity", **n.entity.to_json(), "created": created[n.entity.name], "updated": n.updated}
-            for n in sorted(nodes, key=lambda n: n.entity.name)
+            for n in nodes
         ]
-        rows += [
-            {"kind": "relation", **r.to_json()}
-            for r in sorted(relations, key=lambda r: (r.source, r.target, r.relation_type))
-        ]
+        rows += [{"kind": "relation", **r.to_json()} for r in relations]
         return rows
 
     def parse_rows(self, rows: Iterable[Mapping[str, Any]]) -> GraphRows:
@@ -382,11 +416,19 @@ class KnowledgeGraph:
         for entity, created, updated in entities:
             cur = conn.execute(
                 _INSERT_ENTITY,
-                (entity.name, entity.entity_type, created, updated),
+                (
+                    entity.name,
+                    entity.entity_type,
+                    created,
+                    updated,
+                    entity_line(Entity(entity.name, entity.entity_type)),
+                ),
             )
             new_entities += cur.rowcount
             added = _append_observations(conn, entity.name, entity.observations)
             new_observations += len(added)
+            if added:
+                _rewrite_line(conn, entity.name)
             if added and cur.rowcount != 1:
                 conn.execute(
                     "UPDATE entities SET updated = max(updated, ?) WHERE name = ?", (updated, entity.name)
@@ -399,7 +441,7 @@ class KnowledgeGraph:
                 continue
             new_relations += conn.execute(
                 _INSERT_RELATION,
-                (r.source, r.target, r.relation_type),
+                (r.source, r.target, r.relation_type, relation_line(r)),
             ).rowcount
         return Imported(new_entities, new_observations, new_relations, skipped)
 
@@ -412,6 +454,15 @@ def _existing(conn: sqlite3.Connection, names: Sequence[str]) -> list[str]:
             row[0] for row in conn.execute(f"SELECT name FROM entities WHERE name IN ({marks})", tuple(chunk))
         ]
     return found
+
+
+def _rewrite_line(conn: sqlite3.Connection, name: str) -> None:
+    """After an entity's observations changed: its line, from its old one (fields memvault does not
+    know keep their place)."""
+    kind, old = conn.execute("SELECT entity_type, line FROM entities WHERE name = ?", (name,)).fetchone()
+    rows = conn.execute("SELECT text FROM observations WHERE entity = ? ORDER BY position", (name,))
+    entity = Entity(name, kind, tuple(text for (text,) in rows))
+    conn.execute("UPDATE entities SET line = ? WHERE name = ?", (entity_line(entity, old), name))
 
 
 def _append_observations(conn: sqlite3.Connection, name: str, contents: Iterable[str]) -> list[str]:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rapidfuzz import process
 from rapidfuzz.distance import OSA
 
 # Search limits (defaults of the MEMVAULT_GRAPH_* settings).
@@ -43,6 +44,7 @@ class Relation:
 class Graph:
     entities: tuple[Entity, ...] = ()
     relations: tuple[Relation, ...] = ()
+    left_out: int = 0  # entities a search matched beyond its cap
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,10 +88,37 @@ def _word_start(text: str, term: str) -> bool:
     return False
 
 
-def term_score(term: str, entity: Entity) -> float:
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """An entity's text case-folded once, for every term of every search until the graph changes."""
+
+    name: str
+    kind: str
+    observations: str  # each observation case-folded, one per line (a term holds no line break)
+    blob: str  # all three: a term found nowhere in it scores by typos alone
+
+    @classmethod
+    def of(cls, entity: Entity) -> Folded:
+        name, kind = entity.name.casefold(), entity.entity_type.casefold()
+        observations = "\n".join(o.casefold() for o in entity.observations)
+        return cls(name, kind, observations, f"{name}\n{kind}\n{observations}")
+
+
+def term_score(term: str, entity: Entity | Folded) -> float:
     """How well one (case-folded) term matches an entity: name above type above observations."""
-    name = entity.name.casefold()
-    kind = entity.entity_type.casefold()
+    folded = entity if isinstance(entity, Folded) else Folded.of(entity)
+    score = _exact_score(term, folded)
+    if score == 0:
+        # A typo, as read_memory tolerates them: a word of the name (or type) within one edit or swap
+        # (4-7 letters) or two (8 or more) of the term.
+        score = 3.0 if _near_word(term, folded.name) else 1.0 if _near_word(term, folded.kind) else 0.0
+    return score
+
+
+def _exact_score(term: str, folded: Folded) -> float:
+    if term not in folded.blob:
+        return 0.0
+    name, kind = folded.name, folded.kind
     score = 0.0
     if name == term:
         score += 10
@@ -102,31 +131,91 @@ def term_score(term: str, entity: Entity) -> float:
     elif term in kind:
         score += 1
     # Term frequency in the observations, capped so one chatty entity cannot drown a name match.
-    score += min(5, sum(o.casefold().count(term) for o in entity.observations))
-    if score == 0:
-        # A typo, as read_memory tolerates them: a word of the name (or type) within one edit or swap
-        # (4-7 letters) or two (8 or more) of the term.
-        score = 3.0 if _near_word(term, name) else 1.0 if _near_word(term, kind) else 0.0
-    return score
+    return score + min(5, folded.observations.count(term))
 
 
 def _near_word(term: str, text: str) -> bool:
+    return any(_near(term, word) for word in _WORDS.findall(text))
+
+
+def _near(term: str, word: str) -> bool:
     if len(term) < 4:
         return False
     most = 1 if len(term) < 8 else 2
-    return any(
-        abs(len(word) - len(term)) <= most and OSA.distance(term, word, score_cutoff=most) <= most
-        for word in _WORDS.findall(text)
-    )
+    return abs(len(word) - len(term)) <= most and OSA.distance(term, word, score_cutoff=most) <= most
+
+
+def _near_names(term: str, words: Mapping[str, list[str]]) -> set[str]:
+    """The entities one of whose words (in ``words``: word -> entities) is within a typo of the term
+    (every word compared in one call: a distance is never less than the difference in length)."""
+    if len(term) < 4:
+        return set()
+    most = 1 if len(term) < 8 else 2
+    near = process.extract(term, words.keys(), scorer=OSA.distance, score_cutoff=most, limit=None)
+    return {name for word, _, _ in near for name in words[word]}
 
 
 def _ranked(
-    names: Iterable[str], score: Mapping[str, float], degree: Mapping[str, int], updated: Mapping[str, str]
+    names: Iterable[str], score: Mapping[str, float], rank: Mapping[str, int], most: int
 ) -> list[str]:
-    out = sorted(names)
-    out.sort(key=lambda n: updated[n], reverse=True)  # recency breaks ties ...
-    out.sort(key=lambda n: (-score[n], -degree[n]))  # ... after score and connectedness
-    return out
+    """The ``most`` best: by score, then by ``rank`` (connectedness, then recency, then name; see
+    Prepared). Grouped by score first, so only the groups that reach ``most`` are sorted."""
+    groups: dict[float, list[str]] = {}
+    for name in names:
+        groups.setdefault(score[name], []).append(name)
+    out: list[str] = []
+    for value in sorted(groups, reverse=True):
+        out += sorted(groups[value], key=rank.__getitem__)
+        if len(out) >= most:
+            break
+    return out[:most]
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What every search of one state of the graph shares: computed once, kept until it changes."""
+
+    by_name: dict[str, Node]
+    folded: dict[str, Folded]
+    adjacency: dict[str, list[str]]  # relations read both ways, among entities, sorted
+    rank: dict[str, int]  # order among equal scores: the better connected, the more recent, by name
+    touching: dict[str, list[int]]  # each entity's relations (their places in the relation list)
+    name_words: dict[str, list[str]]  # each word of a name -> the entities with it in their name
+    kind_words: dict[str, list[str]]  # the same for types
+
+    @classmethod
+    def of(cls, nodes: Sequence[Node], relations: Sequence[Relation]) -> Prepared:
+        by_name = {n.entity.name: n for n in nodes}
+        near: dict[str, set[str]] = {}
+        for r in relations:
+            if r.source != r.target and r.source in by_name and r.target in by_name:
+                near.setdefault(r.source, set()).add(r.target)
+                near.setdefault(r.target, set()).add(r.source)
+        times = sorted({n.updated for n in nodes}, reverse=True)
+        rank = {t: i for i, t in enumerate(times)}
+        folded = {name: Folded.of(n.entity) for name, n in by_name.items()}
+        name_words: dict[str, list[str]] = {}
+        kind_words: dict[str, list[str]] = {}
+        for name, f in folded.items():
+            for word in dict.fromkeys(_WORDS.findall(f.name)):
+                name_words.setdefault(word, []).append(name)
+            for word in dict.fromkeys(_WORDS.findall(f.kind)):
+                kind_words.setdefault(word, []).append(name)
+        order = sorted(by_name, key=lambda n: (-len(near.get(n, ())), rank[by_name[n].updated], n))
+        touching: dict[str, list[int]] = {}
+        for i, r in enumerate(relations):
+            touching.setdefault(r.source, []).append(i)
+            if r.target != r.source:
+                touching.setdefault(r.target, []).append(i)
+        return cls(
+            by_name,
+            folded,
+            {name: sorted(them) for name, them in near.items()},
+            {name: i for i, name in enumerate(order)},
+            touching,
+            name_words,
+            kind_words,
+        )
 
 
 def _shortest_paths(
@@ -152,7 +241,13 @@ def _shortest_paths(
     return found
 
 
-def search(nodes: Sequence[Node], relations: Sequence[Relation], query: str, limits: SearchLimits) -> Graph:
+def search(
+    nodes: Sequence[Node],
+    relations: Sequence[Relation],
+    query: str,
+    limits: SearchLimits,
+    prepared: Prepared | None = None,
+) -> Graph:
     """Entities matching the query, ranked, plus the entities on short paths joining the terms' best matches.
 
     Each term picks its entry entities: its best matches (name, type, observations; scored by
@@ -161,29 +256,28 @@ def search(nodes: Sequence[Node], relations: Sequence[Relation], query: str, lim
     most ``max_path_len`` long) between entry entities of different terms is added, so a query
     for two concepts also returns what connects them. Then come entities matching every term,
     then those matching some term. An entity that matches no term and joins nothing is left out.
-    Relations returned are those among the result entities.
+    Relations returned are every one from or to a result entity (as the official server's search);
+    ``left_out`` says how many matching entities the cap left out.
     """
     terms = query_terms(query)
-    by_name = {n.entity.name: n for n in nodes}
-    adjacency: dict[str, set[str]] = {}
-    for r in relations:
-        if r.source != r.target and r.source in by_name and r.target in by_name:
-            adjacency.setdefault(r.source, set()).add(r.target)
-            adjacency.setdefault(r.target, set()).add(r.source)
-    degree = {name: len(adjacency.get(name, ())) for name in by_name}
-    updated = {name: n.updated for name, n in by_name.items()}
-    ordered_adjacency = {name: sorted(near) for name, near in adjacency.items()}
+    p = prepared if prepared is not None else Prepared.of(nodes, relations)
+    by_name, rank, ordered_adjacency = p.by_name, p.rank, p.adjacency
 
     per_term: list[dict[str, float]] = []
     for term in terms:
-        scores = {name: s for name, n in by_name.items() if (s := term_score(term, n.entity)) > 0}
+        scores = {name: _exact_score(term, f) for name, f in p.folded.items() if term in f.blob}
+        # A typo (see term_score): words within an edit or two, looked up once per distinct word.
+        near_name = _near_names(term, p.name_words) - scores.keys()
+        near_kind = _near_names(term, p.kind_words) - scores.keys() - near_name
+        scores.update(dict.fromkeys(near_name, 3.0))
+        scores.update(dict.fromkeys(near_kind, 1.0))
         per_term.append(scores)
 
     entries: list[list[str]] = []
     for scores in per_term:
-        ranked = _ranked(scores, scores, degree, updated)
+        ranked = _ranked(scores, scores, rank, limits.entries_per_term)
         best = scores[ranked[0]] if ranked else 0.0
-        entries.append([n for n in ranked if scores[n] >= best * ENTRY_RATIO][: limits.entries_per_term])
+        entries.append([n for n in ranked if scores[n] >= best * ENTRY_RATIO])
 
     result: dict[str, None] = {}
     for group in entries:
@@ -200,16 +294,24 @@ def search(nodes: Sequence[Node], relations: Sequence[Relation], query: str, lim
                 for target in sorted(paths):
                     result.update(dict.fromkeys(paths[target]))
 
-    total = {name: sum(scores.get(name, 0.0) for scores in per_term) for name in by_name}
+    matched = len(result)
     if per_term:
-        every = [n for n in by_name if all(n in scores for scores in per_term)]
-        some = [n for n in by_name if any(n in scores for scores in per_term)]
-        result.update(dict.fromkeys(_ranked(every, total, degree, updated)))
-        result.update(dict.fromkeys(_ranked(some, total, degree, updated)))
+        some = set().union(*per_term)
+        matched = len(some | result.keys())
+        total = dict(per_term[0])
+        for scores in per_term[1:]:
+            for name, value in scores.items():
+                total[name] = total.get(name, 0.0) + value
+        every = set(per_term[0]).intersection(*per_term[1:])
+        # Only as many as can still come back are ranked.
+        result.update(dict.fromkeys(_ranked(every, total, rank, limits.max_results)))
+        if len(result) < limits.max_results:
+            result.update(dict.fromkeys(_ranked(some, total, rank, limits.max_results)))
 
     chosen = list(result)[: limits.max_results]
-    keep = set(chosen)
+    places = sorted({i for name in chosen for i in p.touching.get(name, ())})
     return Graph(
         tuple(by_name[name].entity for name in chosen),
-        tuple(r for r in relations if r.source in keep and r.target in keep),
+        tuple(relations[i] for i in places),
+        matched - len(chosen),
     )

@@ -111,6 +111,37 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             conflicted INT NOT NULL DEFAULT 0
         ) WITHOUT ROWID""",
     ),
+    # 7: hold what the files hold. A session version stores what its history line stores: the
+    # whole text, or (delta) what an append added, with the whole text's length (chars; NULL in
+    # older rows, which are whole). A graph entity or relation keeps its graph.jsonl line (line),
+    # so a write rewrites only what changed, byte for byte the rest; an entity's observations may
+    # repeat, as in the official server's file; lines of graph.jsonl memvault cannot take as an
+    # entity or a relation are kept as they are (graph_kept), after the entry they followed.
+    (
+        "ALTER TABLE session_versions ADD COLUMN delta INT NOT NULL DEFAULT 0",
+        "ALTER TABLE session_versions ADD COLUMN chars INT",
+        "ALTER TABLE entities ADD COLUMN line TEXT",
+        "ALTER TABLE relations ADD COLUMN line TEXT",
+        """CREATE TABLE observation_list (
+            entity TEXT NOT NULL,
+            position INT NOT NULL,
+            text TEXT NOT NULL,
+            PRIMARY KEY (entity, position)
+        ) WITHOUT ROWID""",
+        "INSERT INTO observation_list (entity, position, text) "
+        "SELECT entity, position, text FROM observations",
+        "DROP TABLE observations",
+        "ALTER TABLE observation_list RENAME TO observations",
+        """CREATE TABLE IF NOT EXISTS graph_kept (
+            seq INTEGER PRIMARY KEY,
+            after_kind TEXT NOT NULL,
+            after_id INT NOT NULL,
+            line TEXT NOT NULL,
+            why TEXT NOT NULL
+        )""",
+        # A canonical file read by an older memvault: read it again, into the new columns.
+        "DELETE FROM canonical_files",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -257,6 +288,9 @@ class Sidecar:
         self._closed = False
         self._writes = 0  # transactions of ours so far: with SQLite's data_version, says what changed
         self._access_cache: tuple[tuple[int, int], dict[str, datetime]] | None = None
+        # What the modules that keep their own tables derive from them (the graph's search form),
+        # each under the data_version it was made at; dropped with the sidecar when a token unloads.
+        self.derived: dict[str, tuple[tuple[int, int], Any]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -290,6 +324,7 @@ class Sidecar:
             if self._closed:
                 return
             self._closed = True
+            self.derived.clear()
             try:
                 self._conn.execute("PRAGMA optimize")
             except sqlite3.Error:
@@ -364,6 +399,11 @@ class Sidecar:
             finally:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
+
+    def data_version(self, conn: sqlite3.Connection) -> tuple[int, int]:
+        """What the tables hold, as a value that changes with every commit (ours or another
+        process's). Call inside snapshot() or transaction(), with the connection they give."""
+        return self._version(conn)
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         """One short BEGIN IMMEDIATE transaction; rolled back if the body raises."""

@@ -10,20 +10,35 @@ from typing import Any, Protocol
 
 from memvault.clock import Clock, format_time, require_time, utcnow
 from memvault.disk.markdown import clean_tags
-from memvault.errors import InvalidArgument, UnknownSession, quote
+from memvault.errors import InvalidArgument, TooLarge, UnknownSession, quote
 from memvault.records.sidecar import Sidecar
-from memvault.records.summaryfiles import APPEND_SEPARATOR, Version
+from memvault.records.summaryfiles import APPEND_SEPARATOR, Stored, TextBuilder, Version, stored_as, whole
 
-__all__ = ["APPEND_SEPARATOR", "Imported", "Page", "SessionFiles", "SessionInfo", "Sessions", "Version"]
+__all__ = [
+    "APPEND_SEPARATOR",
+    "Head",
+    "Imported",
+    "Page",
+    "SessionFiles",
+    "SessionInfo",
+    "Sessions",
+    "Stored",
+    "Version",
+]
 
 MAX_SESSION_ID_CHARS = 200
 MAX_TITLE_CHARS = 200
+# What one session may cost: its versions, and the characters its history stores, as a multiple of
+# the largest text one call may send (each version keeps what it added, so this is what it holds).
+MAX_SESSION_VERSIONS = 10_000
+HISTORY_CHARS_PER_CONTENT = 50
 SORT_KEYS = ("lastUpdated", "title")
 ORDERS = ("asc", "desc")
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 200
 
 _COLUMNS = "session_id, version, ts, title, tags, summary"
+_STORED = "session_id, version, ts, title, tags, summary, delta, coalesce(chars, length(summary))"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +50,17 @@ class SessionInfo:
     tags: tuple[str, ...]
     last_updated: str
     versions: int
+    chars: int
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A version without its text: what get_session_history lists."""
+
+    version: int
+    ts: str
+    title: str | None
+    tags: tuple[str, ...]
     chars: int
 
 
@@ -91,17 +117,57 @@ def _check_text(text: str, what: str, limit: int) -> str:
 # ---------------------------------------------------------------------------- rows
 
 
-def _version(row: Sequence[Any]) -> Version:
-    session_id, version, ts, title, tags, summary = row
-    return Version(session_id, int(version), ts, title, tuple(json.loads(tags)), summary)
+def _stored(row: Sequence[Any]) -> Stored:
+    session_id, version, ts, title, tags, text, delta, chars = row
+    return Stored(session_id, int(version), ts, title, tuple(json.loads(tags)), text, bool(delta), int(chars))
+
+
+def stored_rows(conn: sqlite3.Connection, session_id: str, first: int = 0, last: int = 2**62) -> list[Stored]:
+    """The session's stored versions from ``first`` to ``last``, oldest first."""
+    rows = conn.execute(
+        f"SELECT {_STORED} FROM session_versions WHERE session_id = ? AND version BETWEEN ? AND ? "
+        "ORDER BY version",
+        (session_id, first, last),
+    ).fetchall()
+    return [_stored(row) for row in rows]
+
+
+def _base(conn: sqlite3.Connection, session_id: str, version: int) -> int:
+    """The newest version at or before ``version`` stored whole: its text starts the build."""
+    row = conn.execute(
+        "SELECT max(version) FROM session_versions WHERE session_id = ? AND version <= ? AND delta = 0",
+        (session_id, version),
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else 1
+
+
+def _at(conn: sqlite3.Connection, session_id: str, version: int) -> Version | None:
+    """One version with its whole text, built from the rows since the last whole one."""
+    rows = stored_rows(conn, session_id, _base(conn, session_id, version), version)
+    if not rows or rows[-1].version != version:
+        return None
+    builder = TextBuilder()
+    for row in rows:
+        builder.apply(row)
+    return whole(rows[-1], builder.text())
 
 
 def _latest(conn: sqlite3.Connection, session_id: str) -> Version | None:
     row = conn.execute(
-        f"SELECT {_COLUMNS} FROM session_versions WHERE session_id = ? ORDER BY version DESC LIMIT 1",
-        (session_id,),
+        "SELECT max(version) FROM session_versions WHERE session_id = ?", (session_id,)
     ).fetchone()
-    return None if row is None else _version(row)
+    return None if row is None or row[0] is None else _at(conn, session_id, int(row[0]))
+
+
+def insert_stored(conn: sqlite3.Connection, rows: Iterable[Stored], *, replace: bool = False) -> None:
+    verb = "INSERT OR REPLACE" if replace else "INSERT"
+    conn.executemany(
+        f"{verb} INTO session_versions ({_COLUMNS}, delta, chars) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (r.session_id, r.version, r.ts, r.title, _tags_json(r.tags), r.text, int(r.delta), r.chars)
+            for r in rows
+        ],
+    )
 
 
 def _tags_json(tags: Sequence[str]) -> str:
@@ -113,7 +179,9 @@ class SessionFiles(Protocol):
 
     def check(self, conn: sqlite3.Connection, session_id: str) -> None: ...
 
-    def written(self, conn: sqlite3.Connection, new: Version, *, meta: bool = False) -> None: ...
+    def written(
+        self, conn: sqlite3.Connection, new: Stored, latest: Version, *, meta: bool = False
+    ) -> None: ...
 
 
 class Sessions:
@@ -181,6 +249,7 @@ class Sessions:
         title = check_title(title)
         tag_tuple = None if tags is None else clean_tags(tags)
         now = format_time(self.clock())
+        history_limit = self.max_chars * HISTORY_CHARS_PER_CONTENT
         # Read-latest-then-insert in one BEGIN IMMEDIATE transaction: two appends, even from two
         # processes, cannot both build on the same latest version.
         with self.sidecar.transaction() as conn:
@@ -198,12 +267,29 @@ class Sessions:
                 tags=tag_tuple if tag_tuple is not None else (latest.tags if latest else ()),
                 summary=text,
             )
-            conn.execute(
-                f"INSERT INTO session_versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-                (new.session_id, new.version, new.ts, new.title, _tags_json(new.tags), new.summary),
-            )
+            row = stored_as(new, latest.summary if latest else None)
+            count, held = conn.execute(
+                "SELECT count(*), coalesce(sum(length(summary)), 0) FROM session_versions "
+                "WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            if count >= MAX_SESSION_VERSIONS:
+                raise InvalidArgument(
+                    f"Session {quote(session_id)} holds {count:,} versions, the most one session keeps; "
+                    "nothing was saved. Continue in a new session: upsert_summary with a new sessionId "
+                    "(for example the same id with '-2') and a condensed summary of this one."
+                )
+            if held + len(row.text) > history_limit:
+                raise TooLarge(
+                    f"Session {quote(session_id)}'s history",
+                    held + len(row.text),
+                    history_limit,
+                    "Nothing was saved. Continue in a new session: upsert_summary with a new sessionId "
+                    "(for example the same id with '-2') and a condensed summary of this one.",
+                )
+            insert_stored(conn, [row])
             if self.files is not None:
-                self.files.written(conn, new)  # the file first: it commits before the copy does
+                self.files.written(conn, row, new)  # the file first: it commits before the copy does
         return new
 
     def update_metadata(
@@ -229,13 +315,13 @@ class Sessions:
             )
             updated = Version(session_id, latest.version, latest.ts, new_title, new_tags, latest.summary)
             if self.files is not None:
-                self.files.written(conn, updated, meta=True)
+                self.files.written(conn, stored_as(updated, None), updated, meta=True)
         return updated
 
     # ------------------------------------------------------------------ reading
 
     def latest(self, session_id: str) -> tuple[Version, int]:
-        """The latest version and how many versions the session has."""
+        """The latest version and how many versions the session has (its number, when none is missing)."""
         session_id = check_session_id(session_id)
         with self.sidecar.snapshot() as conn:
             latest = _latest(conn, session_id)
@@ -246,17 +332,61 @@ class Sessions:
             ).fetchone()[0]
         return latest, int(count)
 
-    def history(self, session_id: str) -> list[Version]:
-        """Every version, newest first."""
+    def version(self, session_id: str, number: int) -> Version | None:
+        """One version with its whole text; None when the session has no such version."""
+        session_id = check_session_id(session_id)
+        with self.sidecar.snapshot() as conn:
+            found = _at(conn, session_id, number)
+            if (
+                found is None
+                and conn.execute(
+                    "SELECT 1 FROM session_versions WHERE session_id = ? LIMIT 1", (session_id,)
+                ).fetchone()
+                is None
+            ):
+                raise UnknownSession(session_id)
+        return found
+
+    def heads(self, session_id: str) -> list[Head]:
+        """Every version without its text, newest first."""
         session_id = check_session_id(session_id)
         with self.sidecar.snapshot() as conn:
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM session_versions WHERE session_id = ? ORDER BY version DESC",
+                "SELECT version, ts, title, tags, coalesce(chars, length(summary)) FROM session_versions "
+                "WHERE session_id = ? ORDER BY version DESC",
                 (session_id,),
             ).fetchall()
         if not rows:
             raise UnknownSession(session_id)
-        return [_version(row) for row in rows]
+        return [
+            Head(int(n), ts, title, tuple(json.loads(tags)), int(chars)) for n, ts, title, tags, chars in rows
+        ]
+
+    def texts(self, session_id: str, numbers: Iterable[int]) -> dict[int, str]:
+        """The whole texts of the given versions, built in one pass from the oldest one's base."""
+        wanted = set(numbers)
+        if not wanted:
+            return {}
+        session_id = check_session_id(session_id)
+        with self.sidecar.snapshot() as conn:
+            rows = stored_rows(conn, session_id, _base(conn, session_id, min(wanted)), max(wanted))
+        builder, found = TextBuilder(), {}
+        for row in rows:
+            builder.apply(row)
+            if row.version in wanted:
+                found[row.version] = builder.text()
+        return found
+
+    def history(self, session_id: str) -> list[Version]:
+        """Every version with its whole text, newest first (each text is built, so this costs the
+        sum of every version's length: the tools list heads() and build only what they show)."""
+        heads = self.heads(session_id)
+        texts = self.texts(session_id, [h.version for h in heads])
+        return [
+            Version(session_id, h.version, h.ts, h.title, h.tags, texts[h.version])
+            for h in heads
+            if h.version in texts
+        ]
 
     def listing(
         self,
@@ -274,7 +404,7 @@ class Sessions:
         """Every session's latest version, unsorted."""
         with self.sidecar.snapshot() as conn:
             rows = conn.execute(
-                "SELECT s.session_id, s.title, s.tags, s.ts, c.n, length(s.summary) "
+                "SELECT s.session_id, s.title, s.tags, s.ts, c.n, coalesce(s.chars, length(s.summary)) "
                 "FROM session_versions AS s JOIN ("
                 "  SELECT session_id, max(version) AS v, count(*) AS n"
                 "  FROM session_versions GROUP BY session_id"
@@ -290,9 +420,19 @@ class Sessions:
     def export_rows(self) -> list[dict[str, Any]]:
         """Every version as a plain dict, sorted by session id and version (for JSON lines)."""
         with self.sidecar.snapshot() as conn:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM session_versions ORDER BY session_id, version"
-            ).fetchall()
+            stored = [
+                _stored(row)
+                for row in conn.execute(
+                    f"SELECT {_STORED} FROM session_versions ORDER BY session_id, version"
+                )
+            ]
+        rows: list[Version] = []
+        builder, current = TextBuilder(), None
+        for row in stored:
+            if row.session_id != current:
+                builder, current = TextBuilder(), row.session_id
+            builder.apply(row)
+            rows.append(whole(row, builder.text()))
         return [
             {
                 "kind": "session",
@@ -303,7 +443,7 @@ class Sessions:
                 "tags": list(v.tags),
                 "summary": v.summary,
             }
-            for v in map(_version, rows)
+            for v in rows
         ]
 
     def parse_rows(self, rows: Iterable[Mapping[str, Any]]) -> list[Version]:
@@ -321,17 +461,14 @@ class Sessions:
         """Insert checked versions inside the caller's transaction (all of an import, or nothing)."""
         added = unchanged = conflicts = 0
         for v in versions:
-            existing = conn.execute(
-                f"SELECT {_COLUMNS} FROM session_versions WHERE session_id = ? AND version = ?",
+            exists = conn.execute(
+                "SELECT 1 FROM session_versions WHERE session_id = ? AND version = ?",
                 (v.session_id, v.version),
             ).fetchone()
-            if existing is None:
-                conn.execute(
-                    f"INSERT INTO session_versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-                    (v.session_id, v.version, v.ts, v.title, _tags_json(v.tags), v.summary),
-                )
+            if exists is None:
+                insert_stored(conn, [stored_as(v, None)])
                 added += 1
-            elif _version(existing) == v:
+            elif _at(conn, v.session_id, v.version) == v:
                 unchanged += 1
             else:
                 conflicts += 1

@@ -4,8 +4,11 @@
 createdAt, updatedAt); ``sessions/<name>.history.jsonl`` holds every version, one JSON line each:
 an upsert stores the whole text (``summary``), an append only what it added (``append``), a
 metadata change the new title and tags of an existing version (``meta``). So the history grows
-with the text written, not with its square. The history is canonical; the markdown file is what a
-person reads, and an edit of its body is taken as a new version.
+with the text written, not with its square, and so does what is read from it: versions are held as
+the file holds them (:class:`Stored`), and a whole text is built only for the version asked for.
+The history is canonical; the markdown file is what a person reads, and an edit of its body is
+taken as a new version. A session is what its own files name: a file whose lines or frontmatter
+name another session (a copy, a planted file) is no part of that session, nor of any other.
 """
 
 from __future__ import annotations
@@ -49,13 +52,84 @@ class Version:
 
 
 @dataclass(frozen=True, slots=True)
+class Stored:
+    """One version as the history file stores it: the whole text, or (``delta``) only what it
+    appended to the previous version's text; ``chars`` is the length of its whole text."""
+
+    session_id: str
+    version: int
+    ts: str
+    title: str | None
+    tags: tuple[str, ...]
+    text: str
+    delta: bool
+    chars: int
+
+
+@dataclass(frozen=True, slots=True)
 class SessionFiles:
-    """What a session's files hold: its versions, oldest first, and whether git left markers in them."""
+    """What a session's files hold: its versions as stored, oldest first, and whether git left
+    markers in them."""
 
     session_id: str | None
-    versions: list[Version]
+    versions: list[Stored]
     conflicted: bool
     history_versions: int  # the last version the history file itself holds (0: none)
+    latest: Version | None = None  # the newest version's whole text
+    unrecorded: tuple[Stored, ...] = ()  # a person's edit of the markdown file the history lacks
+    retitled: bool = False  # a person changed the latest version's title or tags in the markdown file
+    stale: bool = False  # the markdown file shows an older version than the history holds
+    foreign: str | None = None  # the session another session's file here names (ignored)
+
+
+@dataclass(frozen=True, slots=True)
+class Foreign:
+    """A file in sessions/ that names another session than its own name says (a copy of its file)."""
+
+    session_id: str
+
+
+class TextBuilder:
+    """A version's whole text from its stored rows, in linear time: each append is the text so
+    far without its trailing whitespace, a blank line, then what was added."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+
+    def apply(self, row: Stored) -> None:
+        if not row.delta:
+            self.parts, self.size = [row.text], len(row.text)
+            return
+        while self.parts and not self.parts[-1].rstrip():
+            self.size -= len(self.parts.pop())
+        if self.parts:
+            last = self.parts[-1]
+            trimmed = last.rstrip()
+            self.size -= len(last) - len(trimmed)
+            self.parts[-1] = trimmed
+        self.parts += [APPEND_SEPARATOR, row.text]
+        self.size += len(APPEND_SEPARATOR) + len(row.text)
+
+    def text(self) -> str:
+        joined = "".join(self.parts)
+        self.parts = [joined] if joined else []
+        return joined
+
+
+def stored_as(new: Version, previous_text: str | None) -> Stored:
+    """How a new version is stored: as what it appended when it is the previous text, a blank line
+    and more (as append_summary makes it), else whole."""
+    head = None if previous_text is None else previous_text.rstrip() + APPEND_SEPARATOR
+    if head is not None and previous_text and new.summary.startswith(head):
+        text, delta = new.summary[len(head) :], True
+    else:
+        text, delta = new.summary, False
+    return Stored(new.session_id, new.version, new.ts, new.title, new.tags, text, delta, len(new.summary))
+
+
+def whole(row: Stored, text: str) -> Version:
+    return Version(row.session_id, row.version, row.ts, row.title, row.tags, text)
 
 
 def json_line(row: Mapping[str, object]) -> str:
@@ -94,7 +168,7 @@ def stem_of(name: str) -> str | None:
 # ---------------------------------------------------------------------------- writing
 
 
-def history_line(new: Version, previous: Version | None, *, meta: bool = False) -> str:
+def history_line(new: Stored, *, meta: bool = False) -> str:
     row: dict[str, Any] = {"session": new.session_id, "version": new.version}
     if not meta:
         row["ts"] = new.ts
@@ -102,10 +176,10 @@ def history_line(new: Version, previous: Version | None, *, meta: bool = False) 
     row["tags"] = list(new.tags)
     if meta:
         row["meta"] = True
-    elif previous is not None and new.summary.startswith(previous.summary.rstrip() + APPEND_SEPARATOR):
-        row["append"] = new.summary[len(previous.summary.rstrip() + APPEND_SEPARATOR) :]
+    elif new.delta:
+        row["append"] = new.text
     else:
-        row["summary"] = new.summary
+        row["summary"] = new.text
     return json_line(row)
 
 
@@ -163,26 +237,41 @@ def read_text(path: Path) -> str:
 
 
 def check_folder(folder: Path) -> None:
-    """Refuse to write through a ``sessions`` folder that is a link (it could lead out of the vault)."""
-    if os.path.islink(folder / SESSIONS_DIR):
+    """Refuse to write through a ``sessions`` folder that is a link (it could lead out of the vault)
+    or into one that is not a folder at all."""
+    path = folder / SESSIONS_DIR
+    if os.path.islink(path):
         raise InvalidArgument(
             f"'{SESSIONS_DIR}/' in this vault is a symbolic link, which memvault does not write through; "
             "ask the user to replace it with a real folder."
         )
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise InvalidArgument(
+            f"'{SESSIONS_DIR}' in this vault is a file, not a folder, so no session can be saved; "
+            "ask the user to rename or move that file (memvault keeps session summaries in "
+            f"'{SESSIONS_DIR}/')."
+        )
 
 
-def read(md: Path, history: Path, *, mtime_ts: str) -> SessionFiles:
+def read(md: Path, history: Path, *, mtime_ts: str, stem: str | None = None) -> SessionFiles:
     """A session's versions from its files. Lines that are not versions (git's markers, a damaged
-    line) mark the session conflicted: it is served as far as it reads, and not written."""
-    versions: dict[int, Version] = {}
+    line) mark the session conflicted: it is served as far as it reads, and not written. With
+    ``stem`` (the files' name), lines and frontmatter naming a session whose files have another
+    name are left out: a copy of another session's file is no part of it."""
+    versions: dict[int, Stored] = {}
     conflicted = False
     session_id: str | None = None
-    raw = read_text(history)
-    for line in raw.split("\n"):
+    foreign: str | None = None
+    builder = TextBuilder()
+    for line in read_text(history).split("\n"):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
+            sid = row["session"] if isinstance(row, dict) else None
+            if isinstance(sid, str) and stem is not None and file_stem(sid) != stem:
+                foreign = foreign or sid
+                continue
             version = _apply(row, versions)
         except (ValueError, TypeError, KeyError, OverflowError, RecursionError, InvalidArgument):
             conflicted = True
@@ -190,19 +279,34 @@ def read(md: Path, history: Path, *, mtime_ts: str) -> SessionFiles:
         session_id = session_id or version.session_id
     history_versions = max(versions, default=0)
     ordered = [versions[n] for n in sorted(versions)]
-    hand = _from_markdown(md, ordered[-1] if ordered else None, session_id, mtime_ts)
+    for row in ordered:
+        builder.apply(row)
+    latest = whole(ordered[-1], builder.text()) if ordered else None
+    hand = _from_markdown(md, latest, session_id, mtime_ts, stem)
+    unrecorded: tuple[Stored, ...] = ()
+    retitled = stale = False
     if hand == "conflicted":
         conflicted = True
+    elif hand == "stale":
+        stale = True
+    elif isinstance(hand, Foreign):
+        foreign = foreign or hand.session_id
     elif hand is not None:
         session_id = session_id or hand.session_id
-        if ordered and hand.version == ordered[-1].version:
-            ordered[-1] = hand  # title or tags edited by hand
+        if latest is not None and hand.version == latest.version:
+            ordered[-1] = replace(ordered[-1], title=hand.title, tags=hand.tags)  # edited by hand
+            retitled = True
         else:
-            ordered.append(hand)
-    return SessionFiles(session_id, ordered, conflicted, history_versions)
+            added = stored_as(hand, latest.summary if latest else None)
+            ordered.append(added)
+            unrecorded = (added,)
+        latest = hand
+    return SessionFiles(
+        session_id, ordered, conflicted, history_versions, latest, unrecorded, retitled, stale, foreign
+    )
 
 
-def _apply(row: Any, versions: dict[int, Version]) -> Version:
+def _apply(row: Any, versions: dict[int, Stored]) -> Stored:
     if not isinstance(row, dict):
         raise TypeError("not an object")
     session_id = row["session"]
@@ -223,18 +327,42 @@ def _apply(row: Any, versions: dict[int, Version]) -> Version:
         return versions[number]
     ts = format_time(require_time(row["ts"]))
     if "append" in row:
-        text = versions[number - 1].summary.rstrip() + APPEND_SEPARATOR + row["append"]
+        previous = versions[number - 1]
+        text, delta = row["append"], True
+        if not isinstance(text, str):
+            raise TypeError("append")
+        chars = _appended_length(previous, text, versions)
     else:
-        text = row["summary"]
-    if not isinstance(text, str):
-        raise TypeError("summary")
-    versions[number] = Version(session_id, number, ts, title or None, clean_tags(tags), text)
+        text, delta = row["summary"], False
+        if not isinstance(text, str):
+            raise TypeError("summary")
+        chars = len(text)
+    versions[number] = Stored(session_id, number, ts, title or None, clean_tags(tags), text, delta, chars)
     return versions[number]
 
 
-def _from_markdown(md: Path, latest: Version | None, session_id: str | None, mtime_ts: str) -> Any:
+def _appended_length(previous: Stored, text: str, versions: Mapping[int, Stored]) -> int:
+    """The whole length of ``previous``'s text + a blank line + ``text``, from the stored rows only:
+    the previous text's trailing whitespace is found by walking back over appends that are blank."""
+    trailing, row = 0, previous
+    while True:
+        stripped = row.text.rstrip()
+        if stripped or not row.delta:
+            trailing += len(row.text) - len(stripped)
+            break
+        # A blank append: it and its separator go, and the text before it loses its own trailing space.
+        trailing += len(row.text) + len(APPEND_SEPARATOR)
+        row = versions[row.version - 1]
+    return previous.chars - min(trailing, previous.chars) + len(APPEND_SEPARATOR) + len(text)
+
+
+def _from_markdown(
+    md: Path, latest: Version | None, session_id: str | None, mtime_ts: str, stem: str | None
+) -> Any:
     """The version a person's edit of the markdown file makes: None when it holds nothing new,
-    "conflicted" when git left markers in it (and it is not simply our rendering of such a text)."""
+    "conflicted" when git left markers in it (and it is not simply our rendering of such a text),
+    "stale" when it shows a version older than the history's latest (a crash between the two
+    writes, not an edit), Foreign when it names a session whose files have another name."""
     text = read_text(md)
     if not text:
         return None
@@ -250,6 +378,9 @@ def _from_markdown(md: Path, latest: Version | None, session_id: str | None, mti
         if has_conflict_markers(text):
             return "conflicted"
         meta = {}
+    owner = meta.get("sessionId")
+    if isinstance(owner, str) and owner.strip() and stem is not None and file_stem(owner) != stem:
+        return Foreign(owner)
     if latest is not None and body == latest.summary.strip():
         title, tags = _title_and_tags(meta, latest)
         if (title, tags) == (latest.title, latest.tags):
@@ -259,7 +390,14 @@ def _from_markdown(md: Path, latest: Version | None, session_id: str | None, mti
         return "conflicted"
     if not body:
         return None
-    owner = meta.get("sessionId")
+    shown = meta.get("version")
+    if (
+        latest is not None
+        and isinstance(shown, int)
+        and not isinstance(shown, bool)
+        and shown < latest.version
+    ):
+        return "stale"
     sid = owner if isinstance(owner, str) and owner.strip() else session_id
     if sid is None or (session_id is not None and sid != session_id):
         return None

@@ -15,38 +15,44 @@ import json
 import os
 import sqlite3
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
 
 from memvault.clock import format_time
 from memvault.disk.files import atomic_write, file_change
 from memvault.disk.names import GRAPH_FILE, SESSIONS_DIR
-from memvault.errors import FileConflict
-from memvault.records.graph import Entity, Relation, graph_rows
+from memvault.errors import FileConflict, InvalidArgument
+from memvault.records.graphfile import compose, entity_line, parse, relation_line
+from memvault.records.graphsearch import Entity, Relation
 from memvault.records.sidecar import Sidecar
+from memvault.records.summaries import insert_stored, stored_rows
 from memvault.records.summaryfiles import (
     HISTORY_SUFFIX,
+    Stored,
+    TextBuilder,
     Version,
     append_lines,
     check_folder,
+    file_stem,
     history_line,
-    json_line,
     last_history_version,
     paths,
     read,
     read_text,
     stem_of,
+    stored_as,
+    whole,
     write_markdown,
 )
+from memvault.records.summaryfiles import SessionFiles as FilesHold
 
+GRAPH_SHAPE = "graph_shape"  # sidecar state key: whether graph.jsonl starts with a BOM, ends with a newline
 SYNCED = "canonical_files"  # sidecar state key: set once sidecar-only data was written out to files
 # Per sidecar file: the file signatures last found in line with its tables. A write or a change by
 # another process changes some file's signature, so a stale entry only costs one look at SQLite.
 _in_line: dict[Path, dict[str, str]] = {}
-
-_VERSION_COLUMNS = "session_id, version, ts, title, tags, summary"
 
 
 def has_files(folder: Path) -> bool:
@@ -149,127 +155,163 @@ def scan_one(folder: Path, rel: str) -> str | None:
 
 
 def _load_session(conn: sqlite3.Connection, folder: Path, stem: str, owners: dict[str, str | None]) -> None:
+    """Replace a session's rows with what its files hold. A version only the markdown file shows (a
+    person's edit) goes into the history at once, and a markdown file older than the history is
+    written again, so that a clone taken now holds what the server serves."""
     md_rel, history_rel = f"{SESSIONS_DIR}/{stem}.md", f"{SESSIONS_DIR}/{stem}{HISTORY_SUFFIX}"
     md, history = folder / md_rel, folder / history_rel
-    files = read(md, history, mtime_ts=_mtime_ts(md))
+    files = read(md, history, mtime_ts=_mtime_ts(md), stem=stem)
     for sid in {owners.get(md_rel), owners.get(history_rel), files.session_id} - {None}:
-        conn.execute("DELETE FROM session_versions WHERE session_id = ?", (sid,))
-    conn.executemany(
-        f"INSERT OR REPLACE INTO session_versions ({_VERSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-        [_version_row(v) for v in files.versions],
-    )
+        if sid is not None and file_stem(sid) == stem:  # never another session's rows
+            conn.execute("DELETE FROM session_versions WHERE session_id = ?", (sid,))
+    insert_stored(conn, files.versions, replace=True)
+    if files.session_id is not None and not files.conflicted:
+        _catch_up(folder, files, md, history)
     for rel in (md_rel, history_rel):
         _record(conn, folder, rel, files.session_id, files.conflicted)
 
 
-def _version_row(v: Version) -> tuple[Any, ...]:
-    return (v.session_id, v.version, v.ts, v.title, json.dumps(list(v.tags), ensure_ascii=False), v.summary)
+def _catch_up(folder: Path, files: FilesHold, md: Path, history: Path) -> None:
+    lines = [history_line(row) for row in files.unrecorded]
+    if files.retitled:
+        lines.append(history_line(files.versions[-1], meta=True))
+    if (not lines and not files.stale) or files.latest is None:
+        return
+    try:
+        check_folder(folder)
+        append_lines(history, lines)
+        if files.unrecorded or files.stale:
+            write_markdown(md, files.latest, files.versions[0].ts)
+    except (OSError, InvalidArgument):
+        pass  # served as the files read; the next write of this session tries again
 
 
 def _load_graph(conn: sqlite3.Connection, folder: Path) -> bool:
-    """Replace the graph tables with graph.jsonl (the official memory server's lines); returns
-    whether the file holds lines that are not entities or relations (git's markers, damage).
-    Entities that did not change keep their times; new or changed ones take the file's."""
+    """Replace the graph tables with graph.jsonl (memvault.records.graphfile); returns whether git
+    left conflict markers in it. Entities whose line did not change keep their times; new or
+    changed ones take the file's."""
     path = folder / GRAPH_FILE
     when = _mtime_ts(path)
-    entities, relations, conflicted = read_graph(path)
-    before = graph_rows(conn)
+    text = parse(read_text(path))
+    before = {
+        name: (line, created, updated)
+        for name, line, created, updated in conn.execute("SELECT name, line, created, updated FROM entities")
+    }
     conn.execute("DELETE FROM observations")
     conn.execute("DELETE FROM relations")
     conn.execute("DELETE FROM entities")
-    for entity in entities.values():
-        old_entity, created, updated = before.get(entity.name, (None, when, when))
-        if old_entity != entity:
-            updated = max(when, updated) if old_entity is not None else when
-        conn.execute(
-            "INSERT INTO entities (name, entity_type, created, updated) VALUES (?, ?, ?, ?)",
-            (entity.name, entity.entity_type, created, updated),
+    conn.execute("DELETE FROM graph_kept")
+    entity_ids: list[int] = []
+    for entity, line in text.entities:
+        old_line, created, updated = before.get(entity.name, (None, when, when))
+        if old_line != line:
+            updated = max(when, updated) if entity.name in before else when
+        cur = conn.execute(
+            "INSERT INTO entities (name, entity_type, created, updated, line) VALUES (?, ?, ?, ?, ?)",
+            (entity.name, entity.entity_type, created, updated, line),
         )
+        entity_ids.append(int(cur.lastrowid or 0))
         conn.executemany(
             "INSERT INTO observations (entity, position, text) VALUES (?, ?, ?)",
-            [(entity.name, i, text) for i, text in enumerate(entity.observations)],
+            [(entity.name, i, o) for i, o in enumerate(entity.observations)],
         )
+    relation_ids: list[int] = []
+    for relation, line in text.relations:
+        cur = conn.execute(
+            "INSERT INTO relations (from_entity, to_entity, relation_type, line) VALUES (?, ?, ?, ?)",
+            (relation.source, relation.target, relation.relation_type, line),
+        )
+        relation_ids.append(int(cur.lastrowid or 0))
+    ids = {"entity": entity_ids, "relation": relation_ids}
     conn.executemany(
-        "INSERT OR IGNORE INTO relations (from_entity, to_entity, relation_type) VALUES (?, ?, ?)",
-        [(r.source, r.target, r.relation_type) for r in relations if {r.source, r.target} <= entities.keys()],
+        "INSERT INTO graph_kept (after_kind, after_id, line, why) VALUES (?, ?, ?, ?)",
+        [
+            (k.after[0], ids[k.after[0]][k.after[1]] if k.after[0] in ids else 0, k.line, k.why)
+            for k in text.kept
+        ],
     )
-    return conflicted
-
-
-def read_graph(path: Path) -> tuple[dict[str, Entity], list[Relation], bool]:
-    """The entities and relations of a graph.jsonl, and whether some line is neither (markers, damage)."""
-    raw = read_text(path)
-    entities: dict[str, Entity] = {}
-    relations: dict[Relation, None] = {}
-    conflicted = False
-    for line in raw.split("\n"):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            kind = row["type"]
-            if kind == "entity":
-                entity = _entity(row)
-                old = entities.get(entity.name)
-                if old is not None:  # a merge kept both sides' lines: one entity, every observation
-                    merged = tuple(dict.fromkeys(old.observations + entity.observations))
-                    entity = Entity(old.name, old.entity_type, merged)
-                entities[entity.name] = entity
-            elif kind == "relation":
-                relation = Relation(row["from"], row["to"], row["relationType"])
-                if not all(isinstance(x, str) and x for x in (relation.source, relation.target)):
-                    raise TypeError("relation")
-                if not isinstance(relation.relation_type, str):
-                    raise TypeError("relationType")
-                relations[relation] = None
-            else:
-                raise TypeError("type")
-        except (ValueError, TypeError, KeyError, RecursionError):
-            conflicted = True
-    return entities, list(relations), conflicted
+    shape = json.dumps({"bom": text.bom, "final_newline": text.final_newline})
+    conn.execute("INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", (GRAPH_SHAPE, shape))
+    return text.conflicted
 
 
 def problems(folder: Path) -> Iterator[tuple[str, str]]:
     """(path, problem) of each session or graph file a person has to fix (memvault check)."""
-    if read_graph(folder / GRAPH_FILE)[2]:
-        yield GRAPH_FILE, "holds lines that are not graph entries (git conflict markers?); fix, then commit"
+    graph = parse(read_text(folder / GRAPH_FILE))
+    if graph.conflicted:
+        yield GRAPH_FILE, "holds git conflict markers; resolve them, then commit"
+    for kept in graph.kept:
+        yield (
+            GRAPH_FILE,
+            (
+                f"line {kept.number} is {kept.why}: memvault serves no entity or relation from it and "
+                "keeps it as it is; fix or remove it by hand"
+            ),
+        )
     stems = sorted({s for rel in scan(folder) if (s := stem_of(rel.split("/", 1)[-1])) and "/" in rel})
     for stem in stems:
         md = folder / SESSIONS_DIR / f"{stem}.md"
         history = folder / SESSIONS_DIR / f"{stem}{HISTORY_SUFFIX}"
-        files = read(md, history, mtime_ts=_mtime_ts(md))
+        files = read(md, history, mtime_ts=_mtime_ts(md), stem=stem)
         rel = f"{SESSIONS_DIR}/{stem}{HISTORY_SUFFIX}" if history.exists() else f"{SESSIONS_DIR}/{stem}.md"
-        if files.conflicted:
+        if files.foreign is not None:
+            yield (
+                rel,
+                (
+                    f"names session {files.foreign!r}, whose files have another name: a copy? memvault "
+                    "takes it for no session; delete it, or give it a sessionId of its own"
+                ),
+            )
+        elif files.conflicted:
             yield rel, "holds git conflict markers or damaged lines; resolve them, then commit"
         elif files.session_id is None:
             yield rel, f"is not a session summary; '{SESSIONS_DIR}/' is reserved for them, move it out"
 
 
-def _entity(row: dict[str, Any]) -> Entity:
-    name, kind, observations = row["name"], row["entityType"], row.get("observations") or []
-    if not isinstance(name, str) or not name.strip() or not isinstance(kind, str):
-        raise TypeError("entity")
-    if not isinstance(observations, list) or not all(isinstance(o, str) for o in observations):
-        raise TypeError("observations")
-    return Entity(name, kind, tuple(dict.fromkeys(observations)))
+def graph_text(conn: sqlite3.Connection) -> str:
+    """graph.jsonl's text from the tables: each entry's line, in creation order, and the kept lines."""
+    row = conn.execute("SELECT value FROM state WHERE key = ?", (GRAPH_SHAPE,)).fetchone()
+    shape = json.loads(row[0]) if row is not None else {}
+    kept = conn.execute("SELECT after_kind, after_id, line FROM graph_kept ORDER BY seq").fetchall()
+    whole = conn.execute(
+        "SELECT NOT EXISTS (SELECT 1 FROM entities WHERE line IS NULL) "
+        "AND NOT EXISTS (SELECT 1 FROM relations WHERE line IS NULL)"
+    ).fetchone()[0]
+    if not kept and whole:  # every entry has its line, nothing kept between them: the lines alone
+        first = itemgetter(0)
+        lines = list(map(first, conn.execute("SELECT line FROM entities ORDER BY rowid").fetchall()))
+        lines += map(first, conn.execute("SELECT line FROM relations ORDER BY rowid").fetchall())
+        return compose(
+            [],
+            [],
+            [],
+            lines=lines,
+            bom=bool(shape.get("bom")),
+            final_newline=shape.get("final_newline", True),
+        )
+    entities = conn.execute("SELECT rowid, line, name, entity_type FROM entities ORDER BY rowid").fetchall()
+    relations = conn.execute(
+        "SELECT rowid, line, from_entity, to_entity, relation_type FROM relations ORDER BY rowid"
+    ).fetchall()
+    return compose(
+        [
+            (rowid, line if line is not None else _render(conn, name, kind))
+            for rowid, line, name, kind in entities
+        ],
+        [
+            (rowid, line if line is not None else relation_line(Relation(a, b, kind)))
+            for rowid, line, a, b, kind in relations
+        ],
+        kept,
+        bom=bool(shape.get("bom")),
+        final_newline=bool(shape.get("final_newline", True)),
+    )
 
 
-# ---------------------------------------------------------------------------- sidecar -> files
-
-
-def graph_lines(conn: sqlite3.Connection) -> list[str]:
-    """graph.jsonl's lines: entities, then relations, each in creation order (a change is a small diff)."""
-    entities, relations = graph_rows(conn), _relations(conn)
-    lines = [
-        json_line({"type": "entity", **entity.to_json()}) for entity, _created, _updated in entities.values()
-    ]
-    lines += [json_line({"type": "relation", **r.to_json()}) for r in relations]
-    return lines
-
-
-def _relations(conn: sqlite3.Connection) -> list[Relation]:
-    rows = conn.execute("SELECT from_entity, to_entity, relation_type FROM relations ORDER BY rowid")
-    return [Relation(*row) for row in rows]
+def _render(conn: sqlite3.Connection, name: str, kind: str) -> str:
+    """The line of an entity an older sidecar holds without one."""
+    rows = conn.execute("SELECT text FROM observations WHERE entity = ? ORDER BY position", (name,))
+    return entity_line(Entity(name, kind, tuple(text for (text,) in rows)))
 
 
 def _conflicted(conn: sqlite3.Connection, rels: Iterable[str]) -> str | None:
@@ -298,10 +340,42 @@ class GraphFile:
         if bad is not None:
             raise FileConflict(bad)
 
-    def written(self, conn: sqlite3.Connection) -> None:
-        text = "".join(line + "\n" for line in graph_lines(conn))
-        atomic_write(self.folder / GRAPH_FILE, text.encode("utf-8"))
+    def written(self, conn: sqlite3.Connection, appended: Sequence[tuple[str, str]] = ()) -> None:
+        """After the tables changed: the file again. ``appended``: the change was only these new
+        (kind, line) entries, each the last of its kind; when that is also their place in the
+        file (no relation follows a new entity, no kept line is placed after the last entry),
+        they are appended (one fsync, the rest of the file untouched), else the file is rewritten."""
+        path = self.folder / GRAPH_FILE
+        if not (appended and _append_graph(conn, path, appended)):
+            atomic_write(path, graph_text(conn).encode("utf-8"))
         _record(conn, self.folder, GRAPH_FILE, None, False)
+
+
+def _append_graph(conn: sqlite3.Connection, path: Path, appended: Sequence[tuple[str, str]]) -> bool:
+    if conn.execute("SELECT 1 FROM graph_kept LIMIT 1").fetchone() is not None:
+        return False
+    if any(kind == "entity" for kind, _ in appended) and (
+        conn.execute("SELECT 1 FROM relations LIMIT 1").fetchone() is not None
+    ):
+        return False  # a new entity goes before the relations, as the official server puts it
+    row = conn.execute("SELECT value FROM state WHERE key = ?", (GRAPH_SHAPE,)).fetchone()
+    final_newline = bool(json.loads(row[0]).get("final_newline", True)) if row is not None else True
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
+    except OSError:
+        return False  # no file yet (or not one to append to): written whole
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return False
+        lines = "\n".join(line for _, line in appended)
+        ends_open = os.pread(fd, 1, size - 1) != b"\n"
+        text = ("\n" if ends_open else "") + lines + ("\n" if final_newline else "")
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
 
 
 class SessionFiles:
@@ -316,58 +390,56 @@ class SessionFiles:
         if bad is not None:
             raise FileConflict(bad)
 
-    def written(self, conn: sqlite3.Connection, new: Version, *, meta: bool = False) -> None:
+    def written(self, conn: sqlite3.Connection, new: Stored, latest: Version, *, meta: bool = False) -> None:
         """After ``new`` went into the tables: its history line (and any version the history
-        lacks, such as a person's edit of the markdown file), then the markdown file."""
+        lacks, such as one an older sidecar holds alone), then the markdown file."""
         check_folder(self.folder)
-        versions = _versions(conn, new.session_id)
-        by_number = {v.version: v for v in versions}
         md, history = paths(self.folder, new.session_id)
         last = last_history_version(history)
         lines = [
-            history_line(v, by_number.get(v.version - 1))
-            for v in versions
-            if v.version > last and (meta or v.version < new.version)
+            history_line(row)
+            for row in stored_rows(conn, new.session_id, last + 1, new.version - (0 if meta else 1))
         ]
         if not meta:
-            lines.append(history_line(new, by_number.get(new.version - 1)))
+            lines.append(history_line(new))
         elif last >= new.version:
-            lines.append(history_line(new, None, meta=True))
+            lines.append(history_line(new, meta=True))
         append_lines(history, lines)
-        write_markdown(md, versions[-1] if versions else new, versions[0].ts if versions else new.ts)
+        write_markdown(md, latest, _created(conn, new.session_id) or latest.ts)
         for path in (md, history):
             _record(conn, self.folder, _rel(self.folder, path), new.session_id, False)
 
     def rewrite(self, conn: sqlite3.Connection, session_id: str) -> None:
         """Write a session's files whole from the tables (an import, or an older sidecar's sessions)."""
-        versions = _versions(conn, session_id)
-        if not versions:
+        rows = stored_rows(conn, session_id)
+        if not rows:
             return
         check_folder(self.folder)
         md, history = paths(self.folder, session_id)
-        lines, previous = [], None
-        for v in versions:
-            lines.append(history_line(v, previous))
-            previous = v
+        lines: list[str] = []
+        builder, previous = TextBuilder(), None
+        for row in rows:
+            builder.apply(row)
+            text = builder.text()
+            if not row.delta:  # stored whole: written as an append when it is one
+                row = stored_as(whole(row, text), previous)
+            lines.append(history_line(row))
+            previous = text
         atomic_write(history, "".join(line + "\n" for line in lines).encode("utf-8"))
-        write_markdown(md, versions[-1], versions[0].ts)
+        write_markdown(md, whole(rows[-1], previous or ""), rows[0].ts)
         for path in (md, history):
             _record(conn, self.folder, _rel(self.folder, path), session_id, False)
 
 
+def _created(conn: sqlite3.Connection, session_id: str) -> str | None:
+    row = conn.execute(
+        "SELECT ts FROM session_versions WHERE session_id = ? ORDER BY version LIMIT 1", (session_id,)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
 def _rel(folder: Path, path: Path) -> str:
     return path.relative_to(folder).as_posix()
-
-
-def _versions(conn: sqlite3.Connection, session_id: str) -> list[Version]:
-    rows = conn.execute(
-        f"SELECT {_VERSION_COLUMNS} FROM session_versions WHERE session_id = ? ORDER BY version",
-        (session_id,),
-    ).fetchall()
-    return [
-        Version(sid, int(n), ts, title, tuple(json.loads(tags)), text)
-        for sid, n, ts, title, tags, text in rows
-    ]
 
 
 def _write_out(conn: sqlite3.Connection, folder: Path) -> None:

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from memvault import __version__
 from memvault.config import Settings
 from memvault.ops.store import Store
-from memvault.tools.graph import register_graph_tools
+from memvault.tools.graph import OUTPUT_SCHEMAS, register_graph_tools
 from memvault.tools.guide import instructions
 from memvault.tools.memories import register_memory_tools, render_found
 from memvault.tools.recall import register_recall_tools
@@ -59,9 +59,6 @@ class Server(MCPServer):
             raise
 
 
-LISTED_OUTPUTS = ("read_graph",)
-
-
 def read_only(request: Any) -> bool:
     """Whether the request came with a read-only key (app.BearerAuth marks it in its state)."""
     state = getattr(request, "scope", {}).get("state", {}) if request is not None else {}
@@ -71,11 +68,10 @@ def read_only(request: Any) -> bool:
 def lean(tool: MCPTool) -> MCPTool:
     """The tool as listed, with its schemas compacted (see schema.compact).
 
-    Only read_graph lists its output schema: the graph tools' replies are JSON text (their
-    structured results are sent all the same), the other read tools return the same shape, and
-    the mutations' schemas cost every session about 3,000 characters for nothing an agent reads."""
-    keep = tool.output_schema is not None and tool.name in LISTED_OUTPUTS
-    output = compact(tool.output_schema or {}, optional_null=False, described=False) if keep else None
+    Every tool that sends structured content lists an output schema (the graph tools): a short one
+    of their own (tools.graph.OUTPUT_SCHEMAS), since the derived ones would cost every session
+    about 3,000 characters for nothing an agent reads."""
+    output = OUTPUT_SCHEMAS.get(tool.name) if tool.output_schema is not None else None
     return tool.model_copy(update={"input_schema": compact(tool.input_schema), "output_schema": output})
 
 

@@ -210,11 +210,14 @@ def json_result(payload: Any, structured: dict[str, Any], *notes: str) -> CallTo
     )
 
 
-def graph_result(found: Graph, budget: int, *, either_end: bool = False) -> CallToolResult:
+def graph_result(
+    found: Graph, budget: int, *, either_end: bool = False, notes: Sequence[str] = ()
+) -> CallToolResult:
     """The graph as JSON within the reply budget; entities past it are left out (with their relations)."""
     full = found.to_json()
+    budget -= sum(len(note) for note in notes)
     if len(dumps(full)) <= budget:
-        return json_result(full, full)
+        return json_result(full, full, *notes)
 
     def part(k: int) -> dict[str, Any]:
         names = {e.name for e in found.entities[:k]}
@@ -242,7 +245,7 @@ def graph_result(found: Graph, budget: int, *, either_end: bool = False) -> Call
         f"[Reply limit: showing {k} of {len(found.entities)} entities and {len(payload['relations'])} of "
         f"{len(found.relations)} relations. Narrow with search_nodes(query) or open_nodes(names).]"
     )
-    return json_result(payload, payload, note)
+    return json_result(payload, payload, *notes, note)
 
 
 def list_result(key: str, items: list[Any], budget: int, what: str, *notes: str) -> CallToolResult:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
@@ -86,6 +86,49 @@ class OutcomeOut(BaseModel):
     message: str
 
 
+def kept_note(whys: list[str]) -> list[str]:
+    """What an agent is told of graph.jsonl lines memvault keeps as they are but cannot serve."""
+    if not whys:
+        return []
+    kinds = ", ".join(dict.fromkeys(whys[:50]))
+    return [
+        f"[graph.jsonl holds {len(whys)} line(s) memvault cannot read as an entity or a relation "
+        f"({kinds:.300}); they are kept as they are and not shown. Ask the user to run memvault check.]"
+    ]
+
+
+# The graph tools' structured results, as listed (tools/list): short, so every session's listing
+# stays small, and true of what each tool sends (a reply may add a "notes" list of text).
+_LIST = {"type": "array"}
+_GRAPH = {
+    "type": "object",
+    "properties": {"entities": _LIST, "relations": _LIST},
+    "required": ["entities", "relations"],
+}
+_OUTCOME = {
+    "type": "object",
+    "properties": {"success": {"type": "boolean"}, "message": {"type": "string"}},
+    "required": ["success", "message"],
+}
+
+
+def _listing(key: str) -> dict[str, Any]:
+    return {"type": "object", "properties": {key: _LIST}, "required": [key]}
+
+
+OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
+    "create_entities": _listing("entities"),
+    "create_relations": _listing("relations"),
+    "add_observations": _listing("results"),
+    "delete_entities": _OUTCOME,
+    "delete_observations": _OUTCOME,
+    "delete_relations": _OUTCOME,
+    "read_graph": _GRAPH,
+    "search_nodes": _GRAPH,
+    "open_nodes": _GRAPH,
+}
+
+
 def register_graph_tools(server: MCPServer, store: Store, settings: Settings) -> None:
     limits = SearchLimits(
         max_path_len=settings.graph_max_path_len,
@@ -103,9 +146,26 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
             files=GraphFile(folder),
         )
 
-    async def read(ctx: Context, work: Callable[[KnowledgeGraph], Graph]) -> Graph:
-        found = await sidecar_read(store, token_of(ctx), lambda sidecar, folder: work(graph(sidecar, folder)))
-        return Graph() if found is None else found
+    async def read(
+        ctx: Context, work: Callable[[KnowledgeGraph], Graph], *, either_end: bool = False, kept: bool = False
+    ) -> CallToolResult:
+        """Run a read and build its reply (JSON of up to the whole graph) in a worker thread."""
+
+        def reply(sidecar: Sidecar, folder: Path) -> CallToolResult:
+            g = graph(sidecar, folder)
+            found = work(g)
+            notes = []
+            if found.left_out:
+                notes.append(
+                    f"[{found.left_out} more matching entities left out: a search returns at most "
+                    f"{limits.max_results}. Add words to the query to narrow it.]"
+                )
+            if kept:
+                notes += kept_note(g.kept_lines())
+            return graph_result(found, budget, either_end=either_end, notes=notes)
+
+        done = await sidecar_read(store, token_of(ctx), reply)
+        return graph_result(Graph(), budget) if done is None else done
 
     @server.tool(annotations=CREATES)
     @handles_errors
@@ -209,7 +269,7 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
     @handles_errors
     async def read_graph(ctx: Context) -> Annotated[CallToolResult, GraphOut]:
         """Read the entire knowledge graph."""
-        return graph_result(await read(ctx, KnowledgeGraph.read_graph), budget)
+        return await read(ctx, KnowledgeGraph.read_graph, either_end=True, kept=True)
 
     @server.tool(annotations=READ_ONLY)
     @handles_errors
@@ -221,7 +281,7 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
         ],
     ) -> Annotated[CallToolResult, GraphOut]:
         """Search the graph (names, types, observations; typos ok), adding entities that link the matches."""
-        return graph_result(await read(ctx, lambda g: g.search_nodes(query)), budget)
+        return await read(ctx, lambda g: g.search_nodes(query), either_end=True)
 
     @server.tool(annotations=READ_ONLY)
     @handles_errors
@@ -230,4 +290,4 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
         names: Annotated[list[str], Field(description="Entity names")],
     ) -> Annotated[CallToolResult, GraphOut]:
         """Entities by name, with their relations."""
-        return graph_result(await read(ctx, lambda g: g.open_nodes(names)), budget, either_end=True)
+        return await read(ctx, lambda g: g.open_nodes(names), either_end=True)

@@ -15,7 +15,7 @@ from memvault.config import Settings
 from memvault.errors import InvalidArgument, UnknownSession, quote
 from memvault.ops.store import Store
 from memvault.records.sidecar import Sidecar
-from memvault.records.summaries import SessionInfo, Sessions, check_session_id, list_sessions
+from memvault.records.summaries import Head, SessionInfo, Sessions, check_session_id, list_sessions
 from memvault.records.summaries import Version as SessionVersion
 from memvault.records.sync import SessionFiles, conflicted_file
 from memvault.tools.common import (
@@ -48,7 +48,7 @@ def conflict_note(path: str | None) -> str:
     )
 
 
-def _version_head(v: SessionVersion) -> str:
+def _version_head(v: SessionVersion | Head) -> str:
     head = f"## Version {v.version} · {v.ts}"
     if v.title:
         head += f" · {v.title}"
@@ -123,28 +123,31 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
             raise InvalidArgument("offset must be 0 or more.")
         check_session_id(sessionId)
 
-        def pick(sidecar: Sidecar, folder: Path) -> tuple[tuple[SessionVersion, int], str | None]:
+        def pick(sidecar: Sidecar, folder: Path) -> tuple[SessionVersion, int, int, str | None]:
             found = sessions(sidecar, folder)
-            if version is None:
-                return found.latest(sessionId), conflicted_file(sidecar, folder, sessionId)
-            every = found.history(sessionId)
-            chosen = [v for v in every if v.version == version]
-            if not chosen:
+            latest, count = found.latest(sessionId)
+            chosen = latest if version is None else found.version(sessionId, version)
+            if chosen is None:
+                numbers = [h.version for h in found.heads(sessionId)][::-1]
                 raise InvalidArgument(
-                    f"Session {sessionId!r} has no version {version}; it has versions 1 to {len(every)}."
+                    f"Session {sessionId!r} has no version {version}; it has versions "
+                    f"{_numbers(numbers)}. Call get_session_history to see them."
                 )
-            return (chosen[0], len(every)), conflicted_file(sidecar, folder, sessionId)
+            return chosen, latest.version, count, conflicted_file(sidecar, folder, sessionId)
 
         found = await sidecar_read(store, token_of(ctx), pick)
         if found is None:
             raise UnknownSession(sessionId)
-        (v, count), conflict = found
-        facts = [f"session {v.session_id}", f"version {v.version} of {count}", f"updated {v.ts}"]
+        v, newest, count, conflict = found
+        of = f"version {v.version} of {newest}"
+        if count != newest:  # a history with gaps (lines removed by hand): say how many there are
+            of += f" ({count} kept)"
+        facts = [f"session {v.session_id}", of, f"updated {v.ts}"]
         if v.tags:
             facts.append("tags: " + ", ".join(v.tags))
         head = f"# {v.title or v.session_id}\n[{' | '.join(facts)}]\n" + conflict_note(conflict) + "\n"
         window = min(maxLength or settings.max_reply_chars, settings.max_reply_chars - len(head) - 300)
-        return text(head + page(v.summary, offset, max(1, window), sessionId, version))
+        return text(head + page(v.summary, offset, max(1, window), sessionId, version, maxLength))
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @handles_errors
@@ -215,43 +218,72 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
     ) -> CallToolResult:
         """Every version of a session's summary, newest first."""
         check_session_id(sessionId)
-        found = await sidecar_read(
-            store,
-            token_of(ctx),
-            lambda sidecar, folder: (
-                sessions(sidecar, folder).history(sessionId),
-                conflicted_file(sidecar, folder, sessionId),
-            ),
-        )
+        room = settings.max_reply_chars - 300
+
+        def collect(sidecar: Sidecar, folder: Path) -> tuple[list[Head], dict[int, str], str | None]:
+            found = sessions(sidecar, folder)
+            heads = found.heads(sessionId)
+            # Which texts fit, newest first, from their lengths alone: only those are built.
+            used, shown = 0, []
+            for h in heads:
+                cost = len(_version_head(h)) + h.chars + 2
+                if used + cost <= room:
+                    used += cost
+                    shown.append(h.version)
+                else:
+                    used += len(_version_head(h)) + 60
+            return heads, found.texts(sessionId, shown), conflicted_file(sidecar, folder, sessionId)
+
+        found = await sidecar_read(store, token_of(ctx), collect)
         if found is None:
             raise UnknownSession(sessionId)
-        versions, conflict = found
-        reply = Reply(settings.max_reply_chars - 300)
-        plural = "s" if len(versions) != 1 else ""
+        heads, texts, conflict = found
+        reply = Reply(room)
+        plural = "s" if len(heads) != 1 else ""
         reply.add(
-            f"Session {sessionId!r}: {len(versions)} version{plural}, newest first." + conflict_note(conflict)
+            f"Session {sessionId!r}: {len(heads)} version{plural}, newest first." + conflict_note(conflict)
         )
-        full = 0
-        for v in versions:
-            if not reply.add(_version_head(v) + "\n" + v.summary + "\n"):
+        listed = without = 0
+        for h in heads:
+            if h.version in texts:
+                part = _version_head(h) + "\n" + texts[h.version] + "\n"
+            else:
+                part = _version_head(h) + f" · {h.chars:,} characters (text left out)"
+            if not reply.add(part):
                 break
-            full += 1
-        headers = 0
-        for v in versions[full:]:
-            if not reply.add(_version_head(v) + f" · {len(v.summary):,} characters (text left out)"):
-                break
-            headers += 1
-        left = len(versions) - full - headers
-        if full < len(versions):
+            listed += 1
+            without += h.version not in texts
+        left = len(heads) - listed
+        if without or left:
             reply.parts.append(
-                f"[{len(versions) - full} older version(s) shown without text"
-                + (f", {left} not listed" if left else "")
-                + " to keep this reply short; every version is kept.]"
+                f"[{without + left} version(s) shown without text"
+                + (f" ({left} not listed)" if left else "")
+                + " to keep this reply short; every version is kept: get_summary(sessionId=..., "
+                "version=N) reads one.]"
             )
         return text(reply.text())
 
 
-def page(summary: str, offset: int | None, window: int, session_id: str, version: int | None) -> str:
+def _numbers(numbers: list[int]) -> str:
+    """Version numbers as ranges: 1 to 4, 6, 9 to 12."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    parts = [f"{a}" if a == b else f"{a} to {b}" for a, b in spans]
+    return ", ".join(parts[:20]) + (", ..." if len(parts) > 20 else "")
+
+
+def page(
+    summary: str,
+    offset: int | None,
+    window: int,
+    session_id: str,
+    version: int | None,
+    max_length: int | None = None,
+) -> str:
     """The part of a summary that fits ``window``: from ``offset`` when given, else all of it or,
     when it is too long, its newest end; with a note that says how to read the rest."""
     size = len(summary)
@@ -262,11 +294,13 @@ def page(summary: str, offset: int | None, window: int, session_id: str, version
     start = max(0, size - window) if offset is None else offset
     end = min(size, start + window)
     call = f"get_summary(sessionId={json.dumps(session_id)}" + (f", version={version}" if version else "")
+    # The next page as long as this one: without maxLength it would be a whole reply long.
+    tail = "" if max_length is None else f", maxLength={max_length}"
     notes = []
     if start > 0:
-        notes.append(f"earlier text from {call}, offset={max(0, start - window)})")
+        notes.append(f"earlier text from {call}, offset={max(0, start - window)}{tail})")
     if end < size:
-        notes.append(f"the rest from {call}, offset={end})")
+        notes.append(f"the rest from {call}, offset={end}{tail})")
     shown = f"[characters {start:,} to {end:,} of {size:,}" + ("; the newest" if offset is None else "")
     return summary[start:end] + f"\n{shown}; " + "; ".join(notes) + "]"
 

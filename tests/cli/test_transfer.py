@@ -59,7 +59,8 @@ def test_export_writes_sorted_stable_json_lines(tmp_path: Path, capsys: pytest.C
     alice = [r for r in rows if r["token"] == "alice"]
     kinds = [r["kind"] for r in alice]
     assert kinds == sorted(kinds, key=["entity", "relation", "session"].index)
-    assert [r["name"] for r in alice if r["kind"] == "entity"] == ["Amy", "Box", "Zed"]
+    # Entities in creation order, as graph.jsonl holds them (an import then keeps that order).
+    assert [r["name"] for r in alice if r["kind"] == "entity"] == ["Zed", "Amy", "Box"]
     assert [(r["sessionId"], r["version"]) for r in alice if r["kind"] == "session"] == [
         ("alpha", 1),
         ("zeta", 1),
@@ -83,6 +84,9 @@ def test_export_then_import_round_trips_and_a_second_import_changes_nothing(
     first = capsys.readouterr().out
     assert "added 3 entities" in first and "3 session versions" in first
     assert export(target, capsys) == original
+    # The graph file comes back line for line: entities created in one call keep their order.
+    graph = "alice/graph.jsonl"
+    assert (target / graph).read_text(encoding="utf-8") == (source / graph).read_text(encoding="utf-8")
 
     assert main(["import", "--root", str(target), str(dump)]) == 0
     second = capsys.readouterr().out

@@ -417,3 +417,79 @@ def test_search_nodes_tolerates_typos_like_read_memory(tmp_path: Path) -> None:
     assert [e.name for e in found.entities] == ["Alice"]
     assert [e.name for e in search(nodes, [], "roterdam", SearchLimits()).entities] == ["Rotterdam Harbour"]
     assert search(nodes, [], "bxb", SearchLimits()).entities == ()  # 3 letters: too short to guess
+
+
+def test_search_returns_every_relation_touching_a_result_and_says_when_it_stops(sidecar: Sidecar) -> None:
+    kg = KnowledgeGraph(sidecar, max_chars=1000, clock=Clock(), limits=SearchLimits(max_results=3))
+    kg.create_entities([Entity("Alice", "person"), Entity("Acme", "company"), Entity("Bob", "person")])
+    kg.create_relations([Relation("Alice", "Acme", "works_at"), Relation("Bob", "Alice", "knows")])
+    found = kg.search_nodes("acme")
+    assert names(found) == ["Acme"]
+    assert found.relations == (Relation("Alice", "Acme", "works_at"),)  # as the official server
+    kg.create_entities([Entity(f"server-{n}", "host") for n in range(10)])
+    capped = kg.search_nodes("server")
+    assert len(capped.entities) == 3 and capped.left_out == 7
+
+
+@pytest.mark.anyio
+async def test_search_nodes_tool_says_how_many_matches_it_left_out(server_factory) -> None:
+    async with server_factory(graph_max_results=5) as srv, srv.session("alice") as s:
+        hosts = [{"name": f"host-{n}", "entityType": "server", "observations": []} for n in range(12)]
+        await call(srv, s, "create_entities", entities=hosts)
+        error, text, data = await call(srv, s, "search_nodes", query="host")
+    assert not error and len(data["entities"]) == 5
+    assert "7 more matching entities left out" in text and "narrow" in text
+
+
+@pytest.mark.anyio
+async def test_every_graph_tool_lists_the_shape_of_its_structured_content(server_factory) -> None:
+    async with server_factory() as srv, srv.session("alice") as s:
+        tools = {t.name: t for t in (await s.list_tools()).tools}
+        graph_tools = [name for name, t in tools.items() if name in GRAPH_TOOLS]
+        assert len(graph_tools) == 9
+        for name in graph_tools:
+            assert tools[name].output_schema is not None, name
+        # The client checks each structured reply against the listed schema.
+        await call(srv, s, "create_entities", entities=[{"name": "A", "entityType": "x", "observations": []}])
+        await call(srv, s, "add_observations", observations=[{"entityName": "A", "contents": ["o"]}])
+        await call(srv, s, "delete_relations", relations=[{"from": "A", "to": "A", "relationType": "r"}])
+
+
+GRAPH_TOOLS = {
+    "create_entities",
+    "create_relations",
+    "add_observations",
+    "delete_entities",
+    "delete_observations",
+    "delete_relations",
+    "read_graph",
+    "search_nodes",
+    "open_nodes",
+}
+
+
+@pytest.mark.anyio
+async def test_read_graph_builds_its_reply_off_the_event_loop(server_factory, monkeypatch) -> None:
+    import threading
+
+    from memvault.records.graphsearch import Graph
+
+    threads: list[threading.Thread] = []
+    to_json = Graph.to_json
+
+    def recording(self: Graph) -> dict[str, Any]:
+        threads.append(threading.current_thread())
+        return to_json(self)
+
+    async with server_factory() as srv, srv.session("alice") as s:
+        entities = [{"name": f"e{n}", "entityType": "x", "observations": ["fact"]} for n in range(300)]
+        await call(srv, s, "create_entities", entities=entities)
+        monkeypatch.setattr(Graph, "to_json", recording)
+        for tool, args in (
+            ("read_graph", {}),
+            ("search_nodes", {"query": "fact"}),
+            ("open_nodes", {"names": ["e1"]}),
+        ):
+            error, _, data = await call(srv, s, tool, **args)
+            assert not error and data["entities"]
+    assert threads and threading.main_thread() not in threads

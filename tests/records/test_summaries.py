@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memvault.errors import InvalidArgument, UnknownSession
+from memvault.errors import InvalidArgument, TooLarge, UnknownSession
 from memvault.records import sync
 from memvault.records.sidecar import SIDECAR_DIR, Sidecar
 from memvault.records.summaries import SessionInfo, Sessions, list_sessions
@@ -209,7 +210,9 @@ async def test_session_tools_end_to_end(server_factory, transport: str) -> None:
         assert not error and "test." in reply and "Set" not in reply  # the newest text first
         assert 'earlier text from get_summary(sessionId="chat-1", offset=' in reply
         error, reply = await srv.call(s, "get_summary", sessionId="chat-1", maxLength=5, offset=0)
-        assert not error and "Set u" in reply and "Set up" not in reply and "offset=5)" in reply
+        assert not error and "Set u" in reply and "Set up" not in reply
+        # Following the continuation reads the next 5 characters, not a whole reply's worth.
+        assert 'the rest from get_summary(sessionId="chat-1", offset=5, maxLength=5)' in reply
         error, reply = await srv.call(s, "get_summary", sessionId="chat-1", version=1)
         assert not error and "version 1 of 2" in reply and "Fixed" not in reply and "Set up CI." in reply
         error, reply = await srv.call(s, "get_summary", sessionId="chat-1", version=7)
@@ -385,3 +388,90 @@ async def test_a_long_session_reads_whole_by_paging(server_factory) -> None:
                 break
             offset = int(more.group(1))
         assert "".join(whole) == "\n\n".join("\n".join(parts[c : c + 300]) for c in range(0, 900, 300))
+
+
+@pytest.mark.anyio
+async def test_history_shows_the_text_of_short_old_versions_after_a_long_one(server_factory) -> None:
+    async with server_factory(max_reply_chars=3000) as srv, srv.session("alice") as s:
+        await srv.call(s, "upsert_summary", sessionId="h", summary="Short first version.")
+        await srv.call(s, "upsert_summary", sessionId="h", summary="Long. " + "x" * 2900)
+        await srv.call(s, "upsert_summary", sessionId="h", summary="Short third version.")
+        error, reply = await srv.call(s, "get_session_history", sessionId="h")
+    assert not error
+    assert "Short third version." in reply and "Short first version." in reply
+    assert "## Version 2" in reply and "2,906 characters (text left out)" in reply
+    assert "version=N" in reply
+
+
+@pytest.mark.anyio
+async def test_a_history_with_gaps_counts_its_versions_truly(server_factory, vault_root: Path) -> None:
+    folder = vault_root / "alice" / "sessions"
+    folder.mkdir(parents=True)
+    lines = [
+        {
+            "session": "gaps",
+            "version": n,
+            "ts": f"2026-03-0{n % 9 + 1}T10:00:00.000Z",
+            "title": None,
+            "tags": [],
+            "summary": f"text {n}",
+        }
+        for n in (1, 2, 6)
+    ]
+    (folder / "gaps.history.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    async with server_factory() as srv, srv.session("alice") as s:
+        error, reply = await srv.call(s, "get_summary", sessionId="gaps")
+        assert not error and "text 6" in reply
+        assert "version 6 of 6 (3 kept)" in reply and "of 3" not in reply
+        error, reply = await srv.call(s, "get_summary", sessionId="gaps", version=4)
+        assert error and "versions 1 to 2, 6" in reply
+
+
+@pytest.mark.anyio
+async def test_a_sessions_file_in_place_of_the_folder_is_named_not_an_internal_error(
+    server_factory, vault_root: Path
+) -> None:
+    (vault_root / "alice").mkdir()
+    (vault_root / "alice" / "sessions").write_text("not a folder")
+    async with server_factory() as srv, srv.session("alice") as s:
+        error, reply = await srv.call(s, "upsert_summary", sessionId="x", summary="text")
+    assert error and "internal error" not in reply
+    assert "'sessions' in this vault is a file" in reply and str(vault_root) not in reply
+
+
+def test_one_session_costs_at_most_its_bound_and_a_refusal_loses_nothing(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    with Sidecar.open(folder) as sidecar:
+        sync.sync(sidecar, folder)
+        s = Sessions(sidecar, max_chars=100, clock=Clock(), files=sync.SessionFiles(folder))
+        with pytest.raises(TooLarge, match=r"history.*Nothing was saved.*new sessionId"):
+            for n in range(10_000):
+                s.upsert("big", f"{n:04d} " + "y" * 90)
+        latest, count = s.latest("big")
+        assert count < 100 and latest.summary == f"{count - 1:04d} " + "y" * 90
+        s.upsert("big-2", "a new session starts")
+    history = (folder / "sessions" / "big.history.jsonl").read_text().splitlines()
+    assert len(history) == count
+
+
+def test_the_sidecar_holds_each_append_once_not_the_whole_text_again(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    with Sidecar.open(folder) as sidecar:
+        sync.sync(sidecar, folder)
+        s = Sessions(sidecar, max_chars=400_000, clock=Clock(), files=sync.SessionFiles(folder))
+        for n in range(400):
+            s.append("long", f"{n:03d} " + "z" * 500)
+        latest, count = s.latest("long")
+        assert count == 400 and latest.summary.count("z" * 500) == 400
+        assert s.version("long", 3).summary.count("z" * 500) == 3  # type: ignore[union-attr]
+    history = (folder / "sessions" / "long.history.jsonl").stat().st_size
+    sidecar_bytes = sum(p.stat().st_size for p in (folder / SIDECAR_DIR).iterdir())
+    # The whole texts of all versions would be 400 * 200 * 504 characters (40 MB).
+    assert sidecar_bytes < 4 * history + 1_000_000, (sidecar_bytes, history)
+    with Sidecar.open(folder) as sidecar:  # and read back from the files alone
+        shutil.rmtree(folder / SIDECAR_DIR)
+    with Sidecar.open(folder) as sidecar:
+        sync.sync(sidecar, folder)
+        assert Sessions(sidecar, max_chars=400_000).latest("long")[0] == latest
+    sidecar_bytes = sum(p.stat().st_size for p in (folder / SIDECAR_DIR).iterdir())
+    assert sidecar_bytes < 4 * history + 1_000_000, (sidecar_bytes, history)

@@ -162,8 +162,8 @@ def test_a_crash_between_file_and_sidecar_leaves_the_file_winning(tmp_path: Path
         pass
 
     class Crashing(sync.SessionFiles):
-        def written(self, conn, new, *, meta=False):  # type: ignore[no-untyped-def]
-            super().written(conn, new, meta=meta)
+        def written(self, conn, new, latest, *, meta=False):  # type: ignore[no-untyped-def]
+            super().written(conn, new, latest, meta=meta)
             raise Boom  # the files are written; the sidecar's transaction never commits
 
     with Sidecar.open(folder) as sidecar:
@@ -276,3 +276,165 @@ def test_links_in_place_of_session_or_graph_files_are_never_followed(tmp_path: P
         assert s.infos() == []  # refused before anything was written
     assert not (folder / "graph.jsonl").is_symlink()  # replaced by a real file, the target untouched
     assert "Secret" in secret.read_text() and sorted(p.name for p in outside.iterdir()) == ["secret.jsonl"]
+
+
+def test_a_copy_of_a_session_file_takes_over_no_session(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    with Sidecar.open(folder) as sidecar:
+        s = sessions(sidecar, folder)
+        for n in range(1, 5):
+            s.upsert("ci-1", f"text {n}")
+    md, history = paths(folder, "ci-1")
+    copy = md.with_name("ci-1 copy.md")  # a file manager's "Duplicate" keeps sessionId: ci-1
+    shutil.copy(md, copy)
+    planted = md.with_name("pulled.history.jsonl")  # names ci-1 in its lines
+    planted.write_text(
+        json.dumps({"session": "ci-1", "version": 5, "ts": "2026-03-02T09:00:00.000Z", "summary": "planted"})
+        + "\n"
+    )
+    with Sidecar.open(folder) as sidecar:
+        s = sessions(sidecar, folder)
+        latest, count = s.latest("ci-1")
+        assert (latest.summary, count) == ("text 4", 4)
+        assert [v.version for v in s.history("ci-1")] == [4, 3, 2, 1]
+        s.append("ci-1", "more")
+        copy.unlink()
+        planted.unlink()
+        assert s.latest("ci-1")[1] == 5
+        assert sessions(sidecar, folder).latest("ci-1")[1] == 5
+    numbers = [json.loads(line)["version"] for line in history.read_text().splitlines()]
+    assert numbers == [1, 2, 3, 4, 5]
+
+
+def test_check_names_a_copied_session_file(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    with Sidecar.open(folder) as sidecar:
+        sessions(sidecar, folder).upsert("ci-1", "text")
+    md, _ = paths(folder, "ci-1")
+    shutil.copy(md, md.with_name("ci-1 copy.md"))
+    found = {f.id: f.problem for f in check_vault(Vault(folder))}
+    assert "ci-1" in found["sessions/ci-1 copy.md"] and "copy" in found["sessions/ci-1 copy.md"]
+
+
+def test_a_markdown_file_older_than_its_history_is_stale_not_an_edit(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    with Sidecar.open(folder) as sidecar:
+        s = sessions(sidecar, folder)
+        s.upsert("s", "one")
+    md, history = paths(folder, "s")
+    before = md.read_bytes()
+    with Sidecar.open(folder) as sidecar:
+        sessions(sidecar, folder).append("s", "two")
+    md.write_bytes(before)  # a crash after the history append, before the markdown file was written
+    with fresh_sidecar(folder) as sidecar:
+        s = sessions(sidecar, folder)
+        latest, count = s.latest("s")
+        assert (latest.summary, count) == ("one\n\ntwo", 2)
+    assert "two" in md.read_text() and "version: 2" in md.read_text()  # and the file says so again
+    assert len(history.read_text().splitlines()) == 2
+
+
+def test_a_persons_edit_is_in_the_history_as_soon_as_the_server_serves_it(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    with Sidecar.open(folder) as sidecar:
+        sessions(sidecar, folder).upsert("notes", "Agent text.", title="Notes")
+    md, history = paths(folder, "notes")
+    md.write_text(md.read_text().replace("Agent text.", "Corrected by hand."))
+    with Sidecar.open(folder) as sidecar:
+        latest, count = sessions(sidecar, folder).latest("notes")
+        assert (latest.summary, count) == ("Corrected by hand.", 2)
+    # No tool wrote since: a clone taken now has the same history without the markdown file.
+    clone = tmp_path / "clone"
+    (clone / "sessions").mkdir(parents=True)
+    shutil.copy(history, clone / "sessions" / history.name)
+    with Sidecar.open(clone) as sidecar:
+        latest, count = sessions(sidecar, clone).latest("notes")
+    assert (latest.summary, count) == ("Corrected by hand.", 2)
+    md.write_text(md.read_text().replace("Corrected by hand.", "Corrected twice."))
+    with Sidecar.open(folder) as sidecar:
+        assert [v.summary for v in sessions(sidecar, folder).history("notes")] == [
+            "Corrected twice.",
+            "Corrected by hand.",
+            "Agent text.",
+        ]
+
+
+OFFICIAL_LINES = [
+    '{"type":"entity","name":"Ann","entityType":"person","observations":["same","same","other"]}',
+    '{"type":"entity","name":"Bo","entityType":"person","observations":[],"createdAt":"2026-01-02"}',
+    '{"type":"entity","name":"","entityType":"ghost","observations":[]}',
+    '{"type":"entity","name":"Ann","entityType":"robot","observations":["beeps"]}',
+    "not json at all",
+    '{"type":"relation","from":"Ann","to":"Nowhere","relationType":"visits"}',
+    '{"type":"relation","from":"Ann","to":"Bo","relationType":"knows","since":2020}',
+]
+
+
+def test_graph_lines_memvault_cannot_read_are_kept_byte_for_byte_and_reported(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    graph_file = folder / "graph.jsonl"
+    # A BOM, and no newline at the end, as the official server writes its file.
+    graph_file.write_bytes(("\ufeff" + "\n".join(OFFICIAL_LINES)).encode())
+    with Sidecar.open(folder) as sidecar:
+        g = graph(sidecar, folder)
+        read = g.read_graph()
+        assert [e.name for e in read.entities] == ["Ann", "Bo"]
+        assert read.entities[0].observations == ("same", "same", "other")
+        assert Relation("Ann", "Nowhere", "visits") in read.relations
+        assert len(g.kept_lines()) == 3
+        g.create_entities([Entity("Cy", "person")])  # not refused: nothing here is a conflict
+    raw = graph_file.read_bytes().decode()
+    assert raw.startswith("\ufeff") and not raw.endswith("\n")
+    lines = raw.removeprefix("\ufeff").split("\n")
+    new = '{"type":"entity","name":"Cy","entityType":"person","observations":[]}'
+    # Every line is there as it was; the new entity after the entities, before the relations.
+    assert lines == [*OFFICIAL_LINES[:5], new, *OFFICIAL_LINES[5:]]
+    found = [p for path, p in sync.problems(folder) if path == "graph.jsonl"]
+    assert len(found) == 3 and any("line 3" in p and "without a name" in p for p in found)
+    assert not any("conflict" in p for p in found)
+
+
+def test_the_first_write_of_an_official_file_changes_only_what_changed(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    official = [
+        '{"type":"entity","name":"Ann","entityType":"person","observations":["likes tea"]}',
+        '{"type":"entity","name":"Bo","entityType":"person","observations":["ü"]}',
+        '{"type":"relation","from":"Ann","to":"Bo","relationType":"knows"}',
+    ]
+    (folder / "graph.jsonl").write_text("\n".join(official) + "\n", encoding="utf-8")
+    with Sidecar.open(folder) as sidecar:
+        graph(sidecar, folder).add_observations([("Bo", ["plays chess"])])
+    lines = (folder / "graph.jsonl").read_text(encoding="utf-8").splitlines()
+    assert lines == [
+        official[0],
+        '{"type":"entity","name":"Bo","entityType":"person","observations":["ü","plays chess"]}',
+        official[2],
+    ]
+
+
+def test_new_relations_are_appended_to_an_official_file_as_it_would_write_them(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    official = [
+        '{"type":"entity","name":"Ann","entityType":"person","observations":[]}',
+        '{"type":"entity","name":"Bo","entityType":"person","observations":[]}',
+        '{"type":"relation","from":"Ann","to":"Bo","relationType":"knows"}',
+    ]
+    graph_file = folder / "graph.jsonl"
+    graph_file.write_text("\n".join(official), encoding="utf-8")  # the official server ends no line
+    with Sidecar.open(folder) as sidecar:
+        g = graph(sidecar, folder)
+        g.create_relations([Relation("Bo", "Ann", "knows")])
+        g.create_entities([Entity("Cy", "person")])
+    assert graph_file.read_text(encoding="utf-8") == "\n".join(
+        [
+            *official[:2],
+            '{"type":"entity","name":"Cy","entityType":"person","observations":[]}',
+            official[2],
+            '{"type":"relation","from":"Bo","to":"Ann","relationType":"knows"}',
+        ]
+    )
+    with fresh_sidecar(folder) as sidecar:
+        assert len(graph(sidecar, folder).read_graph().relations) == 2
