@@ -378,12 +378,18 @@ class Resources:
             [
                 "# This vault",
                 "",
-                f"- {len(memories):,} memories: {MEMORY_TEMPLATE} (resources/list pages through them)",
-                f"- {archived:,} archived memories: {ARCHIVE_TEMPLATE} (search_archive finds them)",
-                f"- {len(sessions):,} session summaries: {SESSION_TEMPLATE}",
+                f"- {counted(len(memories), 'memory', 'memories')}: {MEMORY_TEMPLATE} (resources/list "
+                "pages through them)",
+                f"- {counted(archived, 'archived memory', 'archived memories')}: {ARCHIVE_TEMPLATE} "
+                "(search_archive finds them)",
+                f"- {counted(len(sessions), 'session summary', 'session summaries')}: {SESSION_TEMPLATE}",
                 f"- the knowledge graph: {GRAPH_URI}",
                 "",
                 "Subscribe to this resource to hear of every change in the vault, whoever makes it "
                 "(an agent, the command line, a person's editor, a git pull).",
             ]
         )
+
+
+def counted(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
