@@ -253,3 +253,18 @@ async def test_a_slow_reader_holds_a_bounded_backlog():
         delivering.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await delivering
+
+
+async def test_subscriptions_end_with_their_client(server_factory, vault_root):
+    seed(vault_root)
+    async with server_factory() as srv:
+        changes = srv.app.state.store.changes
+        async with legacy(srv, "alice") as (client, _):
+            await client.subscribe_resource(DEPLOY)
+            await client.subscribe_resource(VAULT)
+            assert changes.listening("alice") == 1  # one connection, one listener
+        await wait_for(lambda: changes.listening("alice") == 0)
+        async with Client(srv.mcp_url("alice")) as modern:
+            async with modern.listen(resource_subscriptions=[DEPLOY]):
+                assert changes.listening("alice") == 1
+            await wait_for(lambda: changes.listening("alice") == 0)
