@@ -46,7 +46,9 @@ OVERFLOW_MESSAGE = "Inotify queue overflowed"
 
 ApplyFn = Callable[[str, set[Path], bool], int]
 # Told on the loop after a token's batch is applied: (token, paths, listing, rescanned). "listing":
-# some path was created, deleted or moved (the list of files may differ, not only their contents).
+# some path was created, deleted or moved: the list of files may differ, not only their contents.
+# A save by rename over an existing name counts too (nothing tells it from a new file without a
+# stat per path), and the resource list shows each file's size and time, which it changed.
 AnnounceFn = Callable[[str, set[Path], bool, bool], None]
 _LISTING_EVENTS = ("created", "deleted", "moved")
 _CHANGE_EVENTS: tuple[type[FileSystemEvent], ...] = (
