@@ -88,10 +88,6 @@ class Subscriber:
         else:
             self.by_key.pop(key, None)
 
-    @property
-    def empty(self) -> bool:
-        return not self.whole_vault and not self.by_key and not self.listing
-
     def changed(self, change: Change) -> None:
         """A change to this vault (on the loop): queue what this client asked to hear of."""
         uris: list[str | None] = []
@@ -183,7 +179,7 @@ class Subscriptions:
             if entry is not None:
                 entry[0].remove(str(params.uri))
                 if not entry[0].whole_vault and not entry[0].by_key:
-                    self._stop(target)
+                    self._stop(target)  # nothing left to hear of: no list changes either
         except (MemvaultError, UnicodeDecodeError) as exc:
             raise rejected(exc, "resources/unsubscribe") from None
         return EmptyResult()
