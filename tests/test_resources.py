@@ -313,3 +313,32 @@ def test_every_tool_has_a_title_and_all_four_hints(make_settings: Callable[..., 
     assert by_name["update_memory"].idempotent_hint is False  # an append appends again
     assert by_name["delete_memory"].destructive_hint is True
     assert by_name["restore_memory"].destructive_hint is False
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+async def test_the_conformance_suites_calls_on_memvaults_own_resources_and_prompts(
+    server_factory, vault_root
+):
+    """The suite's resources-*, prompts-* and completion scenarios read its reference server's
+    test:// fixtures; the same calls, in the same era (the handshake), on what memvault serves."""
+    hand_file(vault_root / "alice", "deploy-notes.md", "# Deploy notes\n\nPostgres on Fridays.\n")
+    async with server_factory() as srv, connect(srv, "alice", "legacy") as client:
+        assert client.protocol_version == "2025-11-25"
+        listed = (await client.list_resources()).resources  # resources-list
+        assert "memvault://memories/deploy-notes.md" in {r.uri for r in listed}
+        text = (await client.read_resource("memvault://memories/deploy-notes.md")).contents[0]  # read-text
+        assert text.mime_type == "text/markdown" and "Postgres on Fridays." in text.text
+        templates = (await client.list_resource_templates()).resource_templates  # templates-read
+        uri = next(t.uri_template for t in templates if t.name == "memory").replace(
+            "{+filename}", "deploy-notes.md"
+        )
+        assert "Postgres" in (await client.read_resource(uri)).contents[0].text
+        assert await client.subscribe_resource(uri) is not None  # resources-subscribe
+        assert await client.unsubscribe_resource(uri) is not None  # resources-unsubscribe
+        simple = await client.get_prompt("save-session-learnings", {})  # prompts-get-simple
+        assert simple.messages[0].role == "user" and "write_memory(" in simple.messages[0].content.text
+        with_args = await client.get_prompt("recall-before-task", {"topic": "postgres"})  # get-with-args
+        assert "deploy-notes.md" in with_args.messages[0].content.text
+        ref = ResourceTemplateReference(type="ref/resource", uri=MEMORY_TEMPLATE)  # completion-complete
+        done = await client.complete(ref, {"name": "filename", "value": "dep"})
+        assert done.completion.values == ["deploy-notes.md"]
