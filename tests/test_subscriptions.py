@@ -268,3 +268,19 @@ async def test_subscriptions_end_with_their_client(server_factory, vault_root):
             async with modern.listen(resource_subscriptions=[DEPLOY]):
                 assert changes.listening("alice") == 1
             await wait_for(lambda: changes.listening("alice") == 0)
+
+
+async def test_a_session_summary_subscriber_hears_of_each_new_version(server_factory, vault_root):
+    seed(vault_root)
+    retro = "memvault://sessions/Retro%20%2F%20March"  # an id whose file name is a slug and a hash
+    async with server_factory() as srv, legacy(srv, "alice") as (client, heard):
+        await call(client, "upsert_summary", sessionId="Retro / March", summary="First.")
+        await client.subscribe_resource(retro)
+        # A barrier: once a later write is heard, the sessions/ folder's creation has been too.
+        await client.subscribe_resource("memvault://memories/barrier.md")
+        await call(client, "write_memory", title="Barrier", content="After the first version.")
+        await heard.wait("memvault://memories/barrier.md")
+        heard.items.clear()
+        await call(client, "append_summary", sessionId="Retro / March", content="Second.")
+        await heard.wait(retro)
+        assert "Second." in (await client.read_resource(retro)).contents[0].text
