@@ -184,6 +184,10 @@ async def test_a_read_only_key_lists_and_reads_every_resource(server_factory, tm
                 assert "Postgres on Fridays." in read.contents[0].text
                 prompt = await client.get_prompt("recall-before-task", {"topic": "postgres"})
                 assert "deploy-notes.md" in prompt.messages[0].content.text
+                # The prompts that ask for changes are not offered to a key that cannot make them.
+                assert [p.name for p in (await client.list_prompts()).prompts] == ["recall-before-task"]
+                with pytest.raises(MCPError, match="read-only"):
+                    await client.get_prompt("save-session-learnings", {})
 
 
 # ---------------------------------------------------------------------------- prompts

@@ -67,6 +67,12 @@ def request_token(request: Any) -> str:
     return token
 
 
+def read_only(request: Any) -> bool:
+    """Whether the request came with a read-only key (app.BearerAuth marks it in its state)."""
+    state = getattr(request, "scope", {}).get("state", {}) if request is not None else {}
+    return bool(state.get("memvault_read_only", False))
+
+
 def text(message: str, *, error: bool = False) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=error)
 

@@ -29,7 +29,7 @@ from memvault.config import Settings
 from memvault.disk.markdown import Memory
 from memvault.errors import quote
 from memvault.ops.store import Store
-from memvault.tools.common import request_token
+from memvault.tools.common import read_only, request_token
 from memvault.tools.resources import guarded, memory_uri
 
 RECALL = "recall-before-task"
@@ -72,6 +72,7 @@ PROMPTS = [
         ],
     ),
 ]
+READ_ONLY_PROMPTS = (RECALL,)  # the prompts whose steps are all read tools
 ARGUMENTS = {p.name: {a.name: a for a in p.arguments or ()} for p in PROMPTS}
 
 
@@ -115,12 +116,19 @@ class Prompts:
     async def list_prompts(
         self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
     ) -> ListPromptsResult:
-        return ListPromptsResult(prompts=PROMPTS)
+        # A read-only key is not asked to save or delete what it cannot (it sees the read tools only).
+        listed = [p for p in PROMPTS if p.name in READ_ONLY_PROMPTS] if read_only(ctx.request) else PROMPTS
+        return ListPromptsResult(prompts=listed)
 
     async def get_prompt(
         self, ctx: ServerRequestContext[Any], params: GetPromptRequestParams
     ) -> GetPromptResult:
         args = checked(params.name, params.arguments)
+        if read_only(ctx.request) and params.name not in READ_ONLY_PROMPTS:
+            raise invalid(
+                f"This key is read-only, so the prompt {params.name} (which asks for changes) is not "
+                f"offered; {', '.join(READ_ONLY_PROMPTS)} is."
+            )
         token = request_token(ctx.request)
         if params.name == RECALL:
             text = await guarded("prompts/get", self.recall)(token, args["topic"])
