@@ -21,8 +21,9 @@ from mcp.client.client import Client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
 from mcp.types import ResourceListChangedNotification, ResourceUpdatedNotification
 
+from memvault.errors import InvalidArgument
 from memvault.ops.changes import Change
-from memvault.tools.subscriptions import MAX_PENDING, Subscriber
+from memvault.tools.subscriptions import MAX_PENDING, MAX_URIS, Subscriber
 
 pytestmark = [
     pytest.mark.anyio,
@@ -284,3 +285,16 @@ async def test_a_session_summary_subscriber_hears_of_each_new_version(server_fac
         await call(client, "append_summary", sessionId="Retro / March", content="Second.")
         await heard.wait(retro)
         assert "Second." in (await client.read_resource(retro)).contents[0].text
+
+
+async def test_a_client_subscribes_to_a_bounded_number_of_resources():
+    async def send(event: Any) -> None:
+        pass
+
+    subscriber = Subscriber("alice", send, listing=False)
+    for i in range(MAX_URIS):
+        subscriber.add(f"memvault://memories/n{i}.md")
+    subscriber.add("memvault://memories/n0.md")  # again: no new room taken
+    with pytest.raises(InvalidArgument, match="memvault://vault"):
+        subscriber.add("memvault://memories/one-more.md")
+    subscriber.add(VAULT)  # the whole vault is always one subscription
