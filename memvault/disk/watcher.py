@@ -45,6 +45,12 @@ WATCHDOG_LOGGER = "watchdog.observers"
 OVERFLOW_MESSAGE = "Inotify queue overflowed"
 
 ApplyFn = Callable[[str, set[Path], bool], int]
+# Told on the loop after a token's batch is applied: (token, paths, listing, rescanned). "listing":
+# some path was created, deleted or moved: the list of files may differ, not only their contents.
+# A save by rename over an existing name counts too (nothing tells it from a new file without a
+# stat per path), and the resource list shows each file's size and time, which it changed.
+AnnounceFn = Callable[[str, set[Path], bool, bool], None]
+_LISTING_EVENTS = ("created", "deleted", "moved")
 _CHANGE_EVENTS: tuple[type[FileSystemEvent], ...] = (
     FileCreatedEvent,
     FileModifiedEvent,
@@ -173,10 +179,17 @@ class Watcher:
     """
 
     def __init__(
-        self, root: Path, apply: ApplyFn, *, enabled: bool = True, poll_interval: float = 2.0
+        self,
+        root: Path,
+        apply: ApplyFn,
+        *,
+        enabled: bool = True,
+        poll_interval: float = 2.0,
+        announce: AnnounceFn | None = None,
     ) -> None:
         self.root = root
         self.apply = apply
+        self.announce = announce
         self.enabled = enabled
         self.poll_interval = poll_interval
         self.mode = "off"
@@ -184,6 +197,7 @@ class Watcher:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pending: dict[str, set[Path]] = {}
         self.rescan: set[str] = set()
+        self.listing: set[str] = set()  # tokens whose batch holds a file created, deleted or moved
         self.batches = 0
         self.overflows = 0  # kernel queue overflows heard of (each one rescans every token)
         self.rescans = 0  # token rescans done
@@ -320,6 +334,8 @@ class Watcher:
                 queued = True
             elif not rel.parts[-1].startswith("."):
                 self.pending.setdefault(token, set()).add(path)
+                if event.event_type in _LISTING_EVENTS:
+                    self.listing.add(token)
                 queued = True
         if queued:
             # Only real work restarts the quiet window: the sidecar's own writes under .memvault/
@@ -351,6 +367,7 @@ class Watcher:
                     break
             pending, self.pending = self.pending, {}
             rescan, self.rescan = self.rescan, set()
+            listing, self.listing = self.listing, set()
             self._busy = True
             self.rescanning = len(rescan)
             try:
@@ -361,6 +378,8 @@ class Watcher:
                     if token in rescan:
                         self.rescans += 1
                         self.rescanning -= 1
+                    if self.announce is not None:
+                        self.announce(token, pending.get(token, set()), token in listing, token in rescan)
             except Exception:
                 log.exception("applying file changes failed; the next change or restart will retry")
             finally:

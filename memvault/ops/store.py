@@ -27,6 +27,7 @@ from memvault.errors import (
 )
 from memvault.logs import bookkeep
 from memvault.ops import access, arguments, supersede
+from memvault.ops.changes import Changes
 from memvault.ops.edits import Edit, apply_edit, check_version
 from memvault.ops.sweeps import Evicted, Sweeps
 from memvault.registry import reconcile
@@ -70,6 +71,8 @@ class Store:
         self.registry = Tokens(settings, embeddings_from_settings(settings), self._in_background)
         self.sweeps = Sweeps(self.registry, settings, clock, self._in_background)
         self.recorder = access.Recorder(self.registry, self._in_background)
+        # Who listens to which vault's changes; the watcher announces them (see memvault.ops.changes).
+        self.changes = Changes(settings.root)
 
     # ------------------------------------------------------------------ tokens (see memvault.registry.tokens)
 

@@ -133,6 +133,15 @@ def graph_rows(conn: sqlite3.Connection) -> dict[str, tuple[Entity, str, str]]:
     return {n.entity.name: (n.entity, created[n.entity.name], n.updated) for n in nodes}
 
 
+def entity_names(conn: sqlite3.Connection, prefix: str, limit: int) -> list[str]:
+    """Up to ``limit`` entity names that start with ``prefix`` (ASCII letters in either case), by name."""
+    pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    rows = conn.execute(
+        "SELECT name FROM entities WHERE name LIKE ? ESCAPE '\\' ORDER BY name LIMIT ?", (pattern, limit)
+    )
+    return [name for (name,) in rows]
+
+
 class KnowledgeGraph:
     """One token's knowledge graph, queried in its sidecar, with the official memory server's semantics.
 

@@ -504,6 +504,17 @@ def _version_from_row(row: Mapping[str, Any], max_chars: int) -> Version:
         raise InvalidArgument(f"a session version that cannot be imported ({reason:.300})") from None
 
 
+def session_ids(conn: sqlite3.Connection, prefix: str, limit: int) -> list[str]:
+    """Up to ``limit`` session ids that start with ``prefix`` (ASCII letters in either case), by id."""
+    pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    rows = conn.execute(
+        "SELECT DISTINCT session_id FROM session_versions WHERE session_id LIKE ? ESCAPE '\\' "
+        "ORDER BY session_id LIMIT ?",
+        (pattern, limit),
+    )
+    return [session_id for (session_id,) in rows]
+
+
 def list_sessions(
     infos: Sequence[SessionInfo],
     *,

@@ -348,6 +348,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
         store.apply_changes,
         enabled=settings.watch,
         poll_interval=settings.poll_interval_seconds,
+        announce=store.changes.announce,
     )
     started = time.monotonic()
 

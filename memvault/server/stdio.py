@@ -25,6 +25,7 @@ async def serve_stdio(settings: Settings, token: str) -> None:
         store.apply_changes,
         enabled=settings.watch,
         poll_interval=settings.poll_interval_seconds,
+        announce=store.changes.announce,
     )
     settings.root.mkdir(parents=True, exist_ok=True)
     SERVED_TOKEN.set(token)  # tasks the server starts copy this context: token_of finds it

@@ -2,24 +2,43 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, InputRequiredResult, ListToolsResult, PaginatedRequestParams
+from mcp.types import (
+    CallToolResult,
+    CompleteRequestParams,
+    GetPromptRequestParams,
+    InputRequiredResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    ReadResourceRequestParams,
+    SubscribeRequestParams,
+    SubscriptionsListenRequestParams,
+    UnsubscribeRequestParams,
+)
 from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
 
 from memvault import __version__
 from memvault.config import Settings
 from memvault.ops.store import Store
+from memvault.tools.common import read_only
+from memvault.tools.completion import Completer
 from memvault.tools.graph import OUTPUT_SCHEMAS, register_graph_tools
 from memvault.tools.guide import instructions
 from memvault.tools.memories import register_memory_tools, render_found
+from memvault.tools.prompts import Prompts
 from memvault.tools.recall import register_recall_tools
+from memvault.tools.resources import Resources, guarded
 from memvault.tools.schema import compact
+from memvault.tools.subscriptions import Subscriptions
 from memvault.tools.summaries import register_session_tools
+from memvault.tools.titles import TITLES
 
 __all__ = ["build_server", "render_found"]
 
@@ -59,20 +78,20 @@ class Server(MCPServer):
             raise
 
 
-def read_only(request: Any) -> bool:
-    """Whether the request came with a read-only key (app.BearerAuth marks it in its state)."""
-    state = getattr(request, "scope", {}).get("state", {}) if request is not None else {}
-    return bool(state.get("memvault_read_only", False))
-
-
 def lean(tool: MCPTool) -> MCPTool:
     """The tool as listed, with its schemas compacted (see schema.compact).
 
     Every tool that sends structured content lists an output schema (the graph tools): a short one
     of their own (tools.graph.OUTPUT_SCHEMAS), since the derived ones would cost every session
-    about 3,000 characters for nothing an agent reads."""
+    about 3,000 characters for nothing an agent reads. Every tool has a title (tools.titles)."""
     output = OUTPUT_SCHEMAS.get(tool.name) if tool.output_schema is not None else None
-    return tool.model_copy(update={"input_schema": compact(tool.input_schema), "output_schema": output})
+    return tool.model_copy(
+        update={
+            "input_schema": compact(tool.input_schema),
+            "output_schema": output,
+            "title": tool.title or TITLES.get(tool.name),
+        }
+    )
 
 
 def argument_errors(tool: str, error: ValidationError) -> str:
@@ -90,16 +109,12 @@ def argument_errors(tool: str, error: ValidationError) -> str:
     )
 
 
-# The SDK registers these for every server, so it advertises prompts and resources; memvault
-# serves neither yet, and a capability with nothing behind it misleads clients (issue 14).
-UNSERVED = ("prompts/list", "prompts/get", "resources/list", "resources/read", "resources/templates/list")
-
-
 def build_server(store: Store, settings: Settings) -> MCPServer:
-    server = Server(name="memvault", version=__version__, instructions=instructions(settings.tools))
-    handlers = server._lowlevel_server._request_handlers  # the SDK offers no public way to drop them
-    for method in UNSERVED:
-        handlers.pop(method, None)
+    # subscriptions=False: the SDK's own subscriptions/listen tells every stream of every event, of
+    # whatever vault; ours (tools.subscriptions) tells each client of its own vault's changes only.
+    server = Server(
+        name="memvault", version=__version__, instructions=instructions(settings.tools), subscriptions=False
+    )
     if "memories" in settings.tools:
         register_memory_tools(server, store, settings)
     if "sessions" in settings.tools:
@@ -108,4 +123,33 @@ def build_server(store: Store, settings: Settings) -> MCPServer:
         register_graph_tools(server, store, settings)
     if "recall" in settings.tools:
         register_recall_tools(server, store, settings)
+    serve_resources(server, store, settings)
     return server
+
+
+def serve_resources(server: Server, store: Store, settings: Settings) -> None:
+    """Resources, their subscriptions, prompts and completion, in place of the SDK's handlers (which
+    serve what is registered once for all; a vault's resources are its own and change)."""
+    low = server._lowlevel_server  # the SDK offers no other way to give a handler the request context
+    resources = Resources(store, settings)
+    subscriptions = Subscriptions(store.changes)
+    prompts = Prompts(store, settings)
+    completer = Completer(store, settings)
+    handlers: list[tuple[str, Any, Any]] = [
+        ("resources/list", PaginatedRequestParams, guarded("resources/list", resources.list_resources)),
+        ("resources/templates/list", PaginatedRequestParams, resources.list_templates),
+        ("resources/read", ReadResourceRequestParams, guarded("resources/read", resources.read)),
+        ("resources/subscribe", SubscribeRequestParams, subscriptions.subscribe),
+        ("resources/unsubscribe", UnsubscribeRequestParams, subscriptions.unsubscribe),
+        ("subscriptions/listen", SubscriptionsListenRequestParams, subscriptions.listen),
+        ("prompts/list", PaginatedRequestParams, prompts.list_prompts),
+        ("prompts/get", GetPromptRequestParams, prompts.get_prompt),
+        ("completion/complete", CompleteRequestParams, completer.complete),
+    ]
+    for method, params, handler in handlers:
+        low.add_request_handler(method, params, handler)
+    # Handshake-era clients learn of listChanged from the initialize result; the SDK's default says
+    # False (2026-07-28 clients get True from server/discover, since subscriptions/listen is served).
+    low.create_initialization_options = functools.partial(  # type: ignore[method-assign]
+        low.create_initialization_options, NotificationOptions(resources_changed=True)
+    )

@@ -40,6 +40,12 @@ CHANGES = ToolAnnotations(
 MOVES = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
 )
+# Changes in place that a repeat would repeat (an append appends again).
+EDITS = MOVES
+# Brings something back; nothing is lost, and a second call finds it back already.
+RESTORES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
 
 
 # The one token a `memvault stdio` process serves (there is no request path to take it from).
@@ -50,11 +56,21 @@ SERVED_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 def token_of(ctx: Context) -> str:
     """The token comes from the path of the request being served, or over stdio from the command line."""
-    request = ctx.request_context.request
+    return request_token(ctx.request_context.request)
+
+
+def request_token(request: Any) -> str:
+    """The token of a request (token_of, for handlers that get the SDK's request context)."""
     token = getattr(request, "path_params", {}).get("token") if request is not None else SERVED_TOKEN.get()
     if not isinstance(token, str):
         raise MemvaultError("This endpoint has no token; connect to /mcp/<token>.")
     return token
+
+
+def read_only(request: Any) -> bool:
+    """Whether the request came with a read-only key (app.BearerAuth marks it in its state)."""
+    state = getattr(request, "scope", {}).get("state", {}) if request is not None else {}
+    return bool(state.get("memvault_read_only", False))
 
 
 def text(message: str, *, error: bool = False) -> CallToolResult:

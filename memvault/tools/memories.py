@@ -17,8 +17,10 @@ from memvault.ops.store import Found, Store
 from memvault.tools.common import (
     CHANGES,
     CREATES,
+    EDITS,
     MOVES,
     READ_ONLY,
+    RESTORES,
     Reply,
     fit_names,
     handles_errors,
@@ -242,7 +244,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
             )
         return text(reply)
 
-    @server.tool(annotations=CHANGES, structured_output=False)
+    @server.tool(annotations=EDITS, structured_output=False)
     @handles_errors
     async def update_memory(
         ctx: Context,
@@ -298,7 +300,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
         found = await store.find(token_of(ctx), query=query, limit=limit, archived=True)
         return text(render_found(found, settings, what="archived", query=query)[0])
 
-    @server.tool(annotations=MOVES, structured_output=False)
+    @server.tool(annotations=RESTORES, structured_output=False)
     @handles_errors
     async def restore_memory(
         ctx: Context,

@@ -564,18 +564,21 @@ async def test_a_refused_legacy_sse_request_is_one_log_line_not_a_traceback(serv
     assert len(records) <= 2, [r.getMessage() for r in records]
 
 
-async def test_prompts_and_resources_are_not_advertised_nor_answered_with_a_traceback(server_factory, caplog):
-    """The server advertised prompts and resources and served none; an unknown prompt was error 0
-    with a traceback in the log."""
+async def test_an_unknown_prompt_or_resource_is_a_clear_error_without_a_traceback(server_factory, caplog):
+    """The server once advertised prompts and resources and served none, and an unknown prompt was
+    error 0 with a traceback in the log (issue 14); since issue 36 it serves both."""
     from mcp.shared.exceptions import MCPError
 
     caplog.set_level(logging.INFO)
     async with server_factory() as srv, srv.session("a") as session:
         capabilities = session.server_capabilities
         assert capabilities is not None and capabilities.tools is not None
-        assert capabilities.prompts is None and capabilities.resources is None
-        for call in (session.get_prompt("no-such-prompt"), session.list_resources()):
+        assert capabilities.prompts is not None and capabilities.resources is not None
+        for call, words in (
+            (session.get_prompt("no-such-prompt"), "prompts/list"),
+            (session.read_resource("memvault://memories/none.md"), "list_memory_titles"),
+        ):
             with pytest.raises(MCPError) as info:
                 await call
-            assert info.value.code == -32601  # method not found: not offered
+            assert info.value.code in (-32602, -32002) and words in str(info.value)
     assert not [r.getMessage() for r in caplog.records if r.exc_info]

@@ -84,3 +84,27 @@ async def test_stdio_refuses_a_bad_token(vault_root: Path) -> None:
     )
     out, err = await process.communicate()
     assert process.returncode == 2 and out == b"" and b"not a token" in err
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+async def test_a_stdio_client_hears_of_a_write_over_http(server_factory, vault_root: Path) -> None:
+    from mcp.types import ResourceUpdatedNotification
+
+    heard: list[str] = []
+
+    async def handler(message: object) -> None:
+        if isinstance(message, ResourceUpdatedNotification):
+            heard.append(message.params.uri)
+
+    folder = vault_root / "alice"
+    folder.mkdir()
+    (folder / "deploy-notes.md").write_text("# Deploy notes\n\nFridays.\n", encoding="utf-8")
+    async with server_factory() as srv, srv.session("alice") as http:
+        async with stdio_client(stdio_params(vault_root, "alice")) as (read, write):
+            async with ClientSession(read, write, message_handler=handler) as stdio:
+                await stdio.initialize()
+                await stdio.subscribe_resource("memvault://memories/deploy-notes.md")
+                edit = {"filename": "deploy-notes.md", "append": "Mon."}
+                result = await http.call_tool("update_memory", edit)
+                assert not result.is_error
+                await wait_for(lambda: "memvault://memories/deploy-notes.md" in heard, timeout=1.0)
