@@ -122,7 +122,8 @@ class Store:
         reply shows (working it out for every row was most of a listing's cost under load)."""
         async with self.using(token) as state:
             memories, recorded = await look(access.listing, state)
-            self.sweeps.maybe_sweep(state)
+        # No lazy sweep here: it would archive memories the agent was just shown (mem-mcp sweeps
+        # in read_memory only, and agents list titles, then read).
         return memories, lambda memory: access.last_access(memory, recorded.get(memory.id))
 
     async def find(
@@ -183,20 +184,25 @@ class Store:
         total = len(memories)
         return Found(memories[:limit] if limit else memories, total, True)
 
-    async def touch(self, token: str, memories: Sequence[Memory], *, hit: bool = True) -> None:
+    async def touch(
+        self, token: str, memories: Sequence[Memory], *, hit: bool = True, read_only: bool = False
+    ) -> None:
         """Record access to hot memories: always in the sidecar, in the file per the writeback policy.
 
-        Only queued here: a background task records them in batches (access.Recorder)."""
+        Only queued here: a background task records them in batches (access.Recorder). A request
+        made with a read-only key changes no file: its access goes to the sidecar only, and it
+        starts no lazy sweep (which would move files to the archive)."""
         async with self.using(token) as state:
             hot = [m for m in memories if not m.archived]
             if not hot or (state.sidecar is None and not state.dir.is_dir()):
                 return
             now = self.clock()
-            mode = self.settings.access_writeback
+            mode = "never" if read_only else self.settings.access_writeback
             due = [m for m in hot if access.needs_file_write(m, now, mode)]
             state.pending.add([m.id for m in hot], now, hit, due)
             self.recorder.noted(state)
-            self.sweeps.maybe_sweep(state)
+            if not read_only:
+                self.sweeps.maybe_sweep(state)
 
     def note_search(self, state: TokenState, found: bool) -> None:
         self.recorder.searched(state, found)

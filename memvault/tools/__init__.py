@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from memvault import __version__
 from memvault.config import Settings
 from memvault.ops.store import Store
+from memvault.tools.common import read_only
 from memvault.tools.graph import register_graph_tools
 from memvault.tools.guide import instructions
 from memvault.tools.memories import register_memory_tools, render_found
@@ -60,12 +61,6 @@ class Server(MCPServer):
 
 
 LISTED_OUTPUTS = ("read_graph",)
-
-
-def read_only(request: Any) -> bool:
-    """Whether the request came with a read-only key (app.BearerAuth marks it in its state)."""
-    state = getattr(request, "scope", {}).get("state", {}) if request is not None else {}
-    return bool(state.get("memvault_read_only", False))
 
 
 def lean(tool: MCPTool) -> MCPTool:

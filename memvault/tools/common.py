@@ -57,6 +57,17 @@ def token_of(ctx: Context) -> str:
     return token
 
 
+def read_only(request: Any) -> bool:
+    """Whether the request came with a read-only key (app.BearerAuth marks it in its state)."""
+    state = getattr(request, "scope", {}).get("state", {}) if request is not None else {}
+    return bool(state.get("memvault_read_only", False))
+
+
+def read_only_call(ctx: Context) -> bool:
+    """Whether the tool call being served came with a read-only key: it must change no file."""
+    return read_only(ctx.request_context.request)
+
+
 def text(message: str, *, error: bool = False) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=error)
 

@@ -22,6 +22,7 @@ from memvault.tools.common import (
     Reply,
     fit_names,
     handles_errors,
+    read_only_call,
     show_time,
     text,
     token_of,
@@ -198,7 +199,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
             )
         reply, shown = render_found(found, settings, what="hot", query=query, offset=max(0, offset or 0))
         # Only what the agent actually saw counts as an access.
-        await store.touch(token, shown, hit=not filenames)
+        await store.touch(token, shown, hit=not filenames, read_only=read_only_call(ctx))
         return text(reply)
 
     @server.tool(annotations=CREATES, structured_output=False)

@@ -13,7 +13,16 @@ from memvault.errors import quote
 from memvault.ops.recall import DEFAULT_WEIGHTS, STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
 from memvault.ops.store import Store
 from memvault.search.rerankers import Reranking
-from memvault.tools.common import READ_ONLY, Reply, handles_errors, joined, show_time, text, token_of
+from memvault.tools.common import (
+    READ_ONLY,
+    Reply,
+    handles_errors,
+    joined,
+    read_only_call,
+    show_time,
+    text,
+    token_of,
+)
 
 # ---------------------------------------------------------------------------- recall
 
@@ -114,7 +123,8 @@ def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -
         )
         reply, shown = render_recall(found, query, settings.max_reply_chars)
         used = accessed(found.results[:shown])
-        await store.touch(token, [hit.memory for hit in used if not hit.memory.archived])
+        hot = [hit.memory for hit in used if not hit.memory.archived]
+        await store.touch(token, hot, read_only=read_only_call(ctx))
         return text(reply)
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
