@@ -119,18 +119,25 @@ def render_found(
         parts.append(text_ if len(text_) < room else render_memory(memory, offset=offset, room=room - 1))
         shown.append(memory)
     left = found.total - len(shown)
+    cut = len(found.memories) - len(shown)  # found but left out for the reply's size
+    beyond = found.total - len(found.memories)  # past the limit (limit=, or a query's default)
     reply.add(head + (f"; showing {len(shown)}:" if left else ":"))
     reply.parts.extend(parts)
     # The notes below must fit in what is left of the budget (the body kept 300 characters for them).
-    if left:
+    if cut:
         note = (
-            f"[{left} more left out to keep this reply short.{{}} Narrow the query, or pass "
+            f"[{cut} more left out to keep this reply short.{{}} Narrow the query, or pass "
             "filenames=[...] to read specific ones.]"
         )
         rest = [m.id for m in found.memories[len(shown) :]][:20]
         room = settings.max_reply_chars - len(reply.text()) - len(note) - 80
         names = fit_names(rest, room - len(" Next: .")) if rest else ""
         reply.parts.append(note.format(f" Next: {names}." if names else ""))
+    if beyond:
+        reply.parts.append(
+            f"[{beyond} more not read: past the limit of {len(found.memories)}. Pass a larger limit "
+            "to read more, or narrow the query.]"
+        )
     if found.missing:
         room = settings.max_reply_chars - len(reply.text()) - 60
         missing = fit_names(found.missing, room)
