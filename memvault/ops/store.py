@@ -28,7 +28,7 @@ from memvault.errors import (
 from memvault.logs import bookkeep
 from memvault.ops import access, arguments, supersede
 from memvault.ops.edits import Edit, apply_edit, check_version
-from memvault.ops.sweeps import Evicted, Sweeps
+from memvault.ops.sweeps import Evicted, Sweep, Sweeps
 from memvault.registry import reconcile
 from memvault.registry.state import TokenState
 from memvault.registry.tokens import Tokens
@@ -39,7 +39,7 @@ from memvault.threads import NeedsThread, look
 log = logging.getLogger("memvault")
 RECENT_WRITES_KEPT = 10_000  # write_memory dedupes a repeat within the window among this many
 
-__all__ = ["Evicted", "Found", "Store", "Written"]
+__all__ = ["Evicted", "Found", "Store", "Sweep", "Written"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,6 +431,10 @@ class Store:
     async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
         """Archive what the eviction policy says is stale (memvault.ops.sweeps)."""
         return await self.sweeps.evict(token, dry_run=dry_run)
+
+    async def sweep(self, token: str, *, dry_run: bool = False) -> Sweep:
+        """Archive what is stale, and say what stays that would have gone (memvault.ops.sweeps)."""
+        return await self.sweeps.sweep(token, dry_run=dry_run)
 
     def _in_background(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run work after the current request; close() cancels or awaits what is left."""

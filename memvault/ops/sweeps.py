@@ -7,6 +7,7 @@ its inputs from the index and the sidecar and carries out its plan under the tok
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sqlite3
 from collections.abc import Callable, Coroutine
@@ -38,6 +39,17 @@ class Evicted:
     archived_as: str | None  # None on a dry run
 
 
+CONFLICT_HELD = "it has git conflict markers, which memvault never moves; resolve them, then evict again"
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """What a sweep did (or, on a dry run, would do), and what it held back that it would have moved."""
+
+    evicted: list[Evicted]
+    held: list[Evicted]  # reason: why it stays (archived_as is None)
+
+
 class Sweeps:
     """Runs eviction for the registry's tokens; ``spawn`` runs a lazy sweep after the current request."""
 
@@ -58,16 +70,20 @@ class Sweeps:
         )
 
     async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
+        """What :meth:`sweep` archived (or would archive)."""
+        return (await self.sweep(token, dry_run=dry_run)).evicted
+
+    async def sweep(self, token: str, *, dry_run: bool = False) -> Sweep:
         """Plan, then move the plan's files in batches of CHUNK, each under the token's locks: a
         sweep of thousands of files never holds a write for more than one batch (it once held
         one for a minute)."""
         async with self.tokens.using(token) as state:
             if not state.dir.is_dir():
-                return []
+                return Sweep([], [])
             async with state.lock:
-                now, plan = await anyio.to_thread.run_sync(self._plan, state)
+                now, plan, held = await anyio.to_thread.run_sync(self._plan, state)
             if dry_run:
-                return [Evicted(e.id, e.reason, None) for e in plan]
+                return Sweep([Evicted(e.id, e.reason, None) for e in plan], held)
             done: list[Evicted] = []
             for start in range(0, len(plan), CHUNK):
                 async with state.lock:
@@ -78,9 +94,11 @@ class Sweeps:
             sidecar = state.ensure_sidecar()
             bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
             self._last[state.token] = now
-            return done
+            return Sweep(done, held)
 
-    def _plan(self, state: TokenState) -> tuple[datetime, list[eviction.Eviction]]:
+    def _plan(self, state: TokenState) -> tuple[datetime, list[eviction.Eviction], list[Evicted]]:
+        """The plan, and the conflicted memories it would have moved were they not conflicted (a
+        person asking why one stays is told)."""
         self.tokens.settle(state)  # memories still to build after a restore: a batch per hold of the lock
         now = self.clock()
         with state.file_lock():
@@ -101,9 +119,20 @@ class Sweeps:
                 for m in memories
             ]
             plan = eviction.plan(candidates, now, self.limits)
+            conflicted = {m.id for m in memories if m.conflicted and m.has_frontmatter}
+            held: list[Evicted] = []
+            if conflicted:
+                freed = [
+                    dataclasses.replace(c, pinned=c.id not in conflicted and c.pinned) for c in candidates
+                ]
+                held = [
+                    Evicted(e.id, CONFLICT_HELD, None)
+                    for e in eviction.plan(freed, now, self.limits)
+                    if e.id in conflicted
+                ]
             if plan:
                 state.vault.check_archive()  # else every move fails and the sweep looks like a no-op
-            return now, plan
+            return now, plan, held
 
     def _move(self, state: TokenState, batch: list[eviction.Eviction], planned: datetime) -> list[Evicted]:
         """Move one batch; a memory read or changed since the plan stays (its access is newer)."""

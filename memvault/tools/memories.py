@@ -323,11 +323,15 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
         dryRun: Annotated[bool, Field(description="Only report.")] = False,
     ) -> CallToolResult:
         """Archive stale memories now (P1 unused 90 days, P2 30 days, then over capacity)."""
-        evicted = await store.evict(token_of(ctx), dry_run=dryRun)
+        swept = await store.sweep(token_of(ctx), dry_run=dryRun)
+        evicted = swept.evicted
+        held = [f"- kept {e.id}: {e.reason}" for e in swept.held]
         if not evicted:
-            return text("Nothing to archive: every hot memory is fresh and within capacity.")
+            nothing = "Nothing to archive: every hot memory is fresh and within capacity."
+            return text("\n".join([nothing, *held]))
         verb = "Would archive" if dryRun else "Archived"
         lines = [f"{verb} {len(evicted)} memor{'y' if len(evicted) == 1 else 'ies'}:"]
+        lines += held
         lines += [
             f"- {e.id}: {e.reason}"
             + (f" (now archive/{e.archived_as})" if e.archived_as and e.archived_as != e.id else "")

@@ -1,4 +1,4 @@
-"""A read-only key changes no file; listing titles starts no sweep (mem-mcp sweeps in read_memory only)."""
+"""What reads, sweeps and migrate change: a read-only key nothing, a listing no sweep; what they say."""
 
 from __future__ import annotations
 
@@ -86,3 +86,16 @@ def test_migrate_writes_last_accessed_at_as_mem_mcp_expects(tmp_path: Path) -> N
     fields = dict(line.split(": ", 1) for line in head.splitlines())
     assert {"priority", "createdAt", "updatedAt", "lastAccessedAt"} <= set(fields)
     assert fields["lastAccessedAt"].endswith("Z")
+
+
+def test_evict_dry_run_names_a_conflicted_file_it_keeps_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stale_vault(tmp_path / "alice", count=2)
+    path = tmp_path / "alice" / "note-0.md"
+    path.write_text(path.read_text() + "<<<<<<< HEAD\nmine\n=======\nyours\n>>>>>>> b\n", encoding="utf-8")
+    assert main(["evict", "--root", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "alice: would archive 1" in out
+    kept = [line for line in out.splitlines() if "note-0.md" in line]
+    assert len(kept) == 1 and "conflict markers" in kept[0] and "resolve" in kept[0], out
