@@ -323,11 +323,22 @@ class SseApps:
             await app(scope, receive, send)
             return
         self.streams[token] = self.streams.get(token, 0) + 1
-        answered = False
+        answered = complete = False
 
         async def sending(message: Message) -> None:
-            nonlocal answered
-            answered = answered or message["type"] == "http.response.start"
+            # When a stream ends (its client went away, or the server stops), the SDK's endpoint
+            # answers again with an empty response: uvicorn refused the second start and logged an
+            # 86-line traceback per stream. The stream was the answer: its second start is dropped,
+            # and its empty body ends the stream's chunked body, unless that body ended already.
+            nonlocal answered, complete
+            if message["type"] == "http.response.start":
+                if answered:
+                    return
+                answered = True
+            elif message["type"] == "http.response.body":
+                if complete:
+                    return
+                complete = not message.get("more_body", False)
             await send(message)
 
         try:
