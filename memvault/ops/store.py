@@ -138,6 +138,7 @@ class Store:
         """Search (or fetch by name, or list) memories; reading hot ones counts as access."""
         if limit is not None and limit < 1:
             raise InvalidArgument("limit must be at least 1.")
+        arguments.check_query(query)
         async with self.using(token) as state:
             if filenames:
                 ids = [check_id(name) for name in filenames]

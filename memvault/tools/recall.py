@@ -10,6 +10,7 @@ from pydantic import Field
 
 from memvault.config import Settings
 from memvault.errors import quote
+from memvault.ops.arguments import check_query
 from memvault.ops.recall import DEFAULT_WEIGHTS, STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
 from memvault.ops.store import Store
 from memvault.search.rerankers import Reranking
@@ -111,6 +112,7 @@ def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -
     ) -> CallToolResult:
         """Find memories by meaning and words, best first: filename | title | score | snippet per line."""
         token = token_of(ctx)
+        check_query(query)
         found = await recaller.recall(
             token,
             query,
