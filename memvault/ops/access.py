@@ -49,6 +49,13 @@ class Recorder:
         self._due: dict[str, TokenState] = {}  # tokens with access rows to record
         self._recording = False
 
+    def know_loop(self) -> None:
+        """Learn the event loop (called on it, before work that may note from a worker thread):
+        a note from a thread before the loop was known was dropped, and that access stayed queued
+        until the token's next one, keeping its state alive."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+
     def noted(self, state: TokenState) -> None:
         """Something was added to the token's Pending: start a round unless one runs (from a
         worker thread, by way of the event loop)."""

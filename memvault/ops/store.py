@@ -95,6 +95,7 @@ class Store:
 
     def using(self, token: str) -> contextlib.AbstractAsyncContextManager[TokenState]:
         """The token's state, loaded, and held loaded until the block ends (Tokens.using)."""
+        self.recorder.know_loop()
         return self.registry.using(token)
 
     def fresh(self, state: TokenState, id: str, archived: bool, *, inline: bool = False) -> Memory | None:

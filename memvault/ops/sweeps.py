@@ -64,7 +64,6 @@ class Sweeps:
         self.settings = settings
         self.clock = clock
         self.spawn = spawn
-        self._last: dict[str, datetime | None] = {}  # each token's last sweep, as this process knows it
         self.limits = eviction.Limits(
             ttl_p1_days=settings.ttl_p1_days, ttl_p2_days=settings.ttl_p2_days, capacity=settings.capacity
         )
@@ -93,7 +92,7 @@ class Sweeps:
                 await asyncio.sleep(0)  # requests waiting for the loop go first
             sidecar = state.ensure_sidecar()
             bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
-            self._last[state.token] = now
+            state.last_sweep, state.sweep_known = now, True
             return Sweep(done, held)
 
     def _plan(self, state: TokenState) -> tuple[datetime, list[eviction.Eviction], list[Evicted]]:
@@ -162,14 +161,14 @@ class Sweeps:
         """Lazy eviction: after a read, at most once per interval, in the background."""
         if state.evicting or state.sidecar is None:
             return
-        if state.token not in self._last:  # read once per token: not a query on every read
+        if not state.sweep_known:  # read once per load of the token: not a query on every read
             try:
                 raw = state.sidecar.get_state(LAST_EVICTION)
             except sqlite3.Error as exc:
                 note_failure("read the last sweep time", exc)
                 return
-            self._last[state.token] = datetime.fromisoformat(raw) if raw else None
-        if not eviction.sweep_due(self._last[state.token], self.clock(), self.settings.evict_interval_hours):
+            state.last_sweep, state.sweep_known = (datetime.fromisoformat(raw) if raw else None), True
+        if not eviction.sweep_due(state.last_sweep, self.clock(), self.settings.evict_interval_hours):
             return
         state.evicting = True
 

@@ -14,7 +14,10 @@ import contextlib
 import logging
 import os
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine
+from datetime import datetime
 from typing import Any
 
 import anyio.to_thread
@@ -27,7 +30,7 @@ from memvault.disk.markdown import Memory
 from memvault.disk.names import key, valid_token
 from memvault.errors import InvalidName, LinkedFolder, MemvaultError
 from memvault.load import folderscan, loader, processes, snapshot
-from memvault.records.sidecar import FileStat
+from memvault.records.sidecar import FileStat, Sidecar
 from memvault.registry import reconcile
 from memvault.registry.state import Phase, TokenState
 from memvault.search.area import Area
@@ -36,6 +39,20 @@ from memvault.search.embeddings import Embeddings
 log = logging.getLogger("memvault")
 
 SETTLE_BATCH = 2_000  # memories built per hold of a token's mem_lock after a restore
+
+
+def _sidecar_of(state: TokenState) -> Callable[[], Sidecar | None]:
+    """The token's open sidecar, for its vectors, by a weak reference: a closure over the state
+    made a cycle (state -> vectors -> closure -> state) that only the cyclic collector could free,
+    and the collector never saw it (heap.keep freezes what is alive at each load), so every
+    unloaded token stayed in memory for good."""
+    ref = weakref.ref(state)
+
+    def sidecar() -> Sidecar | None:
+        alive = ref()
+        return alive.sidecar if alive is not None else None
+
+    return sidecar
 
 
 def _still(state: TokenState, hot: Area, archive: Area) -> bool:
@@ -55,6 +72,9 @@ class Tokens:
         self.spawn = spawn
         self.states: dict[str, TokenState] = {}
         self.unloads = 0
+        self.forgotten_parses = 0  # files parsed by tokens since forgotten (see parses)
+        # write_memory's recent writes of forgotten tokens: (when forgotten, monotonic; the writes)
+        self.recent_writes: dict[str, tuple[float, OrderedDict[str, tuple[str, datetime]]]] = {}
         self.warming: set[str] = set()  # tokens whose load warm() began
 
     def warm(self, token: str) -> None:
@@ -102,6 +122,9 @@ class Tokens:
                 raise LinkedFolder()
             if state is None:
                 state = self.states.setdefault(token, TokenState(token, self.settings))
+                kept = self.recent_writes.pop(token, None)
+                if kept is not None:
+                    state.recent_writes = kept[1]
             state.link_checked = now
         state.last_used = now
         return state
@@ -128,6 +151,9 @@ class Tokens:
         process out of them) and reloads from its parse cache on the next request. A token in use
         (an operation in flight, a mutation, a sweep) is never unloaded.
         """
+        # Unloaded earlier while their accesses were still queued: forgotten once recorded.
+        for state in [s for s in self.states.values() if s.phase is Phase.UNLOADED and self._idle(s)]:
+            self._forget(state)
         loaded = [s for s in self.states.values() if s.loaded]
         excess = len(loaded) - self.settings.max_loaded_tokens
         if excess <= 0:
@@ -145,13 +171,37 @@ class Tokens:
             if state.sidecar is not None:
                 sidecar, state.sidecar = state.sidecar, None
                 sidecar.close()
-            if state.sidecar is None and not state.load_lock.locked() and not state.dir.is_dir():
-                # A token that never wrote anything (a read of an unknown token): forget it
-                # entirely, so that requests for made-up tokens cannot pile up state.
-                self.states.pop(state.token, None)
+            if self._idle(state):
+                self._forget(state)
             self.unloads += 1
             heap.unkeep()  # its objects go back to the collector (the others are kept at the next load)
             self.spawn(anyio.to_thread.run_sync(heap.release))
+
+    def _idle(self, state: TokenState) -> bool:
+        """Nothing in flight holds the token: no operation, lock, load, sweep or queued access."""
+        return not (
+            state.users
+            or state.lock.locked()
+            or state.load_lock.locked()
+            or state.evicting
+            or state.token in self.warming
+            or not state.pending.empty()
+        )
+
+    def _forget(self, state: TokenState) -> None:
+        """Drop an unloaded token's state: memory follows the loaded tokens only (an unloaded one
+        kept about 65 KB, its empty index and vectors, for every token ever served, made-up ones
+        included). Nothing in flight holds it (no user, lock, sweep or queued access); the next
+        request builds a new one. Its recent writes (write_memory's dedupe window) stay aside until
+        the window has passed, and the files it parsed still count."""
+        self.states.pop(state.token, None)
+        self.forgotten_parses += state.parses
+        now = time.monotonic()
+        window = self.settings.dedupe_window_seconds
+        if state.recent_writes:
+            self.recent_writes[state.token] = (now, state.recent_writes)
+        for token in [t for t, (at, _) in self.recent_writes.items() if now - at > window]:
+            del self.recent_writes[token]
 
     def reindex(self, token: str, progress: Callable[[int], None] | None = None) -> int:
         """Rebuild a token's derived state from its files (worker thread or CLI). Returns files read."""
@@ -321,7 +371,7 @@ class Tokens:
                 # Under the lock: a write between a look at the memories and the vectors' reset
                 # would be missing from the vectors until its next change.
                 everything = [*hot.memories.values(), *archive.memories.values()]
-                self.embeddings.attach(state.vectors, lambda: state.sidecar, everything)
+                self.embeddings.attach(state.vectors, _sidecar_of(state), everything)
                 state.settled = True
         problems = sum(1 for m in everything if m.problem and not m.archived)
         if problems:
@@ -333,4 +383,4 @@ class Tokens:
     @property
     def parses(self) -> int:
         """Files parsed (not served from the parse cache) by the tokens this registry holds."""
-        return sum(state.parses for state in self.states.values())
+        return self.forgotten_parses + sum(state.parses for state in self.states.values())
