@@ -107,6 +107,7 @@ class TokenState:
         self.link_checked = 0.0  # when the registry last made sure the folder is not a link
         self.snapshot_stale = False
         self.snapshot_parts: dict[str, npt.NDArray[Any]] | None = None  # a snapshot ready to write
+        self.young_leftovers: list[Path] = []  # temp files too young to remove at the last load
         self.missed: set[Path] = set()
         self.missed_rescan = False
         self.users = 0  # operations in flight (Store.using): a token in use is never unloaded
