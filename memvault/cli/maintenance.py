@@ -119,7 +119,8 @@ async def migrate(settings: Settings, token: str | None, dry_run: bool) -> int:
 
 async def evict(settings: Settings, token: str | None, dry_run: bool, listed: bool) -> int:
     async def one(store: Store, name: str) -> list[str]:
-        evicted = await store.evict(name, dry_run=dry_run)
+        swept = await store.sweep(name, dry_run=dry_run)
+        evicted = swept.evicted
         verb = "would archive" if dry_run else "archived"
         kinds = Counter(_why(item.reason) for item in evicted)
         summary = "; ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
@@ -128,6 +129,8 @@ async def evict(settings: Settings, token: str | None, dry_run: bool, listed: bo
             lines += [f"  {item.id}: {item.reason}" for item in evicted]
         elif evicted:
             lines.append("  (--list shows each file and why)")
+        # Kept back, always named: otherwise a person wonders why a stale file stays.
+        lines += [f"  kept {item.id}: {item.reason}" for item in swept.held]
         return lines
 
     return await _each_token(settings, token, one)

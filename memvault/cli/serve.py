@@ -69,7 +69,12 @@ def _serve(settings: Settings) -> int:
         lifespan="on",
         http=limits.guarded_protocol(settings.max_connections, settings.header_timeout_seconds),
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        # Ctrl-C: uvicorn has shut down cleanly, then raises the signal again; the traceback that
+        # followed said nothing a person could act on.
+        pass
     return 0
 
 

@@ -34,7 +34,9 @@ from memvault.search.index import Index, IndexSnapshot
 
 log = logging.getLogger("memvault")
 
-VERSION = 4  # 3: a file's ctime and inode (Memory.change) beside mtime and size; 4: priority codes
+# 3: a file's ctime and inode (Memory.change) beside mtime and size; 4: priority codes; 5: terms of
+# at most 64 characters, umlauts as ae/oe/ue (search.text)
+VERSION = 5
 MIN_MEMORIES = 500  # smaller vaults load from their files fast enough (and keep the parse cache)
 
 # Bump when parse_memory's result for the same bytes changes: older cache entries are parsed again.

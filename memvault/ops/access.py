@@ -49,6 +49,13 @@ class Recorder:
         self._due: dict[str, TokenState] = {}  # tokens with access rows to record
         self._recording = False
 
+    def know_loop(self) -> None:
+        """Learn the event loop (called on it, before work that may note from a worker thread):
+        a note from a thread before the loop was known was dropped, and that access stayed queued
+        until the token's next one, keeping its state alive."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+
     def noted(self, state: TokenState) -> None:
         """Something was added to the token's Pending: start a round unless one runs (from a
         worker thread, by way of the event loop)."""
@@ -192,12 +199,16 @@ def needs_file_write(memory: Memory, now: datetime, mode: str) -> bool:
     return last is None or last.date() != now.date()
 
 
-def frontmatter_for(memory: Memory, now: datetime) -> dict[str, Any]:
-    """The frontmatter a file without any gets (memvault migrate): its priority and times."""
+def frontmatter_for(memory: Memory, now: datetime, accessed: datetime | None = None) -> dict[str, Any]:
+    """The frontmatter a file without any gets (memvault migrate): its priority and times.
+
+    ``lastAccessedAt`` too: mem-mcp's parser rejects a frontmatter without it (and then stacks a
+    second block on the file); it is the last access memvault knows, so eviction sees no change."""
     return {
         "priority": memory.priority,
         "createdAt": memory.created_at or now,
         "updatedAt": memory.updated_at or memory.created_at or now,
+        "lastAccessedAt": last_access(memory, accessed) or now,
     }
 
 
@@ -221,7 +232,10 @@ def write_back(state: TokenState, due: Sequence[tuple[Memory, datetime]]) -> Non
 
 def add_frontmatter(state: TokenState, memories: Sequence[Memory], now: datetime) -> list[str]:
     """Give files without frontmatter memvault's (memvault migrate); returns the ids done."""
-    return _update_each(state, memories, lambda m: frontmatter_for(m, now), "add frontmatter")
+    times = recorded(state)
+    return _update_each(
+        state, memories, lambda m: frontmatter_for(m, now, times.get(m.id)), "add frontmatter"
+    )
 
 
 def _update_each(

@@ -10,6 +10,17 @@ from memvault.errors import InvalidArgument, TooLarge, quote
 from memvault.ops.edits import Edit
 
 MAX_TITLE_CHARS = 200
+MAX_QUERY_CHARS = 2048  # as the graph tools (and the official memory server's search_nodes)
+
+
+def check_query(query: str | None) -> str | None:
+    """A search query of a bounded length: a pasted document is not a query, and its words would
+    cost the search (on the event loop) and the embedder time and memory for nothing."""
+    if query is not None and len(query) > MAX_QUERY_CHARS:
+        raise TooLarge(
+            "query", len(query), MAX_QUERY_CHARS, "Search with a few words the memory would contain."
+        )
+    return query
 
 
 def check_title(title: str) -> str:

@@ -166,7 +166,10 @@ def replace_section(current: str, section: str, content: str, id: str) -> str:
     end = next((n for n, lv, _ in found if n > start and lv <= own), len(lines))
     body = content.strip("\n")
     tail = lines[end:]
-    block = [*([""] if body else []), *body.split("\n")] if body else []
-    if tail:
-        block.append("")  # a blank line before the next heading
+    old_body = lines[start + 1 : end]
+    # The section keeps its own layout: a blank line after its heading, and before the next
+    # heading, only where it had one (a person's "## A\ntext" stays without one).
+    block = ([""] if old_body[:1] == [""] else []) + body.split("\n") if body else []
+    if old_body and old_body[-1] == "" and (block or len(old_body) > 1):
+        block.append("")
     return "\n".join([*lines[: start + 1], *block, *tail])

@@ -29,7 +29,7 @@ from memvault.logs import bookkeep
 from memvault.ops import access, arguments, supersede
 from memvault.ops.changes import Changes
 from memvault.ops.edits import Edit, apply_edit, check_version
-from memvault.ops.sweeps import Evicted, Sweeps
+from memvault.ops.sweeps import Evicted, Sweep, Sweeps
 from memvault.registry import reconcile
 from memvault.registry.state import TokenState
 from memvault.registry.tokens import Tokens
@@ -40,7 +40,7 @@ from memvault.threads import NeedsThread, look
 log = logging.getLogger("memvault")
 RECENT_WRITES_KEPT = 10_000  # write_memory dedupes a repeat within the window among this many
 
-__all__ = ["Evicted", "Found", "Store", "Written"]
+__all__ = ["Evicted", "Found", "Store", "Sweep", "Written"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +98,7 @@ class Store:
 
     def using(self, token: str) -> contextlib.AbstractAsyncContextManager[TokenState]:
         """The token's state, loaded, and held loaded until the block ends (Tokens.using)."""
+        self.recorder.know_loop()
         return self.registry.using(token)
 
     def fresh(self, state: TokenState, id: str, archived: bool, *, inline: bool = False) -> Memory | None:
@@ -125,7 +126,8 @@ class Store:
         reply shows (working it out for every row was most of a listing's cost under load)."""
         async with self.using(token) as state:
             memories, recorded = await look(access.listing, state)
-            self.sweeps.maybe_sweep(state)
+        # No lazy sweep here: it would archive memories the agent was just shown (mem-mcp sweeps
+        # in read_memory only, and agents list titles, then read).
         return memories, lambda memory: access.last_access(memory, recorded.get(memory.id))
 
     async def find(
@@ -140,6 +142,7 @@ class Store:
         """Search (or fetch by name, or list) memories; reading hot ones counts as access."""
         if limit is not None and limit < 1:
             raise InvalidArgument("limit must be at least 1.")
+        arguments.check_query(query)
         async with self.using(token) as state:
             if filenames:
                 ids = [check_id(name) for name in filenames]
@@ -186,20 +189,25 @@ class Store:
         total = len(memories)
         return Found(memories[:limit] if limit else memories, total, True)
 
-    async def touch(self, token: str, memories: Sequence[Memory], *, hit: bool = True) -> None:
+    async def touch(
+        self, token: str, memories: Sequence[Memory], *, hit: bool = True, read_only: bool = False
+    ) -> None:
         """Record access to hot memories: always in the sidecar, in the file per the writeback policy.
 
-        Only queued here: a background task records them in batches (access.Recorder)."""
+        Only queued here: a background task records them in batches (access.Recorder). A request
+        made with a read-only key changes no file: its access goes to the sidecar only, and it
+        starts no lazy sweep (which would move files to the archive)."""
         async with self.using(token) as state:
             hot = [m for m in memories if not m.archived]
             if not hot or (state.sidecar is None and not state.dir.is_dir()):
                 return
             now = self.clock()
-            mode = self.settings.access_writeback
+            mode = "never" if read_only else self.settings.access_writeback
             due = [m for m in hot if access.needs_file_write(m, now, mode)]
             state.pending.add([m.id for m in hot], now, hit, due)
             self.recorder.noted(state)
-            self.sweeps.maybe_sweep(state)
+            if not read_only:
+                self.sweeps.maybe_sweep(state)
 
     def note_search(self, state: TokenState, found: bool) -> None:
         self.recorder.searched(state, found)
@@ -428,6 +436,10 @@ class Store:
     async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
         """Archive what the eviction policy says is stale (memvault.ops.sweeps)."""
         return await self.sweeps.evict(token, dry_run=dry_run)
+
+    async def sweep(self, token: str, *, dry_run: bool = False) -> Sweep:
+        """Archive what is stale, and say what stays that would have gone (memvault.ops.sweeps)."""
+        return await self.sweeps.sweep(token, dry_run=dry_run)
 
     def _in_background(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run work after the current request; close() cancels or awaits what is left."""

@@ -7,6 +7,7 @@ its inputs from the index and the sidecar and carries out its plan under the tok
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sqlite3
 from collections.abc import Callable, Coroutine
@@ -38,6 +39,17 @@ class Evicted:
     archived_as: str | None  # None on a dry run
 
 
+CONFLICT_HELD = "it has git conflict markers, which memvault never moves; resolve them, then evict again"
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """What a sweep did (or, on a dry run, would do), and what it held back that it would have moved."""
+
+    evicted: list[Evicted]
+    held: list[Evicted]  # reason: why it stays (archived_as is None)
+
+
 class Sweeps:
     """Runs eviction for the registry's tokens; ``spawn`` runs a lazy sweep after the current request."""
 
@@ -52,22 +64,25 @@ class Sweeps:
         self.settings = settings
         self.clock = clock
         self.spawn = spawn
-        self._last: dict[str, datetime | None] = {}  # each token's last sweep, as this process knows it
         self.limits = eviction.Limits(
             ttl_p1_days=settings.ttl_p1_days, ttl_p2_days=settings.ttl_p2_days, capacity=settings.capacity
         )
 
     async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
+        """What :meth:`sweep` archived (or would archive)."""
+        return (await self.sweep(token, dry_run=dry_run)).evicted
+
+    async def sweep(self, token: str, *, dry_run: bool = False) -> Sweep:
         """Plan, then move the plan's files in batches of CHUNK, each under the token's locks: a
         sweep of thousands of files never holds a write for more than one batch (it once held
         one for a minute)."""
         async with self.tokens.using(token) as state:
             if not state.dir.is_dir():
-                return []
+                return Sweep([], [])
             async with state.lock:
-                now, plan = await anyio.to_thread.run_sync(self._plan, state)
+                now, plan, held = await anyio.to_thread.run_sync(self._plan, state)
             if dry_run:
-                return [Evicted(e.id, e.reason, None) for e in plan]
+                return Sweep([Evicted(e.id, e.reason, None) for e in plan], held)
             done: list[Evicted] = []
             for start in range(0, len(plan), CHUNK):
                 async with state.lock:
@@ -77,10 +92,12 @@ class Sweeps:
                 await asyncio.sleep(0)  # requests waiting for the loop go first
             sidecar = state.ensure_sidecar()
             bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
-            self._last[state.token] = now
-            return done
+            state.last_sweep, state.sweep_known = now, True
+            return Sweep(done, held)
 
-    def _plan(self, state: TokenState) -> tuple[datetime, list[eviction.Eviction]]:
+    def _plan(self, state: TokenState) -> tuple[datetime, list[eviction.Eviction], list[Evicted]]:
+        """The plan, and the conflicted memories it would have moved were they not conflicted (a
+        person asking why one stays is told)."""
         self.tokens.settle(state)  # memories still to build after a restore: a batch per hold of the lock
         now = self.clock()
         with state.file_lock():
@@ -101,9 +118,20 @@ class Sweeps:
                 for m in memories
             ]
             plan = eviction.plan(candidates, now, self.limits)
+            conflicted = {m.id for m in memories if m.conflicted and m.has_frontmatter}
+            held: list[Evicted] = []
+            if conflicted:
+                freed = [
+                    dataclasses.replace(c, pinned=c.id not in conflicted and c.pinned) for c in candidates
+                ]
+                held = [
+                    Evicted(e.id, CONFLICT_HELD, None)
+                    for e in eviction.plan(freed, now, self.limits)
+                    if e.id in conflicted
+                ]
             if plan:
                 state.vault.check_archive()  # else every move fails and the sweep looks like a no-op
-            return now, plan
+            return now, plan, held
 
     def _move(self, state: TokenState, batch: list[eviction.Eviction], planned: datetime) -> list[Evicted]:
         """Move one batch; a memory read or changed since the plan stays (its access is newer)."""
@@ -133,14 +161,14 @@ class Sweeps:
         """Lazy eviction: after a read, at most once per interval, in the background."""
         if state.evicting or state.sidecar is None:
             return
-        if state.token not in self._last:  # read once per token: not a query on every read
+        if not state.sweep_known:  # read once per load of the token: not a query on every read
             try:
                 raw = state.sidecar.get_state(LAST_EVICTION)
             except sqlite3.Error as exc:
                 note_failure("read the last sweep time", exc)
                 return
-            self._last[state.token] = datetime.fromisoformat(raw) if raw else None
-        if not eviction.sweep_due(self._last[state.token], self.clock(), self.settings.evict_interval_hours):
+            state.last_sweep, state.sweep_known = (datetime.fromisoformat(raw) if raw else None), True
+        if not eviction.sweep_due(state.last_sweep, self.clock(), self.settings.evict_interval_hours):
             return
         state.evicting = True
 

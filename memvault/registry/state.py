@@ -101,10 +101,13 @@ class TokenState:
         # write_memory's recent writes, oldest first: content key -> (id, when) (see Store._write_sync)
         self.recent_writes: OrderedDict[str, tuple[str, datetime]] = OrderedDict()
         self.evicting = False
+        self.last_sweep: datetime | None = None  # when the last sweep ran, once read (sweep_known)
+        self.sweep_known = False
         self.last_used = 0.0
         self.link_checked = 0.0  # when the registry last made sure the folder is not a link
         self.snapshot_stale = False
         self.snapshot_parts: dict[str, npt.NDArray[Any]] | None = None  # a snapshot ready to write
+        self.young_leftovers: list[Path] = []  # temp files too young to remove at the last load
         self.missed: set[Path] = set()
         self.missed_rescan = False
         self.users = 0  # operations in flight (Store.using): a token in use is never unloaded
@@ -293,6 +296,11 @@ class Pending:
     def searched(self, found: bool) -> None:
         with self._lock:
             self.searches.append(found)
+
+    def empty(self) -> bool:
+        """Nothing queued, being recorded or being written back."""
+        with self._lock:
+            return not (self.records or self.searches or self.files or self._flushing or self.draining)
 
     def latest(self) -> dict[str, datetime]:
         """The latest queued access of each id (not yet in the sidecar)."""

@@ -10,11 +10,16 @@ in batches and then serves its vectors; until then ``settled`` is False, and rec
 The lock order is written once, in memvault.registry.state.
 """
 
+import asyncio
 import contextlib
 import logging
 import os
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -22,12 +27,13 @@ from filelock import Timeout
 
 from memvault import heap
 from memvault.config import Settings
-from memvault.disk.files import unchanged
+from memvault.disk.files import TEMP_MIN_AGE_SECONDS, unchanged
 from memvault.disk.markdown import Memory
 from memvault.disk.names import key, valid_token
+from memvault.disk.vault import Vault, folder_lock
 from memvault.errors import InvalidName, LinkedFolder, MemvaultError
 from memvault.load import folderscan, loader, processes, snapshot
-from memvault.records.sidecar import FileStat
+from memvault.records.sidecar import FileStat, Sidecar
 from memvault.registry import reconcile
 from memvault.registry.state import Phase, TokenState
 from memvault.search.area import Area
@@ -36,6 +42,28 @@ from memvault.search.embeddings import Embeddings
 log = logging.getLogger("memvault")
 
 SETTLE_BATCH = 2_000  # memories built per hold of a token's mem_lock after a restore
+
+
+def _sidecar_of(state: TokenState) -> Callable[[], Sidecar | None]:
+    """The token's open sidecar, for its vectors, by a weak reference: a closure over the state
+    made a cycle (state -> vectors -> closure -> state) that only the cyclic collector could free,
+    and the collector never saw it (heap.keep freezes what is alive at each load), so every
+    unloaded token stayed in memory for good."""
+    ref = weakref.ref(state)
+
+    def sidecar() -> Sidecar | None:
+        alive = ref()
+        return alive.sidecar if alive is not None else None
+
+    return sidecar
+
+
+def _remove_leftovers_in(folder: Path, paths: list[Path]) -> int:
+    """Remove these temp files of ours, if old enough, under the token folder's lock (worker thread)."""
+    vault = Vault(folder)
+    vault.leftovers = paths
+    with folder_lock(folder):
+        return vault.remove_leftovers(time.time())
 
 
 def _still(state: TokenState, hot: Area, archive: Area) -> bool:
@@ -55,6 +83,9 @@ class Tokens:
         self.spawn = spawn
         self.states: dict[str, TokenState] = {}
         self.unloads = 0
+        self.forgotten_parses = 0  # files parsed by tokens since forgotten (see parses)
+        # write_memory's recent writes of forgotten tokens: (when forgotten, monotonic; the writes)
+        self.recent_writes: dict[str, tuple[float, OrderedDict[str, tuple[str, datetime]]]] = {}
         self.warming: set[str] = set()  # tokens whose load warm() began
 
     def warm(self, token: str) -> None:
@@ -102,6 +133,9 @@ class Tokens:
                 raise LinkedFolder()
             if state is None:
                 state = self.states.setdefault(token, TokenState(token, self.settings))
+                kept = self.recent_writes.pop(token, None)
+                if kept is not None:
+                    state.recent_writes = kept[1]
             state.link_checked = now
         state.last_used = now
         return state
@@ -116,6 +150,9 @@ class Tokens:
                     heap.keep()
                     if not state.settled:
                         self.spawn(anyio.to_thread.run_sync(self.settle, state))
+                    if state.young_leftovers:
+                        young, state.young_leftovers = state.young_leftovers, []
+                        self.spawn(self._remove_when_due(state.dir, young))
                     if state.snapshot_stale:
                         self.spawn(anyio.to_thread.run_sync(state.save_snapshot))
                     elif state.large:
@@ -128,6 +165,9 @@ class Tokens:
         process out of them) and reloads from its parse cache on the next request. A token in use
         (an operation in flight, a mutation, a sweep) is never unloaded.
         """
+        # Unloaded earlier while their accesses were still queued: forgotten once recorded.
+        for state in [s for s in self.states.values() if s.phase is Phase.UNLOADED and self._idle(s)]:
+            self._forget(state)
         loaded = [s for s in self.states.values() if s.loaded]
         excess = len(loaded) - self.settings.max_loaded_tokens
         if excess <= 0:
@@ -145,13 +185,37 @@ class Tokens:
             if state.sidecar is not None:
                 sidecar, state.sidecar = state.sidecar, None
                 sidecar.close()
-            if state.sidecar is None and not state.load_lock.locked() and not state.dir.is_dir():
-                # A token that never wrote anything (a read of an unknown token): forget it
-                # entirely, so that requests for made-up tokens cannot pile up state.
-                self.states.pop(state.token, None)
+            if self._idle(state):
+                self._forget(state)
             self.unloads += 1
             heap.unkeep()  # its objects go back to the collector (the others are kept at the next load)
             self.spawn(anyio.to_thread.run_sync(heap.release))
+
+    def _idle(self, state: TokenState) -> bool:
+        """Nothing in flight holds the token: no operation, lock, load, sweep or queued access."""
+        return not (
+            state.users
+            or state.lock.locked()
+            or state.load_lock.locked()
+            or state.evicting
+            or state.token in self.warming
+            or not state.pending.empty()
+        )
+
+    def _forget(self, state: TokenState) -> None:
+        """Drop an unloaded token's state: memory follows the loaded tokens only (an unloaded one
+        kept about 65 KB, its empty index and vectors, for every token ever served, made-up ones
+        included). Nothing in flight holds it (no user, lock, sweep or queued access); the next
+        request builds a new one. Its recent writes (write_memory's dedupe window) stay aside until
+        the window has passed, and the files it parsed still count."""
+        self.states.pop(state.token, None)
+        self.forgotten_parses += state.parses
+        now = time.monotonic()
+        window = self.settings.dedupe_window_seconds
+        if state.recent_writes:
+            self.recent_writes[state.token] = (now, state.recent_writes)
+        for token in [t for t, (at, _) in self.recent_writes.items() if now - at > window]:
+            del self.recent_writes[token]
 
     def reindex(self, token: str, progress: Callable[[int], None] | None = None) -> int:
         """Rebuild a token's derived state from its files (worker thread or CLI). Returns files read."""
@@ -188,8 +252,11 @@ class Tokens:
 
     @staticmethod
     def _remove_leftovers(state: TokenState) -> None:
-        """Temp files of ours the load's scan saw, left by a crash mid-write: gone, under the lock."""
-        if not state.vault.leftovers:
+        """Temp files of ours the load's scan saw, left by a crash mid-write: gone, under the lock.
+        Those too young to be sure of (a restart right after a SIGKILL) are kept in
+        ``young_leftovers``, and removed once they are old enough (see _remove_when_due)."""
+        seen = list(state.vault.leftovers)
+        if not seen:
             return
         try:
             with state.file_lock():
@@ -198,6 +265,29 @@ class Tokens:
             return  # another process holds the lock for long: the next load tries again
         if removed:
             log.info("removed %d temp file(s) left by an interrupted write", removed)
+        state.young_leftovers = [p for p in seen if os.path.lexists(p)]
+
+    async def _remove_when_due(self, folder: Path, young: list[Path]) -> None:
+        """Remove temp files left by an interrupted write once they are old enough: they waited
+        for the token's next load, which may be days away (they sit in `git status` meanwhile)."""
+
+        def newest() -> float | None:
+            times = [p.lstat().st_mtime for p in young if os.path.lexists(p)]
+            return max(times) if times else None
+
+        while (latest := await anyio.to_thread.run_sync(newest)) is not None:
+            wait = TEMP_MIN_AGE_SECONDS - (time.time() - latest)
+            if wait > 0:
+                await asyncio.sleep(wait + 0.05)
+                continue
+
+            try:
+                removed = await anyio.to_thread.run_sync(_remove_leftovers_in, folder, list(young))
+            except (Timeout, OSError):
+                return  # the next load tries again
+            if removed:
+                log.info("removed %d temp file(s) left by an interrupted write", removed)
+            young = [p for p in young if os.path.lexists(p)]
 
     def _scan_in_helper(self, state: TokenState) -> folderscan.Scan | None:
         """A helper process scanning the folder, for a large snapshot and a second CPU."""
@@ -321,7 +411,7 @@ class Tokens:
                 # Under the lock: a write between a look at the memories and the vectors' reset
                 # would be missing from the vectors until its next change.
                 everything = [*hot.memories.values(), *archive.memories.values()]
-                self.embeddings.attach(state.vectors, lambda: state.sidecar, everything)
+                self.embeddings.attach(state.vectors, _sidecar_of(state), everything)
                 state.settled = True
         problems = sum(1 for m in everything if m.problem and not m.archived)
         if problems:
@@ -333,4 +423,4 @@ class Tokens:
     @property
     def parses(self) -> int:
         """Files parsed (not served from the parse cache) by the tokens this registry holds."""
-        return sum(state.parses for state in self.states.values())
+        return self.forgotten_parses + sum(state.parses for state in self.states.values())

@@ -59,6 +59,9 @@ def normalise_rows(matrix: npt.ArrayLike) -> FloatMatrix:
 # ---------------------------------------------------------------------------- hash embedder
 
 _WORD_CACHE_MAX = 200_000
+# The cache is bounded by its arrays' bytes too: a word's features grow with its length (three
+# grams per letter), so a bound on entries alone let long words hold hundreds of megabytes.
+WORD_CACHE_BYTES = 32 * 1024 * 1024
 
 
 class HashEmbedder:
@@ -70,11 +73,13 @@ class HashEmbedder:
     Repeated words count sublinearly; common function words are left out.
     """
 
-    def __init__(self, dim: int = HASH_DIM) -> None:
+    def __init__(self, dim: int = HASH_DIM, *, cache_bytes: int = WORD_CACHE_BYTES) -> None:
         if dim < 16:
             raise ValueError("dim must be at least 16")
         self._dim = dim
         self._cache: dict[str, tuple[npt.NDArray[np.int64], FloatMatrix]] = {}
+        self._cache_bytes = 0
+        self._max_cache_bytes = cache_bytes
         self._lock = threading.Lock()
 
     @property
@@ -105,10 +110,14 @@ class HashEmbedder:
                 buckets.append(bucket)
                 weights.append(sign * share)
         found = (np.asarray(buckets, dtype=np.int64), np.asarray(weights, dtype=np.float32))
+        size = found[0].nbytes + found[1].nbytes + len(word)
         with self._lock:
-            if len(self._cache) >= _WORD_CACHE_MAX:
+            if len(self._cache) >= _WORD_CACHE_MAX or self._cache_bytes + size > self._max_cache_bytes:
                 self._cache.clear()
-            self._cache[word] = found
+                self._cache_bytes = 0
+            if size <= self._max_cache_bytes and word not in self._cache:
+                self._cache[word] = found
+                self._cache_bytes += size
         return found
 
     def embed(self, texts: Sequence[str]) -> FloatMatrix:

@@ -11,13 +11,20 @@ _CJK = (
     "\u1100-\u11ff\u3005-\u3007\u3040-\u30fa\u30fc-\u30ff\u3130-\u318f\u31f0-\u31ff"
     "\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
 )
+# Longer words are indexed (and searched) by their first MAX_TERM_CHARS characters: a 99,000-letter
+# "word" cost the index, the fuzzy matcher and the hash embedder memory and time by its length.
+MAX_TERM_CHARS = 64
 _TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
-_ASCII_WORD_RE = re.compile(r"[a-z0-9]+")
+_ASCII_WORD_RE = re.compile(rf"([a-z0-9]{{1,{MAX_TERM_CHARS}}})[a-z0-9]*")
 # tokenize's ASCII words, and a NUL: texts joined by NULs are tokenized at once (bulkindex).
 ASCII_WORDS_AND_NUL = re.compile(r"[a-z0-9]+|\x00")
 _WORD_RE = re.compile(r"[^\W_]+")
 _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
 _NON_ASCII_TERM_CHAR = re.compile(rf"[{_CJK}]|(?![\x00-\x7f])[^\W_]")
+
+# German umlauts are also written ae, oe, ue (Mueller, Koeln): both spellings make the same term.
+# (ß casefolds to ss already.)
+_UMLAUTS = str.maketrans({"ä": "ae", "ö": "oe", "ü": "ue"})
 
 _VOWELS = frozenset("aeiouy")
 _STEM_CACHE: dict[str, str] = {}
@@ -66,7 +73,8 @@ def _bigrams(run: str) -> list[str]:
 def tokenize(text: str) -> list[str]:
     """The index terms of ``text`` in reading order, duplicates kept.
 
-    NFKC + casefold; words are runs of letters/digits (underscore splits), lightly stemmed;
+    NFKC + casefold (and ä, ö, ü as ae, oe, ue); words are runs of letters/digits (underscore
+    splits), at most MAX_TERM_CHARS long, lightly stemmed;
     CJK runs become overlapping character bigrams (a lone character stays as it is).
     """
     if text.isascii():
@@ -76,14 +84,14 @@ def tokenize(text: str) -> list[str]:
             w if len(w) < 5 or w[-1] not in "sdg" else cached(w) or _stem(w)
             for w in _ASCII_WORD_RE.findall(text.lower())
         ]
-    text = unicodedata.normalize("NFKC", text).casefold()
+    text = unicodedata.normalize("NFKC", text).casefold().translate(_UMLAUTS)
     out: list[str] = []
     for match in _TOKEN_RE.finditer(text):
         cjk, word = match.groups()
         if cjk is not None:
             out.extend(_bigrams(cjk))
         else:
-            out.append(_stem(word))
+            out.append(_stem(word[:MAX_TERM_CHARS]))
     return out
 
 
@@ -98,12 +106,13 @@ def ascii_words(text: str) -> str | None:
 
 def ascii_term(word: str) -> str:
     """The term :func:`tokenize` makes of a lowercase ASCII word (which it does inline)."""
+    word = word[:MAX_TERM_CHARS]
     return word if len(word) < 5 or word[-1] not in "sdg" else _stem(word)
 
 
 def normalize_title(text: str) -> str:
     """Words of ``text`` (unstemmed) joined by single spaces, for whole-title similarity."""
-    return " ".join(_WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold()))
+    return " ".join(_WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold().translate(_UMLAUTS)))
 
 
 def is_cjk_char(ch: str) -> bool:

@@ -8,7 +8,7 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Container
+from collections.abc import AsyncIterator, Awaitable, Callable, Container
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,22 @@ MAX_BOUND_SESSIONS = 10_000
 URL_HINT = (
     "The MCP endpoint is /mcp/<token> (legacy SSE: /mcp/<token>/sse); a token is 1 to 128 letters, "
     "digits, '.', '_' or '-', starting with a letter or digit."
+)
+KEY_HINT = (
+    "This server takes a key, not a token in the URL: connect to /mcp (legacy SSE: /sse) and send "
+    "'Authorization: Bearer <key>' with every request. The server's owner makes a key with "
+    "'memvault keys add'."
+)
+NO_OAUTH = "This server does not use OAuth, so there is nothing to discover or register here."
+# The probes of a client that tries OAuth (MCP authorization: RFC 9728 and RFC 8414 metadata, then
+# the default endpoints of the 2025-03-26 revision). A server without OAuth answers them 404.
+OAUTH_PATHS = (
+    "/.well-known/oauth-protected-resource{rest:path}",
+    "/.well-known/oauth-authorization-server{rest:path}",
+    "/.well-known/openid-configuration{rest:path}",
+    "/register",
+    "/authorize",
+    "/token",
 )
 _LOCAL_ORIGIN = re.compile(r"https?://(?:127\.0\.0\.1|localhost|\[::1\])(?::\d+)?")
 
@@ -152,7 +168,8 @@ class BearerAuth:
             why = "none was sent" if not header else "the key sent is unknown or revoked"
             response = _error(
                 401,
-                f"This server needs a key: send 'Authorization: Bearer <key>' ({why}). Ask its owner.",
+                f"This server needs a key: send 'Authorization: Bearer <key>' ({why}). Ask its owner "
+                "for one (they make it with 'memvault keys add').",
             )
             # RFC 6750, as the MCP authorization spec asks of a resource server.
             response.headers["WWW-Authenticate"] = 'Bearer realm="memvault"' + (
@@ -306,11 +323,22 @@ class SseApps:
             await app(scope, receive, send)
             return
         self.streams[token] = self.streams.get(token, 0) + 1
-        answered = False
+        answered = complete = False
 
         async def sending(message: Message) -> None:
-            nonlocal answered
-            answered = answered or message["type"] == "http.response.start"
+            # When a stream ends (its client went away, or the server stops), the SDK's endpoint
+            # answers again with an empty response: uvicorn refused the second start and logged an
+            # 86-line traceback per stream. The stream was the answer: its second start is dropped,
+            # and its empty body ends the stream's chunked body, unless that body ended already.
+            nonlocal answered, complete
+            if message["type"] == "http.response.start":
+                if answered:
+                    return
+                answered = True
+            elif message["type"] == "http.response.body":
+                if complete:
+                    return
+                complete = not message.get("more_body", False)
             await send(message)
 
         try:
@@ -405,15 +433,26 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
             Route("/sse", endpoint=BearerAuth(mcp_sse, keyring), methods=["GET"]),
             Route("/messages/", endpoint=BearerAuth(mcp_sse, keyring), methods=["POST"]),
         ]
-    if settings.path_tokens == "on" or (settings.path_tokens == "auto" and keyring is None):
+    path_tokens = settings.path_tokens == "on" or (settings.path_tokens == "auto" and keyring is None)
+    hint = URL_HINT if path_tokens else KEY_HINT
+    if path_tokens:
         routes += [
             Route("/mcp/{token}", endpoint=mcp_http, methods=["GET", "POST", "DELETE"]),
             Mount("/mcp/{token}", app=mcp_sse),
         ]
+    else:
+        # An old client configuration (a token in the URL) learns what to send instead.
+        routes.append(Route("/mcp/{rest:path}", endpoint=_answer(404, hint), methods=_ALL_METHODS))
+    probe = _oauth_answer(f"{NO_OAUTH} {KEY_HINT if keyring is not None else 'Connect to /mcp/<token>.'}")
+    routes += [Route(path, endpoint=probe, methods=_ALL_METHODS) for path in OAUTH_PATHS]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error(404, f"Not found. {hint}")
+
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={MemvaultError: _memvault_error, 404: _not_found},
+        exception_handlers={MemvaultError: _memvault_error, 404: not_found},
     )
     app.state.store = store
     app.state.sessions = sessions
@@ -423,8 +462,23 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     return app
 
 
-async def _not_found(request: Request, exc: Exception) -> Response:
-    return _error(404, f"Not found. {URL_HINT}")
+_ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+def _answer(status: int, message: str) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        return _error(status, message)
+
+    return endpoint
+
+
+def _oauth_answer(message: str) -> Callable[[Request], Awaitable[Response]]:
+    """404 in OAuth's error shape (RFC 6749 5.2), which clients probing for OAuth read and show."""
+
+    async def endpoint(request: Request) -> Response:
+        return JSONResponse({"error": "invalid_request", "error_description": message}, status_code=404)
+
+    return endpoint
 
 
 async def _memvault_error(request: Request, exc: Exception) -> Response:

@@ -9,6 +9,8 @@ import os
 import secrets
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,15 +60,29 @@ def render(grants: list[Grant]) -> str:
     return HEADER + "".join(lines)
 
 
+SETTLING = 2.0  # seconds after an in-place change during which an empty or broken file is still being written
+
+
 class KeyRing:
     """The keys file as the server reads it: checked for changes (a stat) on every lookup, so a
     revoked key is refused at once, without a restart. Comparisons take the same time whatever
-    the key (hmac.compare_digest over every grant)."""
+    the key (hmac.compare_digest over every grant).
 
-    def __init__(self, path: Path) -> None:
+    An editor that saves in place truncates the file, then writes it: a lookup in between read an
+    empty (or half-written) file and refused every key. A change in place that reads as empty,
+    malformed, without a key or cut within a line, while it is younger than SETTLING, keeps the
+    grants read before; a well-formed change (a revocation) is taken at once, and so is a file
+    replaced whole (``memvault keys``). While the file's time is that recent it is read again at
+    each lookup, so a second change within one tick of a coarse clock is not missed.
+    """
+
+    def __init__(self, path: Path, *, now: Callable[[], float] = time.time) -> None:
         self.path = path
+        self.now = now
         self._stamp: tuple[int, int, int] | None = None
+        self._inode: int | None = None  # of the file the grants were read from
         self._grants: list[Grant] = []
+        self._logged: str | None = None  # the last problem logged: each is logged once
         self._lock = threading.Lock()
 
     def grants(self) -> list[Grant]:
@@ -77,14 +93,38 @@ class KeyRing:
             stamp = (0, -1, 0)
         with self._lock:
             if stamp != self._stamp:
-                self._stamp = stamp
-                try:
-                    self._grants = parse(self.path.read_text(encoding="utf-8"))
-                except (OSError, UnicodeDecodeError, InvalidArgument) as exc:
-                    # Unreadable or malformed: no key works (failing closed), and the log says why.
-                    self._grants = []
-                    log.error("keys file unusable, every key is refused until it is fixed: %s", exc)
+                self._reload(stamp)
             return self._grants
+
+    def _reload(self, stamp: tuple[int, int, int]) -> None:
+        """Read the file in one go and check that it did not change while it was read (lock held)."""
+        settling = self.now() - stamp[0] / 1e9 < SETTLING
+        same_file = self._inode == stamp[2]
+        try:
+            with open(self.path, "rb") as handle:
+                data = handle.read()
+                st = os.fstat(handle.fileno())
+            if (st.st_mtime_ns, st.st_size, st.st_ino) != stamp:
+                return  # changed while read: read again at the next lookup
+            grants = parse(data.decode("utf-8-sig"))  # a BOM (Notepad) is not part of the first name
+            problem = None
+        except (OSError, UnicodeDecodeError, InvalidArgument) as exc:
+            grants, problem = [], str(exc)
+        # Empty, cut within a line, or malformed, moments after a change in place: most likely an
+        # editor between truncating and writing. The grants read before stand until it settles.
+        unfinished = problem is not None or not grants or not data.endswith(b"\n")
+        if unfinished and settling and same_file:
+            return
+        self._stamp = None if settling else stamp
+        self._inode = stamp[2]
+        self._grants = grants
+        if problem is None:
+            self._logged = None
+            return
+        if problem != self._logged:
+            # Unreadable or malformed: no key works (failing closed), and the log says why, once.
+            self._logged = problem
+            log.error("keys file unusable, every key is refused until it is fixed: %s", problem)
 
     def find(self, key: str) -> Grant | None:
         wanted = digest(key)
@@ -99,7 +139,7 @@ class KeyRing:
 
 
 def _load(path: Path) -> list[Grant]:
-    return parse(path.read_text(encoding="utf-8")) if path.exists() else []
+    return parse(path.read_text(encoding="utf-8-sig")) if path.exists() else []
 
 
 def add(path: Path, name: str, token: str, *, read_only: bool) -> str:

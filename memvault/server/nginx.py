@@ -1,11 +1,14 @@
-"""nginx in front of N memvault processes: each token always reaches the same one (`memvault nginx`).
+"""nginx in front of N memvault processes: each vault always reaches the same one (`memvault nginx`).
 
-Tokens are the shard key: nginx hashes the token taken from the path (``/mcp/<token>...``)
-consistently over the backends, so every request, session and SSE stream of a token reaches the
-same process, and adding a backend moves only about 1/N of the tokens. A backend that refuses
-connections is marked down and its tokens go to the next one on the ring (``proxy_next_upstream``);
-a client whose session was on it gets a 404 for the old session id and initializes again, as the
-MCP protocol expects. All backends may serve one vault root: the file locks make that safe.
+The shard key is what names the vault: the token in the path (``/mcp/<token>...``), else the bearer
+key of a server with a keys file (``/mcp``, the legacy ``/sse`` and ``/messages/``; a key names one
+vault, and every request of a client carries it). nginx hashes it consistently over the backends,
+so every request, session and SSE stream of a vault reaches the same process, and adding a backend
+moves only about 1/N of them. Two keys of one vault may land on two processes: the file locks and
+the watcher keep that correct, only less cached. A backend that refuses connections is marked down
+and its vaults go to the next one on the ring (``proxy_next_upstream``); a client whose session was
+on it gets a 404 for the old session id and initializes again, as the MCP protocol expects. All
+backends may serve one vault root: the file locks make that safe.
 """
 
 from __future__ import annotations
@@ -33,14 +36,19 @@ def http_block(backends: list[str], *, listen: str = "3000", fail_timeout: int =
     servers = "\n".join(
         f"    server {b} max_fails=1 fail_timeout={fail_timeout}s;" for b in check_backends(backends)
     )
-    return f"""# Written by `memvault nginx`: {len(backends)} memvault backend(s), tokens spread by hash.
-map $uri $memvault_token {{
-    ~^/mcp/(?<token>[^/]+) $token;
+    return f"""# Written by `memvault nginx`: {len(backends)} memvault backend(s), vaults spread by hash.
+map $http_authorization $memvault_key {{
+    ~*^bearer\\s+(?<key>\\S+) $key;
     default "";
 }}
 
+map $uri $memvault_shard {{
+    ~^/mcp/(?<token>[^/]+) $token;
+    default $memvault_key;
+}}
+
 upstream memvault {{
-    hash $memvault_token consistent;
+    hash $memvault_shard consistent;
 {servers}
     keepalive 64;
 }}
@@ -48,30 +56,25 @@ upstream memvault {{
 server {{
     listen {listen};
 
-    location /mcp/ {{
+    # Everything goes to memvault: /mcp/<token> and its legacy /sse, or with keys /mcp, /sse and
+    # /messages/, /healthz, and the answers to OAuth probes and wrong URLs.
+    location / {{
         proxy_pass http://memvault;
         proxy_http_version 1.1;
         proxy_set_header Connection "";
         proxy_set_header Host $http_host;
         proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-        # SSE streams (GET /mcp/<token>, the legacy /mcp/<token>/sse) must flow as they come.
+        # SSE streams (GET /mcp/<token>, the legacy /sse) must flow as they come.
         proxy_buffering off;
         proxy_cache off;
         proxy_read_timeout 24h;
         proxy_send_timeout 24h;
         client_max_body_size 2m;
-        # A backend that is down (refused, reset before any byte): the token's next one on the ring.
+        # A backend that is down (refused, reset before any byte): the vault's next one on the ring.
         # A request that reached a backend is never sent twice (POSTs are not idempotent).
         proxy_next_upstream error timeout http_502 http_503;
         proxy_next_upstream_tries 2;
         proxy_connect_timeout 2s;
-    }}
-
-    location = /healthz {{
-        proxy_pass http://memvault;
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        proxy_set_header Host $http_host;
     }}
 }}
 """

@@ -73,6 +73,11 @@ def read_only(request: Any) -> bool:
     return bool(state.get("memvault_read_only", False))
 
 
+def read_only_call(ctx: Context) -> bool:
+    """Whether the tool call being served came with a read-only key: it must change no file."""
+    return read_only(ctx.request_context.request)
+
+
 def text(message: str, *, error: bool = False) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=error)
 

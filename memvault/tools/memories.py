@@ -24,6 +24,7 @@ from memvault.tools.common import (
     Reply,
     fit_names,
     handles_errors,
+    read_only_call,
     show_time,
     text,
     token_of,
@@ -120,18 +121,25 @@ def render_found(
         parts.append(text_ if len(text_) < room else render_memory(memory, offset=offset, room=room - 1))
         shown.append(memory)
     left = found.total - len(shown)
+    cut = len(found.memories) - len(shown)  # found but left out for the reply's size
+    beyond = found.total - len(found.memories)  # past the limit (limit=, or a query's default)
     reply.add(head + (f"; showing {len(shown)}:" if left else ":"))
     reply.parts.extend(parts)
     # The notes below must fit in what is left of the budget (the body kept 300 characters for them).
-    if left:
+    if cut:
         note = (
-            f"[{left} more left out to keep this reply short.{{}} Narrow the query, or pass "
+            f"[{cut} more left out to keep this reply short.{{}} Narrow the query, or pass "
             "filenames=[...] to read specific ones.]"
         )
         rest = [m.id for m in found.memories[len(shown) :]][:20]
         room = settings.max_reply_chars - len(reply.text()) - len(note) - 80
         names = fit_names(rest, room - len(" Next: .")) if rest else ""
         reply.parts.append(note.format(f" Next: {names}." if names else ""))
+    if beyond:
+        reply.parts.append(
+            f"[{beyond} more not read: past the limit of {len(found.memories)}. Pass a larger limit "
+            "to read more, or narrow the query.]"
+        )
     if found.missing:
         room = settings.max_reply_chars - len(reply.text()) - 60
         missing = fit_names(found.missing, room)
@@ -200,7 +208,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
             )
         reply, shown = render_found(found, settings, what="hot", query=query, offset=max(0, offset or 0))
         # Only what the agent actually saw counts as an access.
-        await store.touch(token, shown, hit=not filenames)
+        await store.touch(token, shown, hit=not filenames, read_only=read_only_call(ctx))
         return text(reply)
 
     @server.tool(annotations=CREATES, structured_output=False)
@@ -317,11 +325,15 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
         dryRun: Annotated[bool, Field(description="Only report.")] = False,
     ) -> CallToolResult:
         """Archive stale memories now (P1 unused 90 days, P2 30 days, then over capacity)."""
-        evicted = await store.evict(token_of(ctx), dry_run=dryRun)
+        swept = await store.sweep(token_of(ctx), dry_run=dryRun)
+        evicted = swept.evicted
+        held = [f"- kept {e.id}: {e.reason}" for e in swept.held]
         if not evicted:
-            return text("Nothing to archive: every hot memory is fresh and within capacity.")
+            nothing = "Nothing to archive: every hot memory is fresh and within capacity."
+            return text("\n".join([nothing, *held]))
         verb = "Would archive" if dryRun else "Archived"
         lines = [f"{verb} {len(evicted)} memor{'y' if len(evicted) == 1 else 'ies'}:"]
+        lines += held
         lines += [
             f"- {e.id}: {e.reason}"
             + (f" (now archive/{e.archived_as})" if e.archived_as and e.archived_as != e.id else "")

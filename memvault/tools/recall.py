@@ -10,10 +10,20 @@ from pydantic import Field
 
 from memvault.config import Settings
 from memvault.errors import quote
+from memvault.ops.arguments import check_query
 from memvault.ops.recall import DEFAULT_WEIGHTS, STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
 from memvault.ops.store import Store
 from memvault.search.rerankers import Reranking
-from memvault.tools.common import READ_ONLY, Reply, handles_errors, joined, show_time, text, token_of
+from memvault.tools.common import (
+    READ_ONLY,
+    Reply,
+    handles_errors,
+    joined,
+    read_only_call,
+    show_time,
+    text,
+    token_of,
+)
 
 # ---------------------------------------------------------------------------- recall
 
@@ -102,6 +112,7 @@ def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -
     ) -> CallToolResult:
         """Find memories by meaning and words, best first: filename | title | score | snippet per line."""
         token = token_of(ctx)
+        check_query(query)
         found = await recaller.recall(
             token,
             query,
@@ -114,7 +125,8 @@ def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -
         )
         reply, shown = render_recall(found, query, settings.max_reply_chars)
         used = accessed(found.results[:shown])
-        await store.touch(token, [hit.memory for hit in used if not hit.memory.archived])
+        hot = [hit.memory for hit in used if not hit.memory.archived]
+        await store.touch(token, hot, read_only=read_only_call(ctx))
         return text(reply)
 
     @server.tool(annotations=READ_ONLY, structured_output=False)

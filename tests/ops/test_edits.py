@@ -189,3 +189,13 @@ async def test_a_restored_memory_is_no_longer_listed_as_superseded(make_settings
         assert "supersedes" not in text and "Plan B." in text
     finally:
         await store.close()
+
+
+def test_a_section_edit_adds_no_blank_line_the_section_did_not_have() -> None:
+    tight = "# Notes\n## Setup\nold text\n## Usage\nCall it.\n"
+    assert replace_section(tight, "## Setup", "new text", "n.md") == (
+        "# Notes\n## Setup\nnew text\n## Usage\nCall it.\n"
+    )
+    spaced = "## Setup\n\nold text\n\n## Usage\n"
+    assert replace_section(spaced, "## Setup", "new text", "n.md") == "## Setup\n\nnew text\n\n## Usage\n"
+    assert replace_section("## Setup\nold\n", "## Setup", "new", "n.md") == "## Setup\nnew\n"

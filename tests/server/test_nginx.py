@@ -9,15 +9,17 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import yaml
 from conftest import run_server, wait_for
 from mcp.client.session import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from memvault.cli.main import main
 from memvault.errors import InvalidArgument
-from memvault.server import nginx
+from memvault.server import keys, nginx
 
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
 needs_nginx = pytest.mark.skipif(
@@ -36,7 +38,7 @@ def free_port() -> int:
 def test_backends_are_checked_before_they_go_into_a_configuration() -> None:
     text = nginx.http_block(["127.0.0.1:3001", "mybox:3002"], listen="8080")
     assert (
-        "hash $memvault_token consistent;" in text and "server mybox:3002" in text and "listen 8080;" in text
+        "hash $memvault_shard consistent;" in text and "server mybox:3002" in text and "listen 8080;" in text
     )
     for bad in ([], ["127.0.0.1"], ["a b:1"], ["x:99999"], ["evil;}:1"]):
         with pytest.raises(InvalidArgument):
@@ -96,6 +98,68 @@ async def test_two_backends_behind_nginx_keep_each_token_on_one_and_survive_losi
             assert f"walrus {token}" in await call(f"{front}/{token}", "read_memory", query="walrus")
             await call(f"{front}/{token}", "write_memory", title=f"After of {token}", content="still writing")
         assert set(a.app.state.store.tokens) == set(TOKENS)
+
+
+@contextlib.asynccontextmanager
+async def nginx_in_front(backends: list[str], prefix: Path) -> Any:
+    """A real nginx with `memvault nginx`'s configuration; yields its base URL."""
+    prefix.mkdir()
+    port = free_port()
+    conf = prefix / "nginx.conf"
+    conf.write_text(nginx.standalone(backends, listen=f"127.0.0.1:{port}", prefix=str(prefix)))
+    with open(prefix / "stderr.log", "wb") as log:
+        proc = subprocess.Popen([str(NGINX), "-c", str(conf), "-p", str(prefix)], stdout=log, stderr=log)
+        try:
+
+            def listening() -> bool:
+                assert proc.poll() is None, (prefix / "stderr.log").read_text()
+                with socket.socket() as sock:
+                    return sock.connect_ex(("127.0.0.1", port)) == 0
+
+            await wait_for(listening, timeout=10)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+@needs_nginx
+@pytest.mark.anyio
+async def test_keyed_clients_reach_one_backend_per_key_over_both_transports_behind_nginx(
+    make_settings: Any, tmp_path: Path, vault_root: Path
+) -> None:
+    keys_file = tmp_path / "keys.txt"
+    vault_keys = {token: keys.add(keys_file, f"key-{token}", token, read_only=False) for token in TOKENS}
+    async with contextlib.AsyncExitStack() as stack:
+        a = await stack.enter_async_context(run_server(make_settings(keys_file=keys_file)))
+        b = await stack.enter_async_context(run_server(make_settings(keys_file=keys_file)))
+        front = await stack.enter_async_context(
+            nginx_in_front([s.url.removeprefix("http://") for s in (a, b)], tmp_path / "nginx")
+        )
+        for token, key in vault_keys.items():
+            headers = {"Authorization": f"Bearer {key}"}
+            async with httpx2.AsyncClient(headers=headers, timeout=30) as client:
+                async with streamable_http_client(f"{front}/mcp", http_client=client) as (read, write):
+                    async with ClientSession(read, write) as session:
+                        await session.initialize()
+                        result = await session.call_tool(
+                            "write_memory", {"title": "Via key", "content": token}
+                        )
+                        assert not result.is_error, result.content
+            async with sse_client(f"{front}/sse", headers=headers) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    result = await session.call_tool("read_memory", {"query": "via key"})
+                    assert not result.is_error and token in str(result.content), result.content
+        on_a, on_b = set(a.app.state.store.tokens), set(b.app.state.store.tokens)
+        assert on_a and on_b and not on_a & on_b, (on_a, on_b)  # spread, each vault on one process
+        assert on_a | on_b == set(TOKENS)
+        async with httpx2.AsyncClient(timeout=10) as client:  # the backends' answers pass through
+            probe = await client.get(f"{front}/.well-known/oauth-protected-resource")
+            assert probe.status_code == 404 and "memvault keys add" in probe.json()["error_description"]
+            assert (await client.post(f"{front}/mcp", json={})).status_code == 401
+    for token in TOKENS:
+        assert token in (vault_root / token / "via-key.md").read_text(encoding="utf-8")
 
 
 def test_the_compose_files_nginx_configuration_is_what_memvault_nginx_writes() -> None:

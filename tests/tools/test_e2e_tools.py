@@ -165,6 +165,9 @@ async def test_read_memory_by_filenames_all_and_limit(server_factory, transport)
 
         err, text = await srv.call(s, "read_memory", limit=1)
         assert not err and len(headers(text)) == 1, text
+        # Two more exist: the limit left them out, not the reply's size, and the note says so.
+        assert "keep this reply short" not in text and "2 more not read: past the limit of 1" in text
+        assert "larger limit" in text
         err, text = await srv.call(s, "read_memory", query="the", limit=1)
         assert not err and len(headers(text)) <= 1, text
         err, text = await srv.call(s, "read_memory", query="nodes oat shared", limit=2)

@@ -1,0 +1,59 @@
+"""Memory follows the loaded tokens: an unloaded token, real or made up, leaves (almost) nothing behind."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import pytest
+
+from memvault.ops.store import Store
+
+pytestmark = pytest.mark.anyio
+
+
+async def serve(store: Store, tokens: list[str]) -> None:
+    for token in tokens:
+        await store.write(token, title="Note", content=f"hello from {token}")
+        await store.find(token, query="hello")
+        await store.find(f"made-up-{token}", query="hello")  # a token nobody wrote to
+
+
+async def test_unloaded_tokens_leave_almost_nothing_in_memory(make_settings) -> None:
+    store = Store(make_settings(max_loaded_tokens=5))
+    try:
+        await serve(store, [f"warm{i}" for i in range(20)])
+        await store.idle()
+        gc.collect()
+        tracemalloc.start()
+        try:
+            await serve(store, [f"a{i}" for i in range(30)])
+            await store.idle()
+            gc.collect()
+            first = tracemalloc.get_traced_memory()[0]
+            await serve(store, [f"b{i}" for i in range(80)])
+            await store.idle()
+            gc.collect()
+            second = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert len(store.tokens) <= 5 + 1, len(store.tokens)
+        # 160 more tokens served (80 real, 80 made up): an unloaded token kept about 65 KB.
+        assert (second - first) / 160 < 4_000, second - first
+    finally:
+        await store.close()
+
+
+async def test_a_repeated_write_is_still_recognised_after_its_token_was_unloaded(make_settings) -> None:
+    store = Store(make_settings(max_loaded_tokens=2))
+    try:
+        first, reused = await store.write("alice", title="Plan", content="Ship on Friday.")
+        assert not reused
+        for i in range(5):  # alice is unloaded and forgotten meanwhile
+            await store.write(f"other{i}", title="x", content="y")
+        await store.idle()
+        assert "alice" not in store.tokens or not store.tokens["alice"].loaded
+        again, reused = await store.write("alice", title="Plan", content="Ship on Friday.")
+        assert reused and again.id == first.id
+    finally:
+        await store.close()
