@@ -118,9 +118,10 @@ def transcript_path(data: dict[str, Any], allowed: Path) -> Path:
     path = Path(value)
     try:
         real, inside = path.resolve(strict=True), allowed.resolve(strict=True)
+        usable = path.is_absolute() and real.is_relative_to(inside) and real.is_file()
     except (OSError, RuntimeError):
-        raise Skip("the transcript the hook names does not exist; nothing recorded") from None
-    if not path.is_absolute() or not real.is_relative_to(inside) or not real.is_file():
+        usable = False
+    if not usable:
         raise Skip(
             "the transcript the hook names is not a file in Claude Code's projects folder "
             "(--transcripts); nothing recorded"
