@@ -14,9 +14,9 @@ from typing import Any
 
 import anyio.to_thread
 import pytest
+from conftest import run_server
 from filelock import FileLock
 
-from conftest import run_server
 from memvault.config import Settings
 from memvault.records.sidecar import Sidecar
 from memvault.records.summaries import Sessions

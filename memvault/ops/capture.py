@@ -1,7 +1,8 @@
 """What Claude Code's hooks do with a vault: record a session, and give a new one its context.
 
-The session is recorded from its transcript; the context is short and bounded. The vault is reached through :class:`VaultAccess`: a running
-server over HTTP, or the vault's files under the same locks (memvault.ops.localvault)."""
+The session is recorded from its transcript; the context is short and bounded. The vault is
+reached through :class:`VaultAccess`: a running server over HTTP, or the vault's files under the
+same locks (memvault.ops.localvault)."""
 
 from __future__ import annotations
 
