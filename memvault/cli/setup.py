@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -276,7 +277,6 @@ class Plan:
         after = (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         skill_file = self.claude_dir / "skills" / "memvault" / "SKILL.md"
         skill_ours = not skill_file.exists()
-        registered = _claude("mcp", "get", SERVER_NAME)
         add = self.mcp_add()
         if dry_run:
             print(f"would add memvault's hooks (SessionStart, PreCompact, Stop) to {settings_file}:")
@@ -285,6 +285,7 @@ class Plan:
             print(f"would run: {self.shown(add)}")
             return 0
         mode = None if before is None else os.stat(settings_file).st_mode & 0o777
+        registered = _claude("mcp", "get", SERVER_NAME)
         if self.key:
             _write(self.key_file, (self.key + "\n").encode("utf-8"))
         _write(settings_file, after)
@@ -314,6 +315,10 @@ class Plan:
                 print(
                     f"could not run claude; register the server yourself: {self.shown(add)}", file=sys.stderr
                 )
+        # Registering runs Claude Code, which may rewrite its settings (it migrates old keys): --remove
+        # restores the bytes from before setup if the file is still as setup leaves it.
+        with contextlib.suppress(OSError):
+            state["settings_after"] = _sha(settings_file.read_bytes())
         _write(state_file, json.dumps(state, indent=2).encode("utf-8"))
         return 0
 
