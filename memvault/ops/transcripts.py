@@ -64,7 +64,7 @@ def read(path: Path, *, limit_bytes: int, strict: bool = False) -> Transcript:
         size = os.fstat(handle.fileno()).st_size
         start = max(0, size - limit_bytes)
         handle.seek(start)
-        data = handle.read(limit_bytes)
+        data = handle.read(size - start)
     lines = data.split(b"\n")
     first = 1
     if start > 0:
