@@ -334,3 +334,10 @@ def test_a_damaged_transcript_line_is_passed_over(setup: Setup) -> None:
     done = setup.run("stop", setup.payload("Stop"))
     assert (done.returncode, done.stderr) == (0, "")
     assert "First answer." in setup.summary()[0]
+
+
+def test_a_bad_setting_still_exits_0_with_one_line(setup: Setup) -> None:
+    setup.env["MEMVAULT_PORT"] = "not-a-port"
+    done = setup.run("session-start", setup.payload("SessionStart", source="startup"))
+    assert (done.returncode, done.stdout) == (0, "")
+    assert "MEMVAULT_PORT" in done.stderr and len(done.stderr.strip().splitlines()) == 1

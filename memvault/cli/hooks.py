@@ -198,7 +198,8 @@ def _hook(settings: Settings, args: HookArgs, deadline: float) -> str:
     vault = _vault(settings, args, deadline)
     try:
         project = Path(cwd).name if cwd else None
-        capture.capture(vault, session_id, transcript, budget=CAPTURE_CHARS, project=project)
+        budget = min(CAPTURE_CHARS, settings.max_content_chars // 2)
+        capture.capture(vault, session_id, transcript, budget=budget, project=project)
     except capture.Refused as exc:
         raise Skip(f"the vault refused the session's summary: {exc}") from None
     finally:

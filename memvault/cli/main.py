@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings.from_env(os.environ, **overrides)
     except MemvaultError as exc:
         print(f"memvault: {exc}", file=sys.stderr)
-        return 2
+        return 0 if args.command == "hook" else 2  # a hook never fails its client
     logging.basicConfig(
         level=getattr(logging, settings.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

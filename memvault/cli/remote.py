@@ -129,7 +129,7 @@ class RemoteVault:
     # ------------------------------------------------------------------ VaultAccess
 
     def latest_summary(self, session_id: str) -> str | None:
-        failed, text = self.call("get_summary", {"sessionId": session_id, "maxLength": 4000})
+        failed, text = self.call("get_summary", {"sessionId": session_id, "maxLength": 16_000})
         if failed:
             return None
         _, _, body = text.partition("]\n")  # the reply's header: "# title\n[facts]\n"
