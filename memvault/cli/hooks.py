@@ -16,10 +16,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memvault.config import Settings
 from memvault.disk.names import valid_token
+
+if TYPE_CHECKING:
+    from memvault.ops.capture import VaultAccess
 
 EVENTS = ("session-start", "pre-compact", "stop")
 SOURCES = ("startup", "resume", "clear", "compact")
@@ -49,9 +52,11 @@ def run(settings: Settings, args: HookArgs) -> int:
     problems: list[str] = []
 
     def work() -> None:
+        from memvault.cli.remote import Unreachable
+
         try:
             out.append(_hook(settings, args, deadline))
-        except Skip as exc:
+        except (Skip, Unreachable) as exc:  # Unreachable: the server went away during the hook
             problems.append(str(exc))
         except Exception as exc:  # a hook must never fail the client: one line, exit 0
             problems.append(f"failed ({type(exc).__name__}); the session goes on without memvault")
@@ -142,7 +147,7 @@ def _key(key_file: Path | None) -> str | None:
     return key[0].strip() if key else None
 
 
-def _vault(settings: Settings, args: HookArgs, deadline: float) -> Any:
+def _vault(settings: Settings, args: HookArgs, deadline: float) -> VaultAccess:
     """A running server's vault if one answers, else the files; Skip when neither can be used."""
     from memvault.cli.remote import RemoteVault, Unreachable
 

@@ -38,6 +38,8 @@ class VaultAccess(Protocol):
 
     def recall(self, query: str, limit: int) -> list[str]: ...
 
+    def close(self) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Captured:
