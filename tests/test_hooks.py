@@ -341,3 +341,23 @@ def test_a_bad_setting_still_exits_0_with_one_line(setup: Setup) -> None:
     done = setup.run("session-start", setup.payload("SessionStart", source="startup"))
     assert (done.returncode, done.stdout) == (0, "")
     assert "MEMVAULT_PORT" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_only_the_tail_of_a_long_transcript_is_read_and_the_capture_goes_on_from_its_time(
+    tmp_path: Path,
+) -> None:
+    from memvault.ops import transcripts
+
+    log = Transcript(tmp_path / "t.jsonl", tmp_path)
+    for i in range(30):
+        log.turn(f"request {i}", f"answer {i}")
+    size = log.path.stat().st_size
+    tail = transcripts.read(log.path, limit_bytes=size // 3)
+    assert not tail.whole and tail.entries  # the cut first line is dropped, the rest parsed
+    requests = [t.request for t in transcripts.turns(tail.entries)]
+    assert requests[-1] == "request 29" and "request 0" not in requests
+    # A capture marker naming an entry no longer in the tail: what came after its time is new.
+    whole = transcripts.read(log.path, limit_bytes=size)
+    marker = transcripts.turns(whole.entries)[25].through
+    new = transcripts.turns(transcripts.after(tail.entries, marker))
+    assert [t.request for t in new] == [f"request {i}" for i in range(26, 30)]

@@ -129,6 +129,11 @@ def _write(path: Path, data: bytes, mode: int = 0o600) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself survives a crash
+    finally:
+        os.close(folder)
 
 
 def _read_settings(path: Path) -> tuple[bytes | None, dict[str, Any]]:
