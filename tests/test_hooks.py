@@ -361,3 +361,10 @@ def test_only_the_tail_of_a_long_transcript_is_read_and_the_capture_goes_on_from
     marker = transcripts.turns(whole.entries)[25].through
     new = transcripts.turns(transcripts.after(tail.entries, marker))
     assert [t.request for t in new] == [f"request {i}" for i in range(26, 30)]
+
+
+def test_a_hostile_working_folder_name_never_reaches_the_title(setup: Setup) -> None:
+    setup.transcript.turn("Hello", "Hi.")
+    done = setup.run("stop", {**setup.payload("Stop"), "cwd": "/tmp/evil\nname: x"})
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "Hi." in setup.summary()[0]

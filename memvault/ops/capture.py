@@ -65,8 +65,9 @@ def capture(
     text = transcripts.render(new, through, budget) if through is not None else ""
     if not text:
         return Captured(0, 0)
+    project = project if project and _WORD.fullmatch(project) else None  # from hostile input: a plain name
     title = f"Claude Code: {project}" if project else "Claude Code session"
-    tags = [SESSION_TAG, *([project] if project and _WORD.fullmatch(project) else [])]
+    tags = [SESSION_TAG, *([project] if project else [])]
     if latest is None:
         vault.append_summary(session_id, text, title, tags)
     else:
