@@ -65,6 +65,8 @@ class Settings:
     embed_key: str | None = field(default=None, repr=False)
     embed_model: str | None = None
     log_level: str = "info"
+    hook_context_chars: int = 2000
+    hook_timeout_seconds: float = 0.8
 
     def token_dir(self, token: str) -> Path:
         return self.root / token
@@ -114,6 +116,8 @@ class Settings:
                 raise InvalidArgument(
                     f"MEMVAULT_{name.upper()} must be 0 or more (inf: never), not {value!r}."
                 )
+        if not 0 < self.hook_timeout_seconds < math.inf:
+            raise InvalidArgument("MEMVAULT_HOOK_TIMEOUT_SECONDS must be a positive number of seconds.")
         if not 0 < self.header_timeout_seconds < math.inf:
             raise InvalidArgument("MEMVAULT_HEADER_TIMEOUT_SECONDS must be a positive number of seconds.")
         if not 0 < self.poll_interval_seconds < math.inf:  # 0 would spin the polling observer
@@ -148,6 +152,7 @@ _AT_LEAST_ONE = (  # counts and sizes where 0 would refuse everything
     "max_loaded_tokens",
     "graph_entries_per_term",
     "graph_max_results",
+    "hook_context_chars",
 )
 
 
@@ -310,6 +315,18 @@ SETTINGS: dict[str, Setting] = {
         "MEMVAULT_EMBED_MODEL", "text-embedding-3-small", "`openai` embedder: model name."
     ),
     "log_level": Setting("MEMVAULT_LOG_LEVEL", "info", "debug, info, warning or error."),
+    "hook_context_chars": Setting(
+        "MEMVAULT_HOOK_CONTEXT_CHARS",
+        "2000",
+        "Most characters `memvault hook session-start` gives a new Claude Code session (P0 titles, "
+        "what recall finds for the project, the summary saved before a compaction).",
+    ),
+    "hook_timeout_seconds": Setting(
+        "MEMVAULT_HOOK_TIMEOUT_SECONDS",
+        "0.8",
+        "Longest a `memvault hook` works before it gives up (exit status 0, one line on stderr), so it "
+        "never holds Claude Code up.",
+    ),
 }
 
 # How a variable's text becomes a value follows the field's declared type (Settings' annotations).

@@ -100,8 +100,13 @@ def _parser() -> argparse.ArgumentParser:
         help="load an export back (idempotent: what is there already stays)",
     )
     load.add_argument("file", type=Path, help="the file written by memvault export ('-' for stdin)")
+    from memvault.cli import hooks, importers, setup
+
+    hooks.add_parser(sub, _vault_options("the vault (token) the hooks use"))
+    setup.add_parser(sub, _vault_options("the vault (token) Claude Code uses"))
+    importers.add_parser(sub, _vault_options("the vault (token) to import into"))
     for name, command in sub.choices.items():
-        command.description = DESCRIPTIONS[name]
+        command.description = command.description or DESCRIPTIONS[name]
     return parser
 
 
@@ -142,11 +147,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings.from_env(os.environ, **overrides)
     except MemvaultError as exc:
         print(f"memvault: {exc}", file=sys.stderr)
-        return 2
+        return 0 if args.command == "hook" else 2  # a hook never fails its client
     logging.basicConfig(
         level=getattr(logging, settings.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.command == "hook":
+        logging.disable(logging.CRITICAL)  # a hook says at most one line on stderr, its own
     if settings.log_level != "debug":
         # The SDK logs every session's start and end at info; that drowns our own lines.
         logging.getLogger("mcp").setLevel(logging.WARNING)
@@ -162,6 +169,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "keys": lambda: serve.keys_command(settings, args),
             "nginx": lambda: serve.nginx_config(args.backends, args.listen, args.standalone, args.out),
         }[args.command]()
+    if args.command in ("hook", "setup", "import-from"):
+        from memvault.cli import hooks, importers, setup
+
+        return {"hook": hooks.command, "setup": setup.command, "import-from": importers.command}[
+            args.command
+        ](settings, args)
     if args.command in ("export", "import"):
         from memvault.cli import transfer
 

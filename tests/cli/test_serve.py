@@ -225,7 +225,11 @@ def test_held_slow_connections_neither_exhaust_descriptors_nor_flood_the_log(tmp
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "command", ["serve", "stdio", "keys", "evict", "check", "migrate", "reindex", "nginx", "export", "import"]
+    "command",
+    [
+        *("serve", "stdio", "keys", "evict", "check", "migrate", "reindex", "nginx", "export", "import"),
+        *("hook", "setup", "import-from"),
+    ],
 )
 def test_every_subcommand_help_says_what_it_does(command: str) -> None:
     result = run([str(MEMVAULT), command, "--help"], clean_env())

@@ -1,0 +1,370 @@
+"""memvault hook: Claude Code's hooks fed real-shaped JSON and transcripts, with and without a server."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import pytest
+from conftest import run_server
+from filelock import FileLock
+
+from memvault.config import Settings
+from memvault.records.sidecar import Sidecar
+from memvault.records.summaries import Sessions
+from memvault.server import keys
+
+MEMVAULT = Path(sys.executable).parent / "memvault"
+SESSION = "5f0c9a2e-1b7d-4c1e-9f3a-2d8e6b4a7c10"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Transcript:
+    """A Claude Code transcript as the client writes it: one JSON object per line, appended."""
+
+    def __init__(self, path: Path, cwd: Path) -> None:
+        self.path, self.cwd, self.n = path, cwd, 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._line({"type": "summary", "summary": "Earlier work", "leafUuid": "x"})
+
+    def _line(self, entry: dict[str, Any]) -> str:
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
+        return str(entry.get("uuid", ""))
+
+    def _entry(self, kind: str, content: Any, **extra: Any) -> str:
+        self.n += 1
+        return self._line(
+            {
+                "parentUuid": f"uuid-{self.n - 1}" if self.n > 1 else None,
+                "isSidechain": False,
+                "userType": "external",
+                "cwd": str(self.cwd),
+                "sessionId": SESSION,
+                "version": "2.1.197",
+                "gitBranch": "main",
+                "type": kind,
+                "message": {"role": kind, "content": content},
+                "uuid": f"uuid-{self.n}",
+                "timestamp": f"2026-11-26T10:{self.n // 60:02d}:{self.n % 60:02d}.000Z",
+                **extra,
+            }
+        )
+
+    def turn(self, request: str, *answers: str) -> None:
+        """A request, tool use in between, and the assistant's texts (the last is the final answer)."""
+        self._entry("user", request)
+        for i, answer in enumerate(answers):
+            self._entry(
+                "assistant",
+                [{"type": "text", "text": answer}, {"type": "tool_use", "id": f"t{self.n}", "name": "Bash"}],
+            )
+            if i < len(answers) - 1:
+                self._entry(
+                    "user", [{"type": "tool_result", "tool_use_id": f"t{self.n}", "content": "TOOLOUT"}]
+                )
+        self._entry("user", "<command-name>/cost</command-name>", isMeta=True)
+
+
+@dataclass
+class Setup:
+    home: Path
+    root: Path
+    project: Path
+    transcript: Transcript
+    env: dict[str, str]
+
+    def run(self, event: str, payload: dict[str, Any] | str, *args: str) -> subprocess.CompletedProcess[str]:
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        argv = [str(MEMVAULT), "hook", event, "--root", str(self.root), "--token", "alice", *args]
+        return subprocess.run(argv, input=data, env=self.env, capture_output=True, text=True, timeout=60)
+
+    def payload(self, event: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "session_id": SESSION,
+            "transcript_path": str(self.transcript.path),
+            "cwd": str(self.project),
+            "hook_event_name": event,
+            **extra,
+        }
+
+    def summary(self) -> list[str]:
+        """The session's versions' texts, oldest first (read from the vault's files)."""
+        with Sidecar.open(self.root / "alice") as sidecar:
+            from memvault.records import sync
+
+            sync.sync(sidecar, self.root / "alice")
+            return [v.summary for v in reversed(Sessions(sidecar, max_chars=100_000).history(SESSION))]
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    home = tmp_path / "home"
+    project = tmp_path / "work" / "shop-api"
+    (project / ".git").mkdir(parents=True)
+    (project / ".git" / "config").write_text(
+        '[remote "origin"]\n\turl = git@example.org:acme/storefront.git\n'
+    )
+    transcript = Transcript(home / ".claude" / "projects" / "-work-shop-api" / f"{SESSION}.jsonl", project)
+    root = tmp_path / "memories"
+    (root / "alice").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
+    # No server on this port: the hooks use the files. A generous deadline: the machine may be busy.
+    env.update(HOME=str(home), MEMVAULT_PORT=str(free_port()), MEMVAULT_HOOK_TIMEOUT_SECONDS="60")
+    yield Setup(home, root, project, transcript, env)
+
+
+def memory(root: Path, name: str, title: str, body: str, priority: str = "P2") -> None:
+    text = f"---\npriority: {priority}\ncreatedAt: 2026-11-01T10:00:00.000Z\n---\n# {title}\n\n{body}\n"
+    (root / "alice" / name).write_text(text, encoding="utf-8")
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("memvault hook: ")
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------- capture
+
+
+def test_stop_records_requests_and_final_answers_then_only_what_is_new(setup: Setup) -> None:
+    setup.transcript.turn(
+        "Add a retry to deploy.sh", "Let me read it first.", "Added 3 retries to deploy.sh."
+    )
+    done = setup.run("stop", setup.payload("Stop", stop_hook_active=False))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    [first] = setup.summary()
+    assert "Add a retry to deploy.sh" in first and "Added 3 retries to deploy.sh." in first
+    # Not the assistant's intermediate text, tool output, or the client's own meta entries.
+    assert "Let me read it first" not in first and "TOOLOUT" not in first and "/cost" not in first
+
+    assert setup.run("stop", setup.payload("Stop")).returncode == 0
+    assert len(setup.summary()) == 1  # nothing new, nothing appended
+
+    setup.transcript.turn("Now write a test for it", "Wrote tests/test_deploy.py; it passes.")
+    done = setup.run("pre-compact", setup.payload("PreCompact", trigger="auto", custom_instructions=""))
+    assert (done.returncode, done.stderr) == (0, "")
+    versions = setup.summary()
+    assert len(versions) == 2
+    added = versions[1][len(versions[0]) :]
+    assert "Now write a test for it" in added and "tests/test_deploy.py" in added
+    assert "Add a retry" not in added  # appended once, never again
+
+
+def test_a_capture_too_long_for_the_summary_starts_again_and_points_to_the_history(setup: Setup) -> None:
+    setup.env["MEMVAULT_MAX_CONTENT_CHARS"] = "3000"
+    for i in range(4):
+        setup.transcript.turn(f"request {i} " + "x" * 500, f"answer {i} " + "y" * 900)
+        assert setup.run("stop", setup.payload("Stop")).returncode == 0
+    versions = setup.summary()
+    assert len(versions) == 4
+    assert all(len(v) <= 3000 for v in versions)
+    assert "get_session_history" in versions[-1] and "request 3" in versions[-1]
+
+
+# ---------------------------------------------------------------------------- session start
+
+
+def test_session_start_after_a_compaction_prints_p0_titles_project_memories_and_the_summary(
+    setup: Setup,
+) -> None:
+    memory(setup.root, "deploy.md", "Always deploy with make release", "Never by hand.", "P0")
+    memory(setup.root, "storefront.md", "Storefront payment flow", "The storefront calls the payment API.")
+    memory(setup.root, "cats.md", "Cat names", "Mittens and Tom.")
+    setup.transcript.turn("Fix the checkout bug", "Fixed the rounding in checkout.py.")
+    assert setup.run("pre-compact", setup.payload("PreCompact", trigger="manual")).returncode == 0
+
+    done = setup.run("session-start", setup.payload("SessionStart", source="compact"))
+    assert (done.returncode, done.stderr) == (0, "")
+    context = done.stdout
+    assert "Always deploy with make release (deploy.md)" in context
+    assert "storefront.md" in context and "cats.md" not in context  # found by the git remote's name
+    assert "Fixed the rounding in checkout.py." in context
+    assert f'get_summary(sessionId="{SESSION}")' in context and "read_memory" in context
+    assert "<!--" not in context  # the capture markers are the hooks' business, not the agent's
+    assert len(context.rstrip("\n")) <= 2000
+
+    fresh = setup.run("session-start", setup.payload("SessionStart", source="startup"))
+    assert "Fixed the rounding" not in fresh.stdout  # the summary comes back only after a compaction
+    assert "Always deploy with make release" in fresh.stdout
+
+
+def test_session_start_context_stays_within_its_setting(setup: Setup) -> None:
+    for i in range(40):
+        memory(setup.root, f"rule-{i}.md", f"Rule number {i} about the storefront " + "z" * 80, "body", "P0")
+    setup.env["MEMVAULT_HOOK_CONTEXT_CHARS"] = "600"
+    done = setup.run("session-start", setup.payload("SessionStart", source="resume"))
+    assert done.returncode == 0
+    assert 100 < len(done.stdout.rstrip("\n")) <= 600
+    assert "more not shown" in done.stdout
+
+
+# ---------------------------------------------------------------------------- through a running server
+
+
+@pytest.mark.anyio
+async def test_hooks_use_the_running_server_with_its_key(
+    setup: Setup, tmp_path: Path, anyio_backend: str
+) -> None:
+    keys_file = tmp_path / "keys.txt"
+    key = "mv_" + "k" * 40
+    keys_file.write_text(keys.render([keys.Grant("laptop", "alice", False, keys.digest(key))]))
+    key_file = tmp_path / "key"
+    key_file.write_text(key + "\n")
+    memory(setup.root, "deploy.md", "Always deploy with make release", "Never by hand.", "P0")
+    setup.transcript.turn("Rename the cart module", "Renamed cart.py to basket.py.")
+    settings = Settings(root=setup.root, keys_file=keys_file, path_tokens="on")
+    async with run_server(settings) as server:
+        args = ("--url", f"{server.url}/mcp", "--key-file", str(key_file))
+
+        def hooks() -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+            stop = setup.run("stop", setup.payload("Stop"), *args)
+            start = setup.run("session-start", setup.payload("SessionStart", source="compact"), *args)
+            return stop, start
+
+        stop, start = await anyio.to_thread.run_sync(hooks)
+        assert (stop.returncode, stop.stderr) == (0, "")
+        assert (start.returncode, start.stderr) == (0, "")
+        assert "Always deploy with make release (deploy.md)" in start.stdout
+        assert "Renamed cart.py to basket.py." in start.stdout
+        async with server.session("alice") as session:
+            failed, history = await server.call(session, "get_session_history", sessionId=SESSION)
+        assert not failed and "1 version" in history and "Rename the cart module" in history
+
+        key_file.write_text("mv_wrong\n")
+        refused = await anyio.to_thread.run_sync(lambda: setup.run("stop", setup.payload("Stop"), *args))
+        assert refused.returncode == 0
+        line = one_line(refused.stderr)
+        assert "401" in line and "mv_" not in line  # says what to do; never echoes a key
+
+
+# ---------------------------------------------------------------------------- never blocking, never failing
+
+
+def test_with_the_server_down_and_the_vault_missing_a_hook_exits_0_with_one_line(setup: Setup) -> None:
+    setup.transcript.turn("Hello", "Hi.")
+    setup.root = setup.root.parent / "no-such-root"
+    for event, payload in [
+        ("stop", setup.payload("Stop")),
+        ("pre-compact", setup.payload("PreCompact", trigger="auto")),
+        ("session-start", setup.payload("SessionStart", source="startup")),
+    ]:
+        done = setup.run(event, payload)
+        assert (done.returncode, done.stdout) == (0, "")
+        line = one_line(done.stderr)
+        assert "no memvault server" in line and "root folder does not exist" in line
+        assert str(setup.root) not in line
+    assert not setup.root.exists()
+
+
+def test_a_server_that_never_answers_cannot_hold_the_hook(setup: Setup) -> None:
+    setup.transcript.turn("Hello", "Hi.")
+    setup.env["MEMVAULT_HOOK_TIMEOUT_SECONDS"] = "0.5"
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog), never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/mcp/alice"
+        for event in ("stop", "session-start"):
+            done = setup.run(event, setup.payload("Stop", source="startup"), "--url", url)
+            assert (done.returncode, done.stdout) == (0, "")
+            line = one_line(done.stderr)
+            assert "did not answer in time" in line or "gave up" in line
+    assert not (setup.root / "alice" / "sessions").exists()
+
+
+def test_a_held_vault_lock_cannot_hold_the_hook(setup: Setup) -> None:
+    setup.transcript.turn("Hello", "Hi.")
+    setup.env["MEMVAULT_HOOK_TIMEOUT_SECONDS"] = "0.5"
+    (setup.root / "alice" / ".memvault").mkdir()
+    with FileLock(str(setup.root / "alice" / ".memvault" / "lock")):  # another process is writing
+        done = setup.run("stop", setup.payload("Stop"))
+    assert (done.returncode, done.stdout) == (0, "")
+    assert "gave up" in one_line(done.stderr)
+
+
+@pytest.mark.parametrize(
+    "payload, why",
+    [
+        ("not json", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ({"session_id": "../../etc/passwd", "transcript_path": "x.jsonl"}, "session_id"),
+        ({"session_id": SESSION, "transcript_path": "/etc/passwd"}, "no transcript"),
+        ({"session_id": SESSION, "transcript_path": 7}, "no transcript"),
+    ],
+)
+def test_hostile_input_is_refused_with_one_line(setup: Setup, payload: Any, why: str) -> None:
+    done = setup.run("stop", payload)
+    assert (done.returncode, done.stdout) == (0, "")
+    assert why in one_line(done.stderr)
+    assert not (setup.root / "alice" / "sessions").exists()
+
+
+def test_a_transcript_outside_claude_codes_folder_is_never_read(setup: Setup, tmp_path: Path) -> None:
+    secret = tmp_path / "elsewhere" / "secret.jsonl"
+    Transcript(secret, setup.project).turn("SECRET request", "SECRET answer")
+    inside = setup.transcript.path.parent / "link.jsonl"
+    inside.symlink_to(secret)  # a link inside the folder to a file outside it
+    for path in (secret, inside, setup.transcript.path.parents[3] / "elsewhere" / "secret.jsonl"):
+        done = setup.run("stop", {**setup.payload("Stop"), "transcript_path": str(path)})
+        assert done.returncode == 0
+        assert "not a file in Claude Code's projects folder" in one_line(done.stderr)
+    assert not (setup.root / "alice" / "sessions").exists()
+
+
+def test_a_damaged_transcript_line_is_passed_over(setup: Setup) -> None:
+    setup.transcript.turn("First request", "First answer.")
+    with setup.transcript.path.open("a") as handle:
+        handle.write('{"type": "user", "message": {"content": [\n')  # cut off mid-write
+        handle.write('{"type": "assistant", "message": "not a dict", "uuid": 5}\n')
+    done = setup.run("stop", setup.payload("Stop"))
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "First answer." in setup.summary()[0]
+
+
+def test_a_bad_setting_still_exits_0_with_one_line(setup: Setup) -> None:
+    setup.env["MEMVAULT_PORT"] = "not-a-port"
+    done = setup.run("session-start", setup.payload("SessionStart", source="startup"))
+    assert (done.returncode, done.stdout) == (0, "")
+    assert "MEMVAULT_PORT" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_only_the_tail_of_a_long_transcript_is_read_and_the_capture_goes_on_from_its_time(
+    tmp_path: Path,
+) -> None:
+    from memvault.ops import transcripts
+
+    log = Transcript(tmp_path / "t.jsonl", tmp_path)
+    for i in range(30):
+        log.turn(f"request {i}", f"answer {i}")
+    size = log.path.stat().st_size
+    tail = transcripts.read(log.path, limit_bytes=size // 3)
+    assert not tail.whole and tail.entries  # the cut first line is dropped, the rest parsed
+    requests = [t.request for t in transcripts.turns(tail.entries)]
+    assert requests[-1] == "request 29" and "request 0" not in requests
+    # A capture marker naming an entry no longer in the tail: what came after its time is new.
+    whole = transcripts.read(log.path, limit_bytes=size)
+    marker = transcripts.turns(whole.entries)[25].through
+    new = transcripts.turns(transcripts.after(tail.entries, marker))
+    assert [t.request for t in new] == [f"request {i}" for i in range(26, 30)]
+
+
+def test_a_hostile_working_folder_name_never_reaches_the_title(setup: Setup) -> None:
+    setup.transcript.turn("Hello", "Hi.")
+    done = setup.run("stop", {**setup.payload("Stop"), "cwd": "/tmp/evil\nname: x"})
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "Hi." in setup.summary()[0]
