@@ -1,0 +1,407 @@
+#!/usr/bin/env python
+"""Cross-validated choice of a recall core, over LoCoMo and LongMemEval in both loadings at once.
+
+    python bench/recall_cv.py --locomo ../shared/data/locomo --longmemeval ../shared/data/longmemeval
+
+A candidate core is a pure function of a haystack's arrays (BM25 scores of every memory, its
+embedding, creation times) and a question: ``rank`` below. Every candidate of the grid is scored on
+every question of the four groups (two data sets x one memory per turn / per session); then, fold
+by fold (five folds: one LoCoMo conversation and a fifth of the LongMemEval questions each), the
+candidate with the best objective on the other four folds is scored on the held-out one. The
+held-back figures pool every question as scored by the fold that did not see it; nothing reported
+here was chosen by looking at the questions it is reported on. The objective is the mean, over the
+four groups, of the issue's headline metrics (turn units: turn_any@10 and sess_all@10; session
+units: sess_all@10 and sess_any@5), so no group is traded for another.
+
+The texts, their BM25 scores and their vectors are computed as in bench/recall_bench.py (same
+loaders, same cache of embeddings under /tmp).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+import shlex
+import sys
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import recall_bench as rb
+from harness import machine_line, update_results
+
+FOLDS = 5
+HEADLINE = {"turn": ("turn_any@10", "sess_all@10"), "session": ("sess_all@10", "sess_any@5")}
+GAP = 3600.0  # neighbours in creation order within an hour, as memvault reads context
+
+
+# ---------------------------------------------------------------------------- time words
+
+_NUM = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "a couple of": 2,
+    "a few": 3,
+}
+_UNIT = {"day": 1, "week": 7, "month": 30, "year": 365}
+_AGO = re.compile(
+    r"\b(\d+|a couple of|a few|an?|one|two|three|four|five|six|seven|eight|nine|ten)\s+"
+    r"(day|week|month|year)s?\s+ago\b",
+    re.I,
+)
+_LAST = re.compile(
+    r"\b(yesterday|last (night|week|month|year|weekend|monday|tuesday|wednesday|thursday|"
+    r"friday|saturday|sunday))\b",
+    re.I,
+)
+_MONTHS = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+]
+_IN_MONTH = re.compile(r"\b(?:in|during|of)\s+(" + "|".join(_MONTHS) + r")\b", re.I)
+_DAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+
+
+def time_window(query: str, now: datetime) -> tuple[float, float] | None:
+    """The span of creation times a question points at ("10 days ago", "last Saturday", "in May"),
+    as POSIX seconds, or None. Spans are generous: people round."""
+    m = _AGO.search(query)
+    if m:
+        n = int(m.group(1)) if m.group(1).isdigit() else _NUM[m.group(1).lower()]
+        days = n * _UNIT[m.group(2).lower()]
+        slack = max(1.5, days * 0.25)
+        at = now - timedelta(days=days)
+        return ((at - timedelta(days=slack)).timestamp(), (at + timedelta(days=slack)).timestamp())
+    m = _LAST.search(query)
+    if m:
+        word = m.group(1).lower()
+        if word in ("yesterday", "last night"):
+            span = (now - timedelta(days=2), now)
+        elif word == "last week" or word == "last weekend":
+            span = (now - timedelta(days=14), now)
+        elif word == "last month":
+            span = (now - timedelta(days=62), now)
+        elif word == "last year":
+            span = (now - timedelta(days=730), now)
+        else:
+            back = (now.weekday() - _DAYS.index(word.split()[1])) % 7 or 7
+            day = now - timedelta(days=back)
+            span = (day - timedelta(days=1), day + timedelta(days=1))
+        return (span[0].timestamp(), span[1].timestamp())
+    m = _IN_MONTH.search(query)
+    if m:
+        month = _MONTHS.index(m.group(1).lower()) + 1
+        year = now.year if month <= now.month else now.year - 1
+        start = datetime(year, month, 1, tzinfo=UTC)
+        end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+        return (start.timestamp() - 86400 * 3, end.timestamp() + 86400 * 3)
+    return None
+
+
+# ---------------------------------------------------------------------------- the core
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    vector: float = 1.0  # weight of the embedding leg against BM25 (each divided by its best)
+    centre: str = "median"  # cosines measured above the haystack's median ("median") or from 0 ("zero")
+    fusion: str = "sum"  # "sum" of normalised scores or "rrf"
+    context: float = 0.0  # share of a neighbour's lexical score (memvault's neighbour context)
+    repeat: float = 0.0  # diversity: times the best cosine with a result already picked
+    when: float = 0.0  # x(1 + this) for a memory created in the span a question names
+    model: str = "wordllama"
+
+    def label(self) -> str:
+        return (
+            f"{self.model} x{self.vector:g} ({self.fusion}, cosine above {self.centre}), context "
+            f"{self.context:g}, repeat {self.repeat:g}, when {self.when:g}"
+        )
+
+
+@dataclass
+class Hay:
+    group: str
+    unit: str
+    name: str
+    units: list[rb.Unit]
+    questions: list[rb.Question]
+    bm25: list[np.ndarray]
+    cos: dict[str, list[np.ndarray]]
+    matrix: dict[str, np.ndarray]
+    prev: np.ndarray
+    nxt: np.ndarray
+    windows: list[tuple[float, float] | None]
+    created: np.ndarray
+
+
+def neighbours(created: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(created, kind="stable")
+    n = len(created)
+    prev = np.full(n, n)
+    nxt = np.full(n, n)
+    for a, b in itertools.pairwise(order):
+        if created[b] - created[a] <= GAP:
+            nxt[a], prev[b] = b, a
+    return prev, nxt
+
+
+def normalise(leg: np.ndarray, centre: str) -> np.ndarray:
+    if centre == "median":
+        leg = leg - float(np.median(leg))
+    return rb.by_best(leg)
+
+
+def rank(h: Hay, i: int, p: Params, limit: int = rb.LIMIT) -> list[int]:
+    lex = rb.by_best(h.bm25[i])
+    if p.context:
+        padded = np.append(lex, 0.0)
+        lex = lex + p.context * (padded[h.prev] + padded[h.nxt])
+    cos = h.cos[p.model][i]
+    if p.fusion == "rrf":
+        score = rb.rrf(h.bm25[i], cos - cos.min() + 1e-9)
+    else:
+        score = lex + p.vector * normalise(cos, p.centre) if p.vector else lex
+    window = h.windows[i]
+    if p.when and window is not None:
+        inside = (h.created >= window[0]) & (h.created <= window[1])
+        score = score * np.where(inside, 1.0 + p.when, 1.0)
+    if not p.repeat:
+        return rb.top(score, limit)
+    pool = rb.top(score, 4 * limit)
+    if not pool:
+        return []
+    rows = np.array(pool)
+    vecs = h.matrix[p.model][rows]
+    rel = score[rows] / score[rows[0]]
+    near = np.zeros(len(rows))
+    taken = np.zeros(len(rows))
+    picked = []
+    for _ in range(min(limit, len(rows))):
+        j = int(np.argmax(rel - p.repeat * near + taken))
+        picked.append(int(rows[j]))
+        taken[j] = -np.inf
+        np.maximum(near, vecs @ vecs[j], out=near)
+    return picked
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def load(groups: dict[str, tuple[str, list[Path]]], caches: dict[str, rb.TextCache]) -> list[Hay]:
+    from rank_bm25 import BM25Okapi
+
+    out = []
+    for group, (dataset, paths) in groups.items():
+        for unit in ("turn", "session"):
+            for hay in rb.LOADERS[dataset](paths, unit):
+                texts = [u.text for u in hay.units]
+                bm25 = BM25Okapi([rb.bm25_tokens(t) for t in texts])
+                matrix = {m: c.embed(texts) for m, c in caches.items()}
+                queries = {m: c.embed([q.text for q in hay.questions]) for m, c in caches.items()}
+                created = np.array([u.created.timestamp() for u in hay.units])
+                prev, nxt = neighbours(created)
+                out.append(
+                    Hay(
+                        group,
+                        unit,
+                        hay.name,
+                        hay.units,
+                        hay.questions,
+                        [np.asarray(bm25.get_scores(rb.bm25_tokens(q.text))) for q in hay.questions],
+                        {m: [matrix[m] @ queries[m][j] for j in range(len(hay.questions))] for m in caches},
+                        matrix,
+                        prev,
+                        nxt,
+                        [time_window(q.text, q.now) for q in hay.questions],
+                        created,
+                    )
+                )
+    for c in caches.values():
+        c.save()
+    return out
+
+
+def fold_of(h: Hay) -> int:
+    if h.group == "locomo":  # one conversation a fold
+        return int(re.sub(r"\D", "", h.name)) % FOLDS
+    return zlib.crc32(h.name.encode()) % FOLDS  # the same question in both loadings: the same fold
+
+
+# ---------------------------------------------------------------------------- scoring
+
+
+Key = tuple[str, str]  # (data set, unit)
+
+
+def score_all(hays: list[Hay], p: Params) -> dict[Key, list[tuple[int, dict[str, bool]]]]:
+    """Per group, per question: its fold and what it got."""
+    out: dict[Key, list[tuple[int, dict[str, bool]]]] = defaultdict(list)
+    for h in hays:
+        f = fold_of(h)
+        for i, q in enumerate(h.questions):
+            s = rb.Scores()
+            got = s.add([h.units[j] for j in rank(h, i, p)], q, h.unit)
+            out[(h.group, h.unit)].append((f, got))
+    return out
+
+
+def objective(result: dict[Key, list[tuple[int, dict[str, bool]]]], folds: set[int]) -> float:
+    parts = []
+    for (_, unit), rows in result.items():
+        kept = [got for f, got in rows if f in folds]
+        if kept:
+            parts += [100.0 * sum(g[m] for g in kept) / len(kept) for m in HEADLINE[unit]]
+    return float(np.mean(parts)) if parts else 0.0
+
+
+def grid() -> list[Params]:
+    out = []
+    for model in ("wordllama", "static-model"):
+        for vector in (0.5, 0.75, 1.0, 1.5):
+            for centre in ("median", "zero"):
+                for context in (0.0, 0.3):
+                    for repeat in (0.0, 0.15, 0.3):
+                        for when in (0.0, 0.5):
+                            out.append(Params(vector, centre, "sum", context, repeat, when, model))
+        out.append(Params(model=model, fusion="rrf"))
+    return out
+
+
+def pct(rows: list[dict[str, bool]], metric: str) -> float:
+    return 100.0 * sum(r[metric] for r in rows) / len(rows) if rows else 0.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--locomo", type=Path, nargs="+", required=True)
+    parser.add_argument("--longmemeval", type=Path, nargs="+", required=True)
+    parser.add_argument(
+        "--cache", type=Path, default=rb.Path(rb.tempfile.gettempdir()) / "memvault-recall-bench"
+    )
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "bench/recall_cv.py", *(sys.argv[1:] if argv is None else argv)])
+    started = time.perf_counter()
+    caches = {m: rb.TextCache(args.cache, m, rb.ENCODERS[m]()) for m in ("wordllama", "static-model")}
+    hays = load({"locomo": ("locomo", args.locomo), "longmemeval": ("longmemeval", args.longmemeval)}, caches)
+    print(f"loaded in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    candidates = grid()
+    results = {}
+    for n, p in enumerate(candidates):
+        results[p] = score_all(hays, p)
+        if n % 20 == 0:
+            print(f"{n}/{len(candidates)} scored ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    # baselines through the same scorer: BM25 alone and each model alone
+    plain = {
+        "BM25": Params(vector=0.0),
+        **{m: Params(vector=1e6, centre="zero", model=m) for m in caches},
+    }
+    plain_results = {name: score_all(hays, p) for name, p in plain.items()}
+    held: dict[Key, list[dict[str, bool]]] = defaultdict(list)
+    chosen = []
+    for f in range(FOLDS):
+        train = set(range(FOLDS)) - {f}
+        best = max(candidates, key=lambda p: objective(results[p], train))
+        chosen.append((f, best, objective(results[best], train), objective(results[best], {f})))
+        for key, rows in results[best].items():
+            held[key] += [got for g, got in rows if g == f]
+    overall_best = max(candidates, key=lambda p: objective(results[p], set(range(FOLDS))))
+    lines = [
+        f"## {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}: a recall core chosen by cross-validation "
+        "over LoCoMo and LongMemEval",
+        "",
+        f"Command: `{command}` ({time.perf_counter() - started:.0f} s)",
+        "",
+        f"Machine: {machine_line()}.",
+        "",
+        f"{len(candidates)} candidate cores; {FOLDS} folds (one LoCoMo conversation and about a fifth of the "
+        "LongMemEval questions each, the same question in both loadings in the same fold). "
+        "Objective: the mean "
+        "of turn_any@10 and sess_all@10 (turn units) and of sess_all@10 and sess_any@5 (session units) "
+        "over the four groups.",
+        "",
+        "| fold | chosen on the other four | objective there | objective held back |",
+        "|---|---|---:|---:|",
+    ]
+    for f, p, fit, back in chosen:
+        lines.append(f"| {f} | {p.label()} | {fit:.1f} | {back:.1f} |")
+    lines += [
+        "",
+        "Held-back figures (each question scored by the fold that did not see it), beside the "
+        "baselines run through the same scorer:",
+        "",
+    ]
+    for key in sorted(held):
+        unit = key[1]
+        metrics = rb.metrics_for(unit)
+        metrics = [m for m in metrics if "all@5" not in m or unit == "session"]
+        lines += [
+            f"{key[0]}, one memory per {unit}:",
+            "",
+            "| system | " + " | ".join(metrics) + " |",
+            "|---|" + "---:|" * len(metrics),
+        ]
+        lines.append(
+            "| **cross-validated core (held back)** | "
+            + " | ".join(f"**{pct(held[key], m):.1f}**" for m in metrics)
+            + " |"
+        )
+        for name, res in plain_results.items():
+            rows = [got for _, got in res[key]]
+            lines.append(f"| {name} | " + " | ".join(f"{pct(rows, m):.1f}" for m in metrics) + " |")
+        for fusion in ("sum", "rrf"):
+            p = Params(model="wordllama", fusion=fusion, centre="zero")
+            rows = [got for _, got in (results.get(p) or score_all(hays, p))[key]]
+            lines.append(
+                f"| BM25 + wordllama ({fusion}, raw cosine) | "
+                + " | ".join(f"{pct(rows, m):.1f}" for m in metrics)
+                + " |"
+            )
+        lines.append("")
+    lines += [f"Chosen on all five folds (what would ship): {overall_best.label()}.", ""]
+    top10 = sorted(candidates, key=lambda p: -objective(results[p], set(range(FOLDS))))[:10]
+    lines += [
+        "Fitted objective of the ten best candidates on all folds (for reading, not for reporting):",
+        "",
+    ]
+    lines += [f"- {objective(results[p], set(range(FOLDS))):.2f}: {p.label()}" for p in top10]
+    section = "\n".join(lines) + "\n"
+    print(section)
+    if args.out:
+        update_results(
+            args.out, section, command, "<!-- recall-cv:start -->", "<!-- recall-cv:end -->", grouped=False
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
