@@ -413,8 +413,8 @@ class Clock:
 def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
     """The one place that knows memvault's import paths: a Store and a recall function over it."""
     from memvault.config import Settings
-    from memvault.recall import Recaller
-    from memvault.store import Store
+    from memvault.ops.recall import Recaller
+    from memvault.ops.store import Store
 
     settings = Settings(
         root=root,
