@@ -59,6 +59,7 @@ LIMIT = 10
 KS = (5, 10)
 TURN_SPACING = timedelta(seconds=30)  # turns of one session are written this far apart
 TITLE_WORDS = 8
+WEIGHTS: dict[str, Any] = {}  # experiments may set "memvault" to a memvault Weights for every call
 MARK = {"locomo": "recall-bench-locomo", "longmemeval": "recall-bench-longmemeval"}
 
 
@@ -431,7 +432,7 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
     recaller = Recaller(store)
 
     async def recall(token: str, query: str, limit: int) -> list[str]:
-        found = await recaller.recall(token, query, limit=limit)
+        found = await recaller.recall(token, query, limit=limit, weights=WEIGHTS.get("memvault"))
         return [hit.memory.id for hit in found.results]
 
     return store, recall

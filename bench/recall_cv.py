@@ -29,7 +29,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -46,85 +46,21 @@ GAP = 3600.0  # neighbours in creation order within an hour, as memvault reads c
 
 # ---------------------------------------------------------------------------- time words
 
-_NUM = {
-    "a": 1,
-    "an": 1,
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "a couple of": 2,
-    "a few": 3,
-}
-_UNIT = {"day": 1, "week": 7, "month": 30, "year": 365}
-_AGO = re.compile(
-    r"\b(\d+|a couple of|a few|an?|one|two|three|four|five|six|seven|eight|nine|ten)\s+"
-    r"(day|week|month|year)s?\s+ago\b",
-    re.I,
-)
-_LAST = re.compile(
-    r"\b(yesterday|last (night|week|month|year|weekend|monday|tuesday|wednesday|thursday|"
-    r"friday|saturday|sunday))\b",
-    re.I,
-)
-_MONTHS = [
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-]
-_IN_MONTH = re.compile(r"\b(?:in|during|of)\s+(" + "|".join(_MONTHS) + r")\b", re.I)
-_DAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
-
 
 def time_window(query: str, now: datetime) -> tuple[float, float] | None:
-    """The span of creation times a question points at ("10 days ago", "last Saturday", "in May"),
-    as POSIX seconds, or None. Spans are generous: people round."""
-    m = _AGO.search(query)
-    if m:
-        n = int(m.group(1)) if m.group(1).isdigit() else _NUM[m.group(1).lower()]
-        days = n * _UNIT[m.group(2).lower()]
-        slack = max(1.5, days * 0.25)
-        at = now - timedelta(days=days)
-        return ((at - timedelta(days=slack)).timestamp(), (at + timedelta(days=slack)).timestamp())
-    m = _LAST.search(query)
-    if m:
-        word = m.group(1).lower()
-        if word in ("yesterday", "last night"):
-            span = (now - timedelta(days=2), now)
-        elif word == "last week" or word == "last weekend":
-            span = (now - timedelta(days=14), now)
-        elif word == "last month":
-            span = (now - timedelta(days=62), now)
-        elif word == "last year":
-            span = (now - timedelta(days=730), now)
-        else:
-            back = (now.weekday() - _DAYS.index(word.split()[1])) % 7 or 7
-            day = now - timedelta(days=back)
-            span = (day - timedelta(days=1), day + timedelta(days=1))
-        return (span[0].timestamp(), span[1].timestamp())
-    m = _IN_MONTH.search(query)
-    if m:
-        month = _MONTHS.index(m.group(1).lower()) + 1
-        year = now.year if month <= now.month else now.year - 1
-        start = datetime(year, month, 1, tzinfo=UTC)
-        end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
-        return (start.timestamp() - 86400 * 3, end.timestamp() + 86400 * 3)
-    return None
+    """The span of creation times a question's time words name (memvault's own reading of them)."""
+    from memvault.search.timewords import read_time
+
+    spoken = read_time(query, now)
+    return None if spoken is None else (spoken.start, spoken.end)
+
+
+def query_words(query: str, now: datetime) -> str:
+    """The query without its time words, as memvault searches it."""
+    from memvault.search.timewords import read_time
+
+    spoken = read_time(query, now)
+    return spoken.rest if spoken is not None and rb.bm25_tokens(spoken.rest) else query
 
 
 # ---------------------------------------------------------------------------- the core
@@ -136,14 +72,17 @@ class Params:
     centre: str = "median"  # cosines measured above the haystack's median ("median") or from 0 ("zero")
     fusion: str = "sum"  # "sum" of normalised scores or "rrf"
     context: float = 0.0  # share of a neighbour's lexical score (memvault's neighbour context)
+    context2: float = 0.0  # the same, two places away
     repeat: float = 0.0  # diversity: times the best cosine with a result already picked
     when: float = 0.0  # x(1 + this) for a memory created in the span a question names
     model: str = "wordllama"
+    title: float = 0.0  # x(1 + this) for a memory whose title holds a query word
 
     def label(self) -> str:
         return (
             f"{self.model} x{self.vector:g} ({self.fusion}, cosine above {self.centre}), context "
-            f"{self.context:g}, repeat {self.repeat:g}, when {self.when:g}"
+            f"{self.context:g}/{self.context2:g}, repeat {self.repeat:g}, when {self.when:g}, "
+            f"title {self.title:g}"
         )
 
 
@@ -159,6 +98,9 @@ class Hay:
     matrix: dict[str, np.ndarray]
     prev: np.ndarray
     nxt: np.ndarray
+    prev2: np.ndarray
+    nxt2: np.ndarray
+    titled: list[np.ndarray]  # per question: whether a unit's title holds a query word
     windows: list[tuple[float, float] | None]
     created: np.ndarray
 
@@ -185,11 +127,15 @@ def rank(h: Hay, i: int, p: Params, limit: int = rb.LIMIT) -> list[int]:
     if p.context:
         padded = np.append(lex, 0.0)
         lex = lex + p.context * (padded[h.prev] + padded[h.nxt])
+        if p.context2:
+            lex = lex + p.context2 * (padded[h.prev2] + padded[h.nxt2])
     cos = h.cos[p.model][i]
     if p.fusion == "rrf":
         score = rb.rrf(h.bm25[i], cos - cos.min() + 1e-9)
     else:
         score = lex + p.vector * normalise(cos, p.centre) if p.vector else lex
+    if p.title:
+        score = score * np.where(h.titled[i], 1.0 + p.title, 1.0)
     window = h.windows[i]
     if p.when and window is not None:
         inside = (h.created >= window[0]) & (h.created <= window[1])
@@ -226,9 +172,18 @@ def load(groups: dict[str, tuple[str, list[Path]]], caches: dict[str, rb.TextCac
                 texts = [u.text for u in hay.units]
                 bm25 = BM25Okapi([rb.bm25_tokens(t) for t in texts])
                 matrix = {m: c.embed(texts) for m, c in caches.items()}
-                queries = {m: c.embed([q.text for q in hay.questions]) for m, c in caches.items()}
+                asked = [query_words(q.text, q.now) for q in hay.questions]
+                queries = {m: c.embed(asked) for m, c in caches.items()}
                 created = np.array([u.created.timestamp() for u in hay.units])
                 prev, nxt = neighbours(created)
+                n = len(created)
+                prev2 = np.append(prev, n)[np.append(prev, n)]
+                nxt2 = np.append(nxt, n)[np.append(nxt, n)]
+                titles = [set(rb.bm25_tokens(u.title)) for u in hay.units]
+                titled = []
+                for q in hay.questions:
+                    words = set(rb.bm25_tokens(q.text)) - rb.STOP
+                    titled.append(np.array([bool(words & t) for t in titles]))
                 out.append(
                     Hay(
                         group,
@@ -236,11 +191,14 @@ def load(groups: dict[str, tuple[str, list[Path]]], caches: dict[str, rb.TextCac
                         hay.name,
                         hay.units,
                         hay.questions,
-                        [np.asarray(bm25.get_scores(rb.bm25_tokens(q.text))) for q in hay.questions],
+                        [np.asarray(bm25.get_scores(rb.bm25_tokens(a))) for a in asked],
                         {m: [matrix[m] @ queries[m][j] for j in range(len(hay.questions))] for m in caches},
                         matrix,
                         prev,
                         nxt,
+                        prev2[:n],
+                        nxt2[:n],
+                        titled,
                         [time_window(q.text, q.now) for q in hay.questions],
                         created,
                     )
@@ -284,15 +242,25 @@ def objective(result: dict[Key, list[tuple[int, dict[str, bool]]]], folds: set[i
 
 
 def grid() -> list[Params]:
+    """The first run's grid (two models, median or zero centring, RRF) chose WordLlama, zero centring and
+    summed scores in every fold; this one varies the rest around that."""
     out = []
-    for model in ("wordllama", "static-model"):
-        for vector in (0.5, 0.75, 1.0, 1.5):
-            for centre in ("median", "zero"):
-                for context in (0.0, 0.3):
-                    for repeat in (0.0, 0.15, 0.3):
-                        for when in (0.0, 0.5):
-                            out.append(Params(vector, centre, "sum", context, repeat, when, model))
-        out.append(Params(model=model, fusion="rrf"))
+    for vector in (0.5, 0.75, 1.0, 1.5):
+        for context, context2 in ((0.0, 0.0), (0.3, 0.0), (0.5, 0.0), (0.3, 0.15), (0.7, 0.35)):
+            for repeat in (0.0, 0.15):
+                for when in (0.0, 0.5):
+                    for title in (0.0, 0.25, 0.5):
+                        out.append(
+                            Params(
+                                vector=vector,
+                                centre="zero",
+                                context=context,
+                                context2=context2,
+                                repeat=repeat,
+                                when=when,
+                                title=title,
+                            )
+                        )
     return out
 
 
