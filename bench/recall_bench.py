@@ -412,9 +412,10 @@ class Clock:
 
 
 def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
-    """The one place that knows memvault's import paths: a Store and a recall function over it."""
+    """The one place that knows memvault's import paths: a Store, a recall function over it, and the
+    grid of ranking weights that ``--grid`` scores (for bench/recall_cv.py --package)."""
     from memvault.config import Settings
-    from memvault.ops.recall import Recaller
+    from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller
     from memvault.ops.store import Store
 
     settings = Settings(
@@ -431,19 +432,32 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
     store = Store(settings, clock=clock)
     recaller = Recaller(store)
 
-    async def recall(token: str, query: str, limit: int) -> list[str]:
-        found = await recaller.recall(token, query, limit=limit, weights=WEIGHTS.get("memvault"))
+    async def recall(token: str, query: str, limit: int, weights: Any = None) -> list[str]:
+        found = await recaller.recall(token, query, limit=limit, weights=weights or WEIGHTS.get("memvault"))
         return [hit.memory.id for hit in found.results]
 
-    return store, recall
+    grid = {
+        f"vector {v:g}, context {c[0]:g}/{c[1]:g}, span {t:g}": DEFAULT_WEIGHTS.replace(
+            vector=v, context=c, span=t
+        )
+        for v in (0.5, 0.75, 1.0)
+        for c in ((0.0, 0.0), (0.3, 0.15), (0.5, 0.25))
+        for t in (0.0, 0.5)
+    }
+    return store, recall, grid
 
 
 async def run_memvault(
-    haystacks: Sequence[Haystack], root: Path, embedder: str | None, log: Callable[[str], None]
+    haystacks: Sequence[Haystack],
+    root: Path,
+    embedder: str | None,
+    log: Callable[[str], None],
+    grid: bool = False,
 ) -> tuple[list[list[list[int]]], dict[str, Any]]:
-    """Rankings (unit indices) per haystack per question, and timings."""
+    """Rankings (unit indices) per haystack per question, and timings; with ``grid``, also the
+    rankings under every setting of memvault's grid (``info["grid"]``)."""
     clock = Clock()
-    store, recall = memvault_store(root, clock, embedder)
+    store, recall, settings = memvault_store(root, clock, embedder)
     info: dict[str, Any] = {}
     try:
         ids: list[dict[str, int]] = []
@@ -483,9 +497,29 @@ async def run_memvault(
                 per.append([ids[h][name] for name in found if name in ids[h]])
             out.append(per)
         info["recall_p50_ms"] = statistics.median(latency) * 1000
+        if grid:
+            info["grid"] = {}
+            for label, weights in settings.items():
+                info["grid"][label] = [
+                    [
+                        [
+                            ids[h][name]
+                            for name in await _at(clock, q, recall(f"h{h}", q.text, LIMIT, weights))
+                            if name in ids[h]
+                        ]
+                        for q in hay.questions
+                    ]
+                    for h, hay in enumerate(haystacks)
+                ]
+            log(f"memvault: {len(settings)} settings of the grid scored")
         return out, info
     finally:
         await store.close()
+
+
+async def _at(clock: Clock, q: Question, found: Any) -> list[str]:
+    clock.now = q.now
+    return list(await found)
 
 
 # ---------------------------------------------------------------------------- the run
@@ -513,6 +547,7 @@ def evaluate(
     embedder: str | None,
     log: Callable[[str], None],
     skip_memvault: bool = False,
+    grid: Path | None = None,
 ) -> Run:
     t0 = time.perf_counter()
     feats = [features(h, caches) for h in haystacks]
@@ -528,8 +563,10 @@ def evaluate(
     }
     info: dict[str, Any] = {}
     if not skip_memvault:
-        ranked, info = asyncio.run(run_memvault(haystacks, root, embedder, log))
+        ranked, info = asyncio.run(run_memvault(haystacks, root, embedder, log, grid=grid is not None))
         rankings = {"memvault recall": ranked, **rankings}
+        if grid is not None:
+            write_grid(grid, dataset, unit, haystacks, {**info.pop("grid"), **rankings})
     overall: dict[str, Scores] = {}
     by_kind: dict[str, dict[str, Scores]] = defaultdict(dict)
     per_question: dict[str, list[dict[str, bool]]] = {}
@@ -553,6 +590,23 @@ def evaluate(
         per_question,
         info,
     )
+
+
+def write_grid(
+    path: Path, dataset: str, unit: str, haystacks: Sequence[Haystack], rankings: dict[str, Any]
+) -> None:
+    """Per question, what each setting (and each baseline) got, added to ``path`` (JSON) under
+    ``dataset/unit``: bench/recall_cv.py --package cross-validates memvault's weights on it."""
+    rows = []
+    for h, hay in enumerate(haystacks):
+        for i, q in enumerate(hay.questions):
+            got = {}
+            for label, ranked in rankings.items():
+                got[label] = Scores().add([hay.units[j] for j in ranked[h][i]], q, unit)
+            rows.append({"haystack": hay.name, "kind": q.kind, "got": got})
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    data[f"{dataset}/{unit}"] = rows
+    path.write_text(json.dumps(data), encoding="utf-8")
 
 
 def fmt(x: float) -> str:
@@ -633,6 +687,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, help="parent of the temporary vault (default: /dev/shm or temp)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N haystacks (0: all)")
     parser.add_argument("--no-memvault", action="store_true", help="baselines only")
+    parser.add_argument(
+        "--grid",
+        type=Path,
+        help="also score memvault under a grid of ranking weights and add every question's outcome to "
+        "this JSON file, for bench/recall_cv.py --package",
+    )
     parser.add_argument("--out", type=Path, help="add a section to this markdown file (bench/RESULTS.md)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -653,7 +713,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         root = Path(tempfile.mkdtemp(prefix="memvault-recall-bench-", dir=parent))
         try:
             runs.append(
-                evaluate(args.dataset, unit, haystacks, caches, root, args.embedder, log, args.no_memvault)
+                evaluate(
+                    args.dataset,
+                    unit,
+                    haystacks,
+                    caches,
+                    root,
+                    args.embedder,
+                    log,
+                    args.no_memvault,
+                    args.grid,
+                )
             )
         finally:
             shutil.rmtree(root, ignore_errors=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import re
 import shlex
 import sys
@@ -268,16 +269,104 @@ def pct(rows: list[dict[str, bool]], metric: str) -> float:
     return 100.0 * sum(r[metric] for r in rows) / len(rows) if rows else 0.0
 
 
+def fold_of_name(dataset: str, name: str) -> int:
+    if dataset == "locomo":
+        return int(re.sub(r"\D", "", name)) % FOLDS
+    return zlib.crc32(name.encode()) % FOLDS
+
+
+def package_cv(path: Path, command: str) -> str:
+    """Cross-validate memvault's own weights over the outcomes bench/recall_bench.py --grid wrote:
+    per fold, the setting of the grid with the best objective on the other folds, scored on it."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    groups = sorted(data)
+    labels = [label for label in data[groups[0]][0]["got"] if label.startswith("vector ")]
+
+    def objective(label: str, folds: set[int]) -> float:
+        parts = []
+        for group in groups:
+            dataset, unit = group.split("/")
+            kept = [r["got"][label] for r in data[group] if fold_of_name(dataset, r["haystack"]) in folds]
+            parts += [100.0 * sum(g[m] for g in kept) / len(kept) for m in HEADLINE[unit] if kept]
+        return float(np.mean(parts)) if parts else 0.0
+
+    everything = set(range(FOLDS))
+    chosen = {f: max(labels, key=lambda lb, f=f: objective(lb, everything - {f})) for f in range(FOLDS)}
+    lines = [
+        f"## {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}: memvault's recall weights, cross-validated "
+        "over LoCoMo and LongMemEval",
+        "",
+        f"Command: `{command}`, on the outcomes of `python bench/recall_bench.py DATASET PATH --grid {path}` "
+        "for both data sets (each question asked through memvault's recall under every setting of a grid).",
+        "",
+        f"Machine: {machine_line()}.",
+        "",
+        f"{len(labels)} settings of memvault's weights; {FOLDS} folds (one LoCoMo conversation and about a "
+        "fifth of the LongMemEval questions each, a question in both loadings in the same fold). Objective: "
+        "the mean of turn_any@10 and sess_all@10 (turn units) and of sess_all@10 and sess_any@5 (session "
+        "units) over the four groups. Each question is scored with the setting chosen on the other folds.",
+        "",
+        "| fold | chosen on the other four | objective there | held back |",
+        "|---|---|---:|---:|",
+    ]
+    for f, label in chosen.items():
+        lines.append(
+            f"| {f} | {label} | {objective(label, everything - {f}):.1f} | {objective(label, {f}):.1f} |"
+        )
+    lines.append("")
+    baselines = [lb for lb in data[groups[0]][0]["got"] if not lb.startswith("vector ")]
+    for group in groups:
+        dataset, unit = group.split("/")
+        metrics = [m for m in rb.metrics_for(unit) if "all@5" not in m or unit == "session"]
+        rows = data[group]
+        held = [r["got"][chosen[fold_of_name(dataset, r["haystack"])]] for r in rows]
+        lines += [
+            f"{dataset}, one memory per {unit} ({len(rows)} questions):",
+            "",
+            "| system | " + " | ".join(metrics) + " |",
+            "|---|" + "---:|" * len(metrics),
+            "| **memvault recall, held back** | "
+            + " | ".join(f"**{pct(held, m):.1f}**" for m in metrics)
+            + " |",
+        ]
+        for label in baselines:
+            got = [r["got"][label] for r in rows]
+            name = (
+                "memvault recall, the defaults (chosen on all folds)" if label == "memvault recall" else label
+            )
+            lines.append(f"| {name} | " + " | ".join(f"{pct(got, m):.1f}" for m in metrics) + " |")
+        lines.append("")
+    best = max(labels, key=lambda lb: objective(lb, everything))
+    lines += [f"Chosen on all folds: {best}.", ""]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--locomo", type=Path, nargs="+", required=True)
-    parser.add_argument("--longmemeval", type=Path, nargs="+", required=True)
+    parser.add_argument("--locomo", type=Path, nargs="+")
+    parser.add_argument("--longmemeval", type=Path, nargs="+")
+    parser.add_argument("--package", type=Path, help="cross-validate memvault's weights from a --grid file")
     parser.add_argument(
         "--cache", type=Path, default=rb.Path(rb.tempfile.gettempdir()) / "memvault-recall-bench"
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     command = shlex.join(["python", "bench/recall_cv.py", *(sys.argv[1:] if argv is None else argv)])
+    if args.package:
+        section = package_cv(args.package, command)
+        print(section)
+        if args.out:
+            update_results(
+                args.out,
+                section,
+                command,
+                "<!-- recall-cv-package:start -->",
+                "<!-- recall-cv-package:end -->",
+                grouped=False,
+            )
+        return 0
+    if not args.locomo or not args.longmemeval:
+        parser.error("--locomo and --longmemeval (or --package)")
     started = time.perf_counter()
     caches = {m: rb.TextCache(args.cache, m, rb.ENCODERS[m]()) for m in ("wordllama", "static-model")}
     hays = load({"locomo": ("locomo", args.locomo), "longmemeval": ("longmemeval", args.longmemeval)}, caches)
