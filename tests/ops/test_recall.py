@@ -1028,6 +1028,7 @@ async def test_a_paraphrase_is_found_with_the_default_install(make_settings: Cal
         await store.close()
 
 
+@pytest.mark.slow
 async def test_recall_says_when_no_memory_holds_the_words(server_factory):
     async with server_factory() as srv:
         async with srv.session("tok") as session:
