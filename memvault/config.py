@@ -12,7 +12,7 @@ from typing import Any
 from memvault.errors import InvalidArgument
 
 WRITEBACK_MODES = ("day", "always", "never")
-EMBEDDER_KINDS = ("hash", "model2vec", "sentence-transformers", "openai")
+EMBEDDER_KINDS = ("wordllama", "hash", "model2vec", "sentence-transformers", "openai")
 RERANKER_KINDS = ("off", "cross-encoder")
 TOOL_GROUPS = ("memories", "recall", "sessions", "graph")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -58,7 +58,7 @@ class Settings:
     graph_max_path_len: int = 4
     graph_entries_per_term: int = 5
     graph_max_results: int = 50
-    embedder: str = "hash"
+    embedder: str = "wordllama"
     recall_floor: float = 0.05
     reranker: str = "off"
     embed_url: str | None = None
@@ -162,7 +162,8 @@ def check_spec(spec: str) -> str:
     kind = kind.strip().lower()
     if kind not in EMBEDDER_KINDS:
         raise InvalidArgument(
-            f"MEMVAULT_EMBEDDER must be hash, model2vec:<name-or-path>, sentence-transformers:<name-or-path> "
+            "MEMVAULT_EMBEDDER must be wordllama, hash, model2vec:<name-or-path>, "
+            "sentence-transformers:<name-or-path> "
             f"or openai, not {spec!r}."
         )
     if kind in ("model2vec", "sentence-transformers") and not target.strip():
@@ -288,9 +289,10 @@ SETTINGS: dict[str, Setting] = {
     ),
     "embedder": Setting(
         "MEMVAULT_EMBEDDER",
-        "hash",
-        "Embeddings for `recall`: `hash` (built in, offline), `model2vec:<name-or-path>`, "
-        "`sentence-transformers:<name-or-path>` or `openai`; one that cannot load falls back to `hash`.",
+        "wordllama",
+        "Embeddings for `recall`: `wordllama` (its weights ship in the package: nothing is downloaded), "
+        "`hash` (built in, offline), `model2vec:<name-or-path>`, `sentence-transformers:<name-or-path>` "
+        "or `openai`; one that cannot load falls back to `hash`.",
     ),
     "recall_floor": Setting(
         "MEMVAULT_RECALL_FLOOR",

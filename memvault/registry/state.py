@@ -64,10 +64,10 @@ class Reading(held):
         self._state = state
 
     def scores(
-        self, query: str, *, archived: bool = False, limit: int | None = None
+        self, query: str, *, archived: bool = False, limit: int | None = None, every: bool = True
     ) -> tuple[list[str], npt.NDArray[np.float32]]:
         """The ids a search finds, best first, and their scores (Index.scores)."""
-        return self._state.area(archived).index.scores(query, limit=limit)
+        return self._state.area(archived).index.scores(query, limit=limit, every=every)
 
     def memory(self, path_key: str) -> Memory | None:
         """The memory with this id relative to the token folder (``archive/...`` for archived)."""

@@ -1,9 +1,10 @@
-"""Embedders: the seam (:class:`Embedder`), the built-in hash embedder and optional models.
+"""Embedders: the seam (:class:`Embedder`), the built-in hash embedder and the models.
 
-An :class:`Embedder` turns texts into L2-normalised float32 rows. ``hash`` is built in and
-offline; ``model2vec:<name-or-path>``, ``sentence-transformers:<name-or-path>`` and ``openai``
-are loaded lazily (by the embedding worker, never on the event loop), and anything that cannot
-load falls back to ``hash`` with one log line (shown in ``/healthz``).
+An :class:`Embedder` turns texts into L2-normalised float32 rows. ``wordllama`` (the default) is a
+static table of token vectors whose weights ship in the ``wordllama`` wheel: nothing is downloaded.
+``hash`` is built in and offline; ``model2vec:<name-or-path>``, ``sentence-transformers:<name-or-path>``
+and ``openai`` are optional. Models are loaded lazily (by the embedding worker, never on the event
+loop), and one that cannot load falls back to ``hash`` with one log line (shown in ``/healthz``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -139,6 +141,66 @@ class HashEmbedder:
         return normalise_rows(out)
 
 
+# ---------------------------------------------------------------------------- WordLlama
+
+WORDLLAMA_TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
+WORDLLAMA_WEIGHTS = ("weights", "l2_supercat_256.safetensors")
+
+
+class WordLlamaEmbedder:
+    """WordLlama's L2 "supercat" token table (256 dimensions, MIT licence): a text's vector is the
+    mean of its tokens' rows, as WordLlama's own inference computes it.
+
+    The table and the tokenizer are read from the files the ``wordllama`` wheel ships, with the
+    ``tokenizers`` and ``safetensors`` packages it depends on: ``WordLlama.load`` would look for the
+    tokenizer in a folder the wheel does not have and then go online. Texts are encoded one by one
+    (``encode_batch`` would start a thread pool that competes with the event loop for two cores),
+    whole: a mean costs one pass over the tokens, so a long memory is not cut at MAX_EMBED_CHARS.
+    """
+
+    def __init__(self) -> None:
+        try:
+            import wordllama  # type: ignore[import-untyped]
+            from safetensors import safe_open
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise EmbedderUnavailable(
+                "the wordllama package is not installed (pip install wordllama)"
+            ) from None
+        root = Path(wordllama.__file__).parent
+        try:
+            tokenizer = Tokenizer.from_file(str(root.joinpath(*WORDLLAMA_TOKENIZER)))
+            with safe_open(str(root.joinpath(*WORDLLAMA_WEIGHTS)), framework="np") as f:
+                table = np.asarray(f.get_tensor("embedding.weight"))
+        except Exception as exc:
+            raise EmbedderUnavailable(
+                f"wordllama's bundled files could not be read ({type(exc).__name__})"
+            ) from None
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        self._tokenizer = tokenizer
+        self._table = table  # float16 as shipped: half the memory; rows are widened when read
+        self._dim = int(table.shape[1])
+
+    @property
+    def name(self) -> str:
+        return f"wordllama-l2-{self._dim}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> FloatMatrix:
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        last = self._table.shape[0] - 1
+        for row, text in enumerate(texts):
+            ids = self._tokenizer.encode(text, add_special_tokens=False).ids
+            if ids:
+                rows = self._table[np.clip(np.asarray(ids, dtype=np.intp), 0, last)]
+                out[row] = rows.mean(axis=0, dtype=np.float32)
+        return normalise_rows(out)
+
+
 # ---------------------------------------------------------------------------- model embedders
 
 
@@ -239,6 +301,8 @@ def load_embedder(
     target = spec.partition(":")[2].strip()
     if kind == "hash":
         return HashEmbedder(int(target) if target.isdigit() else HASH_DIM)
+    if kind == "wordllama":
+        return WordLlamaEmbedder()
     if kind == "model2vec":
         return _model2vec(target)
     if kind == "sentence-transformers":

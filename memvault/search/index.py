@@ -343,13 +343,37 @@ class Index:
             hits.append(Hit(doc_id, float(total[docno]), bool(matched_all[docno])))
         return hits, count
 
-    def scores(self, query: str, *, limit: int | None = None) -> tuple[list[str], _FloatArray]:
+    def scores(
+        self, query: str, *, limit: int | None = None, every: bool = True
+    ) -> tuple[list[str], _FloatArray]:
         """The ids :meth:`search` would return and their scores, as a list and an array: recall
-        wants only these, for up to hundreds of hits a query."""
+        wants only these, for up to hundreds of hits a query. ``every=False``: the best by plain BM25
+        (no title, name or tag boost) of all that match any term, as recall ranks them (search puts
+        those matching every term first and leaves the rest out when there are any)."""
+        if not every:
+            return self._any_term(query, limit)
         ranking = self._rank(query, limit)
         if ranking is None:
             return [], np.zeros(0, dtype=np.float32)
         ranked, total, _, _ = ranking
+        ids = self._ids_by_no
+        return [cast("str", ids[docno]) for docno in ranked], total[ranked]
+
+    def _any_term(self, query: str, limit: int | None) -> tuple[list[str], _FloatArray]:
+        terms = list(dict.fromkeys(tokenize(query)))
+        content = [t for t in terms if t not in STOP_WORDS]
+        terms = (content or terms)[:_MAX_QUERY_TERMS]
+        if not terms or not self._docno:
+            return [], np.zeros(0, dtype=np.float32)
+        self._flush_postings()
+        ndocs = len(self._ids_by_no)
+        avgdl = max(self._total_len / len(self._docno), 1.0)
+        norm = _K1 * (1.0 - _B + _B * self._dl[:ndocs] / np.float32(avgdl))
+        total, matched = _term_scores(
+            self._lexicon, self._postings, terms, ndocs, len(self._docno), norm, fields=False
+        )
+        docs = np.flatnonzero(matched)
+        ranked = _top(docs, total.astype(np.float64), len(docs) if limit is None else limit)
         ids = self._ids_by_no
         return [cast("str", ids[docno]) for docno in ranked], total[ranked]
 
@@ -438,10 +462,17 @@ class Index:
 
 
 def _term_scores(
-    lexicon: Lexicon, postings: list[array[int]], terms: list[str], ndocs: int, n_live: int, norm: _FloatArray
+    lexicon: Lexicon,
+    postings: list[array[int]],
+    terms: list[str],
+    ndocs: int,
+    n_live: int,
+    norm: _FloatArray,
+    fields: bool = True,
 ) -> tuple[_FloatArray, npt.NDArray[np.int16]]:
     """Per docno: the sum over the query terms of each term's score (its best matching
-    vocabulary term's), and how many terms match it. The postings of all terms are scored in
+    vocabulary term's), and how many terms match it; ``fields``: a term in the title, name or tags
+    earns its boost. The postings of all terms are scored in
     one pass: a pass per term cost more in numpy's per-call overhead than in arithmetic on the
     thousand-memory tokens agents mostly have."""
     total = np.zeros(ndocs, dtype=np.float32)
@@ -469,10 +500,11 @@ def _term_scores(
         packed = np.concatenate([np.frombuffer(p, dtype=np.uint32) for p in lists])
         docs = packed >> 8
         tf = ((packed >> 3) & TF_MAX).astype(np.float32)
-        fields = packed & 7
         score = tf * np.float32(_K1 + 1.0) / (tf + norm[docs])
-        score += np.where(fields & F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
-        score += np.where(fields & (F_NAME | F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
+        if fields:
+            where = packed & 7
+            score += np.where(where & F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
+            score += np.where(where & (F_NAME | F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
         score *= factor
         # Each (term, docno) cell keeps the best way the doc matches that term.
         best = np.zeros(len(chunk) * ndocs, dtype=np.float32)

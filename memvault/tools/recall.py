@@ -44,6 +44,11 @@ def render_recall(found: Recall, query: str, budget: int) -> tuple[str, int]:
     how = f"words and {found.vectors} vectors" if found.vectors else "words only (vectors not ready)"
     count = len(found.results)
     head = f"{count} memor{'y' if count == 1 else 'ies'} for {quote(query)} ({how}), best first:"
+    if not found.worded:
+        head = (
+            f"No memory holds the words of {quote(query)}; the {count} closest in meaning "
+            f"({found.vectors} vectors), best first:"
+        )
     tail = "Read one in full with read_memory(filenames=[...])."
     reply = Reply(budget - len(tail) - 80)
     reply.add(head)

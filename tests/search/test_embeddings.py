@@ -51,6 +51,18 @@ def test_hash_embedder_rows_are_unit_length_with_its_dimension():
     assert HashEmbedder(64).embed(["x y z"]).shape == (1, 64)
 
 
+def test_wordllama_embeds_offline_from_the_files_its_package_ships():
+    embedder = load_embedder("wordllama")
+    rows = embedder.embed(
+        ["I bought a Fender Stratocaster", "musical instruments", "the cat eats salmon", ""]
+    )
+    assert rows.dtype == np.float32 and rows.shape == (4, embedder.dim)
+    assert np.allclose(np.linalg.norm(rows[:3], axis=1), 1.0, atol=1e-5)
+    assert not rows[3].any()
+    assert rows[0] @ rows[1] > rows[2] @ rows[1]  # meaning, not shared words
+    assert embedder.name.startswith("wordllama")
+
+
 def test_hash_embedder_puts_related_words_closer_than_unrelated_ones():
     rows = HashEmbedder().embed(
         ["we deployed postgres", "postgres deployment checklist", "the cat eats salmon"]

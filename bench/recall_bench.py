@@ -1,0 +1,745 @@
+#!/usr/bin/env python
+"""Retrieval quality of `recall` on LoCoMo and LongMemEval, beside baselines over the same texts.
+
+    python bench/recall_bench.py locomo ../shared/data/locomo [--units turn,session] [--out bench/RESULTS.md]
+    python bench/recall_bench.py longmemeval ../shared/data/longmemeval [--units turn,session]
+
+Each haystack (a LoCoMo conversation, or a LongMemEval question's sessions) is loaded into a fresh
+token the way a user would: one memory per turn or one memory per session, written through
+memvault's own write path (``Store.write``) with the store's clock set to the turn's or session's
+date, so the date is the memory's creation time (a title is the speaker and the text's first words
+for a turn, the first turn's first words for a session: never a session id). Every question is
+then asked through memvault's recall (limit 10) with the clock set to the question's date ("now").
+In the same run and over the same texts (title and content), the baselines rank every memory of
+the haystack: BM25 (rank-bm25), each static embedding model whose weights ship in its package
+(WordLlama, tokenlearn's static model), and BM25 fused with each model (each score divided by its
+best, summed; and reciprocal rank fusion). Metrics (no LLM):
+
+- ``sess_any@k`` / ``sess_all@k``: an / every evidence session has a memory in the top k;
+- ``turn_any@k`` / ``turn_all@k`` (one memory per turn): an / every evidence turn is in the top k.
+
+LoCoMo's "turn any@10" and "session all@10" (bench/locomo.py) are ``turn_any@10`` and
+``sess_all@10`` here. Figures are given over all questions and per question type (LongMemEval's
+``question_type``, LoCoMo's category 1-4; category 5 is left out). Embeddings of the texts are cached
+under ``--cache`` (default /tmp/memvault-recall-bench), so a second run embeds only new texts.
+
+bench/recall_cv.py reuses the loaders, the baselines' features and the cache to choose a recall
+core by cross-validation over both data sets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import logging
+import pickle
+import re
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import machine_line, update_results
+
+LIMIT = 10
+KS = (5, 10)
+TURN_SPACING = timedelta(seconds=30)  # turns of one session are written this far apart
+TITLE_WORDS = 8
+WEIGHTS: dict[str, Any] = {}  # experiments may set "memvault" to a memvault Weights for every call
+MARK = {"locomo": "recall-bench-locomo", "longmemeval": "recall-bench-longmemeval"}
+
+
+# ---------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One memory: what is written, when, and which session and turns it holds."""
+
+    title: str
+    content: str
+    created: datetime
+    session: str
+    turns: frozenset[str]
+
+    @property
+    def text(self) -> str:
+        return f"{self.title}\n{self.content}"
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    text: str
+    kind: str
+    now: datetime
+    sessions: frozenset[str]
+    turns: frozenset[str]
+
+
+@dataclass(slots=True)
+class Haystack:
+    name: str
+    units: list[Unit]
+    questions: list[Question]
+
+
+def title_of(text: str) -> str:
+    words = text.split()
+    title = " ".join(words[:TITLE_WORDS])
+    return (title[:80] or "note") + ("..." if len(words) > TITLE_WORDS else "")
+
+
+def build_units(
+    sessions: Sequence[tuple[str, datetime, list[tuple[str, str, str]]]], unit: str
+) -> list[Unit]:
+    """``sessions``: (session id, date, [(turn id, speaker, text)]) in any order; written in date order."""
+    out: list[Unit] = []
+    for sid, date, turns in sorted(sessions, key=lambda s: s[1]):
+        if not turns:
+            continue
+        if unit == "turn":
+            for i, (tid, speaker, text) in enumerate(turns):
+                out.append(
+                    Unit(
+                        f"{speaker}: {title_of(text)}",
+                        f"{speaker}: {text}",
+                        date + i * TURN_SPACING,
+                        sid,
+                        frozenset([tid]),
+                    )
+                )
+        else:
+            body = "\n\n".join(f"{speaker}: {text}" for _, speaker, text in turns)
+            out.append(Unit(title_of(turns[0][2]), body, date, sid, frozenset(t[0] for t in turns)))
+    return out
+
+
+_EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
+
+
+def locomo_date(raw: str) -> datetime:
+    return datetime.strptime(raw.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+def load_locomo(paths: Sequence[Path], unit: str) -> list[Haystack]:
+    files = [f for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
+    out = []
+    for path in files:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        numbers = sorted(int(m.group(1)) for k in data if (m := re.fullmatch(r"session_(\d+)", k)))
+        sessions = []
+        for n in numbers:
+            date = locomo_date(str(data[f"session_{n}_date_time"]))
+            turns = []
+            for turn in data[f"session_{n}"]:
+                text = str(turn.get("text", ""))
+                if turn.get("blip_caption"):
+                    text += f" [shares a photo: {turn['blip_caption']}]"
+                turns.append((str(turn["dia_id"]), str(turn.get("speaker", "?")), text))
+            sessions.append((f"D{n}", date, turns))
+        units = build_units(sessions, unit)
+        known = {t for u in units for t in u.turns}
+        now = max(s[1] for s in sessions) + timedelta(days=1)
+        questions = []
+        for qa in data.get("qa", []):
+            if qa.get("category") not in (1, 2, 3, 4):
+                continue
+            ev = [
+                f"D{m.group(1)}:{m.group(2)}"
+                for e in qa.get("evidence", [])
+                for m in _EVIDENCE.finditer(str(e))
+            ]
+            ev = [e for e in dict.fromkeys(ev) if e in known]
+            if not ev:
+                continue
+            questions.append(
+                Question(
+                    str(qa["question"]),
+                    f"category {qa['category']}",
+                    now,
+                    frozenset(e.split(":")[0] for e in ev),
+                    frozenset(ev),
+                )
+            )
+        out.append(Haystack(f"locomo-{path.stem}", units, questions))
+    return out
+
+
+def lme_date(raw: str) -> datetime:
+    return datetime.strptime(raw.strip(), "%Y/%m/%d (%a) %H:%M").replace(tzinfo=UTC)
+
+
+def load_longmemeval(paths: Sequence[Path], unit: str) -> list[Haystack]:
+    files = [f for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
+    out = []
+    for path in files:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        sessions = []
+        gold_turns = set()
+        for sid, date, turns in zip(
+            data["haystack_session_ids"], data["haystack_dates"], data["haystack_sessions"], strict=True
+        ):
+            rows = []
+            for i, turn in enumerate(turns):
+                tid = f"{sid}#{i}"
+                rows.append((tid, str(turn["role"]), str(turn["content"])))
+                if turn.get("has_answer"):
+                    gold_turns.add(tid)
+            sessions.append((str(sid), lme_date(date), rows))
+        units = build_units(sessions, unit)
+        question = Question(
+            str(data["question"]),
+            str(data["question_type"]),
+            lme_date(data["question_date"]),
+            frozenset(map(str, data["answer_session_ids"])),
+            frozenset(gold_turns),
+        )
+        out.append(Haystack(f"lme-{data['question_id']}", units, [question]))
+    return out
+
+
+LOADERS: dict[str, Callable[[Sequence[Path], str], list[Haystack]]] = {
+    "locomo": load_locomo,
+    "longmemeval": load_longmemeval,
+}
+
+
+# ---------------------------------------------------------------------------- scoring
+
+
+@dataclass
+class Scores:
+    n: int = 0
+    hits: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def add(self, ranked: Sequence[Unit], q: Question, unit: str) -> dict[str, bool]:
+        self.n += 1
+        got = {}
+        for k in KS:
+            top = ranked[:k]
+            sessions = {u.session for u in top}
+            got[f"sess_any@{k}"] = bool(q.sessions & sessions)
+            got[f"sess_all@{k}"] = q.sessions <= sessions
+            if unit == "turn":
+                turns = set().union(*(u.turns for u in top)) if top else set()
+                got[f"turn_any@{k}"] = bool(q.turns & turns)
+                got[f"turn_all@{k}"] = q.turns <= turns
+        for name, ok in got.items():
+            self.hits[name] += ok
+        return got
+
+    def pct(self, metric: str) -> float:
+        return 100.0 * self.hits[metric] / self.n if self.n else 0.0
+
+
+def metrics_for(unit: str) -> list[str]:
+    names = [f"sess_any@{k}" for k in KS] + [f"sess_all@{k}" for k in KS]
+    if unit == "turn":
+        names += [f"turn_any@{k}" for k in KS] + [f"turn_all@{k}" for k in KS]
+    return names
+
+
+# ---------------------------------------------------------------------------- baselines
+
+_WORD = re.compile(r"\w+")
+STOP = frozenset(
+    "a an and are as at be been but by can could did do does for from had has have how i if in into is "
+    "it its me my of on or our so than that the their them then there these they this those to us was "
+    "we were what when where which who whom why will with would you your".split()
+)
+
+
+def bm25_tokens(text: str) -> list[str]:
+    words = [w for w in _WORD.findall(text.lower())]
+    return [w for w in words if w not in STOP] or words
+
+
+class TextCache:
+    """Vectors by text digest, one file per model under ``root``: texts embedded once across runs."""
+
+    def __init__(self, root: Path, model: str, embed: Callable[[list[str]], np.ndarray]) -> None:
+        self.path = root / f"{model}.pkl"
+        self.embed_fn = embed
+        self.vectors: dict[bytes, np.ndarray] = {}
+        if self.path.exists():
+            self.vectors = pickle.loads(self.path.read_bytes())
+        self.dirty = False
+
+    @staticmethod
+    def digest(text: str) -> bytes:
+        return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        keys = [self.digest(t) for t in texts]
+        missing = [i for i, k in enumerate(keys) if k not in self.vectors]
+        if missing:
+            rows = self.embed_fn([texts[i] for i in missing])
+            for i, row in zip(missing, rows, strict=True):
+                self.vectors[keys[i]] = np.asarray(row, dtype=np.float32)
+            self.dirty = True
+        out = np.stack([self.vectors[k] for k in keys]).astype(np.float32)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+
+    def save(self) -> None:
+        if self.dirty:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_bytes(pickle.dumps(self.vectors))
+            tmp.replace(self.path)
+            self.dirty = False
+
+
+def wordllama_encoder() -> Callable[[list[str]], np.ndarray]:
+    """WordLlama's L2 supercat table (256 dims) and tokenizer, read from the files its wheel ships.
+    (WordLlama.load looks for the tokenizer under a folder name the wheel does not use, then goes online.)"""
+    import wordllama
+    from safetensors import safe_open
+    from tokenizers import Tokenizer
+
+    root = Path(wordllama.__file__).parent
+    tokenizer = Tokenizer.from_file(str(root / "tokenizers" / "l2_supercat_tokenizer_config.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    with safe_open(str(root / "weights" / "l2_supercat_256.safetensors"), framework="np") as f:
+        table = np.asarray(f.get_tensor("embedding.weight"), dtype=np.float32)
+
+    def encode(texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
+        for i, enc in enumerate(tokenizer.encode_batch(texts, add_special_tokens=False)):
+            ids = np.clip(np.asarray(enc.ids, dtype=np.int64), 0, table.shape[0] - 1)
+            if ids.size:
+                out[i] = table[ids].mean(axis=0)
+        return out
+
+    return encode
+
+
+def static_model_encoder() -> Callable[[list[str]], np.ndarray]:
+    from static_model import get_embeddings
+
+    def encode(texts: list[str]) -> np.ndarray:
+        out = []
+        for start in range(0, len(texts), 256):
+            out += get_embeddings([t or " " for t in texts[start : start + 256]])
+        return np.asarray(out, dtype=np.float32)
+
+    return encode
+
+
+ENCODERS: dict[str, Callable[[], Callable[[list[str]], np.ndarray]]] = {
+    "wordllama": wordllama_encoder,
+    "static-model": static_model_encoder,
+}
+
+
+@dataclass
+class Features:
+    """What the baselines (and bench/recall_cv.py) rank a haystack's memories by, per question."""
+
+    bm25: list[np.ndarray]  # per question: BM25 score of every unit
+    cos: dict[str, list[np.ndarray]]  # per model, per question: cosine of every unit
+
+
+def features(hay: Haystack, caches: dict[str, TextCache]) -> Features:
+    from rank_bm25 import BM25Okapi
+
+    texts = [u.text for u in hay.units]
+    bm25 = BM25Okapi([bm25_tokens(t) for t in texts])
+    lexical = [np.asarray(bm25.get_scores(bm25_tokens(q.text)), dtype=np.float64) for q in hay.questions]
+    cos = {}
+    for model, cache in caches.items():
+        matrix = cache.embed(texts)
+        queries = cache.embed([q.text for q in hay.questions])
+        cos[model] = [matrix @ queries[i] for i in range(len(hay.questions))]
+    return Features(lexical, cos)
+
+
+def top(scores: np.ndarray, k: int = LIMIT) -> list[int]:
+    order = np.lexsort((np.arange(len(scores)), -scores))
+    return [int(i) for i in order[:k] if scores[i] > 0] if scores.max(initial=0) > 0 else []
+
+
+def by_best(scores: np.ndarray) -> np.ndarray:
+    best = float(scores.max(initial=0.0))
+    return np.clip(scores, 0.0, None) / best if best > 0 else np.zeros_like(scores)
+
+
+def rrf(*legs: np.ndarray, k: float = 60.0) -> np.ndarray:
+    out = np.zeros_like(legs[0], dtype=np.float64)
+    for leg in legs:
+        ranks = np.empty(len(leg), dtype=np.float64)
+        ranks[np.lexsort((np.arange(len(leg)), -leg))] = np.arange(1, len(leg) + 1)
+        out += np.where(leg > 0, 1.0 / (k + ranks), 0.0)
+    return out
+
+
+def baseline_systems(models: Sequence[str]) -> dict[str, Callable[[Features, int], np.ndarray]]:
+    systems: dict[str, Callable[[Features, int], np.ndarray]] = {"BM25": lambda f, i: f.bm25[i]}
+    for m in models:
+        systems[m] = lambda f, i, m=m: f.cos[m][i] - f.cos[m][i].min(initial=0) + 1e-9
+    for m in models:
+        systems[f"BM25 + {m}, each / its best, summed"] = lambda f, i, m=m: (
+            by_best(f.bm25[i]) + by_best(f.cos[m][i])
+        )
+        systems[f"BM25 + {m}, RRF k=60"] = lambda f, i, m=m: rrf(f.bm25[i], f.cos[m][i] + 2.0)
+    return systems
+
+
+# ---------------------------------------------------------------------------- memvault
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2020, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
+    """The one place that knows memvault's import paths: a Store, a recall function over it, and the
+    grid of ranking weights that ``--grid`` scores (for bench/recall_cv.py --package)."""
+    from memvault.config import Settings
+    from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller
+    from memvault.ops.store import Store
+
+    settings = Settings(
+        root=root,
+        capacity=10**9,
+        ttl_p1_days=1e9,
+        ttl_p2_days=1e9,
+        max_loaded_tokens=10_000,
+        max_content_chars=1_000_000,
+        watch=False,
+        **({"embedder": embedder} if embedder else {}),
+    )
+    settings.validate()
+    store = Store(settings, clock=clock)
+    recaller = Recaller(store)
+
+    async def recall(token: str, query: str, limit: int, weights: Any = None) -> list[str]:
+        found = await recaller.recall(token, query, limit=limit, weights=weights or WEIGHTS.get("memvault"))
+        return [hit.memory.id for hit in found.results]
+
+    grid = {
+        f"vector {v:g}, context {c[0]:g}/{c[1]:g}, span {t:g}": DEFAULT_WEIGHTS.replace(
+            vector=v, context=c, span=t
+        )
+        for v in (0.5, 0.75, 1.0)
+        for c in ((0.0, 0.0), (0.3, 0.15), (0.5, 0.25))
+        for t in (0.0, 0.5)
+    }
+    return store, recall, grid
+
+
+async def run_memvault(
+    haystacks: Sequence[Haystack],
+    root: Path,
+    embedder: str | None,
+    log: Callable[[str], None],
+    grid: bool = False,
+) -> tuple[list[list[list[int]]], dict[str, Any]]:
+    """Rankings (unit indices) per haystack per question, and timings; with ``grid``, also the
+    rankings under every setting of memvault's grid (``info["grid"]``)."""
+    clock = Clock()
+    store, recall, settings = memvault_store(root, clock, embedder)
+    info: dict[str, Any] = {}
+    try:
+        ids: list[dict[str, int]] = []
+        start = time.perf_counter()
+        writes = []
+        for h, hay in enumerate(haystacks):
+            names: dict[str, int] = {}
+            for i, unit in enumerate(hay.units):
+                clock.now = unit.created
+                t0 = time.perf_counter()
+                memory, _ = await store.write(f"h{h}", title=unit.title, content=unit.content)
+                writes.append(time.perf_counter() - t0)
+                names[memory.id] = i
+            ids.append(names)
+        info["write_s"] = time.perf_counter() - start
+        info["write_p50_ms"] = statistics.median(writes) * 1000
+        log(f"memvault: {len(writes)} writes in {info['write_s']:.1f} s")
+        start = time.perf_counter()
+        embeddings = store.embeddings
+        while True:
+            await asyncio.to_thread(embeddings.wait_idle, 600)
+            if embeddings.pending() == 0 and not embeddings.topics_due():
+                break
+            await asyncio.sleep(0.2)
+        info["settle_s"] = time.perf_counter() - start
+        info["embedder"] = embeddings.status().name
+        log(f"memvault: vectors and topics ready in {info['settle_s']:.1f} s ({info['embedder']})")
+        out = []
+        latency = []
+        for h, hay in enumerate(haystacks):
+            per = []
+            for q in hay.questions:
+                clock.now = q.now
+                t0 = time.perf_counter()
+                found = await recall(f"h{h}", q.text, LIMIT)
+                latency.append(time.perf_counter() - t0)
+                per.append([ids[h][name] for name in found if name in ids[h]])
+            out.append(per)
+        info["recall_p50_ms"] = statistics.median(latency) * 1000
+        if grid:
+            info["grid"] = {}
+            for label, weights in settings.items():
+                info["grid"][label] = [
+                    [
+                        [
+                            ids[h][name]
+                            for name in await _at(clock, q, recall(f"h{h}", q.text, LIMIT, weights))
+                            if name in ids[h]
+                        ]
+                        for q in hay.questions
+                    ]
+                    for h, hay in enumerate(haystacks)
+                ]
+            log(f"memvault: {len(settings)} settings of the grid scored")
+        return out, info
+    finally:
+        await store.close()
+
+
+async def _at(clock: Clock, q: Question, found: Any) -> list[str]:
+    clock.now = q.now
+    return list(await found)
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Run:
+    dataset: str
+    unit: str
+    haystacks: int
+    units: int
+    questions: int
+    overall: dict[str, Scores]
+    by_kind: dict[str, dict[str, Scores]]
+    per_question: dict[str, list[dict[str, bool]]]
+    info: dict[str, Any]
+
+
+def evaluate(
+    dataset: str,
+    unit: str,
+    haystacks: list[Haystack],
+    caches: dict[str, TextCache],
+    root: Path,
+    embedder: str | None,
+    log: Callable[[str], None],
+    skip_memvault: bool = False,
+    grid: Path | None = None,
+) -> Run:
+    t0 = time.perf_counter()
+    feats = [features(h, caches) for h in haystacks]
+    for cache in caches.values():
+        cache.save()
+    log(f"{dataset}/{unit}: baselines' features in {time.perf_counter() - t0:.1f} s")
+    systems = baseline_systems(list(caches))
+    rankings: dict[str, list[list[list[int]]]] = {
+        name: [
+            [top(fn(f, i)) for i in range(len(h.questions))] for h, f in zip(haystacks, feats, strict=True)
+        ]
+        for name, fn in systems.items()
+    }
+    info: dict[str, Any] = {}
+    if not skip_memvault:
+        ranked, info = asyncio.run(run_memvault(haystacks, root, embedder, log, grid=grid is not None))
+        rankings = {"memvault recall": ranked, **rankings}
+        if grid is not None:
+            write_grid(grid, dataset, unit, haystacks, {**info.pop("grid"), **rankings})
+    overall: dict[str, Scores] = {}
+    by_kind: dict[str, dict[str, Scores]] = defaultdict(dict)
+    per_question: dict[str, list[dict[str, bool]]] = {}
+    for name, ranked in rankings.items():
+        total = overall[name] = Scores()
+        per_question[name] = []
+        for hay, per in zip(haystacks, ranked, strict=True):
+            for q, order in zip(hay.questions, per, strict=True):
+                units = [hay.units[i] for i in order]
+                got = total.add(units, q, unit)
+                by_kind[q.kind].setdefault(name, Scores()).add(units, q, unit)
+                per_question[name].append(got)
+    return Run(
+        dataset,
+        unit,
+        len(haystacks),
+        sum(len(h.units) for h in haystacks),
+        sum(len(h.questions) for h in haystacks),
+        overall,
+        dict(by_kind),
+        per_question,
+        info,
+    )
+
+
+def write_grid(
+    path: Path, dataset: str, unit: str, haystacks: Sequence[Haystack], rankings: dict[str, Any]
+) -> None:
+    """Per question, what each setting (and each baseline) got, added to ``path`` (JSON) under
+    ``dataset/unit``: bench/recall_cv.py --package cross-validates memvault's weights on it."""
+    rows = []
+    for h, hay in enumerate(haystacks):
+        for i, q in enumerate(hay.questions):
+            got = {}
+            for label, ranked in rankings.items():
+                got[label] = Scores().add([hay.units[j] for j in ranked[h][i]], q, unit)
+            rows.append({"haystack": hay.name, "kind": q.kind, "got": got})
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    data[f"{dataset}/{unit}"] = rows
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def fmt(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def paired(run: Run, a: str, b: str, metric: str) -> tuple[int, int]:
+    """Questions ``a`` gets right and ``b`` wrong on ``metric``, and the other way round."""
+    wins = losses = 0
+    for x, y in zip(run.per_question[a], run.per_question[b], strict=True):
+        wins += x[metric] and not y[metric]
+        losses += y[metric] and not x[metric]
+    return wins, losses
+
+
+def report(runs: Sequence[Run], command: str, started: float) -> str:
+    dataset = runs[0].dataset
+    lines = [
+        f"## {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}: recall on {dataset}, beside BM25 and "
+        "static embedding models",
+        "",
+        f"Command: `{command}` ({time.perf_counter() - started:.0f} s)",
+        "",
+        f"Machine: {machine_line()}.",
+        "",
+    ]
+    for run in runs:
+        metrics = metrics_for(run.unit)
+        info = run.info
+        lines += [
+            f"### one memory per {run.unit}: {run.haystacks} haystacks, {run.units:,} memories, "
+            f"{run.questions} questions",
+            "",
+        ]
+        if info:
+            lines += [
+                f"memvault: written through Store.write in {info['write_s']:.1f} s (p50 "
+                f"{info['write_p50_ms']:.2f} ms), vectors and topics ready {info['settle_s']:.1f} s later "
+                f"(embedder {info['embedder']}); recall p50 {info['recall_p50_ms']:.1f} ms.",
+                "",
+            ]
+        lines += [
+            "| system | " + " | ".join(metrics) + " |",
+            "|---|" + "---:|" * len(metrics),
+        ]
+        for name, s in run.overall.items():
+            lines.append(f"| {name} | " + " | ".join(fmt(s.pct(m)) for m in metrics) + " |")
+        key = "turn_any@10" if run.unit == "turn" else "sess_all@10"
+        lines += ["", f"Per question type, {key} (n):", ""]
+        names = list(run.overall)
+        lines += [
+            "| type | n | " + " | ".join(names) + " |",
+            "|---|---:|" + "---:|" * len(names),
+        ]
+        for kind in sorted(run.by_kind):
+            row = run.by_kind[kind]
+            n = next(iter(row.values())).n
+            lines.append(f"| {kind} | {n} | " + " | ".join(fmt(row[nm].pct(key)) for nm in names) + " |")
+        if "memvault recall" in run.overall:
+            best = max(
+                (nm for nm in names if nm != "memvault recall"), key=lambda nm: run.overall[nm].pct(key)
+            )
+            w, lo = paired(run, "memvault recall", best, key)
+            lines += ["", f"Paired on {key}: memvault wins {w} questions and loses {lo} against {best}.", ""]
+        else:
+            lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("dataset", choices=sorted(LOADERS))
+    parser.add_argument("paths", nargs="+", type=Path)
+    parser.add_argument("--units", default="turn,session", help="turn, session or both (default)")
+    parser.add_argument("--models", default="wordllama,static-model", help="baseline embedding models")
+    parser.add_argument("--embedder", help="MEMVAULT_EMBEDDER for memvault (default: its default)")
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "memvault-recall-bench")
+    parser.add_argument("--dir", type=Path, help="parent of the temporary vault (default: /dev/shm or temp)")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N haystacks (0: all)")
+    parser.add_argument("--no-memvault", action="store_true", help="baselines only")
+    parser.add_argument(
+        "--grid",
+        type=Path,
+        help="also score memvault under a grid of ranking weights and add every question's outcome to "
+        "this JSON file, for bench/recall_cv.py --package",
+    )
+    parser.add_argument("--out", type=Path, help="add a section to this markdown file (bench/RESULTS.md)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    command = shlex.join(["python", "bench/recall_bench.py", *(sys.argv[1:] if argv is None else argv)])
+    started = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    models = [m for m in args.models.split(",") if m]
+    caches = {m: TextCache(args.cache, m, ENCODERS[m]()) for m in models}
+    parent = args.dir or (Path("/dev/shm") if Path("/dev/shm").is_dir() else None)
+    runs = []
+    for unit in [u.strip() for u in args.units.split(",") if u.strip()]:
+        haystacks = LOADERS[args.dataset](args.paths, unit)
+        if args.limit:
+            haystacks = haystacks[: args.limit]
+        root = Path(tempfile.mkdtemp(prefix="memvault-recall-bench-", dir=parent))
+        try:
+            runs.append(
+                evaluate(
+                    args.dataset,
+                    unit,
+                    haystacks,
+                    caches,
+                    root,
+                    args.embedder,
+                    log,
+                    args.no_memvault,
+                    args.grid,
+                )
+            )
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    section = report(runs, command, started)
+    print(section)
+    if args.out:
+        update_results(
+            args.out,
+            section,
+            command,
+            f"<!-- {MARK[args.dataset]}:start -->",
+            f"<!-- {MARK[args.dataset]}:end -->",
+            grouped=False,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
