@@ -40,8 +40,13 @@ async def worker(locomo: Path | None, writes: bool) -> None:
     import corpus
 
     from memvault.config import Settings
-    from memvault.ops.recall import Recaller
-    from memvault.ops.store import Store
+
+    try:
+        from memvault.ops.recall import Recaller
+        from memvault.ops.store import Store
+    except ImportError:  # a version from before the package had folders
+        from memvault.recall import Recaller  # type: ignore[no-redef]
+        from memvault.store import Store  # type: ignore[no-redef]
 
     docs = corpus.locomo_docs(locomo, 2000) if locomo else corpus.synthetic_docs(2000, 1)
     with tempfile.TemporaryDirectory() as folder:
