@@ -53,9 +53,11 @@ from memvault.errors import quote as quoted
 from memvault.ops import changes
 from memvault.ops.store import Store
 from memvault.records import summaryfiles
+from memvault.records.graphfile import parse
 from memvault.records.graphsearch import Graph
 from memvault.records.summaries import SessionInfo, Sessions, check_session_id
-from memvault.records.sync import SessionFiles, read_graph
+from memvault.records.summaryfiles import read_text
+from memvault.records.sync import SessionFiles
 from memvault.tools.common import request_token, sidecar_read
 
 log = logging.getLogger("memvault")
@@ -364,8 +366,9 @@ class Resources:
                     )
             except FileNotFoundError:
                 return json.dumps(Graph().to_json())
-            entities, relations, _ = read_graph(path)
-            return json.dumps(Graph(tuple(entities.values()), tuple(relations)).to_json(), ensure_ascii=False)
+            text = parse(read_text(path))
+            graph = Graph(tuple(e for e, _ in text.entities), tuple(r for r, _ in text.relations))
+            return json.dumps(graph.to_json(), ensure_ascii=False)
 
         return await anyio.to_thread.run_sync(read)
 
