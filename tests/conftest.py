@@ -144,3 +144,8 @@ def thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
     return hops
+
+
+def hidden_files(folder: Path) -> list[str]:
+    """Every dot-file and dot-folder under ``folder`` (temp files a write must not leave behind)."""
+    return sorted(p.name for p in folder.rglob(".*"))

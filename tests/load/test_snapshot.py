@@ -1,0 +1,159 @@
+"""Derived state's codecs (memvault.load.snapshot): parse-cache rows and snapshot columns."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from strategies import contents, fm_ish, tags_st, titles
+
+from memvault.disk.markdown import PRIORITIES, Memory, parse_memory, render_new
+from memvault.load.snapshot import (
+    StoredRows,
+    areas_from,
+    encode_areas,
+    from_cache,
+    memories_from_columns,
+    memories_to_columns,
+    to_cache,
+)
+from memvault.search.index import Index
+
+PROPS = settings(max_examples=150, deadline=None)
+
+
+MEM_MCP = (
+    "---\n"
+    "priority: P1\n"
+    "createdAt: 2026-01-15T12:00:00.000Z\n"
+    "updatedAt: 2026-02-01T08:00:00.000Z\n"
+    "lastAccessedAt: 2026-02-10T10:30:00.000Z\n"
+    "tags: [deploy, postgres]\n"
+    "importance: 0.8\n"
+    "---\n"
+    "# Memory Title\n"
+    "\n"
+    "Memory content here.\n"
+    "\n"
+    "---\n"
+    "*Created: 2026-01-15T12:00:00.000Z*\n"
+)
+
+
+def parse(text: str, id: str = "note.md", **kwargs: object) -> object:
+    return parse_memory(text.encode("utf-8"), id, **kwargs)  # type: ignore[arg-type]
+
+
+# ============================================================================ parse cache
+
+
+def without_meta(m: Memory) -> dict[str, object]:
+    return {f: getattr(m, f) for f in Memory.__slots__ if f != "meta"}  # type: ignore[attr-defined]
+
+
+@PROPS
+@given(
+    st.one_of(
+        st.builds(
+            lambda title, content, tags, p: render_new(
+                title, content, {"priority": p, "createdAt": datetime(2026, 1, 1, tzinfo=UTC), "tags": tags}
+            ),
+            titles,
+            contents,
+            tags_st,
+            st.sampled_from(PRIORITIES),
+        ),
+        fm_ish.map(lambda t: "---\n" + t),
+        st.text(max_size=200),
+    ),
+    st.integers(0, 2**62),
+)
+@example(MEM_MCP, 0)
+@example("---\ncreatedAt: 2026-01-15T12:00:00.123456Z\n---\nx", 0)
+@example("# T\n\n<<<<<<< a\n=======\n>>>>>>> b\n", 1_700_000_000_123_456_789)
+def test_the_parse_cache_gives_back_what_parsing_gave(text: str, mtime_ns: int) -> None:
+    raw = text.encode("utf-8")
+    parsed = parse_memory(raw, "dir/x.md", archived=True, mtime_ns=mtime_ns)
+    cached = from_cache(
+        to_cache(parsed), "dir/x.md", archived=True, mtime_ns=mtime_ns, size=len(raw), hash=parsed.hash
+    )
+    assert cached is not None
+    assert without_meta(cached) == without_meta(parsed)
+    # The index snapshot's columns give back the same, next to a memory with every optional field set.
+    other = parse_memory(
+        b"---\nimportance: 0.7\ntags: [a, b]\nlastAccessedAt: 2026-03-01\n---\n# O\n\nx", "o.md"
+    )
+    columns = memories_to_columns([parsed, other])
+    back = memories_from_columns(columns, archived=True)
+    assert [without_meta(m) for m in back] == [
+        without_meta(parsed),
+        without_meta(dataclasses.replace(other, archived=True)),
+    ]
+
+
+def test_snapshot_columns_share_repeated_tag_sets_and_priorities() -> None:
+    texts = [b"---\ntags: [a, b]\n---\n# One\n", b"---\ntags: [a, b]\n---\n# Two\n", b"# Three\n"]
+    memories = [parse_memory(text, f"{i}.md") for i, text in enumerate(texts)]
+    back = memories_from_columns(memories_to_columns(memories), archived=False)
+    assert [without_meta(m) for m in back] == [without_meta(m) for m in memories]
+    assert back[0].tags == ("a", "b") and back[0].tags is back[1].tags and back[2].tags == ()
+    assert back[0].priority is back[1].priority is back[2].priority  # one "P2" for all
+
+
+def test_a_snapshot_keeps_memories_in_index_order_and_restores_one_id_string_for_both() -> None:
+    memories = [parse_memory(f"# Note {i}\n\nbody {i}".encode(), f"n{i}.md") for i in range(6)]
+    index = Index()
+    for m in reversed(memories):  # the index's order is not the memories' order
+        index.upsert(m.id, title=m.title, body=m.content)
+    index.remove("n4.md")
+    index.upsert("n4.md", title=memories[4].title, body=memories[4].content)  # a freed number again
+    empty = Index().snapshot()
+    data = encode_areas([("hot", index.snapshot(), memories), ("archive", empty, [])])
+    want = {m.id: without_meta(m) for m in memories}
+    hot, archive = areas_from(data)
+    assert {id: without_meta(m) for id, m in hot.memories.items()} == want
+    assert all(a is b for a, b in zip(sorted(hot.memories), sorted(hot.index.ids()), strict=True))
+    assert archive.memories == {}
+    # Memories in another order than the index (as an older server wrote them) load as well.
+    data.update({f"hot.memories.{key}": value for key, value in memories_to_columns(memories).items()})
+    hot, _ = areas_from(data)
+    assert {id: without_meta(m) for id, m in hot.memories.items()} == want
+    assert sorted(hot.index.ids()) == sorted(hot.memories)
+
+
+def test_snapshot_columns_from_another_parser_version_are_refused() -> None:
+    columns = memories_to_columns([parse_memory(b"# T\n\nbody", "t.md")])
+    columns["version"] = columns["version"] + 1
+    with pytest.raises(ValueError, match="parser version"):
+        memories_from_columns(columns, archived=False)
+    columns = memories_to_columns([parse_memory(b"# T\n\nbody", "t.md")])
+    columns["size"] = columns["size"][:0]
+    with pytest.raises(ValueError, match="length"):
+        memories_from_columns(columns, archived=False)
+    columns = memories_to_columns([parse_memory(b"# T\n\nbody", "t.md")])
+    columns["priority"] = columns["priority"] + len(PRIORITIES)
+    with pytest.raises(ValueError, match="unknown priority"):
+        memories_from_columns(columns, archived=False)
+    # Memories are built from their rows when first asked for (memvault.search.area.Memories), so what
+    # would fail a build is refused when the columns are decoded, while a restart can still fall
+    # back to the files.
+    for bad in (1e300, -1e300, np.inf):
+        columns = memories_to_columns([parse_memory(b"# T\n\nbody", "t.md")] * 2)
+        columns["updated"] = np.array([columns["updated"][0], bad])
+        with pytest.raises(ValueError, match="time out of range"):
+            StoredRows(columns, archived=False)
+
+
+def test_the_store_does_not_keep_the_frontmatter_mapping() -> None:
+    raw = b"---\nsource: web\n---\n# T\n\nbody"
+    assert parse_memory(raw, "t.md").meta == {"source": "web"}
+    assert parse_memory(raw, "t.md", keep_meta=False).meta == {}
+
+
+@pytest.mark.parametrize("junk", ["", "[]", "not json", "[1, 2, 3]", '{"a": 1}', "null"])
+def test_an_unusable_cache_entry_means_parse_again(junk: str) -> None:
+    assert from_cache(junk, "x.md", archived=False, mtime_ns=0, size=0, hash="") is None
