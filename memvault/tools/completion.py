@@ -16,13 +16,14 @@ from mcp.server.context import ServerRequestContext
 from mcp.types import CompleteRequestParams, CompleteResult, Completion, PromptReference
 
 from memvault.config import Settings
+from memvault.ops.records import sidecar_read
 from memvault.ops.store import Store
 from memvault.records.graph import entity_names
 from memvault.records.sidecar import Sidecar
 from memvault.records.summaries import session_ids
 from memvault.registry.state import TokenState
 from memvault.tools import prompts
-from memvault.tools.common import request_token, sidecar_read
+from memvault.tools.common import request_token
 from memvault.tools.resources import ARCHIVE_TEMPLATE, MEMORY_TEMPLATE, SESSION_TEMPLATE, guarded
 
 MAX_VALUES = 100  # the most values one completion may hold (the MCP specification's cap)

@@ -11,6 +11,7 @@ from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
 
 from memvault.config import Settings
+from memvault.ops.records import sidecar_read, sidecar_write
 from memvault.ops.store import Store
 from memvault.records.graph import Entity, Graph, KnowledgeGraph, Relation, SearchLimits
 from memvault.records.sidecar import Sidecar
@@ -24,8 +25,6 @@ from memvault.tools.common import (
     joined,
     list_result,
     outcome,
-    sidecar_read,
-    sidecar_write,
     token_of,
 )
 

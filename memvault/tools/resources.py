@@ -51,6 +51,7 @@ from memvault.disk.names import GRAPH_FILE, check_id
 from memvault.errors import InvalidArgument, MemvaultError, NotFound, UnknownSession
 from memvault.errors import quote as quoted
 from memvault.ops import changes
+from memvault.ops.records import sidecar_read
 from memvault.ops.store import Store
 from memvault.records import summaryfiles
 from memvault.records.graphfile import parse
@@ -58,7 +59,7 @@ from memvault.records.graphsearch import Graph
 from memvault.records.summaries import SessionInfo, Sessions, check_session_id
 from memvault.records.summaryfiles import read_text
 from memvault.records.sync import SessionFiles
-from memvault.tools.common import request_token, sidecar_read
+from memvault.tools.common import request_token
 
 log = logging.getLogger("memvault")
 T = TypeVar("T")

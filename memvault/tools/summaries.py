@@ -13,6 +13,7 @@ from pydantic import Field
 
 from memvault.config import Settings
 from memvault.errors import InvalidArgument, UnknownSession, quote
+from memvault.ops.records import sidecar_read, sidecar_write
 from memvault.ops.store import Store
 from memvault.records.sidecar import Sidecar
 from memvault.records.summaries import Head, SessionInfo, Sessions, check_session_id, list_sessions
@@ -24,8 +25,6 @@ from memvault.tools.common import (
     READ_ONLY,
     Reply,
     handles_errors,
-    sidecar_read,
-    sidecar_write,
     text,
     token_of,
 )

@@ -16,6 +16,7 @@ import anyio.to_thread
 import pytest
 from conftest import run_server
 from filelock import FileLock
+from transcripts import SESSION, Transcript
 
 from memvault.config import Settings
 from memvault.records.sidecar import Sidecar
@@ -23,60 +24,12 @@ from memvault.records.summaries import Sessions
 from memvault.server import keys
 
 MEMVAULT = Path(sys.executable).parent / "memvault"
-SESSION = "5f0c9a2e-1b7d-4c1e-9f3a-2d8e6b4a7c10"
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-class Transcript:
-    """A Claude Code transcript as the client writes it: one JSON object per line, appended."""
-
-    def __init__(self, path: Path, cwd: Path) -> None:
-        self.path, self.cwd, self.n = path, cwd, 0
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._line({"type": "summary", "summary": "Earlier work", "leafUuid": "x"})
-
-    def _line(self, entry: dict[str, Any]) -> str:
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry) + "\n")
-        return str(entry.get("uuid", ""))
-
-    def _entry(self, kind: str, content: Any, **extra: Any) -> str:
-        self.n += 1
-        return self._line(
-            {
-                "parentUuid": f"uuid-{self.n - 1}" if self.n > 1 else None,
-                "isSidechain": False,
-                "userType": "external",
-                "cwd": str(self.cwd),
-                "sessionId": SESSION,
-                "version": "2.1.197",
-                "gitBranch": "main",
-                "type": kind,
-                "message": {"role": kind, "content": content},
-                "uuid": f"uuid-{self.n}",
-                "timestamp": f"2026-11-26T10:{self.n // 60:02d}:{self.n % 60:02d}.000Z",
-                **extra,
-            }
-        )
-
-    def turn(self, request: str, *answers: str) -> None:
-        """A request, tool use in between, and the assistant's texts (the last is the final answer)."""
-        self._entry("user", request)
-        for i, answer in enumerate(answers):
-            self._entry(
-                "assistant",
-                [{"type": "text", "text": answer}, {"type": "tool_use", "id": f"t{self.n}", "name": "Bash"}],
-            )
-            if i < len(answers) - 1:
-                self._entry(
-                    "user", [{"type": "tool_result", "tool_use_id": f"t{self.n}", "content": "TOOLOUT"}]
-                )
-        self._entry("user", "<command-name>/cost</command-name>", isMeta=True)
 
 
 @dataclass

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_hooks import SESSION, Transcript
+from transcripts import SESSION, Transcript
 
 from memvault.cli.main import main
 from memvault.config import Settings

@@ -4,18 +4,14 @@ never indexed, and files with merge conflict markers are listed, searchable, fla
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import anyio.to_thread
 import pytest
 from conftest import Running, wait_for
+from gitrepo import GIT, call_ok, git
 
-GIT = shutil.which("git")
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(GIT is None, reason="git is not installed")]
 
 TOKEN = "alice"
@@ -50,38 +46,6 @@ def hand_note(title: str, body: str, *, accessed: datetime = NOW) -> str:
     )
 
 
-def git_sync(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    assert GIT is not None
-    env = {
-        **os.environ,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_TERMINAL_PROMPT": "0",
-        "LC_ALL": "C",
-    }
-    config = [
-        "-c", "user.name=Memvault Test",
-        "-c", "user.email=test@example.invalid",
-        "-c", "commit.gpgsign=false",
-        "-c", "init.defaultBranch=main",
-        "-c", "core.autocrlf=false",
-        "-c", "merge.conflictStyle=merge",
-    ]  # fmt: skip
-    result = subprocess.run(
-        [GIT, *config, *args], cwd=repo, env=env, capture_output=True, text=True, timeout=60, check=False
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(
-            f"git {' '.join(args)} failed ({result.returncode}):\n{result.stdout}{result.stderr}"
-        )
-    return result
-
-
-async def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run git off the event loop, so the server keeps serving (and watching) meanwhile."""
-    return await anyio.to_thread.run_sync(lambda: git_sync(repo, *args, check=check))
-
-
 async def porcelain(repo: Path) -> str:
     return (await git(repo, "status", "--porcelain", "--untracked-files=all")).stdout
 
@@ -107,12 +71,6 @@ async def settle(srv: Running) -> None:
     """Let the watcher apply what it has seen and any background sweep finish."""
     await wait_for(lambda: srv.app.state.watcher.idle, DEADLINE)
     await srv.app.state.store.idle()
-
-
-async def call_ok(srv: Running, session: Any, tool: str, **args: Any) -> str:
-    err, text = await srv.call(session, tool, **args)
-    assert not err, f"{tool}: {text}"
-    return text
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

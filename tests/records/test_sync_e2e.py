@@ -11,7 +11,7 @@ from typing import Any
 import anyio.to_thread
 import pytest
 from conftest import Running, run_server, wait_for
-from test_git import GIT, call_ok, git
+from gitrepo import GIT, call_ok, git
 
 from memvault.config import Settings
 from memvault.records import sync
