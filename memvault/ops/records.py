@@ -1,5 +1,8 @@
-"""Session summaries and the graph as operations: the token's sidecar read or written under its
-locks, in a worker thread, after bringing it in line with the files (memvault.records.sync)."""
+"""Session summaries and the graph as operations: the token's sidecar read or written safely.
+
+Each runs in a worker thread, under the token's locks, after bringing the sidecar in line with the
+files (memvault.records.sync).
+"""
 
 from __future__ import annotations
 
