@@ -39,7 +39,7 @@ from mcp.client.session import ClientSession
 from rapidfuzz import fuzz
 
 from memvault.config import Settings
-from memvault.tools import render_found
+from memvault.tools.memories import render_found
 
 TOKEN = "bench"
 EMPTY_TOKEN = "bench-empty"

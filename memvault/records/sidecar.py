@@ -618,7 +618,3 @@ class Sidecar:
             return
         with self._write() as conn:
             conn.executemany("DELETE FROM vectors WHERE id = ?", [(id_,) for id_ in ids])
-
-    def vector_count(self) -> int:
-        with self._read() as conn:
-            return int(conn.execute("SELECT count(*) FROM vectors").fetchone()[0])

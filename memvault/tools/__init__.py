@@ -31,7 +31,7 @@ from memvault.tools.common import read_only
 from memvault.tools.completion import Completer
 from memvault.tools.graph import OUTPUT_SCHEMAS, register_graph_tools
 from memvault.tools.guide import instructions
-from memvault.tools.memories import register_memory_tools, render_found
+from memvault.tools.memories import register_memory_tools
 from memvault.tools.prompts import Prompts
 from memvault.tools.recall import register_recall_tools
 from memvault.tools.resources import Resources, guarded
@@ -40,7 +40,7 @@ from memvault.tools.subscriptions import Subscriptions
 from memvault.tools.summaries import register_session_tools
 from memvault.tools.titles import TITLES
 
-__all__ = ["build_server", "render_found"]
+__all__ = ["build_server"]
 
 
 class Server(MCPServer):
