@@ -69,8 +69,8 @@ def release() -> bool:
 
 def keep() -> None:
     """What is alive now stays for long (a token just loaded: its memories and index), so Python's
-    cyclic garbage collector stops scanning it (``gc.freeze``). Under 32 agents a full collection
-    over 32 loaded tokens held the event loop 150-210 ms, a request's whole p99. Reference counts
+    cyclic garbage collector stops scanning it (``gc.freeze``). Under many agents a full collection
+    over every loaded token held the event loop for as long as a request's whole p99. Reference counts
     still free whatever the kept objects drop; ``unkeep`` (at an unload) hands them all back to the
     collector, so no cycle among them, nor garbage kept by accident, stays for good."""
     gc.freeze()
@@ -85,12 +85,12 @@ def uncollected() -> Iterator[None]:
     """No automatic cyclic collection while the block runs (a token's load, in a worker thread).
 
     A load creates some ten objects per memory and keeps them all, so the collector's passes over
-    them find nothing: at 100,000 memories three full passes and some sixty younger ones were
-    0.3 s of a 3 s restart. Reference counting frees as always; the collector resumes when the
-    last such block ends (loads of two tokens may overlap). A block that ends without an error
-    first freezes what it made (as ``keep`` would): else the first young pass after it walks all
-    of it, 70 ms at 100,000 memories on a slow machine, and finds only a few hundred objects of
-    cyclic garbage (numpy's header parsing), which stay frozen until ``unkeep``."""
+    them find nothing: at 100,000 memories its passes were a tenth of a restart. Reference counting
+    frees as always; the collector resumes when the last such block ends (loads of two tokens may
+    overlap). A block that ends without an error first freezes what it made (as ``keep`` would):
+    else the first young pass after it walks all of it, a long pause at 100,000 memories, and finds
+    only a few hundred objects of cyclic garbage (numpy's header parsing), which stay frozen until
+    ``unkeep``."""
     global _uncollected, _collector_was_on
     with _lock:
         if _uncollected == 0:

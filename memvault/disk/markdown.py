@@ -25,7 +25,7 @@ PRIORITIES = ("P0", "P1", "P2")
 NO_META: Mapping[str, Any] = MappingProxyType({})
 DEFAULT_PRIORITY = "P2"
 # A hand-placed file larger than this is indexed on its first bytes only and never rewritten: a
-# 300 MB log saved as a memory must not take the server's memory with it at every start.
+# large log saved as a memory must not take the server's memory with it at every start.
 MAX_INDEXED_BYTES = 8 * 1024 * 1024
 
 # Keys the server owns; every other frontmatter key is kept verbatim on rewrite.
@@ -363,7 +363,7 @@ def _yaml_scalar(value: Any) -> str:
 
 @functools.lru_cache(maxsize=4096, typed=True)  # typed: True and 1 are different YAML
 def _yaml_dump(value: str | float | tuple[str, ...]) -> str:
-    """A priority, a number or a tag list as YAML: the same few again and again (0.3 ms each dumped)."""
+    """A priority, a number or a tag list as YAML: the same few again and again, and each dump is slow."""
     return _dump(list(value) if isinstance(value, tuple) else value)
 
 

@@ -110,9 +110,9 @@ class Vault:
         self, folder: Path, prefix: str, archived: bool, root: Path, with_stat: bool
     ) -> Iterator[tuple[str, bool, os.stat_result | None]]:
         """The memory files under ``folder``, whose ids start with ``prefix`` ("" or "a/b/"), until
-        the end or an error. A restart walks 100,000 files: each layer of generators cost a tenth,
-        so this is one. Entries come one at a time: a list of a folder's 100,000 kept each one's
-        cached stat to the end of the scan, and left 70 MB of Python's small-object pools behind."""
+        the end or an error. A restart of a large vault walks every file: each layer of generators cost
+        measurably, so this is one. Entries come one at a time: a list of a large folder kept each
+        one's cached stat to the end of the scan, and left Python's small-object pools behind."""
         try:
             with os.scandir(folder) as entries:
                 for entry in entries:

@@ -28,8 +28,8 @@ __all__ = [
     "start_spare", "take_spare", "usable_cpus", "worth_a_spare",
 ]  # fmt: skip
 
-# A snapshot this large holds some 10,000 memories or more: their scan (~60 ms) outweighs a
-# folder scan helper's start (~0.15 s of the other CPU, ~5 ms of this one).
+# A snapshot this large holds some 10,000 memories or more: below it, scanning them here costs
+# less than starting a folder scan helper (bench/RESULTS.md, bench_scale).
 HELPER_MIN_BYTES = 6 << 20
 SPARE_SECONDS = 120.0  # clients reconnect to a restarted server within seconds, not minutes
 MOST_FOLDERS = 10_000  # the spare check looks at this many token folders at most

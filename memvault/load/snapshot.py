@@ -207,7 +207,7 @@ class StoredRows:
                     except (OverflowError, OSError, ValueError) as exc:
                         raise ValueError("snapshot holds a time out of range") from exc
         # Few distinct priorities and tag sets: one object each, shared (tuples and strings are
-        # immutable), and one json.loads per tag set; 100,000 copies of "P1" were 5 MB.
+        # immutable), and one json.loads per tag set; a copy per memory added up at scale.
         tag_sets: dict[str, tuple[str, ...]] = {"": ()}
         for text in strings["tags"]:
             if text not in tag_sets:
