@@ -472,3 +472,18 @@ def test_a_sidecar_of_the_schema_before_serves_its_sessions_and_graph_after_the_
         s = sessions(sidecar, folder)
         assert s.latest("old")[0].summary == "one\n\ntwo\n\nthree"
         assert graph(sidecar, folder).read_graph().entities[0].observations == ("likes tea", "plays chess")
+
+
+def test_a_graph_file_with_crlf_line_ends_keeps_them(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    lines = [
+        '{"type":"entity","name":"A","entityType":"x","observations":[]}',
+        '{"type":"entity","name":"B","entityType":"x","observations":[]}',
+    ]
+    (folder / "graph.jsonl").write_bytes("".join(line + "\r\n" for line in lines).encode())
+    with Sidecar.open(folder) as sidecar:
+        graph(sidecar, folder).add_observations([("B", ["o"])])
+    assert (folder / "graph.jsonl").read_bytes() == (
+        lines[0] + "\r\n" + lines[1].replace("[]", '["o"]') + "\r\n"
+    ).encode()

@@ -69,7 +69,7 @@ def entity_line(entity: Entity, old: str | None = None) -> str:
     row["name"] = entity.name
     row["entityType"] = entity.entity_type
     row["observations"] = list(entity.observations)
-    return compact(row)
+    return compact(row) + ("\r" if old is not None and old.endswith("\r") else "")  # a CRLF file stays so
 
 
 def relation_line(relation: Relation) -> str:
@@ -95,8 +95,7 @@ def parse(raw: str) -> GraphText:
     seen: set[Relation] = set()
     after: tuple[str, int] = ("start", 0)
     for number, line in enumerate(raw.split("\n"), start=1):
-        line = line.removesuffix("\r")
-        if not line.strip():
+        if not line.strip():  # a line keeps its "\r" (a CRLF file): json.loads takes it as space
             continue
         if found.conflicted and line.startswith(_MARKERS):
             continue
