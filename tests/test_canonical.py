@@ -487,3 +487,18 @@ def test_a_graph_file_with_crlf_line_ends_keeps_them(tmp_path: Path) -> None:
     assert (folder / "graph.jsonl").read_bytes() == (
         lines[0] + "\r\n" + lines[1].replace("[]", '["o"]') + "\r\n"
     ).encode()
+
+
+def test_a_graph_line_that_is_not_utf8_is_kept_byte_for_byte(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    first = b'{"type":"entity","name":"A","entityType":"x","observations":[]}'
+    broken = b'{"type":"entity","name":"B\xff\xfe","entityType":"x","observations":[]}'
+    (folder / "graph.jsonl").write_bytes(first + b"\n" + broken + b"\n")
+    with Sidecar.open(folder) as sidecar:
+        g = graph(sidecar, folder)
+        assert [e.name for e in g.read_graph().entities] == ["A"]
+        assert g.kept_lines() == ["not UTF-8 text"]
+        g.add_observations([("A", ["o"])])
+    assert (folder / "graph.jsonl").read_bytes() == first.replace(b"[]", b'["o"]') + b"\n" + broken + b"\n"
+    assert [p for path, p in sync.problems(folder) if "UTF-8" in p]
