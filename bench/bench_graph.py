@@ -28,6 +28,7 @@ import random
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +41,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import machine_line, ms, pct, update_results
+from harness import fs_type, machine_line, ms, pct, update_results
 
 START = "<!-- bench_graph:start -->"
 END = "<!-- bench_graph:end -->"
@@ -173,14 +174,29 @@ async def run(args: argparse.Namespace) -> str:
     return report(args, times, kept)
 
 
+def official_label(command: str) -> str:
+    """The official server as a package and version (never the path it was installed under)."""
+    package = "@modelcontextprotocol/server-memory"
+    for part in shlex.split(command):
+        if package in part:
+            root = Path(part[: part.index(package) + len(package)])
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                version = json.loads((root / "package.json").read_text(encoding="utf-8"))["version"]
+                node = subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=10)
+                return f"{package} {version} on node {node.stdout.strip()}"
+            return package
+    return command
+
+
 def report(args: argparse.Namespace, times: dict[str, dict[str, list[float]]], kept: dict[str, str]) -> str:
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     out = [
         f"## {now}: graph tools against the official memory server, {args.entities:,} entities (issue 35)",
         "",
-        f"Machine: {machine_line()}; load average {os.getloadavg()[0]:.2f} at the end.",
-        f"Official server: `{args.official}`. Both as stdio processes, one official Python MCP client, "
-        f"{args.calls} calls per tool, alternating between the servers call by call.",
+        f"Machine: {machine_line()}; load average {os.getloadavg()[0]:.2f} at the end; files on "
+        f"{fs_type(Path(tempfile.gettempdir()))}.",
+        f"Official server: {official_label(args.official)}. Both as stdio processes, one official Python "
+        f"MCP client, {args.calls} calls per tool, alternating between the servers call by call.",
         "",
         "| tool | memvault median | official median | memvault p90 | official p90 | ratio (medians) |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",

@@ -38,7 +38,6 @@ __all__ = [
     "Node",
     "Relation",
     "SearchLimits",
-    "graph_rows",
     "query_terms",
     "search",
     "term_score",
@@ -124,13 +123,6 @@ class GraphFiles(Protocol):
     def check(self, conn: sqlite3.Connection) -> None: ...
 
     def written(self, conn: sqlite3.Connection, appended: Sequence[tuple[str, str]] = ()) -> None: ...
-
-
-def graph_rows(conn: sqlite3.Connection) -> dict[str, tuple[Entity, str, str]]:
-    """Every entity with its created and updated times, in creation order."""
-    nodes, _ = _load(conn)
-    created = dict(conn.execute("SELECT name, created FROM entities").fetchall())
-    return {n.entity.name: (n.entity, created[n.entity.name], n.updated) for n in nodes}
 
 
 def entity_names(conn: sqlite3.Connection, prefix: str, limit: int) -> list[str]:

@@ -13,6 +13,7 @@ the entry it followed, and reported. Only git's conflict markers make the file r
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ BOM = "\ufeff"
 _LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
 _MARKERS = ("<<<<<<<", "=======", ">>>>>>>", "|||||||")
 _MERGED = ""
+_UNDECODED = re.compile("[\udc80-\udcff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,7 @@ def entity_line(entity: Entity, old: str | None = None) -> str:
     row["name"] = entity.name
     row["entityType"] = entity.entity_type
     row["observations"] = list(entity.observations)
-    return compact(row)
+    return compact(row) + ("\r" if old is not None and old.endswith("\r") else "")  # a CRLF file stays so
 
 
 def relation_line(relation: Relation) -> str:
@@ -95,10 +97,12 @@ def parse(raw: str) -> GraphText:
     seen: set[Relation] = set()
     after: tuple[str, int] = ("start", 0)
     for number, line in enumerate(raw.split("\n"), start=1):
-        line = line.removesuffix("\r")
-        if not line.strip():
+        if not line.strip():  # a line keeps its "\r" (a CRLF file): json.loads takes it as space
             continue
         if found.conflicted and line.startswith(_MARKERS):
+            continue
+        if _UNDECODED.search(line):  # bytes that are not UTF-8 (read with surrogate escapes)
+            found.kept.append(Kept(line, "not UTF-8 text", after, number))
             continue
         row = _object(line)
         why = _entry(row, line, found, by_name, seen) if row is not None else "not JSON"

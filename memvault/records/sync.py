@@ -21,7 +21,7 @@ from operator import itemgetter
 from pathlib import Path
 
 from memvault.clock import format_time
-from memvault.disk.files import atomic_write, file_change
+from memvault.disk.files import NotRegularFile, atomic_write, file_change, read_regular
 from memvault.disk.names import GRAPH_FILE, SESSIONS_DIR
 from memvault.errors import FileConflict, InvalidArgument
 from memvault.records.graphfile import compose, entity_line, parse, relation_line
@@ -40,7 +40,6 @@ from memvault.records.summaryfiles import (
     last_history_version,
     paths,
     read,
-    read_text,
     stem_of,
     stored_as,
     whole,
@@ -192,7 +191,7 @@ def _load_graph(conn: sqlite3.Connection, folder: Path) -> bool:
     changed ones take the file's."""
     path = folder / GRAPH_FILE
     when = _mtime_ts(path)
-    text = parse(read_text(path))
+    text = parse(read_graph_text(path))
     before = {
         name: (line, created, updated)
         for name, line, created, updated in conn.execute("SELECT name, line, created, updated FROM entities")
@@ -226,7 +225,7 @@ def _load_graph(conn: sqlite3.Connection, folder: Path) -> bool:
     conn.executemany(
         "INSERT INTO graph_kept (after_kind, after_id, line, why) VALUES (?, ?, ?, ?)",
         [
-            (k.after[0], ids[k.after[0]][k.after[1]] if k.after[0] in ids else 0, k.line, k.why)
+            (k.after[0], ids[k.after[0]][k.after[1]] if k.after[0] in ids else 0, _storable(k.line), k.why)
             for k in text.kept
         ],
     )
@@ -235,9 +234,28 @@ def _load_graph(conn: sqlite3.Connection, folder: Path) -> bool:
     return text.conflicted
 
 
+def read_graph_text(path: Path) -> str:
+    """graph.jsonl's text, its bytes that are not UTF-8 kept as they are (surrogate escapes), so a
+    line holding them is kept and written back byte for byte; "" when it is missing or a link."""
+    try:
+        raw, _ = read_regular(path, follow_links=False)
+    except (OSError, NotRegularFile):
+        return ""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _storable(line: str) -> str | bytes:
+    """A kept line as SQLite can hold it: its bytes when it holds some that are not UTF-8."""
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return line.encode("utf-8", "surrogateescape")
+    return line
+
+
 def problems(folder: Path) -> Iterator[tuple[str, str]]:
     """(path, problem) of each session or graph file a person has to fix (memvault check)."""
-    graph = parse(read_text(folder / GRAPH_FILE))
+    graph = parse(read_graph_text(folder / GRAPH_FILE))
     if graph.conflicted:
         yield GRAPH_FILE, "holds git conflict markers; resolve them, then commit"
     for kept in graph.kept:
@@ -272,7 +290,12 @@ def graph_text(conn: sqlite3.Connection) -> str:
     """graph.jsonl's text from the tables: each entry's line, in creation order, and the kept lines."""
     row = conn.execute("SELECT value FROM state WHERE key = ?", (GRAPH_SHAPE,)).fetchone()
     shape = json.loads(row[0]) if row is not None else {}
-    kept = conn.execute("SELECT after_kind, after_id, line FROM graph_kept ORDER BY seq").fetchall()
+    kept = [
+        (kind, after, line if isinstance(line, str) else bytes(line).decode("utf-8", "surrogateescape"))
+        for kind, after, line in conn.execute(
+            "SELECT after_kind, after_id, line FROM graph_kept ORDER BY seq"
+        )
+    ]
     whole = conn.execute(
         "SELECT NOT EXISTS (SELECT 1 FROM entities WHERE line IS NULL) "
         "AND NOT EXISTS (SELECT 1 FROM relations WHERE line IS NULL)"
@@ -347,7 +370,7 @@ class GraphFile:
         they are appended (one fsync, the rest of the file untouched), else the file is rewritten."""
         path = self.folder / GRAPH_FILE
         if not (appended and _append_graph(conn, path, appended)):
-            atomic_write(path, graph_text(conn).encode("utf-8"))
+            atomic_write(path, graph_text(conn).encode("utf-8", "surrogateescape"))
         _record(conn, self.folder, GRAPH_FILE, None, False)
 
 

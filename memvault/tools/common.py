@@ -182,25 +182,46 @@ def json_result(payload: Any, structured: dict[str, Any], *notes: str) -> CallTo
 def graph_result(
     found: Graph, budget: int, *, either_end: bool = False, notes: Sequence[str] = ()
 ) -> CallToolResult:
-    """The graph as JSON within the reply budget; entities past it are left out (with their relations)."""
-    full = found.to_json()
+    """The graph as JSON within the reply budget; entities past it are left out (with their relations).
+
+    Entries are sized one at a time, in order, until the budget is spent: a 100,000-entity graph
+    costs what its reply holds (and one pass over its relations), not the whole graph in JSON."""
     budget -= sum(len(note) for note in notes)
-    if len(dumps(full)) <= budget:
-        return json_result(full, full, *notes)
-
-    def part(k: int) -> dict[str, Any]:
-        names = {e.name for e in found.entities[:k]}
-        kept = [
-            r
-            for r in found.relations
-            if (r.source in names or r.target in names)
-            if either_end or (r.source in names and r.target in names)
+    relations = found.relations
+    touching: dict[str, list[int]] = {}
+    for i, r in enumerate(relations):
+        touching.setdefault(r.source, []).append(i)
+        if r.target != r.source:
+            touching.setdefault(r.target, []).append(i)
+    used = len(dumps({"entities": [], "relations": []}))
+    names: set[str] = set()
+    taken: set[int] = set()
+    steps: list[tuple[int, list[int]]] = []  # each shown entity: the reply's size after it, its relations
+    for entity in found.entities:
+        names.add(entity.name)
+        new = [
+            i
+            for i in touching.get(entity.name, ())
+            if i not in taken
+            and (either_end or (relations[i].source in names and relations[i].target in names))
         ]
-        return Graph(found.entities[:k], tuple(kept)).to_json()
+        used += len(dumps(entity.to_json())) + 2 + sum(len(dumps(relations[i].to_json())) + 2 for i in new)
+        if used > budget:
+            break
+        taken.update(new)
+        steps.append((used, new))
+    if len(steps) == len(found.entities):
+        rest = sum(len(dumps(r.to_json())) + 2 for i, r in enumerate(relations) if i not in taken)
+        if used + rest <= budget:
+            full = found.to_json()
+            return json_result(full, full, *notes)
 
-    room = budget - 300
-    k = fit_prefix(len(found.entities), lambda k: len(dumps(part(k))), room)
-    payload = part(k)
+    room = budget - 300  # for the note
+    while steps and steps[-1][0] > room:
+        steps.pop()
+    k = len(steps)
+    places = sorted(i for _, new in steps for i in new)
+    payload = Graph(found.entities[:k], tuple(relations[i] for i in places)).to_json()
     if k == 0 and found.entities:
         # One entity larger than the whole budget: show it with its observations cut short.
         first = found.entities[0]
@@ -212,7 +233,7 @@ def graph_result(
         k = 1
     note = (
         f"[Reply limit: showing {k} of {len(found.entities)} entities and {len(payload['relations'])} of "
-        f"{len(found.relations)} relations. Narrow with search_nodes(query) or open_nodes(names).]"
+        f"{len(relations)} relations. Narrow with search_nodes(query) or open_nodes(names).]"
     )
     return json_result(payload, payload, *notes, note)
 

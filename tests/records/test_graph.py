@@ -493,3 +493,38 @@ async def test_read_graph_builds_its_reply_off_the_event_loop(server_factory, mo
             error, _, data = await call(srv, s, tool, **args)
             assert not error and data["entities"]
     assert threads and threading.main_thread() not in threads
+
+
+@pytest.mark.anyio
+async def test_a_reply_from_a_large_graph_costs_what_it_holds(server_factory, monkeypatch) -> None:
+    sized: list[str] = []
+    to_json = Entity.to_json
+
+    def counting(self: Entity) -> dict[str, Any]:
+        sized.append(self.name)
+        return to_json(self)
+
+    async with server_factory(max_reply_chars=5000) as srv, srv.session("alice") as s:
+        entities = [{"name": f"e{n}", "entityType": "x", "observations": ["a fact"]} for n in range(5000)]
+        await call(srv, s, "create_entities", entities=entities)
+        monkeypatch.setattr(Entity, "to_json", counting)
+        error, text, data = await call(srv, s, "read_graph")
+    assert not error and "Reply limit: showing" in text and 0 < len(data["entities"]) < 100
+    assert len(sized) < 300  # not the 5,000 entities of the graph, several times over
+
+
+@pytest.mark.anyio
+async def test_read_graph_says_what_it_keeps_but_cannot_serve(server_factory, vault_root: Path) -> None:
+    (vault_root / "alice").mkdir()
+    (vault_root / "alice" / "graph.jsonl").write_text(
+        '{"type":"entity","name":"Ann","entityType":"person","observations":[]}\n'
+        '{"type":"entity","name":"","entityType":"ghost","observations":[]}\n'
+    )
+    async with server_factory() as srv, srv.session("alice") as s:
+        error, text, data = await call(srv, s, "read_graph")
+        assert not error and [e["name"] for e in data["entities"]] == ["Ann"]
+        assert "1 line(s)" in text and "an entity without a name" in text and "memvault check" in text
+        assert str(vault_root) not in text
+        error, _, _ = await call(srv, s, "create_entities", entities=[{"name": "Bo", "entityType": "x"}])
+        assert not error
+    assert '"name":""' in (vault_root / "alice" / "graph.jsonl").read_text()

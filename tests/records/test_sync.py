@@ -438,3 +438,68 @@ def test_new_relations_are_appended_to_an_official_file_as_it_would_write_them(t
     )
     with fresh_sidecar(folder) as sidecar:
         assert len(graph(sidecar, folder).read_graph().relations) == 2
+
+
+def test_a_sidecar_of_the_schema_before_serves_its_sessions_and_graph_after_the_upgrade(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from memvault.records.sidecar import MIGRATIONS, sidecar_path
+
+    folder = tmp_path / "alice"
+    (folder / ".memvault").mkdir(parents=True)
+    db = sidecar_path(folder)
+    with sqlite3.connect(db) as conn:  # what the previous memvault made: schema 6, whole texts
+        for number, statements in enumerate(MIGRATIONS[:6], start=1):
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+        day, next_day = "2026-01-01T00:00:00.000Z", "2026-01-02T00:00:00.000Z"
+        conn.execute("INSERT INTO session_versions VALUES ('old', 1, ?, NULL, '[]', 'one')", (day,))
+        conn.execute(
+            "INSERT INTO session_versions VALUES ('old', 2, ?, NULL, '[]', ?)", (next_day, "one\n\ntwo")
+        )
+        conn.execute("INSERT INTO entities VALUES ('Ann', 'person', ?, ?)", (day, day))
+        conn.execute("INSERT INTO observations VALUES ('Ann', 0, 'likes tea')")
+    with Sidecar.open(folder) as sidecar:
+        s = sessions(sidecar, folder)  # writes out what only the sidecar held, as before
+        assert s.latest("old") == (s.version("old", 2), 2)
+        s.append("old", "three")
+        g = graph(sidecar, folder)
+        assert g.read_graph().entities == (Entity("Ann", "person", ("likes tea",)),)
+        g.add_observations([("Ann", ["plays chess"])])
+    with fresh_sidecar(folder) as sidecar:
+        s = sessions(sidecar, folder)
+        assert s.latest("old")[0].summary == "one\n\ntwo\n\nthree"
+        assert graph(sidecar, folder).read_graph().entities[0].observations == ("likes tea", "plays chess")
+
+
+def test_a_graph_file_with_crlf_line_ends_keeps_them(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    lines = [
+        '{"type":"entity","name":"A","entityType":"x","observations":[]}',
+        '{"type":"entity","name":"B","entityType":"x","observations":[]}',
+    ]
+    (folder / "graph.jsonl").write_bytes("".join(line + "\r\n" for line in lines).encode())
+    with Sidecar.open(folder) as sidecar:
+        graph(sidecar, folder).add_observations([("B", ["o"])])
+    assert (folder / "graph.jsonl").read_bytes() == (
+        lines[0] + "\r\n" + lines[1].replace("[]", '["o"]') + "\r\n"
+    ).encode()
+
+
+def test_a_graph_line_that_is_not_utf8_is_kept_byte_for_byte(tmp_path: Path) -> None:
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    first = b'{"type":"entity","name":"A","entityType":"x","observations":[]}'
+    broken = b'{"type":"entity","name":"B\xff\xfe","entityType":"x","observations":[]}'
+    (folder / "graph.jsonl").write_bytes(first + b"\n" + broken + b"\n")
+    with Sidecar.open(folder) as sidecar:
+        g = graph(sidecar, folder)
+        assert [e.name for e in g.read_graph().entities] == ["A"]
+        assert g.kept_lines() == ["not UTF-8 text"]
+        g.add_observations([("A", ["o"])])
+    assert (folder / "graph.jsonl").read_bytes() == first.replace(b"[]", b'["o"]') + b"\n" + broken + b"\n"
+    assert [p for path, p in sync.problems(folder) if "UTF-8" in p]
