@@ -25,7 +25,7 @@ from memvault.records.graphsearch import (
     search,
     term_score,
 )
-from memvault.records.sidecar import Sidecar
+from memvault.records.sidecar import Sidecar, SidecarRecords
 
 __all__ = [
     "MAX_PATH_LEN",
@@ -134,7 +134,7 @@ def entity_names(conn: sqlite3.Connection, prefix: str, limit: int) -> list[str]
     return [name for (name,) in rows]
 
 
-class KnowledgeGraph:
+class KnowledgeGraph(SidecarRecords):
     """One token's knowledge graph, queried in its sidecar, with the official memory server's semantics.
 
     Every write is one BEGIN IMMEDIATE transaction, so a failed call (a missing entity) changes
@@ -151,18 +151,9 @@ class KnowledgeGraph:
         limits: SearchLimits | None = None,
         files: GraphFiles | None = None,
     ) -> None:
-        self._source = sidecar
+        super().__init__(sidecar, max_chars=max_chars, clock=clock)
         self.files = files
-        self.max_chars = max_chars
-        self.clock = clock
         self.limits = limits or SearchLimits()
-
-    @property
-    def sidecar(self) -> Sidecar:
-        """The sidecar, opened on first use: arguments are checked before a token folder is created."""
-        if not isinstance(self._source, Sidecar):
-            self._source = self._source()
-        return self._source
 
     def _now(self) -> str:
         return format_time(self.clock())

@@ -7,7 +7,7 @@ import os
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from memvault.clock import format_time, require_time
+from memvault.clock import Clock, format_time, require_time, utcnow
 from memvault.threads import NeedsThread, held
 
 logger = logging.getLogger(__name__)
@@ -413,20 +413,7 @@ class Sidecar:
 
     def record_access(self, ids: Sequence[str], at: datetime, *, hit: bool = True) -> None:
         """Count one access of each id at ``at``; last access only ever moves forward."""
-        _check_ids(ids)
-        if not ids:
-            return
-        stamp = format_time(at)
-        hits = 1 if hit else 0
-        with self._write([(id_, require_time(stamp)) for id_ in ids]) as conn:
-            conn.executemany(
-                "INSERT INTO access (id, last_access, access_count, hit_count) VALUES (?, ?, 1, ?) "
-                "ON CONFLICT (id) DO UPDATE SET "
-                "last_access = max(access.last_access, excluded.last_access), "
-                "access_count = access.access_count + 1, "
-                "hit_count = access.hit_count + excluded.hit_count",
-                [(id_, stamp, hits) for id_ in ids],
-            )
+        self.record_batch([(ids, at, hit)])
 
     def record_batch(
         self, accesses: Sequence[tuple[Sequence[str], datetime, bool]], searches: Sequence[bool] = ()
@@ -618,3 +605,21 @@ class Sidecar:
             return
         with self._write() as conn:
             conn.executemany("DELETE FROM vectors WHERE id = ?", [(id_,) for id_ in ids])
+
+
+class SidecarRecords:
+    """What the knowledge graph and session summaries share: their sidecar, opened on first use (so
+    arguments are checked before a token folder is created), the content limit and a clock."""
+
+    def __init__(
+        self, sidecar: Sidecar | Callable[[], Sidecar], *, max_chars: int, clock: Clock = utcnow
+    ) -> None:
+        self._source = sidecar
+        self.max_chars = max_chars
+        self.clock = clock
+
+    @property
+    def sidecar(self) -> Sidecar:
+        if not isinstance(self._source, Sidecar):
+            self._source = self._source()
+        return self._source

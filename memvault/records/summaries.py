@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from memvault.clock import Clock, format_time, require_time, utcnow
 from memvault.disk.markdown import clean_tags
 from memvault.errors import InvalidArgument, TooLarge, UnknownSession, quote
-from memvault.records.sidecar import Sidecar
+from memvault.records.sidecar import Sidecar, SidecarRecords
 from memvault.records.summaryfiles import APPEND_SEPARATOR, Stored, TextBuilder, Version, stored_as, whole
 
 __all__ = [
@@ -184,7 +184,7 @@ class SessionFiles(Protocol):
     ) -> None: ...
 
 
-class Sessions:
+class Sessions(SidecarRecords):
     """One token's session summaries, queried in its sidecar; with ``files`` every change also goes
     to the session's files (memvault.records.sync), which are canonical. Thread-safe (the sidecar
     serialises)."""
@@ -197,17 +197,8 @@ class Sessions:
         clock: Clock = utcnow,
         files: SessionFiles | None = None,
     ) -> None:
-        self._source = sidecar
+        super().__init__(sidecar, max_chars=max_chars, clock=clock)
         self.files = files
-        self.max_chars = max_chars
-        self.clock = clock
-
-    @property
-    def sidecar(self) -> Sidecar:
-        """The sidecar, opened on first use: arguments are checked before a token folder is created."""
-        if not isinstance(self._source, Sidecar):
-            self._source = self._source()
-        return self._source
 
     # ------------------------------------------------------------------ writing
 

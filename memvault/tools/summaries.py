@@ -68,6 +68,15 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
             sidecar, max_chars=settings.max_content_chars, clock=store.clock, files=SessionFiles(folder)
         )
 
+    async def new_version(
+        ctx: Context, save: Callable[[Sessions], SessionVersion], done: str
+    ) -> CallToolResult:
+        """Save a new version under the token's locks; ``done`` says what happened ("Saved session")."""
+        v = await sidecar_write(store, token_of(ctx), lambda sc, folder: save(sessions(sc, folder)))
+        return text(
+            f"{done} {v.session_id!r}: version {v.version} at {v.ts} ({len(v.summary):,} characters)."
+        )
+
     @server.tool(annotations=CREATES, structured_output=False)
     @handles_errors
     async def upsert_summary(
@@ -78,13 +87,9 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         tags: NewTagsArg = None,
     ) -> CallToolResult:
         """Save a session's whole summary as a new version (earlier ones are kept)."""
-        v = await sidecar_write(
-            store,
-            token_of(ctx),
-            lambda sc, folder: sessions(sc, folder).upsert(sessionId, summary, title=title, tags=tags),
+        return await new_version(
+            ctx, lambda s: s.upsert(sessionId, summary, title=title, tags=tags), "Saved session"
         )
-        size = f"{len(v.summary):,} characters"
-        return text(f"Saved session {v.session_id!r} version {v.version} at {v.ts} ({size}).")
 
     @server.tool(annotations=CREATES, structured_output=False)
     @handles_errors
@@ -96,13 +101,9 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         tags: NewTagsArg = None,
     ) -> CallToolResult:
         """Add text to a session's summary as a new version (creates the session if new)."""
-        v = await sidecar_write(
-            store,
-            token_of(ctx),
-            lambda sc, folder: sessions(sc, folder).append(sessionId, content, title=title, tags=tags),
+        return await new_version(
+            ctx, lambda s: s.append(sessionId, content, title=title, tags=tags), "Appended to session"
         )
-        size = f"{len(v.summary):,} characters"
-        return text(f"Appended to session {v.session_id!r}: version {v.version} at {v.ts} ({size}).")
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @handles_errors
