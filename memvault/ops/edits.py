@@ -32,8 +32,8 @@ def version_of(memory: Memory) -> str:
 
 
 # Every read shows each memory's version: worked out once per file content. Keyed by name and file
-# hash, not by the text, so old versions of a long memory are not kept alive. 32 agents reading
-# 1,000 memories each overflowed 4,096 (the cache is emptied when full); 32,768 take 5 MB at most.
+# hash, not by the text, so old versions of a long memory are not kept alive. Sized for many agents
+# reading a thousand memories each (the cache is emptied when full), a few megabytes at most.
 VERSIONS_KEPT = 1 << 15
 _VERSIONS: dict[tuple[str, str], str] = {}
 

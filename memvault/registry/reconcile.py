@@ -92,7 +92,7 @@ def rescan_folder(state: TokenState, found: Found | None = None) -> int:
         return _refresh(state, [*found.changed, *found.gone])
     changed = 0
     # What the scan has not seen yet: the memories held, each popped as the scan finds its file.
-    # (A set of the scan's own ids and tuples was 15 MB at 100,000 files, left behind as free pools.)
+    # (A set of the scan's own ids and tuples grew with the vault and was left behind as free pools.)
     with state.mem_lock:
         unseen = (dict(state.hot.memories), dict(state.archive.memories))
     for id, archived, st in state.vault.scan():
