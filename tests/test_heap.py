@@ -64,6 +64,7 @@ async def test_a_loaded_token_is_kept_from_the_cyclic_collector_until_it_unloads
     store = Store(make_settings(max_loaded_tokens=1))
     try:
         await store.write("alice", title="One", content="kept")
+        await store.idle()  # alice's access is recorded: nothing holds it loaded any more
         assert gc.get_freeze_count() > 0
         kept = gc.get_freeze_count()
         gc.unfreeze()
