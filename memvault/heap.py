@@ -18,6 +18,7 @@ import ctypes
 import ctypes.util
 import gc
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 __all__ = ["configure", "keep", "release", "supported", "uncollected", "unkeep"]
@@ -67,16 +68,36 @@ def release() -> bool:
     return bool(trim(0)) if trim is not None else False
 
 
+# Least seconds between two unkeeps that hand everything back to the collector (see unkeep).
+UNKEEP_EVERY = 60.0
+_last_unkeep = -UNKEEP_EVERY
+
+
 def keep() -> None:
     """What is alive now stays for long (a token just loaded: its memories and index), so Python's
     cyclic garbage collector stops scanning it (``gc.freeze``). Under many agents a full collection
     over every loaded token held the event loop for as long as a request's whole p99. Reference counts
-    still free whatever the kept objects drop; ``unkeep`` (at an unload) hands them all back to the
-    collector, so no cycle among them, nor garbage kept by accident, stays for good."""
+    still free whatever the kept objects drop.
+
+    What died since the last freeze is collected first (a pass over only what is not frozen yet):
+    frozen with the living, the cycles of finished requests (frames, tracebacks, cancel scopes,
+    sockets) were never collected, and a server loading and unloading tokens grew with every token
+    it served."""
+    gc.collect()
     gc.freeze()
 
 
 def unkeep() -> None:
+    """Hand everything back to the collector (at an unload), at most once per UNKEEP_EVERY: objects
+    that were alive at a freeze and died since in a cycle are collected at the next ``keep``. More
+    often would make every load under churn a full collection over every loaded token; an unloaded
+    token's own objects need no collector (reference counts free them)."""
+    global _last_unkeep
+    now = time.monotonic()
+    with _lock:
+        if now - _last_unkeep < UNKEEP_EVERY:
+            return
+        _last_unkeep = now
     gc.unfreeze()
 
 
@@ -95,6 +116,8 @@ def uncollected() -> Iterator[None]:
     with _lock:
         if _uncollected == 0:
             _collector_was_on = gc.isenabled()
+            if _collector_was_on:
+                gc.collect()  # what died before (finished requests' cycles) is not frozen at the end
             gc.disable()
         _uncollected += 1
     done = False

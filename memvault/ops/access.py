@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
@@ -19,6 +20,7 @@ from memvault.disk.files import fsync_dir
 from memvault.disk.markdown import Memory
 from memvault.errors import Conflict, InvalidArgument, InvalidName, MemvaultError, NotFound
 from memvault.logs import bookkeep, note_failure
+from memvault.records.sidecar import Sidecar
 from memvault.registry.state import TokenState
 from memvault.registry.tokens import Tokens
 from memvault.threads import MAX_ROWS, NeedsThread
@@ -83,13 +85,17 @@ class Recorder:
             while self._due:
                 await asyncio.sleep(COALESCE)
                 due, self._due = list(self._due.values()), {}
+                # A token unloaded since its accesses were queued is not loaded again for them (a
+                # whole load to write a few rows; and tokens held by a round are not unloaded):
+                # its rows go in through a connection of their own.
+                unloaded = [state for state in due if not state.loaded]
                 async with contextlib.AsyncExitStack() as held:
-                    for state in list(due):
+                    for state in [s for s in due if s.loaded]:
                         try:
                             await held.enter_async_context(self.tokens.using(state.token))
                         except MemvaultError:  # e.g. its folder became a link: the others go on
                             due.remove(state)
-                    await anyio.to_thread.run_sync(_flush_each, due)
+                    await anyio.to_thread.run_sync(_flush_each, due, unloaded)
                 for state in due:
                     if state.pending.files and not state.pending.draining:
                         state.pending.draining = True
@@ -156,9 +162,33 @@ def listing(state: TokenState, *, inline: bool) -> tuple[Sequence[Memory], dict[
     return memories, recorded(state, inline=inline)
 
 
-def _flush_each(states: Sequence[TokenState]) -> None:
+def _flush_each(states: Sequence[TokenState], unloaded: Sequence[TokenState] = ()) -> None:
     for state in states:
-        flush_records(state)
+        if state in unloaded:
+            _flush_unloaded(state)
+        else:
+            flush_records(state)
+
+
+def _flush_unloaded(state: TokenState) -> None:
+    """flush_records for a token that is not loaded: through a sidecar connection opened for it and
+    closed after (the token's own, if a load opens one meanwhile, is left alone; SQLite serialises
+    the two)."""
+    records, searches = state.pending.take_records()
+    try:
+        if (not records and not searches) or not state.dir.is_dir() or os.path.islink(state.dir):
+            return
+
+        def record() -> None:
+            sidecar = Sidecar.open(state.dir)
+            try:
+                sidecar.record_batch(records, searches)
+            finally:
+                sidecar.close()
+
+        bookkeep("record accesses", record)
+    finally:
+        state.pending.committed(records)
 
 
 def flush_records(state: TokenState) -> None:
