@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
+import httpx2
 import pytest
 import uvicorn
 from mcp.client.session import ClientSession
@@ -149,3 +150,16 @@ def thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def hidden_files(folder: Path) -> list[str]:
     """Every dot-file and dot-folder under ``folder`` (temp files a write must not leave behind)."""
     return sorted(p.name for p in folder.rglob(".*"))
+
+
+@contextlib.asynccontextmanager
+async def keyed(url: str, key: str) -> AsyncIterator[ClientSession]:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
+        async with streamable_http_client(f"{url}/mcp", http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield session
+
+
+def text_of(result: Any) -> str:
+    return "\n".join(c.text for c in result.content if hasattr(c, "text"))

@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-from conftest import wait_for
+from conftest import keyed, text_of, wait_for
 from mcp.client.session import ClientSession
 from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
 
 from memvault.server import keys
 
 pytestmark = pytest.mark.anyio
-
-
-@contextlib.asynccontextmanager
-async def keyed(url: str, key: str) -> AsyncIterator[ClientSession]:
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
-        async with streamable_http_client(f"{url}/mcp", http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(c.text for c in result.content if hasattr(c, "text"))
 
 
 def vault_hashes(folder: Path) -> dict[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_keys import keyed, text_of
+from conftest import keyed, text_of
 
 from memvault.cli.main import main
 from memvault.ops.store import Store
