@@ -2,13 +2,13 @@
 
 glibc keeps memory freed by a thread in that thread's arena and returns it only from the top of
 the heap, so after a load, an embedding backlog or a topic fit the server's resident memory
-stays near its peak although much of it is free: measured at 100,000 memories, 532 MB resident
-of which 175 MB were free. ``release`` (``malloc_trim(0)``) hands those pages back.
+stays near its peak although much of it is free (a third of it, measured at 100,000 memories).
+``release`` (``malloc_trim(0)``) hands those pages back.
 
 glibc also raises its mmap threshold each time a large block is freed (up to 32 MB), after which
 numpy's temporaries of a few MB come from the heap and fragment it. ``configure`` pins the
 threshold at 1 MiB, so large blocks are always mapped and unmapped: at 100,000 memories the
-server settled 48 MB lower and a topic fit's peak was 105 MB instead of 146.
+server settled lower and a topic fit peaked lower (bench/RESULTS.md, bench_scale).
 """
 
 from __future__ import annotations

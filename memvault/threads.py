@@ -1,7 +1,7 @@
 """Work on the event loop when it cannot wait, else in a worker thread.
 
-Under 32 agents a worker thread's round trip (a wake-up, and the GIL handed over and back) cost
-more CPU than a short look itself (bench_load, read_memory alone: 2.5-2.8 -> 2.0-2.2 ms a call).
+Under many agents a worker thread's round trip (a wake-up, and the GIL handed over and back) cost
+more CPU than a short look itself (bench_load, bench/RESULTS.md).
 So a look that needs only memory tries the event loop first (``inline``): any lock it needs is
 taken only if it is free at once, and anything that would read a file or wait raises
 :class:`NeedsThread` before changing anything; :func:`look` then runs it again in a thread.

@@ -204,9 +204,9 @@ class Tokens:
 
     def _forget(self, state: TokenState) -> None:
         """Drop an unloaded token's state: memory follows the loaded tokens only (an unloaded one
-        kept about 65 KB, its empty index and vectors, for every token ever served, made-up ones
-        included). Nothing in flight holds it (no user, lock, sweep or queued access); the next
-        request builds a new one. Its recent writes (write_memory's dedupe window) stay aside until
+        kept its empty index and vectors for every token ever served, made-up ones included).
+        Nothing in flight holds it (no user, lock, sweep or queued access); the next request builds
+        a new one. Its recent writes (write_memory's dedupe window) stay aside until
         the window has passed, and the files it parsed still count."""
         self.states.pop(state.token, None)
         self.forgotten_parses += state.parses

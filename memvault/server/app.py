@@ -293,7 +293,7 @@ class SseApps:
 
     A token's transport lives while it has an open stream (GET .../sse): its sessions exist only
     then. A message to a token without one is answered 404 and leaves nothing behind (one app per
-    token name ever posted to once held 310 MB after 80,000 made-up names).
+    token name ever posted to once grew without bound with made-up names).
     """
 
     def __init__(self, server: MCPServer, security: TransportSecuritySettings, max_body: int) -> None:
@@ -361,7 +361,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     server = build_server(store, settings)
     security = transport_security(settings)
     # JSON responses to POSTs: our tools stream nothing mid-call, and a plain JSON body saves the
-    # SDK's per-request SSE stream and task group (bench/RESULTS.md: ~1.3 ms of ~5 ms per call).
+    # SDK's per-request SSE stream and task group, a large share of a call (bench/RESULTS.md).
     # Server-initiated messages still flow over the GET stream.
     server.streamable_http_app(
         transport_security=security,

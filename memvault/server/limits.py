@@ -24,8 +24,7 @@ log = logging.getLogger("memvault")
 
 # How long a thread holds the GIL while another waits for it (Python's default: 5 ms). The event
 # loop waits for it behind background threads (write-backs, access records, the embedding worker);
-# two memvault processes driven side by side by bench_load's mix, 0.5 ms against 5: 1.8-5.5% more
-# calls/s in each of three rounds.
+# a shorter interval served more calls a second in bench_load's mix (bench/RESULTS.md).
 SWITCH_INTERVAL = 0.0005
 # asyncio's message when accept() fails for want of descriptors (EMFILE/ENFILE/ENOBUFS/ENOMEM).
 ACCEPT_FAILED = "socket.accept() out of system resource"
