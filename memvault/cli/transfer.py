@@ -29,12 +29,12 @@ def export_line(row: Mapping[str, object]) -> str:
 
 
 def export(settings: Settings, token: str | None, out: Path | None) -> int:
-    """Sessions and graphs as JSON lines: per token, entities, relations, then session versions, sorted."""
+    """Session summaries and graphs as JSON lines: per token, entities, relations, then versions, sorted."""
     from memvault.disk.files import atomic_write
     from memvault.records import sync
     from memvault.records.graph import KnowledgeGraph
     from memvault.records.sidecar import Sidecar, sidecar_path
-    from memvault.records.summaries import Sessions
+    from memvault.records.summaries import SessionSummaries
 
     tokens = tokens_of(settings, token)
     if tokens is None:
@@ -47,7 +47,7 @@ def export(settings: Settings, token: str | None, out: Path | None) -> int:
         with Sidecar.open(folder) as sidecar:
             sync.sync(sidecar, folder)  # the files are canonical: a pull since is included
             rows = KnowledgeGraph(sidecar, max_chars=settings.max_content_chars).export_rows()
-            rows += Sessions(sidecar, max_chars=settings.max_content_chars).export_rows()
+            rows += SessionSummaries(sidecar, max_chars=settings.max_content_chars).export_rows()
         lines += [export_line({"token": name, **row}) for row in rows]
     text = "".join(line + "\n" for line in lines)
     if out is None:
@@ -101,7 +101,7 @@ def import_(settings: Settings, token: str | None, file: Path) -> int:
     from memvault.records import sync
     from memvault.records.graph import GraphRows, KnowledgeGraph
     from memvault.records.sidecar import Sidecar
-    from memvault.records.summaries import Sessions, Version
+    from memvault.records.summaries import SessionSummaries, Version
 
     if token is not None and not valid_token(token):
         print(f"memvault: {token!r} is not a valid token.", file=sys.stderr)
@@ -112,7 +112,7 @@ def import_(settings: Settings, token: str | None, file: Path) -> int:
         raise AssertionError("checking rows must not open a sidecar")
 
     checker_graph = KnowledgeGraph(unopened, max_chars=settings.max_content_chars)
-    checker_sessions = Sessions(unopened, max_chars=settings.max_content_chars)
+    checker_sessions = SessionSummaries(unopened, max_chars=settings.max_content_chars)
     graphs: dict[str, GraphRows] = {}
     versions: dict[str, list[Version]] = {}
     try:
@@ -153,7 +153,7 @@ def import_(settings: Settings, token: str | None, file: Path) -> int:
                 sync.sync(sidecar, folder)
                 with sidecar.transaction() as conn:
                     g = KnowledgeGraph.import_into(conn, graphs.get(name, GraphRows([], [])))
-                    s = Sessions.import_into(conn, versions.get(name, []))
+                    s = SessionSummaries.import_into(conn, versions.get(name, []))
                     # The files first, inside the transaction: they are what a clone or a backup keeps.
                     if g.entities or g.observations or g.relations:
                         sync.GraphFile(folder).written(conn)

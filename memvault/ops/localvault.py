@@ -16,7 +16,7 @@ from memvault.ops.capture import Refused
 from memvault.ops.store import Store
 from memvault.records import sync
 from memvault.records.sidecar import Sidecar, sidecar_path
-from memvault.records.summaries import Sessions
+from memvault.records.summaries import SessionSummaries
 from memvault.records.sync import SessionFiles
 
 
@@ -35,8 +35,10 @@ class LocalVault:
 
     # ------------------------------------------------------------------ sessions
 
-    def _sessions(self, sidecar: Sidecar | Callable[[], Sidecar]) -> Sessions:
-        return Sessions(sidecar, max_chars=self.settings.max_content_chars, files=SessionFiles(self.folder))
+    def _sessions(self, sidecar: Sidecar | Callable[[], Sidecar]) -> SessionSummaries:
+        return SessionSummaries(
+            sidecar, max_chars=self.settings.max_content_chars, files=SessionFiles(self.folder)
+        )
 
     def latest_summary(self, session_id: str) -> str | None:
         if not sidecar_path(self.folder).is_file() and not sync.has_files(self.folder):
@@ -49,7 +51,7 @@ class LocalVault:
                 return None
 
     @contextlib.contextmanager
-    def _changing(self) -> Iterator[Sessions]:
+    def _changing(self) -> Iterator[SessionSummaries]:
         if self.folder.is_symlink():
             raise Refused("the vault's folder is a symbolic link; replace it with a real folder")
         with Sidecar.open(self.folder) as sidecar, folder_lock(self.folder):

@@ -21,7 +21,7 @@ __all__ = [
     "Page",
     "SessionFiles",
     "SessionInfo",
-    "Sessions",
+    "SessionSummaries",
     "Stored",
     "Version",
 ]
@@ -184,7 +184,7 @@ class SessionFiles(Protocol):
     ) -> None: ...
 
 
-class Sessions(SidecarRecords):
+class SessionSummaries(SidecarRecords):
     """One token's session summaries, queried in its sidecar; with ``files`` every change also goes
     to the session's files (memvault.records.sync), which are canonical. Thread-safe (the sidecar
     serialises)."""

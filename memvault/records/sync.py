@@ -1,4 +1,4 @@
-"""Sessions and the graph in the vault's own files: written with every change, read back into the sidecar.
+"""Session summaries and the graph in the vault's files: written with every change, read into the sidecar.
 
 The files are canonical (``graph.jsonl`` and ``sessions/`` in a token folder, see
 memvault.records.summaryfiles); the sidecar's tables are a copy for queries. A write changes the files
@@ -402,7 +402,7 @@ def _append_graph(conn: sqlite3.Connection, path: Path, appended: Sequence[tuple
 
 
 class SessionFiles:
-    """Keeps a token's session files in step with the session tables (Sessions' ``files``)."""
+    """Keeps a token's session files in step with the session tables (SessionSummaries' ``files``)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder

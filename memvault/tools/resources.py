@@ -56,7 +56,7 @@ from memvault.ops.store import Store
 from memvault.records import summaryfiles
 from memvault.records.graphfile import parse
 from memvault.records.graphsearch import Graph
-from memvault.records.summaries import SessionInfo, Sessions, check_session_id
+from memvault.records.summaries import SessionInfo, SessionSummaries, check_session_id
 from memvault.records.summaryfiles import read_text
 from memvault.records.sync import SessionFiles
 from memvault.tools.common import request_token
@@ -273,7 +273,7 @@ class Resources:
 
     async def sessions(self, token: str) -> list[SessionInfo]:
         def infos(sidecar: Any, folder: Path) -> list[SessionInfo]:
-            found = Sessions(
+            found = SessionSummaries(
                 sidecar,
                 max_chars=self.settings.max_content_chars,
                 clock=self.store.clock,

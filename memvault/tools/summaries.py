@@ -16,7 +16,7 @@ from memvault.errors import InvalidArgument, UnknownSession, quote
 from memvault.ops.records import sidecar_read, sidecar_write
 from memvault.ops.store import Store
 from memvault.records.sidecar import Sidecar
-from memvault.records.summaries import Head, SessionInfo, Sessions, check_session_id, list_sessions
+from memvault.records.summaries import Head, SessionInfo, SessionSummaries, check_session_id, list_sessions
 from memvault.records.summaries import Version as SessionVersion
 from memvault.records.sync import SessionFiles, conflicted_file
 from memvault.tools.common import (
@@ -63,13 +63,13 @@ NewTagsArg = Annotated[list[str] | None, Field(description="Tags (default: the p
 
 
 def register_session_tools(server: MCPServer, store: Store, settings: Settings) -> None:
-    def sessions(sidecar: Sidecar | Callable[[], Sidecar], folder: Path) -> Sessions:
-        return Sessions(
+    def sessions(sidecar: Sidecar | Callable[[], Sidecar], folder: Path) -> SessionSummaries:
+        return SessionSummaries(
             sidecar, max_chars=settings.max_content_chars, clock=store.clock, files=SessionFiles(folder)
         )
 
     async def new_version(
-        ctx: Context, save: Callable[[Sessions], SessionVersion], done: str
+        ctx: Context, save: Callable[[SessionSummaries], SessionVersion], done: str
     ) -> CallToolResult:
         """Save a new version under the token's locks; ``done`` says what happened ("Saved session")."""
         v = await sidecar_write(store, token_of(ctx), lambda sc, folder: save(sessions(sc, folder)))

@@ -20,7 +20,7 @@ from transcripts import SESSION, Transcript
 
 from memvault.config import Settings
 from memvault.records.sidecar import Sidecar
-from memvault.records.summaries import Sessions
+from memvault.records.summaries import SessionSummaries
 from memvault.server import keys
 
 MEMVAULT = Path(sys.executable).parent / "memvault"
@@ -60,7 +60,9 @@ class Setup:
             from memvault.records import sync
 
             sync.sync(sidecar, self.root / "alice")
-            return [v.summary for v in reversed(Sessions(sidecar, max_chars=100_000).history(SESSION))]
+            return [
+                v.summary for v in reversed(SessionSummaries(sidecar, max_chars=100_000).history(SESSION))
+            ]
 
 
 @pytest.fixture

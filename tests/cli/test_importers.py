@@ -20,7 +20,7 @@ from memvault.ops.store import Store
 from memvault.records import sync
 from memvault.records.graph import Entity, KnowledgeGraph, Relation
 from memvault.records.sidecar import Sidecar
-from memvault.records.summaries import Sessions
+from memvault.records.summaries import SessionSummaries
 
 MEMVAULT = Path(sys.executable).parent / "memvault"
 
@@ -225,7 +225,7 @@ def sessions_of(root: Path) -> dict[str, list[str]]:
     folder = root / "alice"
     with Sidecar.open(folder) as sidecar:
         sync.sync(sidecar, folder)
-        found = Sessions(sidecar, max_chars=100_000)
+        found = SessionSummaries(sidecar, max_chars=100_000)
         return {i.session_id: [v.summary for v in found.history(i.session_id)] for i in found.infos()}
 
 

@@ -11,13 +11,13 @@ import pytest
 from memvault.cli.main import main
 from memvault.records.graph import Entity, KnowledgeGraph, Relation
 from memvault.records.sidecar import Sidecar
-from memvault.records.summaries import Sessions
+from memvault.records.summaries import SessionSummaries
 
 pytestmark = pytest.mark.filterwarnings("ignore:Callback with id .* already exists for watch:RuntimeWarning")
 
 
 def fill(root: Path, token: str, *, extra: str = "") -> None:
-    """Sessions with several versions and a small graph, written in an unsorted order."""
+    """Session summaries with several versions and a small graph, written in an unsorted order."""
     now = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
     def clock() -> datetime:
@@ -26,7 +26,7 @@ def fill(root: Path, token: str, *, extra: str = "") -> None:
         return now
 
     with Sidecar.open(root / token) as sidecar:
-        sessions = Sessions(sidecar, max_chars=10_000, clock=clock)
+        sessions = SessionSummaries(sidecar, max_chars=10_000, clock=clock)
         sessions.upsert("zeta", "first", title="Zeta", tags=["b", "a"])
         sessions.append("zeta", 'second, with ünïcode and "quotes"\nand a newline')
         sessions.upsert("alpha" + extra, "only version")
@@ -108,7 +108,7 @@ def test_import_into_another_token_and_into_an_existing_graph_merges(
         amy = KnowledgeGraph(sidecar, max_chars=100).open_nodes(["Amy"]).entities[0]
         assert amy == Entity("Amy", "robot", ("local fact",))  # existing entity kept as it is
         assert len(KnowledgeGraph(sidecar, max_chars=100).read_graph().entities) == 3
-        assert Sessions(sidecar, max_chars=100).latest("zeta")[0].title == "Zeta renamed"
+        assert SessionSummaries(sidecar, max_chars=100).latest("zeta")[0].title == "Zeta renamed"
 
 
 def test_export_of_an_empty_vault_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -169,7 +169,7 @@ def test_line_separators_in_the_data_survive_export_and_import(
 ) -> None:
     root = tmp_path / "vault"
     with Sidecar.open(root / "alice") as sidecar:
-        Sessions(sidecar, max_chars=10_000).upsert("s1", f"summary {SEPARATORS}", title="T\u2028itle")
+        SessionSummaries(sidecar, max_chars=10_000).upsert("s1", f"summary {SEPARATORS}", title="T\u2028itle")
         KnowledgeGraph(sidecar, max_chars=10_000).create_entities(
             [Entity(f"Owl {SEPARATORS}", "bird", (f"fact {SEPARATORS}",))]
         )

@@ -15,7 +15,7 @@ import pytest
 from memvault.errors import InvalidArgument, TooLarge, UnknownSession
 from memvault.records import sync
 from memvault.records.sidecar import SIDECAR_DIR, Sidecar
-from memvault.records.summaries import SessionInfo, Sessions, list_sessions
+from memvault.records.summaries import SessionInfo, SessionSummaries, list_sessions
 
 TRANSPORTS = ["http", "sse"]
 # watchdog warns from its inotify thread when token/.memvault is added to the recursive watch twice.
@@ -47,14 +47,16 @@ def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
 
 
 @pytest.fixture
-def sessions(sidecar: Sidecar, clock: Clock) -> Sessions:
-    return Sessions(sidecar, max_chars=1000, clock=clock)
+def sessions(sidecar: Sidecar, clock: Clock) -> SessionSummaries:
+    return SessionSummaries(sidecar, max_chars=1000, clock=clock)
 
 
 # ---------------------------------------------------------------------------- storage
 
 
-def test_upsert_makes_a_new_version_each_time_and_latest_wins(sessions: Sessions, clock: Clock) -> None:
+def test_upsert_makes_a_new_version_each_time_and_latest_wins(
+    sessions: SessionSummaries, clock: Clock
+) -> None:
     first = sessions.upsert("s1", "We planned the deploy.", title="Deploy", tags=["ops"])
     clock.step(minutes=1)
     second = sessions.upsert("s1", "We planned and ran the deploy.")
@@ -68,7 +70,7 @@ def test_upsert_makes_a_new_version_each_time_and_latest_wins(sessions: Sessions
     assert (latest.title, latest.tags) == ("Deploy", ("ops",))
 
 
-def test_append_adds_a_blank_line_and_the_content_as_a_new_version(sessions: Sessions) -> None:
+def test_append_adds_a_blank_line_and_the_content_as_a_new_version(sessions: SessionSummaries) -> None:
     created = sessions.append("new", "First note.")
     assert created.version == 1 and created.summary == "First note."
     appended = sessions.append("new", "Second note.\n")
@@ -76,7 +78,7 @@ def test_append_adds_a_blank_line_and_the_content_as_a_new_version(sessions: Ses
     assert appended.summary == "First note.\n\nSecond note."
 
 
-def test_history_lists_every_version_newest_first(sessions: Sessions, clock: Clock) -> None:
+def test_history_lists_every_version_newest_first(sessions: SessionSummaries, clock: Clock) -> None:
     for n in range(1, 5):
         sessions.upsert("s", f"text {n}")
         clock.step(seconds=1)
@@ -87,7 +89,7 @@ def test_history_lists_every_version_newest_first(sessions: Sessions, clock: Clo
 
 
 def test_update_metadata_changes_latest_version_without_a_new_version(
-    sessions: Sessions, clock: Clock
+    sessions: SessionSummaries, clock: Clock
 ) -> None:
     sessions.upsert("s", "v1", title="Old")
     saved = sessions.upsert("s", "v2")
@@ -105,13 +107,13 @@ def test_update_metadata_changes_latest_version_without_a_new_version(
     assert sessions.latest("s")[0].tags == ()
 
 
-def test_update_metadata_needs_title_or_tags(sessions: Sessions) -> None:
+def test_update_metadata_needs_title_or_tags(sessions: SessionSummaries) -> None:
     sessions.upsert("s", "text")
     with pytest.raises(InvalidArgument, match="title, tags"):
         sessions.update_metadata("s")
 
 
-def test_unknown_session_is_reported_with_what_to_do_next(sessions: Sessions) -> None:
+def test_unknown_session_is_reported_with_what_to_do_next(sessions: SessionSummaries) -> None:
     for call in (lambda: sessions.latest("nope"), lambda: sessions.history("nope")):
         with pytest.raises(UnknownSession) as info:
             call()
@@ -120,7 +122,7 @@ def test_unknown_session_is_reported_with_what_to_do_next(sessions: Sessions) ->
         sessions.update_metadata("nope", title="x")
 
 
-def test_empty_and_oversize_summaries_are_refused(sessions: Sessions) -> None:
+def test_empty_and_oversize_summaries_are_refused(sessions: SessionSummaries) -> None:
     with pytest.raises(InvalidArgument, match="empty"):
         sessions.upsert("s", "   \n")
     with pytest.raises(InvalidArgument, match="limit is 1,000"):
@@ -133,7 +135,7 @@ def test_empty_and_oversize_summaries_are_refused(sessions: Sessions) -> None:
     assert sessions.latest("s")[1] == 1  # nothing was saved
 
 
-def test_list_filters_by_tag_sorts_and_pages(sessions: Sessions, clock: Clock) -> None:
+def test_list_filters_by_tag_sorts_and_pages(sessions: SessionSummaries, clock: Clock) -> None:
     sessions.upsert("b", "text", title="banana", tags=["Fruit"])
     clock.step(seconds=1)
     sessions.upsert("a", "text", title="Apple", tags=["fruit", "red"])
@@ -163,7 +165,7 @@ def test_list_sessions_is_pure_and_sorts_untitled_by_id() -> None:
     assert [s.session_id for s in list_sessions(infos, sort_by="title").sessions] == ["alpha", "zeta"]
 
 
-def test_clock_stepping_back_keeps_history_in_time_order(sessions: Sessions, clock: Clock) -> None:
+def test_clock_stepping_back_keeps_history_in_time_order(sessions: SessionSummaries, clock: Clock) -> None:
     sessions.upsert("s", "one")
     clock.step(minutes=-5)
     second = sessions.upsert("s", "two")
@@ -173,7 +175,7 @@ def test_clock_stepping_back_keeps_history_in_time_order(sessions: Sessions, clo
 def test_appends_from_many_threads_lose_nothing(sidecar: Sidecar) -> None:
     import threading
 
-    store = Sessions(sidecar, max_chars=100_000)
+    store = SessionSummaries(sidecar, max_chars=100_000)
     threads = [threading.Thread(target=store.append, args=("s", f"part {n}")) for n in range(20)]
     for thread in threads:
         thread.start()
@@ -307,7 +309,7 @@ async def test_concurrent_appends_from_twenty_clients_lose_nothing(
     shutil.copytree(vault_root / "alice", copy, ignore=shutil.ignore_patterns(SIDECAR_DIR))
     with Sidecar.open(copy) as sidecar:
         sync.sync(sidecar, copy)
-        versions = Sessions(sidecar, max_chars=100_000).history("shared")
+        versions = SessionSummaries(sidecar, max_chars=100_000).history("shared")
     assert [v.version for v in versions] == list(range(20, 0, -1))
     assert all(f"note {n:02d}" in versions[0].summary for n in range(20))
 
@@ -443,7 +445,7 @@ def test_one_session_costs_at_most_its_bound_and_a_refusal_loses_nothing(tmp_pat
     folder = tmp_path / "alice"
     with Sidecar.open(folder) as sidecar:
         sync.sync(sidecar, folder)
-        s = Sessions(sidecar, max_chars=100, clock=Clock(), files=sync.SessionFiles(folder))
+        s = SessionSummaries(sidecar, max_chars=100, clock=Clock(), files=sync.SessionFiles(folder))
         with pytest.raises(TooLarge, match=r"history.*Nothing was saved.*new sessionId"):
             for n in range(10_000):
                 s.upsert("big", f"{n:04d} " + "y" * 90)
@@ -458,7 +460,7 @@ def test_the_sidecar_holds_each_append_once_not_the_whole_text_again(tmp_path: P
     folder = tmp_path / "alice"
     with Sidecar.open(folder) as sidecar:
         sync.sync(sidecar, folder)
-        s = Sessions(sidecar, max_chars=400_000, clock=Clock(), files=sync.SessionFiles(folder))
+        s = SessionSummaries(sidecar, max_chars=400_000, clock=Clock(), files=sync.SessionFiles(folder))
         for n in range(400):
             s.append("long", f"{n:03d} " + "z" * 500)
         latest, count = s.latest("long")
@@ -472,6 +474,6 @@ def test_the_sidecar_holds_each_append_once_not_the_whole_text_again(tmp_path: P
         shutil.rmtree(folder / SIDECAR_DIR)
     with Sidecar.open(folder) as sidecar:
         sync.sync(sidecar, folder)
-        assert Sessions(sidecar, max_chars=400_000).latest("long")[0] == latest
+        assert SessionSummaries(sidecar, max_chars=400_000).latest("long")[0] == latest
     sidecar_bytes = sum(p.stat().st_size for p in (folder / SIDECAR_DIR).iterdir())
     assert sidecar_bytes < 4 * history + 1_000_000, (sidecar_bytes, history)

@@ -1,4 +1,4 @@
-"""Sessions and the graph live in the vault's files: the formats, the sidecar rebuilt from them, conflicts."""
+"""Session summaries and the graph in the vault's files: formats, the sidecar rebuilt from them, conflicts."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from memvault.errors import FileConflict, InvalidArgument, InvalidName
 from memvault.records import sync
 from memvault.records.graph import Entity, KnowledgeGraph, Relation
 from memvault.records.sidecar import Sidecar
-from memvault.records.summaries import Sessions
+from memvault.records.summaries import SessionSummaries
 from memvault.records.summaryfiles import file_stem, paths
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -32,9 +32,11 @@ class Ticking:
         return self.now
 
 
-def sessions(sidecar: Sidecar, folder: Path, clock: Ticking | None = None) -> Sessions:
+def sessions(sidecar: Sidecar, folder: Path, clock: Ticking | None = None) -> SessionSummaries:
     sync.sync(sidecar, folder)
-    return Sessions(sidecar, max_chars=100_000, clock=clock or Ticking(), files=sync.SessionFiles(folder))
+    return SessionSummaries(
+        sidecar, max_chars=100_000, clock=clock or Ticking(), files=sync.SessionFiles(folder)
+    )
 
 
 def graph(sidecar: Sidecar, folder: Path) -> KnowledgeGraph:
@@ -66,16 +68,16 @@ def test_sessions_and_graph_come_back_whole_from_the_files_alone(tmp_path: Path)
     folder = tmp_path / "alice"
     write_some(folder)
     with Sidecar.open(folder) as sidecar:
-        before_history = Sessions(sidecar, max_chars=100_000).history("deploy")
-        before_other = Sessions(sidecar, max_chars=100_000).history("Weird id / with spaces")
+        before_history = SessionSummaries(sidecar, max_chars=100_000).history("deploy")
+        before_other = SessionSummaries(sidecar, max_chars=100_000).history("Weird id / with spaces")
         before_graph = KnowledgeGraph(sidecar, max_chars=100_000).read_graph()
     assert len(before_history) == 3 and before_history[0].title == "Deploy of March"
 
     with fresh_sidecar(folder) as sidecar:
-        assert Sessions(sidecar, max_chars=100_000).infos() == []  # nothing until the files are read
+        assert SessionSummaries(sidecar, max_chars=100_000).infos() == []  # nothing until the files are read
         sync.sync(sidecar, folder)
-        assert Sessions(sidecar, max_chars=100_000).history("deploy") == before_history
-        assert Sessions(sidecar, max_chars=100_000).history("Weird id / with spaces") == before_other
+        assert SessionSummaries(sidecar, max_chars=100_000).history("deploy") == before_history
+        assert SessionSummaries(sidecar, max_chars=100_000).history("Weird id / with spaces") == before_other
         assert KnowledgeGraph(sidecar, max_chars=100_000).read_graph() == before_graph
 
 
@@ -124,7 +126,7 @@ def test_history_grows_with_the_text_not_its_square(tmp_path: Path) -> None:
     assert size < 200_000, size
     with fresh_sidecar(folder) as sidecar:
         sync.sync(sidecar, folder)
-        history = Sessions(sidecar, max_chars=100_000).history("long")
+        history = SessionSummaries(sidecar, max_chars=100_000).history("long")
     assert len(history) == 60
     assert history[0].summary.count(chunk) == 60 and history[-1].summary.count(chunk) == 1
 
@@ -144,7 +146,7 @@ def test_an_edit_of_the_markdown_file_is_a_new_version_and_the_history_catches_u
         s.append("notes", "More from the agent.")
     with fresh_sidecar(folder) as sidecar:
         sync.sync(sidecar, folder)
-        texts = [v.summary for v in Sessions(sidecar, max_chars=100_000).history("notes")]
+        texts = [v.summary for v in SessionSummaries(sidecar, max_chars=100_000).history("notes")]
     assert texts == [
         "Agent text, corrected by hand.\n\nMore from the agent.",
         "Agent text, corrected by hand.",
@@ -168,26 +170,26 @@ def test_a_crash_between_file_and_sidecar_leaves_the_file_winning(tmp_path: Path
 
     with Sidecar.open(folder) as sidecar:
         sync.sync(sidecar, folder)
-        crashing = Sessions(sidecar, max_chars=1000, clock=Ticking(), files=Crashing(folder))
+        crashing = SessionSummaries(sidecar, max_chars=1000, clock=Ticking(), files=Crashing(folder))
         with pytest.raises(Boom):
             crashing.append("s", "two")
-        assert Sessions(sidecar, max_chars=1000).latest("s")[1] == 1  # the copy rolled back
+        assert SessionSummaries(sidecar, max_chars=1000).latest("s")[1] == 1  # the copy rolled back
         sync.sync(sidecar, folder)
-        latest, count = Sessions(sidecar, max_chars=1000).latest("s")
+        latest, count = SessionSummaries(sidecar, max_chars=1000).latest("s")
     assert (latest.summary, count) == ("one\n\ntwo", 2)
 
 
 def test_an_older_sidecar_only_vault_is_written_out_to_files_once(tmp_path: Path) -> None:
     folder = tmp_path / "alice"
     with Sidecar.open(folder) as sidecar:  # what an earlier memvault kept only in the sidecar
-        Sessions(sidecar, max_chars=1000, clock=Ticking()).upsert("old", "kept only in SQLite")
+        SessionSummaries(sidecar, max_chars=1000, clock=Ticking()).upsert("old", "kept only in SQLite")
         KnowledgeGraph(sidecar, max_chars=1000).create_entities([Entity("Old", "thing")])
     assert not (folder / "graph.jsonl").exists() and not (folder / "sessions").exists()
     with Sidecar.open(folder) as sidecar:
         sync.sync(sidecar, folder)
     with fresh_sidecar(folder) as sidecar:
         sync.sync(sidecar, folder)
-        assert Sessions(sidecar, max_chars=1000).latest("old")[0].summary == "kept only in SQLite"
+        assert SessionSummaries(sidecar, max_chars=1000).latest("old")[0].summary == "kept only in SQLite"
         assert [e.name for e in KnowledgeGraph(sidecar, max_chars=1000).read_graph().entities] == ["Old"]
 
 

@@ -17,7 +17,7 @@ from memvault.config import Settings
 from memvault.records import sync
 from memvault.records.graph import Entity, KnowledgeGraph
 from memvault.records.sidecar import Sidecar
-from memvault.records.summaries import Sessions
+from memvault.records.summaries import SessionSummaries
 
 pytestmark = pytest.mark.anyio
 TOKEN = "alice"
@@ -107,7 +107,7 @@ async def test_a_pull_brings_a_graph_entity_and_a_session_to_a_running_server(
                 KnowledgeGraph(sidecar, max_chars=1000, files=files).create_entities(
                     [Entity("Zoe", "person")]
                 )
-                sessions = Sessions(sidecar, max_chars=1000, files=sync.SessionFiles(folder))
+                sessions = SessionSummaries(sidecar, max_chars=1000, files=sync.SessionFiles(folder))
                 sessions.upsert("from-laptop", "Written on the laptop.")
 
         await anyio.to_thread.run_sync(work_on_the_laptop)
