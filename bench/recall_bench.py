@@ -417,6 +417,11 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
     from memvault.config import Settings
     from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller
     from memvault.ops.store import Store
+    from memvault.search import embeddings
+
+    # The embedding worker rests as long as each batch took (half a core at most) so that a server
+    # stays responsive; here nothing else waits for the CPU, and the vectors are what is waited for.
+    embeddings.WORKER_DUTY_PAUSE = 0.0
 
     settings = Settings(
         root=root,

@@ -332,7 +332,9 @@ def package_cv(path: Path, command: str) -> str:
         for label in baselines:
             got = [r["got"][label] for r in rows]
             name = (
-                "memvault recall, the defaults (chosen on all folds)" if label == "memvault recall" else label
+                "memvault recall, the defaults of the run (not held back)"
+                if label == "memvault recall"
+                else label
             )
             lines.append(f"| {name} | " + " | ".join(f"{pct(got, m):.1f}" for m in metrics) + " |")
         lines.append("")
