@@ -24,10 +24,12 @@ How a memory is scored for a query, and why:
 7. Floor: a result below ``Weights.floor`` of the best is left out (MEMVAULT_RECALL_FLOOR).
 
 The weights were chosen by cross-validation over LoCoMo and LongMemEval, each loaded one memory
-per turn and one per session (bench/recall_bench.py --grid, bench/recall_cv.py --package). The
-topic model, the title bonus, the bonus of "when" questions and the penalties for repeats,
-neighbours and spread held their place on neither, so their weights default to 0; the code stays
-for callers that ask for them (``Weights``). bench/RESULTS.md has the held-back figures.
+per turn and one per session (bench/recall_bench.py --grid, bench/recall_cv.py --package).
+Cross-validation of a prototype (bench/recall_cv.py) chose no title bonus and no repeat penalty;
+the topic model, the bonus of "when" questions and the neighbour and spread penalties were not
+shown to help on both benchmarks (the ranking that had them scored below plain BM25 on
+LongMemEval), so their weights default to 0; the code stays for callers that ask for them
+(``Weights``). bench/RESULTS.md has the held-back figures.
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ CONTEXT = (0.3, 0.15)  # share of the lexical score of the neighbour 1, 2 places
 CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
 VECTOR_WEIGHT = 1.0
 SPAN_BOOST = 0.5  # x(1 + this) for a memory created in the span the query's time words name
-# The ranking features below held their place on neither benchmark (bench/recall_cv.py); their
-# weights default to 0 (off) and stay for callers that ask for them.
+# The ranking features below were not shown to help on both benchmarks (see the module docstring);
+# their weights default to 0 (off) and stay for callers that ask for them.
 TOPIC_WEIGHT = 0.0  # the vault's own topic model (memvault.search.topics)
 VECTOR_FLOOR = 0.1  # a hash-embedder cosine below this is noise (its chance collisions)
 FLOOR = 0.05  # results whose shown score (the value that ranked them) is below this are left out
