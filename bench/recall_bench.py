@@ -446,7 +446,7 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
             f"vector {v:g}, context {c[0]:g}/{c[1]:g}, span {t:g}": DEFAULT_WEIGHTS.replace(
                 vector=v, context=c, span=t
             )
-            for v in (0.5, 0.75, 1.0)
+            for v in (0.5, 0.75, 1.0, 1.25, 1.5)
             for c in ((0.0, 0.0), (0.3, 0.15), (0.5, 0.25))
             for t in (0.0, 0.5)
         }
