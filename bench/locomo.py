@@ -780,11 +780,11 @@ def report(res: Results, command: str) -> str:
         ]
     lines += [
         "",
-        "Notes: the ranking's constants were tuned on the development conversations only "
-        "(../shared/data/locomo); the held-out ones were not used. Diversity trades turn-level recall "
-        "for session coverage (see the last two rows above): without it, ten results crowd around "
-        "one moment of the conversation. Other embedders (`--embedder model2vec:<path>`, "
-        "`sentence-transformers:<path>`, `openai`) need a model or an endpoint; a run that could not "
+        "Notes: the ranking's constants were chosen by cross-validation over the development "
+        "conversations (../shared/data/locomo) and LongMemEval's development questions "
+        "(bench/recall_cv.py); the held-out ones were not used. The default embedder is wordllama "
+        "(weights in its package); others (`--embedder hash`, `model2vec:<path>`, "
+        "`sentence-transformers:<path>`, `openai`) may need a model or an endpoint; a run that could not "
         "load one says so in the embedder line above (it fell back to hash-512).",
     ]
     return "\n".join(lines) + "\n"

@@ -332,9 +332,30 @@ def package_cv(path: Path, command: str) -> str:
         for label in baselines:
             got = [r["got"][label] for r in rows]
             name = (
-                "memvault recall, the defaults (chosen on all folds)" if label == "memvault recall" else label
+                "memvault recall, the defaults of the run (not held back)"
+                if label == "memvault recall"
+                else label
             )
             lines.append(f"| {name} | " + " | ".join(f"{pct(got, m):.1f}" for m in metrics) + " |")
+        key = "turn_any@10" if unit == "turn" else "sess_all@10"
+        shown = ["BM25", "wordllama", "BM25 + wordllama, each / its best, summed"]
+        lines += [
+            "",
+            f"Per question type, {key}:",
+            "",
+            "| type | n | memvault, held back | " + " | ".join(shown) + " |",
+            "|---|---:|---:|" + "---:|" * len(shown),
+        ]
+        for kind in sorted({r["kind"] for r in rows}):
+            mine = [r for r in rows if r["kind"] == kind]
+            held_kind = [r["got"][chosen[fold_of_name(dataset, r["haystack"])]] for r in mine]
+            lines.append(
+                f"| {kind} | {len(mine)} | {pct(held_kind, key):.1f} | "
+                + " | ".join(
+                    f"{pct([r['got'][b] for r in mine], key):.1f}" for b in shown if b in mine[0]["got"]
+                )
+                + " |"
+            )
         lines.append("")
     best = max(labels, key=lambda lb: objective(lb, everything))
     lines += [f"Chosen on all folds: {best}.", ""]

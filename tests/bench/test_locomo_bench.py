@@ -98,7 +98,7 @@ def test_the_harness_runs_end_to_end_and_writes_its_section(tmp_path: Path):
     text = results.read_text(encoding="utf-8")
     assert "someone else's section" in text  # other benchmarks' sections stay
     assert text.count("<!-- locomo:start -->") == 1
-    assert "embedder hash-512" in text
+    assert "embedder wordllama-l2-256" in text  # the default embedder
     assert "| all (categories 1-4) | 3 |" in text
     assert "turn any@10" in text and "session all@10" in text
     assert "recall at 60 memories in one token" in text

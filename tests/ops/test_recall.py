@@ -950,35 +950,37 @@ async def test_long_memories_of_one_subject_are_not_cut_below_the_limit(
     clock = Clock()
     store, recaller = await make(make_settings(), clock=clock)
     try:
-        for i in range(14):  # long notes, a day apart, all on the garden: each a little different
+        for i in range(14):  # long notes on the garden, a day apart, alike but for one line
             clock.now += timedelta(days=1)
-            await store.write("t", title=f"Garden week {i}", content=(GARDEN * 8) + f"This week: task {i}.")
+            extra = " The tomatoes harvest was the biggest yet." if i == 0 else ""
+            await store.write("t", title=f"Garden week {i}", content=(GARDEN * 8) + f"Week {i}.{extra}")
         await settle(store)
-        found = await recaller.recall("t", "vegetable garden plan tomatoes beans")
+        found = await recaller.recall("t", "tomatoes harvest")
         assert len(found.results) == 10
     finally:
         await store.close()
 
 
-async def test_a_memory_without_the_query_words_does_not_outrank_those_that_hold_them(
+async def test_a_neighbour_does_not_outrank_the_memories_that_hold_the_words(
     make_settings: Callable[..., Settings],
 ):
     clock = Clock()
     store, recaller = await make(make_settings(), clock=clock)
-    try:  # written a minute apart: neighbours, each read in the context of the others
+    reply = (
+        "A backyard party sounds great! For the backyard, set up chairs in the shade, string lights "
+        "along the fence, and keep drinks cold in a cooler by the back door. Plan the backyard games too."
+    )
+    try:  # a conversation, a minute between turns: each turn read in the context of the others
         for title, content in (
-            ("Dessert", "Rhubarb crumble for Sunday."),
-            (
-                "Database plan",
-                "Move the orders table to its own schema, add the indexes, then backfill. " * 3,
-            ),
-            ("Dessert too", "The rhubarb crumble wants ginger."),
+            ("User", "I got a smoker for the backyard."),
+            ("Assistant", reply),
+            ("User again", "The smoker needs wood chips."),
         ):
             await store.write("t", title=title, content=content)
             clock.now += timedelta(minutes=1)
         await settle(store)
-        found = names(await recaller.recall("t", "rhubarb crumble"))
-        assert set(found[:2]) == {"dessert.md", "dessert-too.md"}
+        found = names(await recaller.recall("t", "smoker backyard"))
+        assert found.index("assistant.md") > max(found.index("user.md"), found.index("user-again.md"))
     finally:
         await store.close()
 
