@@ -1,4 +1,4 @@
-"""The house style (STYLE.md): ruff's rules and ruff format, over the package, benchmarks and tests."""
+"""The house style: ruff's rules and ruff format, over the package, benchmarks and tests."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ from memvault.ops.access import flush_records, last_access
 from memvault.search.embedders import Embedder, FloatMatrix, HashEmbedder, WordLlamaEmbedder
 from memvault.search.rerankers import Reranker, RerankerUnavailable, Reranking
 from memvault.search.snippets import asks_for_several, asks_when_question, says_when, snippet
-from memvault.search.text import tokenize
+from memvault.search.text import terms_of
 from memvault.search.timewords import read_time
 from memvault.search.topics import Layout, creation_order, matvec
 from memvault.search.vectors import VectorView
@@ -190,7 +190,7 @@ def factor(
 @functools.lru_cache(maxsize=16_384)
 def title_terms(title: str) -> frozenset[str]:
     """A title's index terms: recall asks for each candidate's, the same titles again and again."""
-    return frozenset(tokenize(title))
+    return frozenset(terms_of(title))
 
 
 def diversify(
@@ -406,7 +406,7 @@ class Recaller:
         # "10 days ago" points at a span of creation times; its words are not words to look for
         # (the 10 would match a date such as 2023/03/10).
         spoken = read_time(query, now) if weights.span > 0 else None
-        words = spoken.rest if spoken is not None and tokenize(spoken.rest) else query
+        words = spoken.rest if spoken is not None and terms_of(spoken.rest) else query
         areas = [False, True] if include_archive else [False]
         with state.reading(inline) as reading:
             rows = view.rows
@@ -459,7 +459,7 @@ class Recaller:
         if candidates.size > pool_size:
             candidates = candidates[np.argpartition(-score[candidates], pool_size - 1)[:pool_size]]
 
-        terms = {t for t in tokenize(words)} - _QUESTION_WORDS
+        terms = {t for t in terms_of(words)} - _QUESTION_WORDS
         asks_when = weights.when > 0 and asks_when_question(query)
         recorded = (
             state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()], inline=inline)
@@ -599,7 +599,7 @@ def _static(embedder: Embedder) -> bool:
 
 # Words that say what kind of answer is wanted, not what it is about: they never earn a title boost.
 _QUESTION_WORDS = frozenset(
-    tokenize(
+    terms_of(
         "a an and are as at be been but by can could do does did for from had has have how i if in into is "
         "it its me my of on or our should so than that the their them then there these they this those to "
         "us was we were what when where which who whom whose why will with would you your"

@@ -84,7 +84,7 @@ class Memories(MutableMapping[str, Memory]):
 
     def _drop_source_when_done(self) -> None:
         """Once every row is built or gone, the stored form goes, and so does the emptied dict's
-        table (a dict never shrinks: 5 MB at 100,000 ids)."""
+        table (a dict never shrinks, and at 100,000 ids its table is large)."""
         if not self._rows:
             self._source = None
             self._rows = {}

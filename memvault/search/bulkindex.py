@@ -17,9 +17,9 @@ import numpy.typing as npt
 from memvault.search.columns import pack_strings
 from memvault.search.index import DOC_LIMIT, F_NAME, F_TAG, F_TITLE, TF_MAX, name_text
 from memvault.search.lexicon import TERM_LIMIT
-from memvault.search.text import ASCII_WORDS_AND_NUL, ascii_term, ascii_words, normalize_title, tokenize
+from memvault.search.text import ASCII_WORDS_AND_NUL, ascii_term, ascii_words, normalize_title, terms_of
 
-__all__ = ["arrays_of", "tokenize_many"]
+__all__ = ["arrays_of", "terms_of_many"]
 
 DOCS_AT_ONCE = 4096  # arrays_of's batch
 
@@ -89,8 +89,8 @@ def _batch(
     return np.bincount(doc[field == 0], minlength=n), np.bincount(pairs // width, minlength=n), entries
 
 
-def tokenize_many(texts: Sequence[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], list[str]]:
-    """``tokenize`` of every text at once, coded: ``(owner, code)`` per term, where
+def terms_of_many(texts: Sequence[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], list[str]]:
+    """``terms_of`` of every text at once, coded: ``(owner, code)`` per term, where
     ``terms[code]`` is the term and ``owner`` the number of its text. Each text's terms keep
     their reading order; the texts need not be in order."""
     coder = _Coder()
@@ -102,16 +102,16 @@ class _Coder:
     """Terms coded in the order first seen, for texts given in batches.
 
     A cold load indexes 100,000 short texts: those whose words are ASCII once folded (NFKC and
-    casefold, as ``tokenize`` does) are lowercased and split as one string, NUL-separated, and
+    casefold, as ``terms_of`` does) are lowercased and split as one string, NUL-separated, and
     each distinct word is stemmed once, so the per-word work is a dict lookup in C. The rest
-    (letters outside ASCII, CJK, a NUL) go through ``tokenize``."""
+    (letters outside ASCII, CJK, a NUL) go through ``terms_of``."""
 
     def __init__(self) -> None:
         self.code_of: dict[str, int] = {}  # term -> code; in insertion order, like the terms
         self._coded: dict[str, int] = {"\x00": -1}  # an ASCII word -> its term's code; NUL ends a text
 
     def code(self, texts: Sequence[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """``(owner, code)`` of each term of ``texts`` (see tokenize_many)."""
+        """``(owner, code)`` of each term of ``texts`` (see terms_of_many)."""
         code_of, coded = self.code_of, self._coded
         owners: list[npt.NDArray[np.int64]] = []
         codes: list[npt.NDArray[np.int64]] = []
@@ -134,7 +134,7 @@ class _Coder:
             owners.append(np.repeat(np.asarray(fast, dtype=np.int64), words_in))
             codes.append(flat[flat >= 0])
         for i in sorted(set(range(len(texts))).difference(fast)):
-            found = [code_of.setdefault(term, len(code_of)) for term in tokenize(texts[i])]
+            found = [code_of.setdefault(term, len(code_of)) for term in terms_of(texts[i])]
             owners.append(np.full(len(found), i, dtype=np.int64))
             codes.append(np.asarray(found, dtype=np.int64))
         if not owners:

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memvault.config import check_spec
-from memvault.search.text import STOP_WORDS, tokenize
+from memvault.search.text import STOP_WORDS, terms_of
 
 FloatMatrix = npt.NDArray[np.float32]
 
@@ -125,7 +125,7 @@ class HashEmbedder:
     def embed(self, texts: Sequence[str]) -> FloatMatrix:
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         for row, text in enumerate(texts):
-            terms = tokenize(text)
+            terms = terms_of(text)
             kept = [t for t in terms if t not in STOP_WORDS] or terms
             if not kept:
                 continue

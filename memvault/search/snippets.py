@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 
-from memvault.search.text import tokenize
+from memvault.search.text import terms_of
 
 SNIPPET_CHARS = 160
 
@@ -70,7 +70,7 @@ def snippet(text: str, terms: set[str], width: int = SNIPPET_CHARS) -> str:
             if word in terms:
                 hits.append((match.start(), word))
             elif word[:3] in heads:
-                hits += [(match.start(), t) for t in tokenize(word) if t in terms]
+                hits += [(match.start(), t) for t in terms_of(word) if t in terms]
         best = 0
         for i, (at, _) in enumerate(hits):
             found = {t for pos, t in hits[i:] if pos < at + width}

@@ -1,4 +1,4 @@
-"""Text basics shared by search, recall and topics: tokens, a light stemmer, CJK bigrams, stop words."""
+"""Text basics shared by search, recall and topics: terms, a light stemmer, CJK bigrams, stop words."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ _CJK = (
 # Longer words are indexed (and searched) by their first MAX_TERM_CHARS characters: a 99,000-letter
 # "word" cost the index, the fuzzy matcher and the hash embedder memory and time by its length.
 MAX_TERM_CHARS = 64
-_TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
+_TERM_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
 _ASCII_WORD_RE = re.compile(rf"([a-z0-9]{{1,{MAX_TERM_CHARS}}})[a-z0-9]*")
-# tokenize's ASCII words, and a NUL: texts joined by NULs are tokenized at once (bulkindex).
+# terms_of's ASCII words, and a NUL: texts joined by NULs are split at once (bulkindex).
 ASCII_WORDS_AND_NUL = re.compile(r"[a-z0-9]+|\x00")
 _WORD_RE = re.compile(r"[^\W_]+")
 _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
@@ -70,7 +70,7 @@ def _bigrams(run: str) -> list[str]:
     return [run[i : i + 2] for i in range(len(run) - 1)]
 
 
-def tokenize(text: str) -> list[str]:
+def terms_of(text: str) -> list[str]:
     """The index terms of ``text`` in reading order, duplicates kept.
 
     NFKC + casefold (and ä, ö, ü as ae, oe, ue); words are runs of letters/digits (underscore
@@ -86,7 +86,7 @@ def tokenize(text: str) -> list[str]:
         ]
     text = unicodedata.normalize("NFKC", text).casefold().translate(_UMLAUTS)
     out: list[str] = []
-    for match in _TOKEN_RE.finditer(text):
+    for match in _TERM_RE.finditer(text):
         cjk, word = match.groups()
         if cjk is not None:
             out.extend(_bigrams(cjk))
@@ -96,7 +96,7 @@ def tokenize(text: str) -> list[str]:
 
 
 def ascii_words(text: str) -> str | None:
-    """``text`` folded as :func:`tokenize` folds it, if all the terms it would find there are
+    """``text`` folded as :func:`terms_of` folds it, if all the terms it would find there are
     ASCII words (curly quotes, dashes and ligatures leave them so); None if some are not."""
     if text.isascii():
         return text
@@ -105,7 +105,7 @@ def ascii_words(text: str) -> str | None:
 
 
 def ascii_term(word: str) -> str:
-    """The term :func:`tokenize` makes of a lowercase ASCII word (which it does inline)."""
+    """The term :func:`terms_of` makes of a lowercase ASCII word (which it does inline)."""
     word = word[:MAX_TERM_CHARS]
     return word if len(word) < 5 or word[-1] not in "sdg" else _stem(word)
 
@@ -124,7 +124,7 @@ _FUNCTION_WORDS = (
     "into is it its me my of on or our she so than that the their them then there these they "
     "this those to us was we were what when where which who why will with would you your"
 )
-# As index terms (tokenize stems them), so they compare with tokenize's output directly.
-STOP_WORDS = frozenset(tokenize(_FUNCTION_WORDS))
+# As index terms (terms_of stems them), so they compare with terms_of's output directly.
+STOP_WORDS = frozenset(terms_of(_FUNCTION_WORDS))
 # Topics also leave out modal and filler words that say nothing about a subject.
-TOPIC_STOP_WORDS = STOP_WORDS | frozenset(tokenize("can could just"))
+TOPIC_STOP_WORDS = STOP_WORDS | frozenset(terms_of("can could just"))

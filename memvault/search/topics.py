@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memvault.search.text import TOPIC_STOP_WORDS, tokenize
+from memvault.search.text import TOPIC_STOP_WORDS, terms_of
 
 DIMENSIONS = 64
 MIN_MEMORIES = 50  # fewer than this: too little text to learn from
@@ -43,8 +43,8 @@ FloatMatrix = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 IntpArray = npt.NDArray[np.intp]
 Terms = tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]  # vocabulary ids, weights 1 + log(count)
-Coordinates = npt.NDArray[np.float32]  # rows x k: unit rows (float16 saved 128 B a row, but a
-# query converted every row: 0.12 ms a recall at 1,000 rows, 1.2 ms at 10,000)
+Coordinates = npt.NDArray[np.float32]  # rows x k: unit rows (float16 saved memory, but a
+# query converted every row, a cost that grew with the vault)
 BLOCK = 1 << 18  # elements per block of a matrix-vector product (see matvec)
 
 
@@ -66,7 +66,7 @@ def matvec(matrix: npt.NDArray[Any], vector: FloatMatrix) -> FloatMatrix:
     """``matrix @ vector`` in blocks of rows, each too small for BLAS to spread over threads.
 
     On a busy machine a threaded product waits for a free core: measured here with two loaded
-    cores, 10,000 x 512 took 4 ms in one call and 0.9 ms in blocks; 10,000 x 64, 4 ms and 0.05 ms.
+    cores, blocks were several times faster than one call.
     A matrix of another type (the int8 vectors) is converted block by block into one buffer.
     """
     rows, width = matrix.shape
@@ -85,7 +85,7 @@ def matvec(matrix: npt.NDArray[Any], vector: FloatMatrix) -> FloatMatrix:
 
 def topic_words(text: str) -> Counter[str]:
     """The words that can carry a topic: index terms without function words and numbers."""
-    return Counter(t for t in tokenize(text) if t not in TOPIC_STOP_WORDS and not t.isdigit() and len(t) > 1)
+    return Counter(t for t in terms_of(text) if t not in TOPIC_STOP_WORDS and not t.isdigit() and len(t) > 1)
 
 
 class Vocabulary:

@@ -121,8 +121,8 @@ class TokenVectors:
         self._vector_hash: list[str] = []  # text hash of the row's vector ("" = none yet)
         self._created = np.full(64, np.nan)
         self._has = np.zeros(64, dtype=bool)
-        # Vectors quantized to int8 with one scale per row (a quarter of float32's memory: 51 MB
-        # for 100,000 x 512), dot products within 1% of float32's and faster (see VectorView).
+        # Vectors quantized to int8 with one scale per row (a quarter of float32's memory), dot
+        # products within a hair of float32's and faster (see VectorView).
         self._matrix: Int8Matrix | None = None
         self._scale = np.zeros(64, dtype=np.float32)
         self._name: str | None = None

@@ -1,4 +1,4 @@
-"""bench/locomo.py on a tiny synthetic conversation (no ../shared data needed)."""
+"""bench/locomo.py on a tiny synthetic conversation (no benchmark data needed)."""
 
 from __future__ import annotations
 

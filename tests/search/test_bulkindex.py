@@ -10,10 +10,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memvault.search import bulkindex
-from memvault.search.bulkindex import arrays_of, tokenize_many
+from memvault.search.bulkindex import arrays_of, terms_of_many
 from memvault.search.columns import unpack_strings
 from memvault.search.index import Index
-from memvault.search.text import tokenize
+from memvault.search.text import terms_of
 
 
 def _results(ix: Index, queries: list[str]) -> list[list[tuple[str, float, bool]]]:
@@ -34,10 +34,10 @@ TEXTS = st.lists(st.one_of(PIECES, st.text(max_size=6)), max_size=12).map("".joi
 @given(st.lists(TEXTS, max_size=8))
 @example(["don’t — stop…", "\ufada", "ﬁle straße Ⅻ²", "ｄｅｐｌｏｙｓ"])  # folded to ASCII words, or not
 def test_tokenize_many_gives_each_texts_tokenize_in_order(texts: list[str]) -> None:
-    owner, code, terms = tokenize_many(texts)
+    owner, code, terms = terms_of_many(texts)
     assert len(set(terms)) == len(terms)
     for i, text in enumerate(texts):
-        assert [terms[c] for c in code[owner == i].tolist()] == tokenize(text)
+        assert [terms[c] for c in code[owner == i].tolist()] == terms_of(text)
 
 
 def _by_document(arrays: dict[str, np.ndarray]) -> dict[str, tuple[list[tuple[str, int]], float, str]]:

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memvault.search.index import Hit, Index
-from memvault.search.text import tokenize
+from memvault.search.text import terms_of
 
 
 def ids(hits: list[Hit]) -> list[str]:
@@ -46,18 +46,18 @@ def index() -> Index:
 
 def test_tokenize_folds_case_and_width_and_splits_on_punctuation_and_underscore() -> None:
     fullwidth = "\uff37\uff2f\uff32\uff2c\uff24"  # "WORLD" in full-width letters
-    assert tokenize(f"Hello, {fullwidth}! snake_case v2.0") == ["hello", "world", "snake", "case", "v2", "0"]
+    assert terms_of(f"Hello, {fullwidth}! snake_case v2.0") == ["hello", "world", "snake", "case", "v2", "0"]
 
 
 def test_tokenize_strips_common_english_suffixes() -> None:
-    assert tokenize("deploys deployed deploying deploy") == ["deploy"] * 4
-    assert tokenize("memories classes patches status") == ["memory", "class", "patch", "status"]
+    assert terms_of("deploys deployed deploying deploy") == ["deploy"] * 4
+    assert terms_of("memories classes patches status") == ["memory", "class", "patch", "status"]
 
 
 def test_tokenize_splits_cjk_runs_into_overlapping_bigrams() -> None:
-    assert tokenize("東京都庁 tower") == ["東京", "京都", "都庁", "tower"]
-    assert tokenize("猫") == ["猫"]
-    assert tokenize("한국어") == ["한국", "국어"]
+    assert terms_of("東京都庁 tower") == ["東京", "京都", "都庁", "tower"]
+    assert terms_of("猫") == ["猫"]
+    assert terms_of("한국어") == ["한국", "국어"]
 
 
 # --- matching ----------------------------------------------------------------------------------

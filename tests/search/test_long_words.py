@@ -13,7 +13,7 @@ import pytest
 from memvault.errors import TooLarge
 from memvault.ops.store import Store
 from memvault.search.embedders import HashEmbedder
-from memvault.search.text import tokenize
+from memvault.search.text import terms_of
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +54,7 @@ async def test_a_memory_made_of_one_huge_word_is_found_by_the_words_start(make_s
 
 def test_terms_are_bounded_whatever_the_word() -> None:
     for text in (word(99_000), "ü" * 99_000, word(70) + "s", "x" + "é" * 5000):
-        terms = tokenize(text)
+        terms = terms_of(text)
         assert len(terms) == 1 and 0 < len(terms[0]) <= 64, text[:20]
 
 
