@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -332,7 +333,9 @@ class Recaller:
         self.store = store
         self.weights = weights
         self.reranking = reranking
-        self._layouts: dict[str, tuple[int, Layout]] = {}
+        # By token state, weakly: a token's layout goes with its state when the registry forgets
+        # it, so memory follows the loaded tokens.
+        self._layouts: weakref.WeakKeyDictionary[TokenState, tuple[int, Layout]] = weakref.WeakKeyDictionary()
 
     async def recall(
         self,
@@ -364,12 +367,12 @@ class Recaller:
                 self._recall_sync, state, query, min(limit, 100), filters, weights or self.weights
             )
 
-    def _layout(self, token: str, view: VectorView) -> Layout:
-        cached = self._layouts.get(token)
+    def _layout(self, state: TokenState, view: VectorView) -> Layout:
+        cached = self._layouts.get(state)
         if cached is not None and cached[0] == view.rows_version:
             return cached[1]  # only vectors or topics moved since: the rows stand where they were
         where = layout(view)
-        self._layouts[token] = (view.rows_version, where)
+        self._layouts[state] = (view.rows_version, where)
         return where
 
     def _recall_sync(
@@ -390,7 +393,7 @@ class Recaller:
         view = state.vectors.snapshot(inline)
         if inline and len(view.keys) > MAX_ROWS:
             raise NeedsThread
-        where = self._layout(state.token, view)
+        where = self._layout(state, view)
         n = where.n
         lexical = np.zeros(n, dtype=np.float64)
         include_archive, tags, priorities = filters.include_archive, filters.tags, filters.priorities

@@ -920,16 +920,57 @@ async def test_the_layout_is_kept_while_only_vectors_and_topics_move(make_settin
         await settle(store)
         state = await store.state("t")
         first = state.vectors.snapshot()
-        where = recaller._layout("t", first)
+        where = recaller._layout(state, first)
         await store.update("t", "note-1.md", content="New words: a new vector, the same row.")
         await settle(store)
         second = state.vectors.snapshot()
         assert second.version != first.version and second.rows_version == first.rows_version
-        assert second.keys is first.keys and recaller._layout("t", second) is where
+        assert second.keys is first.keys and recaller._layout(state, second) is where
         await store.write("t", title="Note 3", content="A new row.")
         third = state.vectors.snapshot()
         assert third.rows_version != first.rows_version and "note-3.md" in third.keys
-        assert recaller._layout("t", third) is not where and recaller._layout("t", third).n == 4
+        assert recaller._layout(state, third) is not where and recaller._layout(state, third).n == 4
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow
+async def test_recall_keeps_nothing_of_a_token_the_registry_has_forgotten(
+    make_settings: Callable[..., Settings], vault_root
+):
+    """Memory follows the loaded tokens: the creation-order layout recall keeps per token went with
+    the Recaller, not the token, so every vault ever recalled in kept one as large as its rows."""
+    import gc
+    import tracemalloc
+
+    names = [f"t{i}" for i in range(50)]
+    for token in names:
+        folder = vault_root / token
+        folder.mkdir()
+        for i in range(300):
+            (folder / f"note-{i}.md").write_text(f"# Note {i}\n\nhello number {i}\n", encoding="utf-8")
+    store = Store(make_settings(max_loaded_tokens=3, embedder="hash"))
+    recaller = Recaller(store)
+    try:
+        for token in names[:10]:
+            await recaller.recall(token, "hello number")
+        await store.idle()
+        gc.collect()
+        tracemalloc.start()
+        try:
+            for token in names[10:20]:
+                await recaller.recall(token, "hello number")
+            await store.idle()
+            gc.collect()
+            first = tracemalloc.get_traced_memory()[0]
+            for token in names[20:]:
+                await recaller.recall(token, "hello number")
+            await store.idle()
+            gc.collect()
+            second = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert (second - first) / 30 < 4_000, second - first
     finally:
         await store.close()
 
