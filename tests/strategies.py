@@ -4,7 +4,29 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from hypothesis import settings
 from hypothesis import strategies as st
+
+PROPS = settings(max_examples=150, deadline=None)
+
+# A memory file as mem-mcp writes it.
+MEM_MCP = (
+    "---\n"
+    "priority: P1\n"
+    "createdAt: 2026-01-15T12:00:00.000Z\n"
+    "updatedAt: 2026-02-01T08:00:00.000Z\n"
+    "lastAccessedAt: 2026-02-10T10:30:00.000Z\n"
+    "tags: [deploy, postgres]\n"
+    "importance: 0.8\n"
+    "---\n"
+    "# Memory Title\n"
+    "\n"
+    "Memory content here.\n"
+    "\n"
+    "---\n"
+    "*Created: 2026-01-15T12:00:00.000Z*\n"
+)
+
 
 fm_ish = st.lists(
     st.one_of(

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from memvault import __version__
+from memvault.cli.output import write_out
 from memvault.config import SETTINGS, Settings
 from memvault.disk.names import valid_token
 from memvault.errors import MemvaultError
@@ -129,7 +130,6 @@ def stdio(settings: Settings, token: str) -> int:
 
 
 def nginx_config(backends: str, listen: str, whole: bool, out: Path | None) -> int:
-    from memvault.disk.files import atomic_write
     from memvault.server import nginx
 
     try:
@@ -138,9 +138,4 @@ def nginx_config(backends: str, listen: str, whole: bool, out: Path | None) -> i
     except MemvaultError as exc:
         print(f"memvault: {exc}", file=sys.stderr)
         return 2
-    if out is None:
-        sys.stdout.write(text)
-    else:
-        atomic_write(out, text.encode("utf-8"))
-        print(f"wrote {out}", file=sys.stderr)
-    return 0
+    return write_out(text, out, f"wrote {out}")

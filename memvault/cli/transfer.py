@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from memvault.cli.maintenance import tokens_of
+from memvault.cli.output import write_out
 from memvault.cli.progress import Progress
 from memvault.config import Settings
 from memvault.disk.names import valid_token
@@ -30,7 +31,6 @@ def export_line(row: Mapping[str, object]) -> str:
 
 def export(settings: Settings, token: str | None, out: Path | None) -> int:
     """Session summaries and graphs as JSON lines: per token, entities, relations, then versions, sorted."""
-    from memvault.disk.files import atomic_write
     from memvault.records import sync
     from memvault.records.graph import KnowledgeGraph
     from memvault.records.sidecar import Sidecar, sidecar_path
@@ -50,12 +50,7 @@ def export(settings: Settings, token: str | None, out: Path | None) -> int:
             rows += SessionSummaries(sidecar, max_chars=settings.max_content_chars).export_rows()
         lines += [export_line({"token": name, **row}) for row in rows]
     text = "".join(line + "\n" for line in lines)
-    if out is None:
-        sys.stdout.write(text)
-    else:
-        atomic_write(out, text.encode("utf-8"))
-        print(f"wrote {len(lines)} line(s) to {out}", file=sys.stderr)
-    return 0
+    return write_out(text, out, f"wrote {len(lines)} line(s) to {out}")
 
 
 class ImportRefused(Exception):

@@ -7,33 +7,13 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 import yaml
-from hypothesis import assume, example, given, settings
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
-from strategies import contents, fm_ish, tags_st, times, titles
+from strategies import MEM_MCP, PROPS, contents, fm_ish, tags_st, times, titles
 
 from memvault.clock import format_time
 from memvault.disk import markdown as vault_module
 from memvault.disk.markdown import OWNED_KEYS, PRIORITIES, parse_memory, render_new, rewrite
-
-PROPS = settings(max_examples=150, deadline=None)
-
-
-MEM_MCP = (
-    "---\n"
-    "priority: P1\n"
-    "createdAt: 2026-01-15T12:00:00.000Z\n"
-    "updatedAt: 2026-02-01T08:00:00.000Z\n"
-    "lastAccessedAt: 2026-02-10T10:30:00.000Z\n"
-    "tags: [deploy, postgres]\n"
-    "importance: 0.8\n"
-    "---\n"
-    "# Memory Title\n"
-    "\n"
-    "Memory content here.\n"
-    "\n"
-    "---\n"
-    "*Created: 2026-01-15T12:00:00.000Z*\n"
-)
 
 
 def at(text: str) -> datetime:

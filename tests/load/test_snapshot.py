@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
-from strategies import contents, fm_ish, tags_st, titles
+from strategies import MEM_MCP, PROPS, contents, fm_ish, tags_st, titles
 
 from memvault.disk.markdown import PRIORITIES, Memory, parse_memory, render_new
 from memvault.load.snapshot import (
@@ -22,26 +22,6 @@ from memvault.load.snapshot import (
     to_cache,
 )
 from memvault.search.index import Index
-
-PROPS = settings(max_examples=150, deadline=None)
-
-
-MEM_MCP = (
-    "---\n"
-    "priority: P1\n"
-    "createdAt: 2026-01-15T12:00:00.000Z\n"
-    "updatedAt: 2026-02-01T08:00:00.000Z\n"
-    "lastAccessedAt: 2026-02-10T10:30:00.000Z\n"
-    "tags: [deploy, postgres]\n"
-    "importance: 0.8\n"
-    "---\n"
-    "# Memory Title\n"
-    "\n"
-    "Memory content here.\n"
-    "\n"
-    "---\n"
-    "*Created: 2026-01-15T12:00:00.000Z*\n"
-)
 
 
 def parse(text: str, id: str = "note.md", **kwargs: object) -> object:
