@@ -475,7 +475,7 @@ async def run_memvault(
             for i, unit in enumerate(hay.units):
                 clock.now = unit.created
                 t0 = time.perf_counter()
-                memory, _ = await store.write(f"h{h}", title=unit.title, content=unit.content)
+                memory = (await store.write(f"h{h}", title=unit.title, content=unit.content)).memory
                 writes.append(time.perf_counter() - t0)
                 names[memory.id] = i
             ids.append(names)

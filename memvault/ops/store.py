@@ -223,25 +223,10 @@ class Store:
         priority: str | None = None,
         tags: Sequence[str] | None = None,
         importance: float | None = None,
-    ) -> tuple[Memory, bool]:
-        """Create a memory. Returns (memory, True) when an identical recent write was reused."""
-        written = await self.write_superseding(
-            token, title=title, content=content, priority=priority, tags=tags, importance=importance
-        )
-        return written.memory, written.reused
-
-    async def write_superseding(
-        self,
-        token: str,
-        *,
-        title: str,
-        content: str,
-        priority: str | None = None,
-        tags: Sequence[str] | None = None,
-        importance: float | None = None,
         supersedes: Sequence[str] | None = None,
     ) -> Written:
-        """Create a memory that replaces others: they move to the archive with ``supersededBy``.
+        """Create a memory; with ``supersedes`` it replaces others: they move to the archive with
+        ``supersededBy``.
 
         The new memory lists them under ``supersedes``. P0 memories are never superseded (they
         stay, and ``Written.kept`` says why). Every name is checked before anything is written.

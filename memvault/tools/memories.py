@@ -229,7 +229,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
         ] = None,
     ) -> CallToolResult:
         """Save a new memory as a markdown file; returns its filename. Never overwrites."""
-        written = await store.write_superseding(
+        written = await store.write(
             token_of(ctx),
             title=title,
             content=content,

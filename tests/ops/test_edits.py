@@ -98,7 +98,7 @@ def test_versions_are_kept_per_file_and_the_kept_ones_stay_bounded() -> None:
 async def test_a_stale_version_is_refused_and_the_file_left_as_it_is(make_settings, vault_root: Path) -> None:
     store = Store(make_settings())
     try:
-        memory, _ = await store.write("alice", title="Plan", content="Step one.")
+        memory = (await store.write("alice", title="Plan", content="Step one.")).memory
         seen = version_of(memory)
         path = vault_root / "alice" / memory.id
         path.write_text(path.read_text().replace("Step one.", "Step one, by hand."))  # a person's edit
@@ -118,7 +118,7 @@ async def test_a_stale_version_is_refused_and_the_file_left_as_it_is(make_settin
 async def test_an_update_of_nothing_says_so(make_settings) -> None:
     store = Store(make_settings())
     try:
-        memory, _ = await store.write("alice", title="Plan", content="Step one.")
+        memory = (await store.write("alice", title="Plan", content="Step one.")).memory
         with pytest.raises(InvalidArgument, match="Nothing to change"):
             await store.update("alice", memory.id)
     finally:
@@ -180,8 +180,8 @@ async def test_agents_edit_safely_and_page_through_long_memories(server_factory,
 async def test_a_restored_memory_is_no_longer_listed_as_superseded(make_settings, vault_root: Path) -> None:
     store = Store(make_settings())
     try:
-        old, _ = await store.write("alice", title="Old plan", content="Plan A.")
-        new = await store.write_superseding("alice", title="New plan", content="Plan B.", supersedes=[old.id])
+        old = (await store.write("alice", title="Old plan", content="Plan A.")).memory
+        new = await store.write("alice", title="New plan", content="Plan B.", supersedes=[old.id])
         assert "supersedes:" in (vault_root / "alice" / new.memory.id).read_text()
         restored = await store.restore("alice", old.id)
         await store.delete("alice", restored)

@@ -47,13 +47,15 @@ async def test_unloaded_tokens_leave_almost_nothing_in_memory(make_settings) -> 
 async def test_a_repeated_write_is_still_recognised_after_its_token_was_unloaded(make_settings) -> None:
     store = Store(make_settings(max_loaded_tokens=2))
     try:
-        first, reused = await store.write("alice", title="Plan", content="Ship on Friday.")
+        written = await store.write("alice", title="Plan", content="Ship on Friday.")
+        first, reused = written.memory, written.reused
         assert not reused
         for i in range(3):  # alice is unloaded and forgotten meanwhile
             await store.idle()  # (a token whose access is being recorded is held loaded)
             await store.write(f"other{i}", title="x", content="y")
         assert "alice" not in store.tokens or not store.tokens["alice"].loaded
-        again, reused = await store.write("alice", title="Plan", content="Ship on Friday.")
+        written = await store.write("alice", title="Plan", content="Ship on Friday.")
+        again, reused = written.memory, written.reused
         assert reused and again.id == first.id
     finally:
         await store.close()

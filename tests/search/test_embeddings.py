@@ -221,7 +221,7 @@ async def test_vectors_are_computed_after_a_write_and_recomputed_on_change(
     embedder = Counting()
     store = make_store(settings, embedder)
     try:
-        memory, _ = await store.write("t", title="Deploy", content="Blue/green on Fridays.")
+        memory = (await store.write("t", title="Deploy", content="Blue/green on Fridays.")).memory
         await settle(store)
         rows = stored_vectors(settings.root, "t")
         assert list(rows) == ["deploy.md"]
