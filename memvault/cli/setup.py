@@ -19,12 +19,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from memvault.config import Settings
+from memvault.disk.files import atomic_write
 from memvault.disk.names import valid_token
 
 SERVER_NAME = "memvault"
@@ -117,23 +117,7 @@ def memvault_command() -> list[str]:
 
 def _write(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Atomically, with ``mode``, fsync'd: a crash leaves the old file or the new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)  # the rename itself survives a crash
-    finally:
-        os.close(folder)
+    atomic_write(path, data, mode=mode)
 
 
 def _read_settings(path: Path) -> tuple[bytes | None, dict[str, Any]]:

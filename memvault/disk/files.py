@@ -101,18 +101,23 @@ def _umask() -> int:
 _NEW_FILE_MODE = 0o666 & ~_umask()
 
 
-def atomic_write(path: Path, data: bytes, *, overwrite: bool = True, sync_folder: bool = True) -> None:
+def atomic_write(
+    path: Path, data: bytes, *, overwrite: bool = True, sync_folder: bool = True, mode: int | None = None
+) -> None:
     """Temp file in the same folder, fsync, then replace (or link, to never overwrite), fsync folder.
 
     With ``overwrite=False`` an existing file raises FileExistsError and is left untouched. With
-    ``sync_folder=False`` the caller fsyncs the folder (once for a batch of files).
+    ``sync_folder=False`` the caller fsyncs the folder (once for a batch of files). ``mode`` sets
+    the file's permissions (e.g. 0o600 for a file holding a key); by default an existing file keeps
+    its own and a new one gets the umask's default.
     """
     parent = path.parent
     parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode) if overwrite else _NEW_FILE_MODE
-    except FileNotFoundError:
-        mode = _NEW_FILE_MODE
+    if mode is None:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode) if overwrite else _NEW_FILE_MODE
+        except FileNotFoundError:
+            mode = _NEW_FILE_MODE
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
     try:
         os.fchmod(fd, mode)  # mkstemp makes 0600; keep the file's mode, or the umask's default
