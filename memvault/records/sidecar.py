@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -16,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from memvault.clock import Clock, format_time, require_time, utcnow
+from memvault.disk.files import atomic_write
 from memvault.threads import NeedsThread, held
 
 logger = logging.getLogger(__name__)
@@ -194,16 +194,7 @@ def _write_gitignore(folder: Path) -> None:
     target = folder / ".gitignore"
     if target.exists():
         return
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".memvault-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(GITIGNORE_TEXT)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(target, GITIGNORE_TEXT.encode("utf-8"), mode=0o600)  # mkstemp's mode, as always
 
 
 def _move_aside(db: Path) -> Path:
