@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "migrate":
         return asyncio.run(maintenance.migrate(settings, args.token, args.dry_run))
     if args.command == "reindex":
-        return maintenance.reindex(settings, args.token)
+        return asyncio.run(maintenance.reindex(settings, args.token))
     return 2  # pragma: no cover - argparse requires a command
 
 

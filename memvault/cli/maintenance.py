@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -66,28 +65,25 @@ def check(settings: Settings, token: str | None) -> int:
     return 1 if errors else 0
 
 
-def reindex(settings: Settings, token: str | None) -> int:
-    from memvault.ops.store import Store
+async def reindex(settings: Settings, token: str | None) -> int:
+    async def one(store: Store, name: str) -> list[str]:
+        with Progress(name) as progress:  # the CLI's own loop: nothing else waits on it
+            count = store.reindex(name, progress)
+        return [f"{name}: reindexed {count} memories"]
 
-    tokens = tokens_of(settings, token)
-    if tokens is None:
-        return 2
-    store = Store(settings)
-    try:
-        for name in tokens:
-            with Progress(name) as progress:
-                count = store.reindex(name, progress)
-            print(f"{name}: reindexed {count} memories")
-    finally:
-        asyncio.run(store.close())
-    return 0
+    return await _each_token(settings, token, one, load=False)
 
 
 async def _each_token(
-    settings: Settings, token: str | None, work: Callable[[Store, str], Awaitable[list[str]]]
+    settings: Settings,
+    token: str | None,
+    work: Callable[[Store, str], Awaitable[list[str]]],
+    *,
+    load: bool = True,
 ) -> int:
     """Run an operation of the store on one token or every token, printing what it reports. Each
-    token is loaded first, with a progress bar: a cold load of 100,000 files takes seconds."""
+    token is loaded first (unless ``load`` is false: reindex reads the files itself), with a progress
+    bar: a cold load of 100,000 files takes seconds."""
     from memvault.ops.store import Store
 
     tokens = tokens_of(settings, token)
@@ -96,8 +92,9 @@ async def _each_token(
     store = Store(settings)
     try:
         for name in tokens:
-            with Progress(f"load {name}") as progress:
-                await store.registry.ensure_loaded(store.registry.register(name), progress)
+            if load:
+                with Progress(f"load {name}") as progress:
+                    await store.registry.ensure_loaded(store.registry.register(name), progress)
             for line in await work(store, name):
                 print(line)
     except MemvaultError as exc:

@@ -19,6 +19,7 @@ from memvault.config import Settings
 from memvault.disk import files
 from memvault.disk.markdown import PRIORITIES, Memory, clean_tags
 from memvault.disk.names import check_id, split_key
+from memvault.disk.watcher import Watcher
 from memvault.errors import (
     Conflict,
     InvalidArgument,
@@ -112,6 +113,18 @@ class Store:
         """Outside changes to a loaded token (worker thread; see memvault.registry.reconcile)."""
         state = self.registry.states.get(token)
         return 0 if state is None else reconcile.apply_changes(state, paths, rescan)
+
+    def watcher(self) -> Watcher:
+        """The watcher that brings outside edits of this store's vault to its loaded tokens and
+        announces them (the HTTP server and stdio each start one)."""
+        settings = self.settings
+        return Watcher(
+            settings.root,
+            self.apply_changes,
+            enabled=settings.watch,
+            poll_interval=settings.poll_interval_seconds,
+            announce=self.changes.announce,
+        )
 
     async def state(self, token: str) -> TokenState:
         """The loaded state of a token, not held: for tests and tools that only look. Operations use

@@ -26,7 +26,6 @@ from memvault import __version__
 from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.disk.names import valid_token
-from memvault.disk.watcher import Watcher
 from memvault.errors import InvalidArgument, MemvaultError
 from memvault.logs import OncePer
 from memvault.ops.store import Store
@@ -371,13 +370,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     )
     manager = server.session_manager
     sessions = SessionOwners()
-    watcher = Watcher(
-        settings.root,
-        store.apply_changes,
-        enabled=settings.watch,
-        poll_interval=settings.poll_interval_seconds,
-        announce=store.changes.announce,
-    )
+    watcher = store.watcher()
     started = time.monotonic()
 
     async def healthz(request: Request) -> Response:

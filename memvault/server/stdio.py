@@ -6,7 +6,6 @@ import logging
 
 from memvault import __version__
 from memvault.config import Settings
-from memvault.disk.watcher import Watcher
 from memvault.ops.store import Store
 from memvault.tools import build_server
 from memvault.tools.common import SERVED_TOKEN
@@ -20,13 +19,7 @@ async def serve_stdio(settings: Settings, token: str) -> None:
     serve one vault at once. Logs go to stderr: stdout carries protocol messages only."""
     store = Store(settings)
     server = build_server(store, settings)
-    watcher = Watcher(
-        settings.root,
-        store.apply_changes,
-        enabled=settings.watch,
-        poll_interval=settings.poll_interval_seconds,
-        announce=store.changes.announce,
-    )
+    watcher = store.watcher()
     settings.root.mkdir(parents=True, exist_ok=True)
     SERVED_TOKEN.set(token)  # tasks the server starts copy this context: token_of finds it
     await watcher.start()
