@@ -12,12 +12,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Container
 from pathlib import Path
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -319,7 +320,7 @@ class SseApps:
                 max_request_body_size=self.max_body,
             )
         if not stream:
-            await app(scope, receive, send)
+            await self._message(app, scope, receive, send)
             return
         self.streams[token] = self.streams.get(token, 0) + 1
         answered = complete = False
@@ -352,6 +353,29 @@ class SseApps:
             if not self.streams[token]:
                 del self.streams[token]
                 self.apps.pop(token, None)
+
+    @staticmethod
+    async def _message(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        """A message POSTed for one of the token's sessions, whose client may be going away."""
+        answered = False
+
+        async def sending(message: Message) -> None:
+            nonlocal answered
+            answered = answered or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await app(scope, receive, sending)
+        except ClientDisconnect:
+            # Its client went away before the whole message arrived: no one is left to answer.
+            pass
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            # The SDK answers 202, then hands the message to its session. A session whose stream
+            # ended (its client went away) keeps its closed inbox registered while it winds down,
+            # and a message that meets it there cannot be handed over: uvicorn logged a traceback
+            # per such message. Its sender has its answer, and no one is left to read a reply.
+            if not answered:
+                raise
 
 
 def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool = False) -> Starlette:

@@ -73,6 +73,44 @@ def test_the_hash_embedders_word_cache_is_bounded_by_bytes() -> None:
     assert kept < 3_000_000, kept
 
 
+def test_texts_of_one_huge_word_each_leave_the_hash_embedder_holding_less_than_their_letters() -> None:
+    # Issue 35: each memory that was one huge word left the word's features, which grow with its
+    # length, in the embedder's cache. The default embedder, as the server builds it.
+    texts = [word(99_000, seed) for seed in range(12)]
+    embedder = HashEmbedder()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for text in texts:
+            embedder.embed([text])
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < sum(map(len, texts)), kept
+
+
+async def test_recalls_with_a_huge_new_word_leave_the_server_holding_less_than_the_word(
+    server_factory: Callable[..., Any],
+) -> None:
+    # Issue 35: each recall with a new huge word left that word's features in the embedder's cache.
+    first, *queries = [word(300_000, seed) for seed in range(4)]
+    async with server_factory(embedder="hash") as srv, srv.session("alice") as s:
+        await srv.call(s, "write_memory", title="Harbour", content="The harbour opens at dawn.")
+        await srv.call(s, "recall", query="harbour")  # the vault loaded, the embedder built
+        tracemalloc.start()
+        try:
+            # The server holds on to its last request's body while the next one comes: the first
+            # huge query sets that, and its successors each take its place.
+            await srv.call(s, "recall", query=first)
+            before = tracemalloc.get_traced_memory()[0]
+            for query in queries:
+                await srv.call(s, "recall", query=query)
+            kept = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+    assert kept < len(first), kept
+
+
 async def test_mueller_and_koeln_find_mueller_and_koeln_with_umlauts(make_settings) -> None:
     store = Store(make_settings())
     try:

@@ -1,12 +1,15 @@
-"""Legacy SSE streams that end (closed by their client, or by a Ctrl-C): never a traceback in the log."""
+"""Legacy SSE streams that end (closed by their client, or by a Ctrl-C), and messages on their way to
+them: never a traceback in the log."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -17,6 +20,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from anyio.abc import SocketAttribute, SocketStream
 from conftest import free_port, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -62,6 +66,91 @@ async def test_closed_sse_streams_log_no_traceback(server_factory: Callable[...,
     problems = [r for r in records if r.levelno >= logging.WARNING or r.exc_info]
     assert len(problems) <= 30, [r.getMessage() for r in problems[:3]]
     assert not [r for r in records if r.exc_info], [r.getMessage() for r in records if r.exc_info][:3]
+
+
+PING = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+
+
+async def open_stream(port: int, token: str) -> tuple[SocketStream, str]:
+    """A legacy SSE stream on a raw socket, and the session id its endpoint event names."""
+    stream = await anyio.connect_tcp("127.0.0.1", port)
+    await stream.send(f"GET /mcp/{token}/sse HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    received = b""
+    while not (found := re.search(rb"session_id=([0-9a-f]{32})", received)):
+        received += await stream.receive()
+    return stream, found[1].decode()
+
+
+def message(port: int, token: str, session: str, body: bytes, length: int | None = None) -> bytes:
+    """A POST of ``body`` to a session; a ``length`` above the body's announces a message cut short."""
+    head = (
+        f"POST /mcp/{token}/messages/?session_id={session} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body) if length is None else length}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def post(port: int, request: bytes) -> int:
+    """Send one request on its own connection; its answer's status."""
+    async with await anyio.connect_tcp("127.0.0.1", port) as conn:
+        await conn.send(request)
+        reply = b""
+        while b"\r\n" not in reply:
+            reply += await conn.receive()
+    return int(reply.split()[1])
+
+
+def reset(stream: SocketStream) -> None:
+    """Make the next close a reset (RST), as a killed client or a dropped network does."""
+    sock = stream.extra(SocketAttribute.raw_socket)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+async def test_messages_to_a_stream_its_client_closed_log_no_traceback(
+    server_factory: Callable[..., Any],
+) -> None:
+    async def close_while_posting(port: int, i: int) -> None:
+        token = f"agent{i % 3}"
+        stream, session = await open_stream(port, token)
+        if i % 2:
+            reset(stream)
+        await stream.aclose()
+        # Its messages are still on their way: sent until the server no longer knows the session.
+        while await post(port, message(port, token, session, PING)) == 202:
+            pass
+
+    async with server_factory() as srv:
+        port = srv.settings.port
+        with server_log() as records:
+            async with anyio.create_task_group() as group:
+                for i in range(20):
+                    group.start_soon(close_while_posting, port, i)
+            await wait_for(lambda: not srv.app.state.sse_apps.streams, timeout=10)
+    tracebacks = [r for r in records if r.exc_info]
+    assert not tracebacks, [r.getMessage() for r in tracebacks[:3]]
+    assert len([r for r in records if r.levelno >= logging.WARNING]) <= 20
+
+
+async def test_a_message_whose_client_goes_away_midway_logs_no_traceback(
+    server_factory: Callable[..., Any],
+) -> None:
+    async with server_factory() as srv:
+        port = srv.settings.port
+        with server_log() as records:
+            stream, session = await open_stream(port, "agent")
+            for i in range(10):
+                conn = await anyio.connect_tcp("127.0.0.1", port)
+                await conn.send(message(port, "agent", session, PING[:10], length=len(PING)))
+                if i % 2:
+                    reset(conn)
+                await conn.aclose()
+            # Its session still stands, so each message cut short got as far as reading its body.
+            assert await post(port, message(port, "agent", session, PING)) == 202
+            await stream.aclose()
+            await wait_for(lambda: not srv.app.state.sse_apps.streams, timeout=10)
+    tracebacks = [r for r in records if r.exc_info]
+    assert not tracebacks, [r.getMessage() for r in tracebacks[:3]]
+    assert len([r for r in records if r.levelno >= logging.WARNING]) <= 10
 
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
