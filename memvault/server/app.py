@@ -182,6 +182,37 @@ class BearerAuth:
         await self.app({**scope, "path_params": params, "state": state}, receive, send)
 
 
+async def _whole_body(scope: Scope, receive: Receive, send: Send, limit: int) -> Receive | None:
+    """Read a POST's body before the SDK does, and hand it the body from memory; None when the
+    request is over: its client went away before the body arrived (the SDK logged an 11-line
+    traceback for each such request), or the body grew past ``limit`` (answered 413 here)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            log.debug("a request's client went away before its body arrived")
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            await _error(413, f"Request body too large (limit {limit:,} bytes).")(scope, receive, send)
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    body: Message | None = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+    async def replay() -> Message:
+        nonlocal body
+        if body is None:
+            return await receive()  # after the body: the client's disconnect, when it comes
+        message, body = body, None
+        return message
+
+    return replay
+
+
 class TokenGuard:
     """In front of every /mcp/{token} route: token rules, allowlist, body cap, session binding.
 
@@ -236,11 +267,17 @@ class TokenGuard:
                 return
         if self.warm is not None and scope.get("method") != "DELETE":  # an ending session needs no load
             self.warm(token)
-        # A chunked body past the cap is answered 413 by the SDK's RequestBodyLimitMiddleware (both
-        # transports get the same limit in create_app); cutting the stream here turned it into a 500.
+        # A legacy SSE message's chunked body past the cap is answered 413 by the SDK's
+        # RequestBodyLimitMiddleware (create_app gives it the same limit); a streamable HTTP body is
+        # read whole below (_whole_body), which answers 413 itself.
         if self.sessions is None:
             await self.app(scope, receive, send)
             return
+        if scope.get("method") == "POST":
+            whole = await _whole_body(scope, receive, send, limit)
+            if whole is None:
+                return
+            receive = whole
         client = (scope.get("client") or ("", 0))[0]
         if session is None and scope.get("method") == "POST":
             await self._make_room(token, client)

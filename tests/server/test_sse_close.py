@@ -1,5 +1,5 @@
-"""Legacy SSE streams that end (closed by their client, or by a Ctrl-C), and messages on their way to
-them: never a traceback in the log."""
+"""Clients that go away: legacy SSE streams that end (closed by their client, or by a Ctrl-C),
+messages on their way to them, POSTs cut short on either transport: never a traceback in the log."""
 
 from __future__ import annotations
 
@@ -199,3 +199,39 @@ def _connected(port: int) -> socket.socket | None:
         return sock
     sock.close()
     return None
+
+
+INITIALIZE = (
+    b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",'
+    b' "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}'
+)
+
+
+async def test_a_streamable_http_post_whose_client_goes_away_midway_logs_no_traceback(
+    server_factory: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The same for the streamable HTTP transport: the SDK logged "Error handling POST request" with
+    # its traceback for each POST whose body never arrived whole.
+    caplog.set_level(logging.DEBUG, logger="memvault")  # where a quiet end is noted
+    async with server_factory() as srv:
+        port = srv.settings.port
+        head = (
+            f"POST /mcp/agent HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\nContent-Length: {len(INITIALIZE)}\r\n\r\n"
+        ).encode()
+        with server_log() as records:
+            for i in range(10):
+                conn = await anyio.connect_tcp("127.0.0.1", port)
+                await conn.send(head + INITIALIZE[:20])
+                if i % 2:
+                    reset(conn)
+                await conn.aclose()
+
+            def ended() -> int:  # requests the server has seen end, quietly or not
+                return len([r for r in records if "went away" in r.getMessage() or r.exc_info])
+
+            await wait_for(lambda: ended() >= 10, timeout=10)
+            # A whole request still works, and is answered as before.
+            assert await post(port, head + INITIALIZE) == 200
+    tracebacks = [r for r in records if r.exc_info]
+    assert not tracebacks, [r.getMessage() for r in tracebacks[:3]]
