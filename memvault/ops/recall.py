@@ -14,7 +14,9 @@ How a memory is scored for a query, and why:
    (creation order, within an hour). A note like "I whipped up a chocolate swirl" only means
    something next to "What flavour did you make?", so each memory gets a share of its
    neighbours' lexical score (``CONTEXT``), small enough that a neighbour never outranks the
-   memory holding the words.
+   memory holding the words. A long memory stands on its own: past ``CONTEXT_WORDS`` words its
+   share shrinks in proportion (a long reply beside the turn that holds the answer would
+   otherwise borrow the answer's words and, matching many words of its own, outrank it).
 4. Vectors: cosine with the query's embedding (the default embedder is WordLlama's static token
    table), divided by the best cosine, added with weight ``VECTOR_WEIGHT``. Scores are summed
    rather than ranks (reciprocal rank fusion), which lost on both benchmarks.
@@ -63,11 +65,12 @@ from memvault.threads import MAX_ROWS, NeedsThread, look
 if TYPE_CHECKING:
     from memvault.ops.store import Store
     from memvault.ops.sweeps import Evicted
-    from memvault.registry.state import TokenState
+    from memvault.registry.state import Reading, TokenState
 
 # --- ranking constants (chosen by cross-validation over LoCoMo and LongMemEval; bench/recall_cv.py) ---
 CONTEXT = (0.3, 0.15)  # share of the lexical score of the neighbour 1, 2 places away
 CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
+CONTEXT_WORDS = 60.0  # a memory of more words borrows (this / its words) of CONTEXT: it stands on its own
 VECTOR_WEIGHT = 1.0
 SPAN_BOOST = 0.5  # x(1 + this) for a memory created in the span the query's time words name
 # The ranking features below were not shown to help on both benchmarks (see the module docstring);
@@ -104,6 +107,7 @@ class Weights:
     touching module state (bench/recall_cv.py chooses the defaults by cross-validation)."""
 
     context: tuple[float, ...] = CONTEXT  # at most len(CONTEXT) places (the layout's depth)
+    context_words: float = CONTEXT_WORDS  # longer memories borrow less context (0: all alike)
     vector: float = VECTOR_WEIGHT
     topic: float = TOPIC_WEIGHT
     title: float = TITLE_BOOST
@@ -142,13 +146,18 @@ def fuse(
     *,
     topic: FloatArray | None = None,
     context: Sequence[float] | None = None,
+    lengths: FloatArray | None = None,
+    context_words: float | None = None,
     vector_weight: float | None = None,
     topic_weight: float | None = None,
     vector_floor: float = 0.0,
 ) -> FloatArray:
     """Relevance of every row: normalised lexical score read in context, plus normalised cosines
-    with the query's embedding (those below ``vector_floor`` count as 0) and with its topics."""
+    with the query's embedding (those below ``vector_floor`` count as 0) and with its topics.
+    ``lengths``: each row's words (0 if not known); a row of more than ``context_words`` words gets
+    that share of its context."""
     context = CONTEXT if context is None else context
+    context_words = CONTEXT_WORDS if context_words is None else context_words
     vector_weight = VECTOR_WEIGHT if vector_weight is None else vector_weight
     topic_weight = TOPIC_WEIGHT if topic_weight is None else topic_weight
     score = np.zeros(where.n, dtype=np.float64)
@@ -156,8 +165,12 @@ def fuse(
     if top > 0:
         lx = np.append(lexical / top, 0.0)  # index n is "no neighbour"
         score += lx[:-1]
+        read = np.zeros(where.n, dtype=np.float64)
         for weight, prev, nxt in zip(context, where.before, where.after, strict=False):
-            score += weight * (lx[prev] + lx[nxt])
+            read += weight * (lx[prev] + lx[nxt])
+        if lengths is not None and context_words > 0:
+            read *= np.minimum(1.0, context_words / np.maximum(lengths, context_words))
+        score += read
     if vector is not None and eligible.any():
         best = float(vector[eligible].max())
         if best > 0 and best >= vector_floor:
@@ -430,6 +443,11 @@ class Recaller:
                         eligible[row] = False
                     elif tags and not {t.casefold() for t in tags} <= {t.casefold() for t in memory.tags}:
                         eligible[row] = False
+            lengths = (
+                self._lengths(reading, view, where, lexical, len(weights.context))
+                if weights.context_words > 0 and any(weights.context)
+                else None
+            )
         vector = None
         model = None
         if view.matrix is not None and embedder is not None and embedder.name == view.name:
@@ -445,6 +463,8 @@ class Recaller:
             where,
             topic=topic,
             context=weights.context,
+            lengths=lengths,
+            context_words=weights.context_words,
             vector_weight=weights.vector,
             topic_weight=weights.topic,
             vector_floor=VECTOR_FLOOR if isinstance(embedder, HashEmbedder) else 0.0,
@@ -507,6 +527,22 @@ class Recaller:
             if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
                 results.append(Recalled(memory, max(value, 0.0), snippet(memory.content, terms)))
         return self._record(state, Recall(results, model, matched, worded))
+
+    @staticmethod
+    def _lengths(
+        reading: Reading, view: VectorView, where: Layout, lexical: FloatArray, depth: int
+    ) -> FloatArray:
+        """The words of each row that borrows context (a neighbour of a lexical hit); 0 for the rest."""
+        hits = np.flatnonzero(lexical > 0)
+        n = where.n
+        rows = np.unique(
+            np.concatenate([side[hits] for side in (*where.before[:depth], *where.after[:depth])])
+        )
+        rows = rows[rows < n]
+        lengths = np.zeros(n, dtype=np.float64)
+        if rows.size:
+            lengths[rows] = reading.lengths([view.keys[r] or "" for r in rows.tolist()])
+        return lengths
 
     def _rerank(
         self, reranker: Reranker, query: str, memories: dict[int, Memory], weighted: FloatArray

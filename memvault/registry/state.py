@@ -69,6 +69,16 @@ class Reading(held):
         """The ids a search finds, best first, and their scores (Index.scores)."""
         return self._state.area(archived).index.scores(query, limit=limit, every=every)
 
+    def lengths(self, path_keys: Sequence[str]) -> npt.NDArray[np.float32]:
+        """The body length in terms of each memory (ids relative to the token folder; 0 if unknown)."""
+        out = np.zeros(len(path_keys), dtype=np.float32)
+        split = [split_key(k) for k in path_keys]
+        for archived in (False, True):
+            at = [i for i, (_, arch) in enumerate(split) if arch is archived]
+            if at:
+                out[at] = self._state.area(archived).index.lengths([split[i][0] for i in at])
+        return out
+
     def memory(self, path_key: str) -> Memory | None:
         """The memory with this id relative to the token folder (``archive/...`` for archived)."""
         id, archived = split_key(path_key)

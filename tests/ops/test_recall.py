@@ -170,6 +170,28 @@ async def test_a_terse_memory_is_found_through_its_neighbours(make_settings: Cal
         await store.close()
 
 
+async def test_a_long_memory_stands_on_its_own_beside_a_hit(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(), Synonyms(), clock=clock)
+    filler = " ".join(f"word{i}" for i in range(200))
+    try:
+        # Two exchanges days apart, the same question each time: after one a terse answer, after
+        # the other (written later, so it is the more recent) a long reply about something else.
+        for question, after in (
+            ("Which flavour of ice cream did you make?", ("Answer", "Chocolate and vanilla swirl.")),
+            ("Which flavour of ice cream did you bake?", ("Reply", f"Here is a long list: {filler}.")),
+        ):
+            await store.write("chat", title="Question", content=question)
+            clock.now += timedelta(seconds=5)
+            await store.write("chat", title=after[0], content=after[1])
+            clock.now += timedelta(days=3)
+        await settle(store)
+        found = names(await recaller.recall("chat", "flavour ice cream"))
+        assert found.index("answer.md") < found.index("reply.md")
+    finally:
+        await store.close()
+
+
 def test_neighbours_stay_within_an_hour_of_each_other():
     keys: list[str | None] = ["a", "b", "c", None, "d"]
     created = np.array([0.0, 10.0, 4000.0, np.nan, 20.0])
