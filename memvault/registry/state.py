@@ -71,12 +71,13 @@ class Reading(held):
 
     def lengths(self, path_keys: Sequence[str]) -> npt.NDArray[np.float32]:
         """The body length in terms of each memory (ids relative to the token folder; 0 if unknown)."""
-        out = np.zeros(len(path_keys), dtype=np.float32)
-        split = [split_key(k) for k in path_keys]
-        for archived in (False, True):
-            at = [i for i, (_, arch) in enumerate(split) if arch is archived]
-            if at:
-                out[at] = self._state.area(archived).index.lengths([split[i][0] for i in at])
+        archived = (
+            [i for i, k in enumerate(path_keys) if split_key(k)[1]] if self._state.archive.index else []
+        )
+        if not archived:  # mostly: recall leaves the archive out
+            return self._state.hot.index.lengths(path_keys)
+        out = self._state.hot.index.lengths(path_keys)  # 0 for the archived ones...
+        out[archived] = self._state.archive.index.lengths([split_key(path_keys[i])[0] for i in archived])
         return out
 
     def memory(self, path_key: str) -> Memory | None:

@@ -756,6 +756,28 @@ async def test_a_question_that_gathers_spreads_its_results_over_the_conversation
         await store.close()
 
 
+async def test_the_last_results_spread_over_the_conversations(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(), Synonyms(), clock=clock)
+    try:
+        # One matching note in an old conversation, then a conversation of a dozen notes matching
+        # the same words as well (and more recent): a list of ten holds a reply from the old one.
+        await store.write("chat", title="Old", content="The book, part 99.")
+        clock.now += timedelta(days=3)
+        for i in range(12):
+            await store.write("chat", title=f"Turn {i}", content=f"The book, part {i}.")
+            clock.now += timedelta(seconds=5)
+        await settle(store)
+        alone = recaller.weights.replace(context=(0.0, 0.0))  # each note by its own words
+        found = names(await recaller.recall("chat", "book", limit=10, weights=alone))
+        assert "old.md" in found
+        assert found[0].startswith("turn-")
+        unspread = alone.replace(neighbour=0.0)
+        assert "old.md" not in names(await recaller.recall("chat", "book", limit=10, weights=unspread))
+    finally:
+        await store.close()
+
+
 # ---------------------------------------------------------------------------- topics between refits
 
 
