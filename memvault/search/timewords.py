@@ -5,7 +5,11 @@ not a word to look for (it would match a date such as ``2023/03/10`` or a time s
 :func:`read_time` finds one such phrase ("N days/weeks/months/years ago", "yesterday", "last
 week/month/year/weekend", "last Saturday", "in May"), turns it into a span of POSIX seconds around
 the moment it names, generous because people round ("a week ago" may be nine days), and returns the
-query with the phrase taken out. Pure functions of the query and ``now``.
+query with the phrase taken out. A date said outright ("on 16 June, 2023", "October 13",
+"2023-05-20", "in July 2023") comes first: it names the day or month itself, whatever relative
+words go with it ("last Friday on 23 January" was said on the 23rd), and its words stay in the
+query, since a note may name the same date ("Standup, 16 June 2023: ..."). Pure functions of the
+query and ``now``.
 """
 
 from __future__ import annotations
@@ -77,14 +81,14 @@ _LAST_SPANS = {
 class TimeWords:
     start: float  # POSIX seconds, inclusive
     end: float
-    rest: str  # the query without the phrase
+    rest: str  # the words to search: the query without a relative phrase (an outright date stays)
 
 
 def read_time(query: str, now: datetime) -> TimeWords | None:
     """The span the first time phrase of ``query`` names, relative to ``now``, or None."""
     said = _date(query, now)
-    if said is not None:
-        return said
+    if said is not None:  # "16 June, 2023" is also words a note may hold: they stay searched
+        return TimeWords(said.start, said.end, query)
     found = _AGO.search(query)
     if found:
         amount = found.group(1).lower()
