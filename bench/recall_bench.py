@@ -443,12 +443,14 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
 
     def grid() -> dict[str, Any]:
         return {
-            f"vector {v:g}, context {c[0]:g}/{c[1]:g}, span {t:g}": DEFAULT_WEIGHTS.replace(
-                vector=v, context=c, span=t
+            f"vector {v:g}, context {c[0]:g}/{c[1]:g} up to {w:g} words, span {t:g}, neighbour {nb:g}": (
+                DEFAULT_WEIGHTS.replace(vector=v, context=c, context_words=w, span=t, neighbour=nb)
             )
-            for v in (0.5, 0.75, 1.0, 1.25, 1.5)
-            for c in ((0.0, 0.0), (0.3, 0.15), (0.5, 0.25))
-            for t in (0.0, 0.5)
+            for v in (0.75, 1.0)
+            for c in ((0.3, 0.15), (0.5, 0.25))
+            for w in (0.0, 60.0)
+            for t in (0.5, 1.0)
+            for nb in (0.0, 0.2)
         }
 
     return store, recall, grid

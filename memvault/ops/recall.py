@@ -5,8 +5,9 @@ those arrays from a token's index, vectors and sidecar and turns the result into
 
 How a memory is scored for a query, and why:
 
-1. Time words ("10 days ago", "last Saturday", "in May"; memvault.search.timewords) name a span of
-   creation times; they are taken out of the words searched (the 10 would match a date).
+1. Time words ("10 days ago", "last Saturday", "in May", "on 16 June, 2023";
+   memvault.search.timewords) name a span of creation times; they are taken out of the words
+   searched (the 10 would match a date).
 2. Lexical: plain BM25 from the token's index over every memory holding a query word
    (``Index.scores(every=False)``: no title boost, memories matching some words not left out),
    divided by the best score.
@@ -14,20 +15,27 @@ How a memory is scored for a query, and why:
    (creation order, within an hour). A note like "I whipped up a chocolate swirl" only means
    something next to "What flavour did you make?", so each memory gets a share of its
    neighbours' lexical score (``CONTEXT``), small enough that a neighbour never outranks the
-   memory holding the words.
+   memory holding the words. A long memory stands on its own: past ``CONTEXT_WORDS`` words its
+   share shrinks in proportion (a long reply beside the turn that holds the answer would
+   otherwise borrow the answer's words and, matching many words of its own, outrank it).
 4. Vectors: cosine with the query's embedding (the default embedder is WordLlama's static token
    table), divided by the best cosine, added with weight ``VECTOR_WEIGHT``. Scores are summed
    rather than ranks (reciprocal rank fusion), which lost on both benchmarks.
 5. A memory created in the span of step 1 scores ``SPAN_BOOST`` more; importance, recency of
    access and priority multiply the score by small factors, so they order near-ties.
 6. Reranking (optional, memvault.search.rerankers): a cross-encoder's view of the best candidates is added.
-7. Floor: a result below ``Weights.floor`` of the best is left out (MEMVAULT_RECALL_FLOOR).
+7. Spread: the first ``NEIGHBOUR_AFTER`` of the list is picked by score alone; each later pick
+   loses ``NEIGHBOUR_PENALTY`` times its closeness to a result already picked in the same thread
+   (memories written within an hour of each other), so the end of the list reaches other
+   conversations: a question whose answer is spread over several ("How many classes do I
+   attend?") finds more of them, while the best matches, often neighbours, stay first.
+8. Floor: a result below ``Weights.floor`` of the best is left out (MEMVAULT_RECALL_FLOOR).
 
 The weights were chosen by cross-validation over LoCoMo and LongMemEval, each loaded one memory
 per turn and one per session (bench/recall_bench.py --grid, bench/recall_cv.py --package).
 Cross-validation of a prototype (bench/recall_cv.py) chose no title bonus and no repeat penalty;
-the topic model, the bonus of "when" questions and the neighbour and spread penalties were not
-shown to help on both benchmarks (the ranking that had them scored below plain BM25 on
+the topic model, the bonus of "when" questions and the spread penalty of questions that gather
+were not shown to help on both benchmarks (the ranking that had them scored below plain BM25 on
 LongMemEval), so their weights default to 0; the code stays for callers that ask for them
 (``Weights``). bench/RESULTS.md has the held-back figures.
 """
@@ -63,13 +71,17 @@ from memvault.threads import MAX_ROWS, NeedsThread, look
 if TYPE_CHECKING:
     from memvault.ops.store import Store
     from memvault.ops.sweeps import Evicted
-    from memvault.registry.state import TokenState
+    from memvault.registry.state import Reading, TokenState
 
 # --- ranking constants (chosen by cross-validation over LoCoMo and LongMemEval; bench/recall_cv.py) ---
-CONTEXT = (0.3, 0.15)  # share of the lexical score of the neighbour 1, 2 places away
+CONTEXT = (0.5, 0.25)  # share of the lexical score of the neighbour 1, 2 places away
 CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
-VECTOR_WEIGHT = 1.0
-SPAN_BOOST = 0.5  # x(1 + this) for a memory created in the span the query's time words name
+CONTEXT_WORDS = 60.0  # a memory of more words borrows (this / its words) of CONTEXT: it stands on its own
+VECTOR_WEIGHT = 0.75
+SPAN_BOOST = 1.0  # x(1 + this) for a memory created in the span the query's time words name
+NEIGHBOUR_PENALTY = 0.2  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked...
+NEIGHBOUR_SCALE = 10.0
+NEIGHBOUR_AFTER = 0.7  # ...once this share of the limit is picked by relevance alone
 # The ranking features below were not shown to help on both benchmarks (see the module docstring);
 # their weights default to 0 (off) and stay for callers that ask for them.
 TOPIC_WEIGHT = 0.0  # the vault's own topic model (memvault.search.topics)
@@ -85,8 +97,6 @@ RECENCY_WEIGHT = 0.1  # x1.1 just accessed, halving every RECENCY_HALF_LIFE_DAYS
 RECENCY_HALF_LIFE_DAYS = 30.0
 PRIORITY_FACTOR = {"P0": 1.1, "P1": 1.05, "P2": 1.0}
 REPEAT_PENALTY = 0.0  # times the best cosine with a result already picked
-NEIGHBOUR_PENALTY = 0.0  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked
-NEIGHBOUR_SCALE = 10.0
 SPREAD = 0.0  # added to NEIGHBOUR_PENALTY for a question that asks for several things
 POOL = 40  # candidates considered for diversity (at least 4 x limit)
 LEXICAL_LIMIT = 500  # lexical hits scored per query (the rest score too little to matter)
@@ -104,11 +114,13 @@ class Weights:
     touching module state (bench/recall_cv.py chooses the defaults by cross-validation)."""
 
     context: tuple[float, ...] = CONTEXT  # at most len(CONTEXT) places (the layout's depth)
+    context_words: float = CONTEXT_WORDS  # longer memories borrow less context (0: all alike)
     vector: float = VECTOR_WEIGHT
     topic: float = TOPIC_WEIGHT
     title: float = TITLE_BOOST
     repeat: float = REPEAT_PENALTY
     neighbour: float = NEIGHBOUR_PENALTY
+    neighbour_after: float = NEIGHBOUR_AFTER  # the share of the limit picked before the penalty applies
     floor: float = FLOOR  # relevance floor: a share of the best result's score
     when: float = WHEN_BOOST  # a "when ..." question, a memory that says when (yesterday, last week)
     spread: float = SPREAD  # added to the neighbour penalty when the question asks for several things
@@ -142,13 +154,18 @@ def fuse(
     *,
     topic: FloatArray | None = None,
     context: Sequence[float] | None = None,
+    lengths: FloatArray | None = None,
+    context_words: float | None = None,
     vector_weight: float | None = None,
     topic_weight: float | None = None,
     vector_floor: float = 0.0,
 ) -> FloatArray:
     """Relevance of every row: normalised lexical score read in context, plus normalised cosines
-    with the query's embedding (those below ``vector_floor`` count as 0) and with its topics."""
+    with the query's embedding (those below ``vector_floor`` count as 0) and with its topics.
+    ``lengths``: each row's words (0 if not known); a row of more than ``context_words`` words gets
+    that share of its context."""
     context = CONTEXT if context is None else context
+    context_words = CONTEXT_WORDS if context_words is None else context_words
     vector_weight = VECTOR_WEIGHT if vector_weight is None else vector_weight
     topic_weight = TOPIC_WEIGHT if topic_weight is None else topic_weight
     score = np.zeros(where.n, dtype=np.float64)
@@ -156,8 +173,12 @@ def fuse(
     if top > 0:
         lx = np.append(lexical / top, 0.0)  # index n is "no neighbour"
         score += lx[:-1]
+        read = np.zeros(where.n, dtype=np.float64)
         for weight, prev, nxt in zip(context, where.before, where.after, strict=False):
-            score += weight * (lx[prev] + lx[nxt])
+            read += weight * (lx[prev] + lx[nxt])
+        if lengths is not None and context_words > 0:
+            read *= np.minimum(1.0, context_words / np.maximum(lengths, context_words))
+        score += read
     if vector is not None and eligible.any():
         best = float(vector[eligible].max())
         if best > 0 and best >= vector_floor:
@@ -204,11 +225,13 @@ def diversify(
     repeat_penalty: float | None = None,
     neighbour_penalty: float | None = None,
     scale: float | None = None,
+    free: int = 0,
 ) -> list[tuple[int, float, float]]:
-    """Pick ``limit`` rows greedily: best score, less what repeats a row already picked. Returns each
-    row with the value that picked it (a share of the best score, less its penalties then) and its
-    relevance (the share of the best score alone). The values never rise down the list: penalties
-    only grow, so what is left only loses value."""
+    """Pick ``limit`` rows greedily: best score, less what repeats a row already picked (the first
+    ``free`` picks by score alone, then the neighbour penalty too). Returns each row with the value
+    that picked it (a share of the best score, less its penalties then) and its relevance (the share
+    of the best score alone). The values never rise down the list: penalties only grow, so what is
+    left only loses value."""
     repeat_penalty = REPEAT_PENALTY if repeat_penalty is None else repeat_penalty
     neighbour_penalty = NEIGHBOUR_PENALTY if neighbour_penalty is None else neighbour_penalty
     scale = NEIGHBOUR_SCALE if scale is None else scale
@@ -231,8 +254,10 @@ def diversify(
     near = np.zeros(len(left))
     taken = np.zeros(len(left))  # -inf once picked
     picked: list[tuple[int, float, float]] = []
-    for _ in range(min(limit, len(left))):
-        value = rel - repeat_penalty * repeat - neighbour_penalty * near + taken
+    for k in range(min(limit, len(left))):
+        value = rel - repeat_penalty * repeat + taken
+        if k >= free:
+            value -= neighbour_penalty * near
         i = int(np.argmax(value))
         picked.append((left[i], float(value[i]), float(rel[i])))
         taken[i] = -np.inf
@@ -430,6 +455,11 @@ class Recaller:
                         eligible[row] = False
                     elif tags and not {t.casefold() for t in tags} <= {t.casefold() for t in memory.tags}:
                         eligible[row] = False
+            lengths = (
+                self._lengths(reading, view, where, lexical, len(weights.context))
+                if weights.context_words > 0 and any(weights.context)
+                else None
+            )
         vector = None
         model = None
         if view.matrix is not None and embedder is not None and embedder.name == view.name:
@@ -445,6 +475,8 @@ class Recaller:
             where,
             topic=topic,
             context=weights.context,
+            lengths=lengths,
+            context_words=weights.context_words,
             vector_weight=weights.vector,
             topic_weight=weights.topic,
             vector_floor=VECTOR_FLOOR if isinstance(embedder, HashEmbedder) else 0.0,
@@ -498,6 +530,7 @@ class Recaller:
             view.vectors if model else None,
             repeat_penalty=weights.repeat,
             neighbour_penalty=weights.neighbour + (weights.spread if asks_for_several(query) else 0.0),
+            free=int(weights.neighbour_after * limit),
         )
         results = []
         for row, value, _ in picked:
@@ -507,6 +540,22 @@ class Recaller:
             if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
                 results.append(Recalled(memory, max(value, 0.0), snippet(memory.content, terms)))
         return self._record(state, Recall(results, model, matched, worded))
+
+    @staticmethod
+    def _lengths(
+        reading: Reading, view: VectorView, where: Layout, lexical: FloatArray, depth: int
+    ) -> FloatArray:
+        """The words of each row that borrows context (a neighbour of a lexical hit); 0 for the rest."""
+        hits = np.flatnonzero(lexical > 0)
+        n = where.n
+        rows = np.unique(
+            np.concatenate([side[hits] for side in (*where.before[:depth], *where.after[:depth])])
+        )
+        rows = rows[rows < n]
+        lengths = np.zeros(n, dtype=np.float64)
+        if rows.size:
+            lengths[rows] = reading.lengths([view.keys[r] or "" for r in rows.tolist()])
+        return lengths
 
     def _rerank(
         self, reranker: Reranker, query: str, memories: dict[int, Memory], weighted: FloatArray

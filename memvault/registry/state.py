@@ -69,6 +69,17 @@ class Reading(held):
         """The ids a search finds, best first, and their scores (Index.scores)."""
         return self._state.area(archived).index.scores(query, limit=limit, every=every)
 
+    def lengths(self, path_keys: Sequence[str]) -> npt.NDArray[np.float32]:
+        """The body length in terms of each memory (ids relative to the token folder; 0 if unknown)."""
+        archived = (
+            [i for i, k in enumerate(path_keys) if split_key(k)[1]] if self._state.archive.index else []
+        )
+        if not archived:  # mostly: recall leaves the archive out
+            return self._state.hot.index.lengths(path_keys)
+        out = self._state.hot.index.lengths(path_keys)  # 0 for the archived ones...
+        out[archived] = self._state.archive.index.lengths([split_key(path_keys[i])[0] for i in archived])
+        return out
+
     def memory(self, path_key: str) -> Memory | None:
         """The memory with this id relative to the token folder (``archive/...`` for archived)."""
         id, archived = split_key(path_key)

@@ -131,6 +131,12 @@ class Index:
         """Ids of all indexed memories, in the order they were first added."""
         return list(self._docno)
 
+    def lengths(self, ids: Sequence[str]) -> _FloatArray:
+        """The body length in terms of each of ``ids`` (0 for an id not indexed)."""
+        docno = self._docno.get
+        nos = np.fromiter((docno(id, -1) for id in ids), dtype=np.intp, count=len(ids))
+        return np.where(nos >= 0, self._dl[nos], np.float32(0.0))
+
     def upsert(self, id: str, *, title: str, body: str, tags: Sequence[str] = ()) -> None:
         """Add the memory ``id``, or replace everything indexed for it."""
         if isinstance(tags, str):

@@ -5,7 +5,11 @@ not a word to look for (it would match a date such as ``2023/03/10`` or a time s
 :func:`read_time` finds one such phrase ("N days/weeks/months/years ago", "yesterday", "last
 week/month/year/weekend", "last Saturday", "in May"), turns it into a span of POSIX seconds around
 the moment it names, generous because people round ("a week ago" may be nine days), and returns the
-query with the phrase taken out. Pure functions of the query and ``now``.
+query with the phrase taken out. A date said outright ("on 16 June, 2023", "October 13",
+"2023-05-20", "in July 2023") comes first: it names the day or month itself, whatever relative
+words go with it ("last Friday on 23 January" was said on the 23rd), and its words stay in the
+query, since a note may name the same date ("Standup, 16 June 2023: ..."). Pure functions of the
+query and ``now``.
 """
 
 from __future__ import annotations
@@ -44,6 +48,23 @@ _AGO = re.compile(
 _LAST = re.compile(
     r"\b(yesterday|last\s+(?:night|week|weekend|month|year|" + "|".join(_WEEKDAYS) + r"))\b", re.IGNORECASE
 )
+_MONTH = r"(" + "|".join(m[:3] + (m[3:] and f"(?:{m[3:]})?") for m in _MONTHS) + r")\.?"
+_DAY_OF_MONTH = r"(\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"(?:,?\s+(\d{4}))"
+# "on 16 June, 2023", "13 Oct", "October 13, 2023", "May 16th 2023", "2023-05-20", "2023/05/20";
+# "in July 2023" (a month and its year; a month alone is _IN_MONTH's).
+_NOT_A_NUMBER_NEXT = r"?\b(?![-/:]?\d)"
+_DATES = (
+    (
+        "dmy",
+        re.compile(
+            r"\b(?:on\s+)?" + _DAY_OF_MONTH + r"\s+(?:of\s+)?" + _MONTH + _YEAR + _NOT_A_NUMBER_NEXT, re.I
+        ),
+    ),
+    ("mdy", re.compile(r"\b(?:on\s+)?" + _MONTH + r"\s+" + _DAY_OF_MONTH + _YEAR + _NOT_A_NUMBER_NEXT, re.I)),
+    ("ymd", re.compile(r"\b(?:on\s+)?(\d{4})[-/](\d{1,2})[-/](\d{1,2})\b", re.I)),
+    ("my", re.compile(r"\b(?:(?:in|during)\s+)?" + _MONTH + r",?\s+(\d{4})\b", re.I)),
+)
 _IN_MONTH = re.compile(r"\b(?:in|during)\s+(" + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
 # How far back "last ..." reaches, in days: a span ending now.
 _LAST_SPANS = {
@@ -60,11 +81,14 @@ _LAST_SPANS = {
 class TimeWords:
     start: float  # POSIX seconds, inclusive
     end: float
-    rest: str  # the query without the phrase
+    rest: str  # the words to search: the query without a relative phrase (an outright date stays)
 
 
 def read_time(query: str, now: datetime) -> TimeWords | None:
     """The span the first time phrase of ``query`` names, relative to ``now``, or None."""
+    said = _date(query, now)
+    if said is not None:  # "16 June, 2023" is also words a note may hold: they stay searched
+        return TimeWords(said.start, said.end, query)
     found = _AGO.search(query)
     if found:
         amount = found.group(1).lower()
@@ -89,6 +113,49 @@ def read_time(query: str, now: datetime) -> TimeWords | None:
         end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC).timestamp()
         return _words(query, found, start - 3 * _DAY, end + 3 * _DAY)
     return None
+
+
+def _date(query: str, now: datetime) -> TimeWords | None:
+    """A date said outright: its day (a day either side, as the day ends in another time zone and
+    notes follow events) or its month (three days either side)."""
+    for kind, pattern in _DATES:
+        for found in pattern.finditer(query):
+            groups = found.groups()
+            if kind == "my":
+                month, year = _month(groups[0]), int(groups[1])
+                start = datetime(year, month, 1, tzinfo=UTC).timestamp()
+                end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC).timestamp()
+                return _words(query, found, start - 3 * _DAY, end + 3 * _DAY)
+            said = found.group(0).split()
+            if kind != "ymd" and not groups[-1] and said[-1 if kind == "dmy" else 0] == "may":
+                continue  # "I may 2 ...": a verb, not a month, unless it has a year or a capital
+            if kind == "ymd":
+                year, month, day = int(groups[0]), int(groups[1]), int(groups[2])
+            elif kind == "dmy":
+                day, month, year = int(groups[0]), _month(groups[1]), groups[2] and int(groups[2])
+            else:
+                month, day, year = _month(groups[0]), int(groups[1]), groups[2] and int(groups[2])
+            at = _day(year or now.year, month, day)
+            if at is None:
+                continue
+            if not year and at > now.timestamp():  # "on 3 March" said before March: last year's
+                at = _day(now.year - 1, month, day)
+                if at is None:
+                    continue
+            return _words(query, found, at - _DAY, at + 2 * _DAY)
+    return None
+
+
+def _month(name: str) -> int:
+    return next(i for i, m in enumerate(_MONTHS, 1) if m.startswith(name.lower().rstrip(".")[:3]))
+
+
+def _day(year: int, month: int, day: int) -> float | None:
+    """The start of that day (UTC), None if there is no such day."""
+    try:
+        return datetime(year, month, day, tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
 
 
 def _words(query: str, found: re.Match[str], start: float, end: float) -> TimeWords:

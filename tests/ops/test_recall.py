@@ -170,6 +170,28 @@ async def test_a_terse_memory_is_found_through_its_neighbours(make_settings: Cal
         await store.close()
 
 
+async def test_a_long_memory_stands_on_its_own_beside_a_hit(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(), Synonyms(), clock=clock)
+    filler = " ".join(f"word{i}" for i in range(200))
+    try:
+        # Two exchanges days apart, the same question each time: after one a terse answer, after
+        # the other (written later, so it is the more recent) a long reply about something else.
+        for question, after in (
+            ("Which flavour of ice cream did you make?", ("Answer", "Chocolate and vanilla swirl.")),
+            ("Which flavour of ice cream did you bake?", ("Reply", f"Here is a long list: {filler}.")),
+        ):
+            await store.write("chat", title="Question", content=question)
+            clock.now += timedelta(seconds=5)
+            await store.write("chat", title=after[0], content=after[1])
+            clock.now += timedelta(days=3)
+        await settle(store)
+        found = names(await recaller.recall("chat", "flavour ice cream"))
+        assert found.index("answer.md") < found.index("reply.md")
+    finally:
+        await store.close()
+
+
 def test_neighbours_stay_within_an_hour_of_each_other():
     keys: list[str | None] = ["a", "b", "c", None, "d"]
     created = np.array([0.0, 10.0, 4000.0, np.nan, 20.0])
@@ -730,6 +752,28 @@ async def test_a_question_that_gathers_spreads_its_results_over_the_conversation
         # A question after one thing keeps the closest match second, spread or not.
         one = "Did Melanie read a book?"
         assert set(names(await recaller.recall("chat", one, limit=2, weights=spread))) == pair
+    finally:
+        await store.close()
+
+
+async def test_the_last_results_spread_over_the_conversations(make_settings: Callable[..., Settings]):
+    clock = Clock()
+    store, recaller = await make(make_settings(), Synonyms(), clock=clock)
+    try:
+        # One matching note in an old conversation, then a conversation of a dozen notes matching
+        # the same words as well (and more recent): a list of ten holds a reply from the old one.
+        await store.write("chat", title="Old", content="The book, part 99.")
+        clock.now += timedelta(days=3)
+        for i in range(12):
+            await store.write("chat", title=f"Turn {i}", content=f"The book, part {i}.")
+            clock.now += timedelta(seconds=5)
+        await settle(store)
+        alone = recaller.weights.replace(context=(0.0, 0.0))  # each note by its own words
+        found = names(await recaller.recall("chat", "book", limit=10, weights=alone))
+        assert "old.md" in found
+        assert found[0].startswith("turn-")
+        unspread = alone.replace(neighbour=0.0)
+        assert "old.md" not in names(await recaller.recall("chat", "book", limit=10, weights=unspread))
     finally:
         await store.close()
 

@@ -37,3 +37,29 @@ def test_time_words_name_a_span_and_leave_the_rest_to_search(query, inside, outs
 @pytest.mark.parametrize("query", ["What is my cat's name?", "the 10 apples", "I may go", "days of the week"])
 def test_a_query_without_time_words_has_no_span(query):
     assert read_time(query, NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("query", "inside", "outside"),
+    [
+        ("What did Maria share on 16 June, 2023?", "2023-06-16", "2023-06-20"),
+        ("What did Mel paint on October 13, 2022?", "2022-10-13", "2022-10-16"),
+        ("what did we decide on May 16th 2022", "2022-05-16", "2022-05-19"),
+        ("What happened on 2022-11-20?", "2022-11-20", "2022-11-23"),
+        ("What did I cook on 3 March", "2023-03-03", "2022-03-03"),
+        ("What did I plant on 2 April", "2022-04-02", "2023-04-02"),  # not yet this year
+        ("What did I read in July 2021?", "2021-07-15", "2022-07-15"),
+        ("What did Joanna finish last Friday on 23 January, 2022?", "2022-01-23", "2023-03-17"),
+    ],
+)
+def test_a_date_said_outright_names_its_day_or_month_and_stays_searched(query, inside, outside):
+    spoken = read_time(query, NOW)
+    assert spoken is not None
+    assert spoken.start <= day(inside) <= spoken.end
+    assert not spoken.start <= day(outside) <= spoken.end
+    assert spoken.rest == query  # a note may name the same date
+
+
+@pytest.mark.parametrize("query", ["I may 2 go", "mar 33 2023", "room 12 of the inn", "at 10:30"])
+def test_numbers_that_are_not_dates_name_no_span(query):
+    assert read_time(query, NOW) is None
