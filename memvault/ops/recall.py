@@ -43,7 +43,6 @@ LongMemEval), so their weights default to 0; the code stays for callers that ask
 from __future__ import annotations
 
 import dataclasses
-import functools
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -209,9 +208,8 @@ def factor(
     return value * PRIORITY_FACTOR.get(memory.priority, 1.0)
 
 
-@functools.lru_cache(maxsize=16_384)
 def title_terms(title: str) -> frozenset[str]:
-    """A title's index terms: recall asks for each candidate's, the same titles again and again."""
+    """A title's index terms (recall keeps them per token: see _Kept)."""
     return frozenset(terms_of(title))
 
 
@@ -349,6 +347,24 @@ def check_time(name: str, value: str | None) -> float | None:
     return at.timestamp()
 
 
+@dataclass(slots=True)
+class _Kept:
+    """What recall keeps of a loaded token between calls: where its rows stand, and the title terms
+    of the memories it weighed since they last moved (recall asks for each candidate's, the same
+    titles again and again). A cache shared by all tokens kept the titles of every token ever
+    recalled, long after they were unloaded."""
+
+    rows_version: int
+    layout: Layout
+    titles: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+
+    def title_terms(self, title: str) -> frozenset[str]:
+        terms = self.titles.get(title)
+        if terms is None:
+            terms = self.titles[title] = title_terms(title)
+        return terms
+
+
 class Recaller:
     """The recall and stats operations over a :class:`Store`'s tokens."""
 
@@ -358,9 +374,9 @@ class Recaller:
         self.store = store
         self.weights = weights
         self.reranking = reranking
-        # By token state, weakly: a token's layout goes with its state when the registry forgets
-        # it, so memory follows the loaded tokens.
-        self._layouts: weakref.WeakKeyDictionary[TokenState, tuple[int, Layout]] = weakref.WeakKeyDictionary()
+        # By token state, weakly: what is kept of a token goes with its state when the registry
+        # forgets it, so memory follows the loaded tokens.
+        self._kept: weakref.WeakKeyDictionary[TokenState, _Kept] = weakref.WeakKeyDictionary()
 
     async def recall(
         self,
@@ -393,12 +409,14 @@ class Recaller:
             )
 
     def _layout(self, state: TokenState, view: VectorView) -> Layout:
-        cached = self._layouts.get(state)
-        if cached is not None and cached[0] == view.rows_version:
-            return cached[1]  # only vectors or topics moved since: the rows stand where they were
-        where = layout(view)
-        self._layouts[state] = (view.rows_version, where)
-        return where
+        return self._kept_of(state, view).layout
+
+    def _kept_of(self, state: TokenState, view: VectorView) -> _Kept:
+        kept = self._kept.get(state)
+        if kept is not None and kept.rows_version == view.rows_version:
+            return kept  # only vectors or topics moved since: the rows stand where they were
+        kept = self._kept[state] = _Kept(view.rows_version, layout(view))
+        return kept
 
     def _recall_sync(
         self, state: TokenState, query: str, limit: int, filters: _Filters, weights: Weights, *, inline: bool
@@ -418,7 +436,8 @@ class Recaller:
         view = state.vectors.snapshot(inline)
         if inline and len(view.keys) > MAX_ROWS:
             raise NeedsThread
-        where = self._layout(state, view)
+        kept = self._kept_of(state, view)
+        where = kept.layout
         n = where.n
         lexical = np.zeros(n, dtype=np.float64)
         include_archive, tags, priorities = filters.include_archive, filters.tags, filters.priorities
@@ -513,7 +532,7 @@ class Recaller:
                 last = last_access(memory, recorded.get(path_key))
                 weighted[row] = score[row] * factor(
                     memory,
-                    title_hit=not terms.isdisjoint(title_terms(memory.title)),
+                    title_hit=not terms.isdisjoint(kept.title_terms(memory.title)),
                     last_access=last,
                     now=now,
                     title_boost=weights.title,

@@ -282,6 +282,9 @@ class Sidecar:
         # What the modules that keep their own tables derive from them (the graph's search form),
         # each under the data_version it was made at; dropped with the sidecar when a token unloads.
         self.derived: dict[str, tuple[tuple[int, int], Any]] = {}
+        # memvault.records.sync's: the signatures of the session and graph files last found in line
+        # with the tables. Kept here, it goes with the sidecar when the token unloads.
+        self.files_in_line: dict[str, str] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 

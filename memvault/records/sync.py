@@ -49,9 +49,6 @@ from memvault.records.summaryfiles import SessionFiles as FilesHold
 
 GRAPH_SHAPE = "graph_shape"  # sidecar state key: whether graph.jsonl starts with a BOM, ends with a newline
 SYNCED = "canonical_files"  # sidecar state key: set once sidecar-only data was written out to files
-# Per sidecar file: the file signatures last found in line with its tables. A write or a change by
-# another process changes some file's signature, so a stale entry only costs one look at SQLite.
-_in_line: dict[Path, dict[str, str]] = {}
 
 
 def has_files(folder: Path) -> bool:
@@ -100,15 +97,19 @@ def _mtime_ts(path: Path) -> str:
 def sync(sidecar: Sidecar, folder: Path) -> None:
     """Bring the sidecar's sessions and graph in line with the files (cheap when nothing changed)."""
     current = scan(folder)
-    if _in_line.get(sidecar.path) == current:
+    # The signatures last found in line (Sidecar.files_in_line, kept with the open sidecar: a
+    # module-level map by sidecar path kept an entry for every token ever served). A write or a
+    # change by another process changes some file's signature, so a stale entry only costs one
+    # look at SQLite.
+    if sidecar.files_in_line == current:
         return  # as this process last saw them in line: no need to ask SQLite
     with sidecar.snapshot() as conn:
         stored = dict(conn.execute("SELECT path, sig FROM canonical_files").fetchall())
         done = conn.execute("SELECT 1 FROM state WHERE key = ?", (SYNCED,)).fetchone() is not None
     if done and stored == current:
-        _in_line[sidecar.path] = current
+        sidecar.files_in_line = current
         return
-    _in_line.pop(sidecar.path, None)
+    sidecar.files_in_line = None
     with sidecar.transaction() as conn:
         done = conn.execute("SELECT 1 FROM state WHERE key = ?", (SYNCED,)).fetchone() is not None
         if not done:

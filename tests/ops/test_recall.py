@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import re
 import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from conftest import wait_for
 
 from memvault.config import Settings
 from memvault.disk.markdown import Memory
@@ -1134,3 +1137,51 @@ async def test_recall_says_when_no_memory_holds_the_words(server_factory):
             assert reply.startswith("No memory holds the words of")
             _, reply = await srv.call(session, "recall", query="salmon")
             assert not reply.startswith("No memory")
+
+
+@pytest.mark.slow
+async def test_recall_keeps_no_title_of_the_tokens_it_unloaded(make_settings: Callable[..., Settings]):
+    """Memory follows the loaded tokens: the terms of the titles recall weighed go with their token
+    (a cache shared by all tokens kept those of every token ever recalled)."""
+    # A fixed clock: every write and access has the same time, formatted once. Each token's title
+    # is its own, of words all of them share (the embedder's features are kept by word).
+    settings = make_settings(max_loaded_tokens=3, dedupe_window_seconds=0, embedder="hash")
+    store, recaller = await make(settings)
+    words = "spring autumn winter summer train ferry bus plane hotel inn camp hostel".split()
+    titles = iter(f"Trip {a} {b} {c}" for a in words for b in words for c in words)
+    by_recall = [tracemalloc.Filter(True, ranking.__file__, all_frames=True)]
+    anchors = ["x", "y", "z"]
+    for token in anchors:
+        await store.write(token, title="Trip notes", content="Kyoto in spring, by train.")
+
+    async def serve(prefix: str, count: int) -> int:
+        """Bytes still held that recall allocated, once ``count`` more tokens were recalled."""
+        for i in range(count):
+            token = f"{prefix}{i}"
+            await store.write(token, title=next(titles), content="Kyoto in spring, by train.")
+            assert (await recaller.recall(token, "trip to Kyoto")).results
+        for token in anchors:  # the same three loaded at each measure: only what was kept differs
+            assert (await recaller.recall(token, "trip to Kyoto")).results
+        # Nothing queued; a load's freeze of what was alive (memvault.heap.keep) undone.
+        await store.idle()
+        await wait_for(lambda: not store.embeddings.pending(), timeout=30)
+        gc.unfreeze()
+        gc.collect()
+        if not tracemalloc.is_tracing():
+            return 0
+        held = tracemalloc.take_snapshot().filter_traces(by_recall)
+        return sum(stat.size for stat in held.statistics("filename"))
+
+    try:
+        await serve("warm", 5)
+        tracemalloc.start(12)
+        try:
+            first = await serve("a", 10)
+            second = await serve("b", 60)
+        finally:
+            tracemalloc.stop()
+        assert len(store.tokens) < 10, len(store.tokens)
+        # The bound leaves room for a few small numpy arrays; a title's terms alone take more.
+        assert (second - first) / 60 < 300, second - first  # bytes kept per token recalled
+    finally:
+        await store.close()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -505,3 +507,37 @@ def test_a_graph_line_that_is_not_utf8_is_kept_byte_for_byte(tmp_path: Path) -> 
         g.add_observations([("A", ["o"])])
     assert (folder / "graph.jsonl").read_bytes() == first.replace(b"[]", b'["o"]') + b"\n" + broken + b"\n"
     assert [p for path, p in sync.problems(folder) if "UTF-8" in p]
+
+
+def serve_graph(folder: Path) -> None:
+    """One token's graph written and read as the tools do, its sidecar then closed (an unload)."""
+    fixed = lambda: T0  # noqa: E731  (one time: formatting it again keeps nothing new)
+    with Sidecar.open(folder) as sidecar:
+        sync.sync(sidecar, folder)
+        KnowledgeGraph(sidecar, max_chars=100_000, clock=fixed, files=sync.GraphFile(folder)).create_entities(
+            [Entity("Alice", "person", ("likes tea",))]
+        )
+        for _ in range(2):  # the second finds the files in line with the tables
+            sync.sync(sidecar, folder)
+            KnowledgeGraph(sidecar, max_chars=100_000).search_nodes("Alice")
+
+
+@pytest.mark.slow
+def test_a_closed_sidecar_leaves_nothing_of_its_sync_behind(tmp_path: Path) -> None:
+    """Memory follows the open sidecars (the loaded tokens), not every token ever synced."""
+    for i in range(10):  # caches that fill once (SQLite's, the graph search's) are warm
+        serve_graph(tmp_path / f"warm{i}")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for i in range(20):
+            serve_graph(tmp_path / f"a{i}")
+        gc.collect()
+        first = tracemalloc.get_traced_memory()[0]
+        for i in range(60):
+            serve_graph(tmp_path / f"b{i}")
+        gc.collect()
+        second = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert (second - first) / 60 < 150, second - first  # bytes kept per token served
