@@ -58,17 +58,22 @@ def test_terms_are_bounded_whatever_the_word() -> None:
         assert len(terms) == 1 and 0 < len(terms[0]) <= 64, text[:20]
 
 
-def test_the_hash_embedders_word_cache_is_bounded_by_bytes() -> None:
-    embedder = HashEmbedder(cache_bytes=1_000_000)
-    texts = [" ".join(word(60, seed) for seed in range(start, start + 50)) for start in range(0, 4000, 50)]
+def kept_after_embedding(embedder: HashEmbedder, texts: list[str]) -> int:
+    """Bytes the embedder still holds after embedding ``texts`` one by one."""
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         for text in texts:
             embedder.embed([text])
-        kept = tracemalloc.get_traced_memory()[0] - before
+        return tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
+
+
+def test_the_hash_embedders_word_cache_is_bounded_by_bytes() -> None:
+    embedder = HashEmbedder(cache_bytes=1_000_000)
+    texts = [" ".join(word(60, seed) for seed in range(start, start + 50)) for start in range(0, 4000, 50)]
+    kept = kept_after_embedding(embedder, texts)
     # 4,000 distinct long words: their features are about 10 MB; the cache keeps at most 1 MB.
     assert kept < 3_000_000, kept
 
@@ -77,15 +82,7 @@ def test_texts_of_one_huge_word_each_leave_the_hash_embedder_holding_less_than_t
     # Issue 35: each memory that was one huge word left the word's features, which grow with its
     # length, in the embedder's cache. The default embedder, as the server builds it.
     texts = [word(99_000, seed) for seed in range(12)]
-    embedder = HashEmbedder()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for text in texts:
-            embedder.embed([text])
-        kept = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    kept = kept_after_embedding(HashEmbedder(), texts)
     assert kept < sum(map(len, texts)), kept
 
 
