@@ -74,10 +74,10 @@ if TYPE_CHECKING:
     from memvault.registry.state import Reading, TokenState
 
 # --- ranking constants (chosen by cross-validation over LoCoMo and LongMemEval; bench/recall_cv.py) ---
-CONTEXT = (0.5, 0.25)  # share of the lexical score of the neighbour 1, 2 places away
+CONTEXT = (0.3, 0.15)  # share of the lexical score of the neighbour 1, 2 places away
 CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
 CONTEXT_WORDS = 60.0  # a memory of more words borrows (this / its words) of CONTEXT: it stands on its own
-VECTOR_WEIGHT = 0.75
+VECTOR_WEIGHT = 1.0
 SPAN_BOOST = 1.0  # x(1 + this) for a memory created in the span the query's time words name
 NEIGHBOUR_PENALTY = 0.2  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked...
 NEIGHBOUR_SCALE = 10.0
