@@ -275,12 +275,17 @@ def fold_of_name(dataset: str, name: str) -> int:
     return zlib.crc32(name.encode()) % FOLDS
 
 
-def package_cv(path: Path, command: str) -> str:
+def package_cv(path: Path, command: str, only: str | None = None) -> str:
     """Cross-validate memvault's own weights over the outcomes bench/recall_bench.py --grid wrote:
-    per fold, the setting of the grid with the best objective on the other folds, scored on it."""
+    per fold, the setting of the grid with the best objective on the other folds, scored on it.
+    ``only``: the settings whose label holds this text (a part of the grid ruled out otherwise)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     groups = sorted(data)
-    labels = [label for label in data[groups[0]][0]["got"] if label.startswith("vector ")]
+    labels = [
+        label
+        for label in data[groups[0]][0]["got"]
+        if label.startswith("vector ") and (only is None or only in label)
+    ]
 
     def objective(label: str, folds: set[int]) -> float:
         parts = []
@@ -301,7 +306,9 @@ def package_cv(path: Path, command: str) -> str:
         "",
         f"Machine: {machine_line()}.",
         "",
-        f"{len(labels)} settings of memvault's weights; {FOLDS} folds (one LoCoMo conversation and about a "
+        f"{len(labels)} settings of memvault's weights"
+        + (f' (those of the grid whose label holds "{only}")' if only else "")
+        + f"; {FOLDS} folds (one LoCoMo conversation and about a "
         "fifth of the LongMemEval questions each, a question in both loadings in the same fold). Objective: "
         "the mean of turn_any@10 and sess_all@10 (turn units) and of sess_all@10 and sess_any@5 (session "
         "units) over the four groups. Each question is scored with the setting chosen on the other folds.",
@@ -367,6 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--locomo", type=Path, nargs="+")
     parser.add_argument("--longmemeval", type=Path, nargs="+")
     parser.add_argument("--package", type=Path, help="cross-validate memvault's weights from a --grid file")
+    parser.add_argument("--only", help="with --package: only the settings whose label holds this text")
     parser.add_argument(
         "--cache", type=Path, default=rb.Path(rb.tempfile.gettempdir()) / "memvault-recall-bench"
     )
@@ -374,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = shlex.join(["python", "bench/recall_cv.py", *(sys.argv[1:] if argv is None else argv)])
     if args.package:
-        section = package_cv(args.package, command)
+        section = package_cv(args.package, command, args.only)
         print(section)
         if args.out:
             update_results(

@@ -6,8 +6,8 @@ those arrays from a token's index, vectors and sidecar and turns the result into
 How a memory is scored for a query, and why:
 
 1. Time words ("10 days ago", "last Saturday", "in May", "on 16 June, 2023";
-   memvault.search.timewords) name a span of creation times; they are taken out of the words
-   searched (the 10 would match a date).
+   memvault.search.timewords) name a span of creation times; a relative phrase is taken out of
+   the words searched (the 10 would match a date), an outright date stays (a note may name it).
 2. Lexical: plain BM25 from the token's index over every memory holding a query word
    (``Index.scores(every=False)``: no title boost, memories matching some words not left out),
    divided by the best score.
@@ -73,10 +73,10 @@ if TYPE_CHECKING:
     from memvault.registry.state import Reading, TokenState
 
 # --- ranking constants (chosen by cross-validation over LoCoMo and LongMemEval; bench/recall_cv.py) ---
-CONTEXT = (0.5, 0.25)  # share of the lexical score of the neighbour 1, 2 places away
+CONTEXT = (0.3, 0.15)  # share of the lexical score of the neighbour 1, 2 places away
 CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
 CONTEXT_WORDS = 60.0  # a memory of more words borrows (this / its words) of CONTEXT: it stands on its own
-VECTOR_WEIGHT = 0.75
+VECTOR_WEIGHT = 1.0
 SPAN_BOOST = 1.0  # x(1 + this) for a memory created in the span the query's time words name
 NEIGHBOUR_PENALTY = 0.2  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked...
 NEIGHBOUR_SCALE = 10.0
@@ -162,7 +162,7 @@ def fuse(
     """Relevance of every row: normalised lexical score read in context, plus normalised cosines
     with the query's embedding (those below ``vector_floor`` count as 0) and with its topics.
     ``lengths``: each row's words (0 if not known); a row of more than ``context_words`` words gets
-    that share of its context."""
+    ``context_words`` / its words of its context."""
     context = CONTEXT if context is None else context
     context_words = CONTEXT_WORDS if context_words is None else context_words
     vector_weight = VECTOR_WEIGHT if vector_weight is None else vector_weight
