@@ -17,7 +17,8 @@ How a memory is scored for a query, and why:
    neighbours' lexical score (``CONTEXT``), small enough that a neighbour never outranks the
    memory holding the words. A long memory stands on its own: past ``CONTEXT_WORDS`` words its
    share shrinks in proportion (a long reply beside the turn that holds the answer would
-   otherwise borrow the answer's words and, matching many words of its own, outrank it).
+   otherwise borrow the answer's words and, matching many words of its own, outrank it). What a
+   memory borrows shows it beside the match, but does not count it as used (``accessed``).
 4. Vectors: cosine with the query's embedding (the default embedder is WordLlama's static token
    table), divided by the best cosine, added with weight ``VECTOR_WEIGHT``. Scores are summed
    rather than ranks (reciprocal rank fusion), which lost on both benchmarks.
@@ -73,10 +74,10 @@ if TYPE_CHECKING:
     from memvault.registry.state import Reading, TokenState
 
 # --- ranking constants (chosen by cross-validation over LoCoMo and LongMemEval; bench/recall_cv.py) ---
-CONTEXT = (0.3, 0.15)  # share of the lexical score of the neighbour 1, 2 places away
+CONTEXT = (0.5, 0.25)  # share of the lexical score of the neighbour 1, 2 places away
 CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
 CONTEXT_WORDS = 60.0  # a memory of more words borrows (this / its words) of CONTEXT: it stands on its own
-VECTOR_WEIGHT = 1.0
+VECTOR_WEIGHT = 0.75
 SPAN_BOOST = 1.0  # x(1 + this) for a memory created in the span the query's time words name
 NEIGHBOUR_PENALTY = 0.2  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked...
 NEIGHBOUR_SCALE = 10.0
@@ -158,9 +159,10 @@ def fuse(
     vector_weight: float | None = None,
     topic_weight: float | None = None,
     vector_floor: float = 0.0,
-) -> FloatArray:
+) -> tuple[FloatArray, FloatArray]:
     """Relevance of every row: normalised lexical score read in context, plus normalised cosines
-    with the query's embedding (those below ``vector_floor`` count as 0) and with its topics.
+    with the query's embedding (those below ``vector_floor`` count as 0) and with its topics; and
+    the part of it borrowed from the row's neighbours (its context).
     ``lengths``: each row's words (0 if not known); a row of more than ``context_words`` words gets
     ``context_words`` / its words of its context."""
     context = CONTEXT if context is None else context
@@ -168,11 +170,11 @@ def fuse(
     vector_weight = VECTOR_WEIGHT if vector_weight is None else vector_weight
     topic_weight = TOPIC_WEIGHT if topic_weight is None else topic_weight
     score = np.zeros(where.n, dtype=np.float64)
+    read = np.zeros(where.n, dtype=np.float64)
     top = float(lexical[eligible].max()) if eligible.any() else 0.0
     if top > 0:
         lx = np.append(lexical / top, 0.0)  # index n is "no neighbour"
         score += lx[:-1]
-        read = np.zeros(where.n, dtype=np.float64)
         for weight, prev, nxt in zip(context, where.before, where.after, strict=False):
             read += weight * (lx[prev] + lx[nxt])
         if lengths is not None and context_words > 0:
@@ -187,7 +189,8 @@ def fuse(
         if best > 0:
             score += topic_weight * np.clip(topic, 0.0, None) / best
     score[~eligible] = 0.0
-    return score
+    read[~eligible] = 0.0
+    return score, read
 
 
 def factor(
@@ -274,6 +277,9 @@ class Recalled:
     memory: Memory
     score: float  # the value that ranked it: a share of the best result (1.0), less diversity penalties
     snippet: str
+    # The part of ``score`` the memory earns by itself, not borrowed from its neighbours' words;
+    # None: all of it.
+    own: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,12 +294,18 @@ class _Filters:
 def accessed(results: Sequence[Recalled]) -> list[Recalled]:
     """The results an agent is likely to use, which count as accesses: the first ``ACCESS_TOP`` that
     score at least ``ACCESS_MIN`` of the best, and any other scoring at least ``ACCESS_SHARE`` (the
-    rest only passed by in a list: with vectors every memory has some score)."""
+    rest only passed by in a list: with vectors every memory has some score). What counts is what
+    a memory earns by itself: a short note written just after the best match is shown beside it
+    for its context, which does not make it used."""
     return [
         hit
         for i, hit in enumerate(results)
-        if (i < ACCESS_TOP and hit.score >= ACCESS_MIN) or hit.score >= ACCESS_SHARE
+        if (i < ACCESS_TOP and _own(hit) >= ACCESS_MIN) or _own(hit) >= ACCESS_SHARE
     ]
+
+
+def _own(hit: Recalled) -> float:
+    return hit.score if hit.own is None else hit.own
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,7 +499,7 @@ class Recaller:
                 vector = view.similarity(q, n)
                 model = view.name if vector is not None else None
         topic = self._topic_scores(view, words) if weights.topic > 0 else None
-        score = fuse(
+        score, borrowed = fuse(
             lexical,
             vector,
             eligible,
@@ -500,6 +512,8 @@ class Recaller:
             topic_weight=weights.topic,
             vector_floor=VECTOR_FLOOR if isinstance(embedder, HashEmbedder) else 0.0,
         )
+        # What share of each score its neighbours lent it (the factors below scale both alike).
+        lent = np.divide(borrowed, score, out=np.zeros_like(score), where=score > 0)
         if spoken is not None:
             with np.errstate(invalid="ignore"):  # NaN: unknown creation time, never inside
                 inside = (view.created[:n] >= spoken.start) & (view.created[:n] <= spoken.end)
@@ -557,7 +571,9 @@ class Recaller:
                 break
             memory = store.fresh(state, memories[row].id, memories[row].archived, inline=inline)
             if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
-                results.append(Recalled(memory, max(value, 0.0), snippet(memory.content, terms)))
+                shown = max(value, 0.0)
+                own = shown * (1.0 - lent[row])
+                results.append(Recalled(memory, shown, snippet(memory.content, terms), own))
         return self._record(state, Recall(results, model, matched, worded))
 
     @staticmethod

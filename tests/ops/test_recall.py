@@ -543,6 +543,14 @@ def test_only_the_first_few_and_the_strong_results_count_as_used():
     assert [h.score for h in used] == [1.0, 0.4, 0.3, 0.6]
 
 
+def test_a_score_lent_by_neighbours_does_not_make_a_result_used():
+    memory = Memory(id="x.md", title="x", content="")
+    # Second and third by score, but mostly from the words of the memories written beside them.
+    hits = [ranking.Recalled(memory, 1.0, ""), ranking.Recalled(memory, 0.4, "", own=0.1)]
+    hits += [ranking.Recalled(memory, 0.6, "", own=0.3), ranking.Recalled(memory, 0.7, "", own=0.45)]
+    assert [(h.score, h.own) for h in ranking.accessed(hits)] == [(1.0, None), (0.6, 0.3)]
+
+
 async def test_after_and_before_keep_memories_created_in_that_span(make_settings: Callable[..., Settings]):
     clock = Clock()  # 2026-03-01
     store, recaller = await make(make_settings(ttl_p2_days=1000), clock=clock)
