@@ -78,8 +78,8 @@ class Lexicon:
         self._free_tids: list[int] = []
         # Length and character set of each term id, for the typo filter; 0 for freed ids. New
         # ids are queued and filled in one vectorised pass before the next typo lookup.
-        self._tlen: npt.NDArray[np.int16] = np.zeros(1024, dtype=np.int16)
-        self._tmask: npt.NDArray[np.uint64] = np.zeros(1024, dtype=np.uint64)
+        self._tlen: npt.NDArray[np.int16] = np.zeros(0, dtype=np.int16)
+        self._tmask: npt.NDArray[np.uint64] = np.zeros(0, dtype=np.uint64)
         self._unmasked: list[int] = []
         self._by_prefix: dict[str, array[int]] = {}  # first letters -> term ids, for prefix matches
         self._cjk_bigrams: dict[str, set[str]] = {}  # CJK char -> bigrams holding it
