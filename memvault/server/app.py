@@ -18,7 +18,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
 from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -184,8 +184,9 @@ class BearerAuth:
 
 async def _whole_body(scope: Scope, receive: Receive, send: Send, limit: int) -> Receive | None:
     """Read a POST's body before the SDK does, and hand it the body from memory; None when the
-    request is over: its client went away before the body arrived (the SDK logged an 11-line
-    traceback for each such request), or the body grew past ``limit`` (answered 413 here)."""
+    request is over: its client went away before the body arrived (the SDK's transports logged a
+    traceback, or raised ClientDisconnect, for each such request), or the body grew past ``limit``
+    (answered 413 here)."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -267,17 +268,15 @@ class TokenGuard:
                 return
         if self.warm is not None and scope.get("method") != "DELETE":  # an ending session needs no load
             self.warm(token)
-        # A legacy SSE message's chunked body past the cap is answered 413 by the SDK's
-        # RequestBodyLimitMiddleware (create_app gives it the same limit); a streamable HTTP body is
-        # read whole below (_whole_body), which answers 413 itself.
-        if self.sessions is None:
-            await self.app(scope, receive, send)
-            return
+        # Either transport's POST body is read whole here, a chunked one past the cap answered 413.
         if scope.get("method") == "POST":
             whole = await _whole_body(scope, receive, send, limit)
             if whole is None:
                 return
             receive = whole
+        if self.sessions is None:
+            await self.app(scope, receive, send)
+            return
         client = (scope.get("client") or ("", 0))[0]
         if session is None and scope.get("method") == "POST":
             await self._make_room(token, client)
@@ -393,7 +392,8 @@ class SseApps:
 
     @staticmethod
     async def _message(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-        """A message POSTed for one of the token's sessions, whose client may be going away."""
+        """A message POSTed for one of the token's sessions, whose stream may be ending (a client that
+        went away before its body arrived was answered by TokenGuard)."""
         answered = False
 
         async def sending(message: Message) -> None:
@@ -403,9 +403,6 @@ class SseApps:
 
         try:
             await app(scope, receive, sending)
-        except ClientDisconnect:
-            # Its client went away before the whole message arrived: no one is left to answer.
-            pass
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             # The SDK answers 202, then hands the message to its session. A session whose stream
             # ended (its client went away) keeps its closed inbox registered while it winds down,
