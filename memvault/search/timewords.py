@@ -88,7 +88,7 @@ def read_time(query: str, now: datetime) -> TimeWords | None:
     """The span the first time phrase of ``query`` names, relative to ``now``, or None."""
     said = _date(query, now)
     if said is not None:  # "16 June, 2023" is also words a note may hold: they stay searched
-        return TimeWords(said.start, said.end, query)
+        return TimeWords(*said, query)
     found = _AGO.search(query)
     if found:
         amount = found.group(1).lower()
@@ -109,23 +109,18 @@ def read_time(query: str, now: datetime) -> TimeWords | None:
     if found:
         month = _MONTHS.index(found.group(1).lower()) + 1
         year = now.year if month <= now.month else now.year - 1
-        start = datetime(year, month, 1, tzinfo=UTC).timestamp()
-        end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC).timestamp()
-        return _words(query, found, start - 3 * _DAY, end + 3 * _DAY)
+        return _words(query, found, *_month_span(year, month))
     return None
 
 
-def _date(query: str, now: datetime) -> TimeWords | None:
-    """A date said outright: its day (a day either side, as the day ends in another time zone and
-    notes follow events) or its month (three days either side)."""
+def _date(query: str, now: datetime) -> tuple[float, float] | None:
+    """The span of a date said outright: its day (a day either side, as the day ends in another
+    time zone and notes follow events) or its month (three days either side)."""
     for kind, pattern in _DATES:
         for found in pattern.finditer(query):
             groups = found.groups()
             if kind == "my":
-                month, year = _month(groups[0]), int(groups[1])
-                start = datetime(year, month, 1, tzinfo=UTC).timestamp()
-                end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC).timestamp()
-                return _words(query, found, start - 3 * _DAY, end + 3 * _DAY)
+                return _month_span(int(groups[1]), _month(groups[0]))
             said = found.group(0).split()
             if kind != "ymd" and not groups[-1] and said[-1 if kind == "dmy" else 0] == "may":
                 continue  # "I may 2 ...": a verb, not a month, unless it has a year or a capital
@@ -142,8 +137,15 @@ def _date(query: str, now: datetime) -> TimeWords | None:
                 at = _day(now.year - 1, month, day)
                 if at is None:
                     continue
-            return _words(query, found, at - _DAY, at + 2 * _DAY)
+            return at - _DAY, at + 2 * _DAY
     return None
+
+
+def _month_span(year: int, month: int) -> tuple[float, float]:
+    """A month, three days either side (people round, and notes follow events)."""
+    start = datetime(year, month, 1, tzinfo=UTC).timestamp()
+    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC).timestamp()
+    return start - 3 * _DAY, end + 3 * _DAY
 
 
 def _month(name: str) -> int:
