@@ -109,7 +109,8 @@ def read_time(query: str, now: datetime) -> TimeWords | None:
     if found:
         month = _MONTHS.index(found.group(1).lower()) + 1
         year = now.year if month <= now.month else now.year - 1
-        return _words(query, found, *_month_span(year, month))
+        span = _month_span(year, month)
+        return None if span is None else _words(query, found, *span)
     return None
 
 
@@ -120,20 +121,23 @@ def _date(query: str, now: datetime) -> tuple[float, float] | None:
         for found in pattern.finditer(query):
             groups = found.groups()
             if kind == "my":
-                return _month_span(int(groups[1]), _month(groups[0]))
+                span = _month_span(int(groups[1]), _month(groups[0]))
+                if span is None:
+                    continue
+                return span
             said = found.group(0).split()
             if kind != "ymd" and not groups[-1] and said[-1 if kind == "dmy" else 0] == "may":
                 continue  # "I may 2 ...": a verb, not a month, unless it has a year or a capital
             if kind == "ymd":
                 year, month, day = int(groups[0]), int(groups[1]), int(groups[2])
             elif kind == "dmy":
-                day, month, year = int(groups[0]), _month(groups[1]), groups[2] and int(groups[2])
+                day, month, year = int(groups[0]), _month(groups[1]), _year(groups[2])
             else:
-                month, day, year = _month(groups[0]), int(groups[1]), groups[2] and int(groups[2])
-            at = _day(year or now.year, month, day)
+                month, day, year = _month(groups[0]), int(groups[1]), _year(groups[2])
+            at = _day(now.year if year is None else year, month, day)
             if at is None:
                 continue
-            if not year and at > now.timestamp():  # "on 3 March" said before March: last year's
+            if year is None and at > now.timestamp():  # "on 3 March" said before March: last year's
                 at = _day(now.year - 1, month, day)
                 if at is None:
                     continue
@@ -141,11 +145,17 @@ def _date(query: str, now: datetime) -> tuple[float, float] | None:
     return None
 
 
-def _month_span(year: int, month: int) -> tuple[float, float]:
-    """A month, three days either side (people round, and notes follow events)."""
-    start = datetime(year, month, 1, tzinfo=UTC).timestamp()
-    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC).timestamp()
-    return start - 3 * _DAY, end + 3 * _DAY
+def _month_span(year: int, month: int) -> tuple[float, float] | None:
+    """A month, three days either side (people round, and notes follow events); None if the
+    calendar has no such month (year 0, or past 9999)."""
+    start, after = _day(year, month, 1), _day(year + month // 12, month % 12 + 1, 1)
+    if start is None or after is None:
+        return None
+    return start - 3 * _DAY, after + 3 * _DAY
+
+
+def _year(said: str | None) -> int | None:
+    return int(said) if said else None
 
 
 def _month(name: str) -> int:

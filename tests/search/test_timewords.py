@@ -63,3 +63,17 @@ def test_a_date_said_outright_names_its_day_or_month_and_stays_searched(query, i
 @pytest.mark.parametrize("query", ["I may 2 go", "mar 33 2023", "room 12 of the inn", "at 10:30"])
 def test_numbers_that_are_not_dates_name_no_span(query):
     assert read_time(query, NOW) is None
+
+
+@pytest.mark.parametrize("query", ["on 0000-05-20", "on 3 March 0000"])
+def test_a_day_the_calendar_does_not_have_names_no_span(query):
+    # Year 0 was read as "no year said", this year's (or last year's) day.
+    assert read_time(query, NOW) is None
+
+
+@pytest.mark.parametrize("query", ["in July 0000", "in December 9999"])
+def test_a_month_the_calendar_does_not_have_is_read_as_a_month_alone(query):
+    # A query is hostile input: these raised ValueError (year 0; the month after December 9999).
+    # What is left is "in July", "in December": the last such month before now.
+    spoken = read_time(query, NOW)
+    assert spoken is not None and spoken.end <= NOW.timestamp() + 4 * 86400
