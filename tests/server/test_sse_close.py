@@ -21,6 +21,7 @@ import anyio
 import httpx2
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
+from commands import INITIALIZE
 from conftest import free_port, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -199,12 +200,6 @@ def _connected(port: int) -> socket.socket | None:
         return sock
     sock.close()
     return None
-
-
-INITIALIZE = (
-    b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",'
-    b' "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}'
-)
 
 
 async def test_a_streamable_http_post_whose_client_goes_away_midway_logs_no_traceback(
