@@ -149,16 +149,15 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
 
 
-INITIALIZE = json.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "host-check", "version": "0"},
-        },
-    }
-).encode()
+INITIALIZE_REQUEST = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "memvault-tests", "version": "0"},
+    },
+}
+INITIALIZE = json.dumps(INITIALIZE_REQUEST).encode()
 MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}

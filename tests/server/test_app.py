@@ -8,23 +8,12 @@ import urllib.request
 
 import anyio.to_thread
 import pytest
+from commands import INITIALIZE_REQUEST, MCP_HEADERS
 from conftest import wait_for
 
 from memvault.server.app import SessionOwners
 
 pytestmark = pytest.mark.anyio
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
-HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
 async def _post(url: str, body: dict, headers: dict, method: str = "POST") -> tuple[int, dict[str, str]]:
@@ -57,14 +46,14 @@ async def test_unknown_and_ended_session_ids_are_refused(server_factory):
     async with server_factory() as srv:
         url = srv.mcp_url("alice")
         status, _ = await _post(
-            url, {"jsonrpc": "2.0", "id": 2, "method": "ping"}, {**HEADERS, "mcp-session-id": "forged"}
+            url, {"jsonrpc": "2.0", "id": 2, "method": "ping"}, {**MCP_HEADERS, "mcp-session-id": "forged"}
         )
         assert status == 404
-        status, headers = await _post(url, INIT, HEADERS)
+        status, headers = await _post(url, INITIALIZE_REQUEST, MCP_HEADERS)
         assert status == 200
         session = headers["mcp-session-id"]
         ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
-        with_session = {**HEADERS, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
+        with_session = {**MCP_HEADERS, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
         assert (await _post(url, ping, with_session))[0] == 200
         assert (await _post(url, {}, with_session, method="DELETE"))[0] == 200
         assert len(srv.app.state.sessions) == 0  # the binding went with the session
@@ -74,11 +63,21 @@ async def test_unknown_and_ended_session_ids_are_refused(server_factory):
 async def test_any_host_still_refuses_foreign_origins(server_factory):
     async with server_factory(allowed_hosts=("*",)) as srv:
         url = srv.mcp_url("alice")
-        assert (await _post(url, INIT, {**HEADERS, "Host": "anything.example:1234"}))[0] == 200
-        assert (await _post(url, INIT, {**HEADERS, "Origin": "http://localhost:5173"}))[0] == 200
-        assert (await _post(url, INIT, {**HEADERS, "Origin": "https://evil.example"}))[0] == 403
+        assert (await _post(url, INITIALIZE_REQUEST, {**MCP_HEADERS, "Host": "anything.example:1234"}))[
+            0
+        ] == 200
+        assert (await _post(url, INITIALIZE_REQUEST, {**MCP_HEADERS, "Origin": "http://localhost:5173"}))[
+            0
+        ] == 200
+        assert (await _post(url, INITIALIZE_REQUEST, {**MCP_HEADERS, "Origin": "https://evil.example"}))[
+            0
+        ] == 403
         status = (
-            await _post(url, INIT, {**HEADERS, "Host": "evil.example:80", "Origin": "http://evil.example:80"})
+            await _post(
+                url,
+                INITIALIZE_REQUEST,
+                {**MCP_HEADERS, "Host": "evil.example:80", "Origin": "http://evil.example:80"},
+            )
         )[0]
         assert status == 403  # DNS rebinding: page and Host agree, Origin is still foreign
 
@@ -86,7 +85,7 @@ async def test_any_host_still_refuses_foreign_origins(server_factory):
 async def test_wrong_urls_say_what_the_endpoint_is(server_factory):
     async with server_factory() as srv:
         for path in ("/mcp", "/mcp/", "/mcp/a%20b", "/nothing"):
-            status, _ = await _post(srv.url + path, INIT, HEADERS)
+            status, _ = await _post(srv.url + path, INITIALIZE_REQUEST, MCP_HEADERS)
             assert status == 404, path
         body = await anyio.to_thread.run_sync(_get_error_body, srv.url + "/mcp/")
         # The SDK's error shape (a JSON-RPC error without an id), like every HTTP error the server writes.
@@ -109,15 +108,17 @@ async def test_a_token_starts_loading_with_its_clients_first_request(server_fact
     (vault_root / "linked").symlink_to(vault_root / "alice")
     async with server_factory() as srv:
         states = srv.app.state.store.registry.states
-        assert (await _post(srv.mcp_url("alice"), INIT, HEADERS))[0] == 200  # no tool called
+        assert (await _post(srv.mcp_url("alice"), INITIALIZE_REQUEST, MCP_HEADERS))[
+            0
+        ] == 200  # no tool called
         await wait_for(lambda: "alice" in states and states["alice"].loaded, timeout=10)
         assert "tide.md" in states["alice"].hot.memories
         # A token without a folder loads as empty and creates nothing; a linked one is refused by
         # the tool call, as before, and the handshake still answers.
-        assert (await _post(srv.mcp_url("nobody"), INIT, HEADERS))[0] == 200
+        assert (await _post(srv.mcp_url("nobody"), INITIALIZE_REQUEST, MCP_HEADERS))[0] == 200
         await wait_for(lambda: "nobody" in states and states["nobody"].loaded, timeout=10)
         assert not (vault_root / "nobody").exists()
-        assert (await _post(srv.mcp_url("linked"), INIT, HEADERS))[0] == 200
+        assert (await _post(srv.mcp_url("linked"), INITIALIZE_REQUEST, MCP_HEADERS))[0] == 200
         await wait_for(lambda: not srv.app.state.store.registry.warming, timeout=10)
         assert "linked" not in states
         async with srv.session("linked") as session:
@@ -126,5 +127,5 @@ async def test_a_token_starts_loading_with_its_clients_first_request(server_fact
         # Ending a session (DELETE) loads nothing.
         (vault_root / "carol").mkdir()
         (vault_root / "carol" / "reef.md").write_text("# Reef\n\ncoral\n", encoding="utf-8")
-        await _post(srv.mcp_url("carol"), {}, HEADERS, method="DELETE")
+        await _post(srv.mcp_url("carol"), {}, MCP_HEADERS, method="DELETE")
         assert "carol" not in states and "carol" not in srv.app.state.store.registry.warming

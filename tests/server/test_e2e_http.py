@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from commands import INITIALIZE, INITIALIZE_REQUEST, MCP_HEADERS
 from conftest import wait_for
 
 pytestmark = [
@@ -19,17 +20,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Callback with id .* already exists for watch:RuntimeWarning"),
 ]
 
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 
@@ -116,11 +106,11 @@ async def test_bad_tokens_are_404_and_touch_nothing(server_factory, tmp_path):
         before = tree(tmp_path)
         for target in BAD_TARGETS:
             for method in ("GET", "POST", "DELETE"):
-                body = json.dumps(INITIALIZE).encode() if method == "POST" else b""
+                body = INITIALIZE if method == "POST" else b""
                 status = await raw_status(port, method, target, MCP_HEADERS, body)
                 assert status == 404, (method, target, status)
         # A space in the request target is not even valid HTTP.
-        status = await raw_status(port, "POST", "/mcp/a b", MCP_HEADERS, json.dumps(INITIALIZE).encode())
+        status = await raw_status(port, "POST", "/mcp/a b", MCP_HEADERS, INITIALIZE)
         assert 400 <= status < 500 and status != 200
         assert tree(tmp_path) == before
 
@@ -289,7 +279,7 @@ async def test_two_tokens_are_isolated(server_factory):
 
 async def test_streamable_session_id_is_bound_to_its_token(server_factory):
     async with server_factory() as srv, httpx2.AsyncClient(timeout=10) as client:
-        response = await client.post(f"{srv.url}/mcp/a", json=INITIALIZE, headers=MCP_HEADERS)
+        response = await client.post(f"{srv.url}/mcp/a", json=INITIALIZE_REQUEST, headers=MCP_HEADERS)
         assert response.status_code == 200, response.text
         session_id = response.headers["mcp-session-id"]
         with_session = {**MCP_HEADERS, "mcp-session-id": session_id, "mcp-protocol-version": "2025-06-18"}
@@ -330,9 +320,9 @@ async def test_sse_session_id_is_bound_to_its_token(server_factory):
             assert endpoint is not None and endpoint.startswith("/mcp/a/messages/"), endpoint
             query = endpoint.split("?", 1)[1]
 
-            response = await client.post(f"{srv.url}/mcp/b/messages/?{query}", json=INITIALIZE)
+            response = await client.post(f"{srv.url}/mcp/b/messages/?{query}", json=INITIALIZE_REQUEST)
             assert response.status_code == 404, (response.status_code, response.text)
-            response = await client.post(f"{srv.url}/mcp/a/messages/?{query}", json=INITIALIZE)
+            response = await client.post(f"{srv.url}/mcp/a/messages/?{query}", json=INITIALIZE_REQUEST)
             assert response.status_code == 202, (response.status_code, response.text)
             async with asyncio.timeout(10):
                 async for line in lines:
@@ -347,7 +337,7 @@ async def test_sse_session_id_is_bound_to_its_token(server_factory):
 @pytest.mark.slow
 async def test_request_body_cap(server_factory):
     async with server_factory(max_body_bytes=10_000) as srv, httpx2.AsyncClient(timeout=10) as client:
-        big = {**INITIALIZE, "params": {**INITIALIZE["params"], "padding": "x" * 20_000}}
+        big = {**INITIALIZE_REQUEST, "params": {**INITIALIZE_REQUEST["params"], "padding": "x" * 20_000}}
         payload = json.dumps(big).encode()
         assert len(payload) > 20_000
         for url in (
@@ -367,7 +357,7 @@ async def test_request_body_cap(server_factory):
         assert "mcp-session-id" not in response.headers
 
         # Under the cap, fine.
-        response = await client.post(f"{srv.url}/mcp/a", json=INITIALIZE, headers=MCP_HEADERS)
+        response = await client.post(f"{srv.url}/mcp/a", json=INITIALIZE_REQUEST, headers=MCP_HEADERS)
         assert response.status_code == 200, response.text
 
     # Through the official streamable HTTP client: an oversized tool call fails and stores nothing.
@@ -401,11 +391,13 @@ async def test_host_and_origin_checks(server_factory):
     async with server_factory() as srv, httpx2.AsyncClient(timeout=10) as client:
         port = port_of(srv)
         url = f"{srv.url}/mcp/a"
-        response = await client.post(url, json=INITIALIZE, headers={**MCP_HEADERS, "Host": "evil.example"})
+        response = await client.post(
+            url, json=INITIALIZE_REQUEST, headers={**MCP_HEADERS, "Host": "evil.example"}
+        )
         assert response.status_code == 421, (response.status_code, response.text)
         assert "mcp-session-id" not in response.headers
         response = await client.post(
-            url, json=INITIALIZE, headers={**MCP_HEADERS, "Host": f"evil.example:{port}"}
+            url, json=INITIALIZE_REQUEST, headers={**MCP_HEADERS, "Host": f"evil.example:{port}"}
         )
         assert 400 <= response.status_code < 500
         status = await raw_status(
@@ -415,27 +407,31 @@ async def test_host_and_origin_checks(server_factory):
 
         response = await client.post(
             url,
-            json=INITIALIZE,
+            json=INITIALIZE_REQUEST,
             headers={**MCP_HEADERS, "Origin": "http://evil.example", "Host": f"localhost:{port}"},
         )
         assert 400 <= response.status_code < 500, response.status_code
 
         for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost"):
-            response = await client.post(url, json=INITIALIZE, headers={**MCP_HEADERS, "Host": host})
+            response = await client.post(url, json=INITIALIZE_REQUEST, headers={**MCP_HEADERS, "Host": host})
             assert response.status_code == 200, (host, response.status_code, response.text)
         response = await client.post(
-            url, json=INITIALIZE, headers={**MCP_HEADERS, "Origin": f"http://localhost:{port}"}
+            url, json=INITIALIZE_REQUEST, headers={**MCP_HEADERS, "Origin": f"http://localhost:{port}"}
         )
         assert response.status_code == 200
 
     async with server_factory(allowed_hosts=("myhost:*",)) as srv, httpx2.AsyncClient(timeout=10) as client:
         url = f"{srv.url}/mcp/a"
-        response = await client.post(url, json=INITIALIZE, headers={**MCP_HEADERS, "Host": "myhost:1234"})
+        response = await client.post(
+            url, json=INITIALIZE_REQUEST, headers={**MCP_HEADERS, "Host": "myhost:1234"}
+        )
         assert response.status_code == 200, (response.status_code, response.text)
-        response = await client.post(url, json=INITIALIZE, headers={**MCP_HEADERS, "Host": "otherhost:1234"})
+        response = await client.post(
+            url, json=INITIALIZE_REQUEST, headers={**MCP_HEADERS, "Host": "otherhost:1234"}
+        )
         assert response.status_code == 421
         response = await client.post(
-            url, json=INITIALIZE, headers={**MCP_HEADERS, "Host": f"127.0.0.1:{port_of(srv)}"}
+            url, json=INITIALIZE_REQUEST, headers={**MCP_HEADERS, "Host": f"127.0.0.1:{port_of(srv)}"}
         )
         assert response.status_code == 200
 
@@ -454,10 +450,10 @@ async def test_tokens_file_allowlist(server_factory, tmp_path):
             err, text = await srv.call(s, "list_memory_titles")
             assert not err, text
         async with httpx2.AsyncClient(timeout=10) as client:
-            response = await client.post(f"{srv.url}/mcp/bob", json=INITIALIZE, headers=MCP_HEADERS)
+            response = await client.post(f"{srv.url}/mcp/bob", json=INITIALIZE_REQUEST, headers=MCP_HEADERS)
             assert response.status_code == 403, response.text
             assert "alice" not in response.text
-            response = await client.post(f"{srv.url}/mcp/bob/messages/?session_id=x", json=INITIALIZE)
+            response = await client.post(f"{srv.url}/mcp/bob/messages/?session_id=x", json=INITIALIZE_REQUEST)
             assert response.status_code == 403
         status = await raw_status(port_of(srv), "GET", "/mcp/bob/sse", {"Accept": "text/event-stream"})
         assert status == 403
@@ -514,7 +510,9 @@ async def test_a_client_that_never_ends_its_sessions_recycles_only_its_own(serve
         manager = srv.app.state.server.session_manager
         opened = []
         for _ in range(12):
-            response = await client.post(f"{srv.url}/mcp/greedy", json=INITIALIZE, headers=MCP_HEADERS)
+            response = await client.post(
+                f"{srv.url}/mcp/greedy", json=INITIALIZE_REQUEST, headers=MCP_HEADERS
+            )
             assert response.status_code == 200, response.text
             opened.append(response.headers["mcp-session-id"])
         assert len(srv.app.state.sessions.oldest_first(token="greedy")) == 3
@@ -525,7 +523,7 @@ async def test_a_client_that_never_ends_its_sessions_recycles_only_its_own(serve
             response = await client.post(f"{srv.url}/mcp/greedy", json=TOOLS_LIST, headers=headers)
             assert (response.status_code == 200) is alive, (alive, response.status_code, response.text)
         # Another vault is not affected.
-        response = await client.post(f"{srv.url}/mcp/other", json=INITIALIZE, headers=MCP_HEADERS)
+        response = await client.post(f"{srv.url}/mcp/other", json=INITIALIZE_REQUEST, headers=MCP_HEADERS)
         assert response.status_code == 200, response.text
 
 
@@ -536,7 +534,7 @@ async def test_messages_to_made_up_tokens_leave_no_sse_state_behind(server_facto
         sse_apps = srv.app.state.sse_apps
         for i in range(200):
             response = await client.post(
-                f"{srv.url}/mcp/made-up-{i}/messages/?session_id=abc", json=INITIALIZE
+                f"{srv.url}/mcp/made-up-{i}/messages/?session_id=abc", json=INITIALIZE_REQUEST
             )
             assert response.status_code == 404, response.text
         assert sse_apps.apps == {} and sse_apps.streams == {}
