@@ -6,7 +6,7 @@
 OLD and NEW are folders that each hold a ``memvault`` package, for example two commits unpacked
 with ``git archive <commit> memvault | tar -x -C <folder>``. Each runs in its own long-lived
 process (``--worker``) on its own 1,000-memory token built as bench_load builds one (LoCoMo turns
-with ``--locomo``, else synthetic prose), with every vector embedded and the topic model fitted.
+with ``--locomo``, else synthetic prose), with every vector embedded.
 Then the two take turns, ``--rounds`` times: each round times 100 recalls (bench_load's queries),
 100 read_memory searches, 100 read_memory by filename and, with ``--writes``, 30 write_memory and
 30 update_memory, through the store (no MCP), as CPU time of the calling thread per operation
@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 
 
 async def worker(locomo: Path | None, writes: bool) -> None:
-    """Build a token, wait for its vectors and topics, then time one round per line on stdin."""
+    """Build a token, wait for its vectors, then time one round per line on stdin."""
     sys.path.insert(0, str(HERE))
     import bench_load
     import corpus
@@ -57,9 +57,9 @@ async def worker(locomo: Path | None, writes: bool) -> None:
         recaller = Recaller(store)
         await recaller.recall("agent00", "warm up", limit=10)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (store.embeddings.pending() or store.embeddings.topics_due()):
+        while time.monotonic() < deadline and store.embeddings.pending():
             await asyncio.sleep(0.1)
-        await asyncio.sleep(5)  # the last fit's clean-up
+        await asyncio.sleep(5)  # the worker's last clean-up (heap release)
         rng = random.Random(3)
         counter = [0]
 

@@ -57,7 +57,6 @@ from memvault.config import Settings
 from memvault.disk.markdown import render_new
 from memvault.disk.names import slugify
 from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller, Weights
-from memvault.search import topics
 
 CATEGORIES = (1, 2, 3, 4)
 LIMIT = 10
@@ -235,13 +234,13 @@ async def call(client: ClientSession, tool: str, args: dict[str, Any]) -> str:
 
 
 async def wait_for_vectors(url: str, timeout: float = 1800.0) -> dict[str, Any]:
-    """Poll /healthz until no memory waits for a vector and no topic model waits to be fitted."""
+    """Poll /healthz until no memory waits for a vector."""
     deadline = time.monotonic() + timeout
     async with httpx2.AsyncClient() as http:
         while True:
             health = (await http.get(url + "/healthz")).json()
             embeddings: dict[str, Any] = health["embeddings"]
-            if embeddings["pending"] == 0 and not embeddings.get("topics_due") and embeddings["dim"]:
+            if embeddings["pending"] == 0 and embeddings["dim"]:
                 return embeddings
             if time.monotonic() > deadline:
                 raise TimeoutError(f"vectors still pending after {timeout:.0f} s: {embeddings}")
@@ -266,16 +265,14 @@ def ranked_turns(reply: str, names: dict[str, str]) -> list[str]:
 OFF: dict[str, Any] = {
     "context": (0.0, 0.0),
     "vector": 0.0,
-    "topic": 0.0,
     "title": 0.0,
     "repeat": 0.0,
     "neighbour": 0.0,
 }
 ABLATION = [
     ("BM25 scores only", list(OFF)),
-    ("+ neighbours as context", ["vector", "topic", "title", "repeat", "neighbour"]),
-    ("+ embedder vectors", ["topic", "title", "repeat", "neighbour"]),
-    ("+ topics", ["title", "repeat", "neighbour"]),
+    ("+ neighbours as context", ["vector", "title", "repeat", "neighbour"]),
+    ("+ embedder vectors", ["title", "repeat", "neighbour"]),
     ("+ title-word bonus", ["repeat", "neighbour"]),
     ("+ diversity (the default)", []),
 ]
@@ -351,8 +348,7 @@ def tried_lines(tried: list[tuple[Weights, dict[str, Scores]]]) -> list[str]:
 
 # ---------------------------------------------------------------------------- cross-validation
 
-# What cross-validation chooses is a Setting: the ranking's weights (memvault.ops.recall.Weights) and the
-# topic model's neighbour share (memvault.search.topics.NEIGHBOUR_SHARE; a refit of every token per value).
+# What cross-validation chooses is a Setting: the ranking's weights (memvault.ops.recall.Weights).
 # A Procedure is how a Setting is chosen on some conversations: coordinate ascent from the default
 # over a grid (each round tries every value of one axis with the others fixed, keeping the best on
 # those conversations), where a move must gain at least ``min_gain`` of the objective. Which
@@ -360,16 +356,13 @@ def tried_lines(tried: list[tuple[Weights, dict[str, Scores]]]) -> list[str]:
 # held-back figure is that of the whole procedure: nothing in it was chosen by looking at the
 # held-out conversation. The procedures on offer (the narrow grid, the gain threshold) were first
 # tried on these same five conversations (issue 15, i15c); they are offered here, not imposed.
-SHARES = (0.5, 0.75, 1.0)
 NARROW: dict[str, tuple[Any, ...]] = {
-    "share": SHARES,
     "neighbour": (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4),
     "spread": (0.0, 0.1, 0.2, 0.3, 0.5),
 }
 WIDE: dict[str, tuple[Any, ...]] = {
     **NARROW,
     "vector": (0.3, 0.45, 0.6, 0.8),
-    "topic": (0.3, 0.5, 0.8),
 }
 ROUNDS = 2
 
@@ -382,20 +375,17 @@ class Procedure:
 
 
 PROCEDURES = [
-    Procedure("share, neighbour, spread; gain 0.3", NARROW, 0.3),
-    Procedure("share, neighbour, spread; gain 0", NARROW, 0.0),
-    Procedure("share, neighbour, spread, vector, topic; gain 0.3", WIDE, 0.3),
+    Procedure("neighbour, spread; gain 0.3", NARROW, 0.3),
+    Procedure("neighbour, spread; gain 0", NARROW, 0.0),
+    Procedure("neighbour, spread, vector; gain 0.3", WIDE, 0.3),
 ]
 
 
 @dataclass(frozen=True, slots=True)
 class Setting:
     weights: Weights = DEFAULT_WEIGHTS
-    share: float = topics.NEIGHBOUR_SHARE
 
     def replace(self, axis: str, value: Any) -> Setting:
-        if axis == "share":
-            return dataclasses.replace(self, share=value)
         return dataclasses.replace(self, weights=self.weights.replace(**{axis: value}))
 
 
@@ -431,21 +421,15 @@ class Grid:
         recaller: Recaller,
         conversations: list[Conversation],
         names_by_token: Tokens,
-        refit: Any = None,
     ) -> None:
         self.recaller = recaller
         self.conversations = conversations
         self.names = names_by_token
-        self.refit = refit  # async (share) -> None: every token's topics refitted with that share
-        self.share: float | None = None
         self.cache: dict[Setting, dict[str, Scores]] = {}
 
     async def scores(self, setting: Setting) -> dict[str, Scores]:
         if setting not in self.cache:
             start = time.perf_counter()
-            if self.refit is not None and setting.share != self.share:
-                await self.refit(setting.share)
-                self.share = setting.share
             by_conv = await score_weights(self.recaller, self.conversations, self.names, setting.weights)
             self.cache[setting] = by_conv
             total = pooled(by_conv.values())
@@ -507,13 +491,7 @@ class Grid:
 async def run_cv(store: Any, conversations: list[Conversation], names_by_token: Tokens) -> CrossValidation:
     """Leave one conversation out: choose a procedure and a setting on the others (nested), score on
     it, for each; then choose the same way on all."""
-
-    async def refit(share: float) -> None:
-        for conv in conversations:
-            async with store.using(token_of(conv)) as state:
-                await asyncio.to_thread(state.vectors.fit_topics, store.embeddings.context_gap, share)
-
-    grid = Grid(Recaller(store), conversations, names_by_token, refit)
+    grid = Grid(Recaller(store), conversations, names_by_token)
     every = [c.name for c in conversations]
     folds = []
     for held_out in every:
@@ -526,7 +504,6 @@ async def run_cv(store: Any, conversations: list[Conversation], names_by_token: 
     procedure, chosen = await grid.nested(every, PROCEDURES)
     fixed = {p.name: await grid.held_back(every, p) for p in PROCEDURES}
     default = pooled((await grid.scores(DEFAULT_SETTING)).values())
-    await refit(DEFAULT_SETTING.share)  # the tokens as they were
     return CrossValidation(
         folds=folds,
         procedure=procedure.name,
@@ -550,7 +527,7 @@ def show_weights(w: Weights) -> str:
 
 
 def show_setting(s: Setting) -> str:
-    return f"share {s.share:g}, {show_weights(s.weights)}"
+    return show_weights(s.weights)
 
 
 def cv_lines(cv: CrossValidation) -> list[str]:
@@ -564,7 +541,7 @@ def cv_lines(cv: CrossValidation) -> list[str]:
         "Cross-validation, nested (leave one conversation out; questions through the tool's body, limit "
         f"{LIMIT}): for each held-out conversation, a procedure is chosen by leave-one-out on the four "
         "others, run on the four, and its setting scored on the fifth. A procedure is coordinate ascent "
-        "from the default over a grid (the topic model's neighbour share and some weights), maximising "
+        "from the default over a grid of some weights, maximising "
         f"the smaller margin of turn any@10 and session all@10 over their targets ({CV_TARGETS[0]:g} and "
         f"{CV_TARGETS[1]:g}), a move gaining at least a threshold; on offer: "
         + "; ".join(f"({i + 1}) {p.name}" for i, p in enumerate(PROCEDURES))

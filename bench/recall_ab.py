@@ -5,7 +5,7 @@
     python bench/recall_ab.py /tmp/old /tmp/new --locomo ../shared/data/locomo --rounds 10
 
 Each version builds a token of N memories (``--memories``, bench/locomo.py's 10,000-memory vault:
-LoCoMo turns cycled, written as files), waits for its vectors and topics with its own default
+LoCoMo turns cycled, written as files), waits for its vectors with its own default
 configuration, then the two take turns: each round asks 60 LoCoMo questions through the tool's
 body (``Recaller.recall``, limit 10). Per version: the median of the rounds' p50 wall time and the
 process CPU per call; and the median of the per-round ratios new / old, which a noisy machine
@@ -44,7 +44,7 @@ async def worker(locomo: Path, memories: int) -> None:
         store = Store(Settings(root=root, capacity=10**9))
         recaller = Recaller(store)
         await recaller.recall("scale", "warm up", limit=10)
-        while store.embeddings.pending() or store.embeddings.topics_due():
+        while store.embeddings.pending():
             await asyncio.sleep(0.2)
         for question in questions[:20]:
             await recaller.recall("scale", question, limit=10)

@@ -497,12 +497,12 @@ async def run_memvault(
         embeddings = store.embeddings
         while True:
             await asyncio.to_thread(embeddings.wait_idle, 600)
-            if embeddings.pending() == 0 and not embeddings.topics_due():
+            if embeddings.pending() == 0:
                 break
             await asyncio.sleep(0.2)
         info["settle_s"] = time.perf_counter() - start
         info["embedder"] = embeddings.status().name
-        log(f"memvault: vectors and topics ready in {info['settle_s']:.1f} s ({info['embedder']})")
+        log(f"memvault: vectors ready in {info['settle_s']:.1f} s ({info['embedder']})")
         out = []
         latency = []
         for h, hay in enumerate(haystacks):
@@ -665,7 +665,7 @@ def report(runs: Sequence[Run], command: str, started: float) -> str:
         if info:
             lines += [
                 f"memvault: written through Store.write in {info['write_s']:.1f} s (p50 "
-                f"{info['write_p50_ms']:.2f} ms), vectors and topics ready {info['settle_s']:.1f} s later "
+                f"{info['write_p50_ms']:.2f} ms), vectors ready {info['settle_s']:.1f} s later "
                 f"(embedder {info['embedder']}); recall p50 {info['recall_p50_ms']:.1f} ms.",
                 "",
             ]

@@ -1,14 +1,14 @@
 """Keep the server's resident memory near what it uses (glibc; elsewhere these do nothing).
 
 glibc keeps memory freed by a thread in that thread's arena and returns it only from the top of
-the heap, so after a load, an embedding backlog or a topic fit the server's resident memory
-stays near its peak although much of it is free (a third of it, measured at 100,000 memories).
+the heap, so after a load or an embedding backlog the server's resident memory stays near its
+peak although much of it is free (a third of it, measured at 100,000 memories).
 ``release`` (``malloc_trim(0)``) hands those pages back.
 
 glibc also raises its mmap threshold each time a large block is freed (up to 32 MB), after which
 numpy's temporaries of a few MB come from the heap and fragment it. ``configure`` pins the
 threshold at 1 MiB, so large blocks are always mapped and unmapped: at 100,000 memories the
-server settled lower and a topic fit peaked lower (bench/RESULTS.md, bench_scale).
+server settled lower (bench/RESULTS.md, bench_scale).
 """
 
 from __future__ import annotations

@@ -35,10 +35,11 @@ How a memory is scored for a query, and why:
 The weights were chosen by cross-validation over LoCoMo and LongMemEval, each loaded one memory
 per turn and one per session (bench/recall_bench.py --grid, bench/recall_cv.py --package).
 Cross-validation of a prototype (bench/recall_cv.py) chose no title bonus and no repeat penalty;
-the topic model, the bonus of "when" questions and the spread penalty of questions that gather
-were not shown to help on both benchmarks (the ranking that had them scored below plain BM25 on
-LongMemEval), so their weights default to 0; the code stays for callers that ask for them
-(``Weights``). bench/RESULTS.md has the held-back figures.
+the bonus of "when" questions and the spread penalty of questions that gather were not shown to
+help on both benchmarks (the ranking that had them scored below plain BM25 on LongMemEval), so
+their weights default to 0; the code stays for callers that ask for them (``Weights``). The
+vault's own topic model (LSI) went: at weights 0.15 to 0.5 it moved no held-back figure
+(bench/RESULTS.md has the held-back figures).
 """
 
 from __future__ import annotations
@@ -60,11 +61,11 @@ from memvault.disk.names import key
 from memvault.errors import InvalidArgument, quote
 from memvault.ops.access import flush_records, last_access
 from memvault.search.embedders import Embedder, FloatMatrix, HashEmbedder, WordLlamaEmbedder
+from memvault.search.order import Layout, creation_order
 from memvault.search.rerankers import Reranker, RerankerUnavailable, Reranking
 from memvault.search.snippets import asks_for_several, asks_when_question, says_when, snippet
 from memvault.search.text import terms_of
 from memvault.search.timewords import read_time
-from memvault.search.topics import Layout, creation_order, matvec
 from memvault.search.vectors import VectorView
 from memvault.threads import MAX_ROWS, NeedsThread, look
 
@@ -84,7 +85,6 @@ NEIGHBOUR_SCALE = 10.0
 NEIGHBOUR_AFTER = 0.7  # ...once this share of the limit is picked by relevance alone
 # The ranking features below were not shown to help on both benchmarks (see the module docstring);
 # their weights default to 0 (off) and stay for callers that ask for them.
-TOPIC_WEIGHT = 0.0  # the vault's own topic model (memvault.search.topics)
 VECTOR_FLOOR = 0.1  # a hash-embedder cosine below this is noise (its chance collisions)
 FLOOR = 0.05  # results whose shown score (the value that ranked them) is below this are left out
 ACCESS_TOP = 3  # the first results shown count as an access if they score ACCESS_MIN of the best...
@@ -116,7 +116,6 @@ class Weights:
     context: tuple[float, ...] = CONTEXT  # at most len(CONTEXT) places (the layout's depth)
     context_words: float = CONTEXT_WORDS  # longer memories borrow less context (0: all alike)
     vector: float = VECTOR_WEIGHT
-    topic: float = TOPIC_WEIGHT
     title: float = TITLE_BOOST
     repeat: float = REPEAT_PENALTY
     neighbour: float = NEIGHBOUR_PENALTY
@@ -152,23 +151,20 @@ def fuse(
     eligible: npt.NDArray[np.bool_],
     where: Layout,
     *,
-    topic: FloatArray | None = None,
     context: Sequence[float] | None = None,
     lengths: FloatArray | None = None,
     context_words: float | None = None,
     vector_weight: float | None = None,
-    topic_weight: float | None = None,
     vector_floor: float = 0.0,
 ) -> tuple[FloatArray, FloatArray]:
     """Relevance of every row: normalised lexical score read in context, plus normalised cosines
-    with the query's embedding (those below ``vector_floor`` count as 0) and with its topics; and
-    the part of it borrowed from the row's neighbours (its context).
+    with the query's embedding (those below ``vector_floor`` count as 0); and the part of it
+    borrowed from the row's neighbours (its context).
     ``lengths``: each row's words (0 if not known); a row of more than ``context_words`` words gets
     ``context_words`` / its words of its context."""
     context = CONTEXT if context is None else context
     context_words = CONTEXT_WORDS if context_words is None else context_words
     vector_weight = VECTOR_WEIGHT if vector_weight is None else vector_weight
-    topic_weight = TOPIC_WEIGHT if topic_weight is None else topic_weight
     score = np.zeros(where.n, dtype=np.float64)
     read = np.zeros(where.n, dtype=np.float64)
     top = float(lexical[eligible].max()) if eligible.any() else 0.0
@@ -184,10 +180,6 @@ def fuse(
         best = float(vector[eligible].max())
         if best > 0 and best >= vector_floor:
             score += vector_weight * np.where(vector >= vector_floor, np.clip(vector, 0.0, None), 0.0) / best
-    if topic is not None and eligible.any():
-        best = float(topic[eligible].max())
-        if best > 0:
-            score += topic_weight * np.clip(topic, 0.0, None) / best
     score[~eligible] = 0.0
     read[~eligible] = 0.0
     return score, read
@@ -426,7 +418,7 @@ class Recaller:
     def _kept_of(self, state: TokenState, view: VectorView) -> _Kept:
         kept = self._kept.get(state)
         if kept is not None and kept.rows_version == view.rows_version:
-            return kept  # only vectors or topics moved since: the rows stand where they were
+            return kept  # only vectors moved since: the rows stand where they were
         kept = self._kept[state] = _Kept(view.rows_version, layout(view))
         return kept
 
@@ -498,18 +490,15 @@ class Recaller:
             if q is not None and q.any():
                 vector = view.similarity(q, n)
                 model = view.name if vector is not None else None
-        topic = self._topic_scores(view, words) if weights.topic > 0 else None
         score, borrowed = fuse(
             lexical,
             vector,
             eligible,
             where,
-            topic=topic,
             context=weights.context,
             lengths=lengths,
             context_words=weights.context_words,
             vector_weight=weights.vector,
-            topic_weight=weights.topic,
             vector_floor=VECTOR_FLOOR if isinstance(embedder, HashEmbedder) else 0.0,
         )
         # What share of each score its neighbours lent it (the factors below scale both alike).
@@ -614,22 +603,6 @@ class Recaller:
             weighted[row] = weighted[row] / top + RERANK_WEIGHT * spread[i]
         chosen = set(rows)
         weighted[[r for r in memories if r not in chosen]] /= top
-
-    @staticmethod
-    def _topic_scores(view: VectorView, query: str) -> FloatArray | None:
-        """Cosine with the query's topics of every row placed in them (fitted or folded in since)."""
-        model, rows, valid = view.topics, view.topic_rows, view.topic_valid
-        if model is None or rows is None or valid is None:
-            return None
-        place = model.query(query)
-        if place is None:
-            return None
-        n = len(view.keys)
-        m = min(n, len(rows))
-        topic = np.zeros(n, dtype=np.float64)
-        topic[:m] = matvec(rows[:m], place)
-        topic[~valid[:n]] = 0.0
-        return topic
 
     def _record(self, state: TokenState, found: Recall) -> Recall:
         self.store.note_search(state, bool(found.results))

@@ -1,1 +1,1 @@
-"""Finding memories: text, the lexical index, embedders and vectors, topics, rerankers, snippets."""
+"""Finding memories: text, the lexical index, embedders and vectors, creation order, rerankers, snippets."""

@@ -1,8 +1,7 @@
-"""The embedding worker: one thread per process that fills loaded tokens' vectors and refits topics.
+"""The embedding worker: one thread per process that fills loaded tokens' vectors.
 
-It loads the process's embedder lazily (never on the event loop), embeds in batches, reuses
-vectors the sidecar already holds for the same model and text, folds each batch's memories into
-the token's topic model, and refits that model when enough changed (topics.refit_due).
+It loads the process's embedder lazily (never on the event loop), embeds in batches and reuses
+vectors the sidecar already holds for the same model and text.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from memvault import heap
 from memvault.config import check_spec
 from memvault.errors import InvalidArgument
 from memvault.records.sidecar import StoredVector
-from memvault.search import topics
 from memvault.search.embedders import (
     Embedder,
     EmbedderUnavailable,
@@ -45,10 +43,6 @@ WORKER_DUTY_PAUSE = 1.0  # after each batch the worker rests as long as the batc
 # proportion to that gave the worker a quarter of the process's CPU (measured, bench_load).
 BUSY_DUTY_PAUSE = 19.0
 BUSY_SECONDS = 1.0  # a request within this long makes the process busy
-# Once a token's writes pause this long (and at least 50 times as long as its last topic fit took,
-# so refits stay under 2% of a core), its topic model is refitted on every row (vectors.quiet_in).
-QUIET_SECONDS = 2.0
-QUIET_FIT_FACTOR = 50.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +82,8 @@ class Embeddings:
         self._worked = 0  # memories taken since the heap was last released (see heap)
         self.last_request = 0.0  # time.monotonic() of the latest request (Tokens.using sets it)
         self.embedded = 0  # texts embedded by the model (not reused from the sidecar); tests count them
-        self.cpu_seconds = 0.0  # CPU time the worker spent on batches and topic fits (/healthz)
-        # Which memories count as written together, for the topic model (recall sets the same),
-        # and the share of a neighbour's words a memory is read with there.
-        self.context_gap = 3600.0
-        self.topic_share = topics.NEIGHBOUR_SHARE
+        self.cpu_seconds = 0.0  # CPU time the worker spent on batches (/healthz)
         self._taken = 0  # memories taken by the batch in hand: pending() counts them until placed
-        self.quiet_seconds = QUIET_SECONDS
 
     # -- the embedder --------------------------------------------------------------------------
 
@@ -191,31 +180,8 @@ class Embeddings:
 
     def pending(self) -> int:
         """Memories waiting for a vector, over all loaded tokens (the batch in hand included: its
-        memories are not in the vectors or the topics until it is done)."""
+        memories are not in the vectors until it is done)."""
         return sum(v.pending for v in list(self._tokens)) + self._taken
-
-    def topics_due(self) -> int:
-        """Loaded tokens whose topic model waits to be (re)fitted, now or once their writes pause."""
-        now = time.monotonic()
-        return sum(
-            1 for v in list(self._tokens) if v.topics_due or v.quiet_in(self._quiet(v), now) is not None
-        )
-
-    def _quiet(self, vectors: TokenVectors) -> float:
-        return max(self.quiet_seconds, QUIET_FIT_FACTOR * vectors.fit_seconds)
-
-    def _until_quiet(self) -> float | None:
-        """Mark the tokens whose writes have paused long enough (see TokenVectors.quiet_in); the
-        seconds until the next one will have, or None (called with the condition held)."""
-        now = time.monotonic()
-        soonest: float | None = None
-        for vectors in self._tokens:
-            left = vectors.quiet_in(self._quiet(vectors), now)
-            if left is not None and left <= 0:
-                vectors.mark_quiet()
-            elif left is not None:
-                soonest = left if soonest is None else min(soonest, left)
-        return soonest
 
     def _wake(self) -> None:
         self._start()
@@ -258,18 +224,13 @@ class Embeddings:
         failures = 0
         while True:
             if self._worked >= RELEASE_AFTER and not any(v.has_work for v in list(self._tokens)):
-                heap.release()  # a backlog or a topic fit is done: give its free memory back
+                heap.release()  # a backlog is done: give its free memory back
                 self._worked = 0
             with self._cond:
                 while not self._closed and (self._holds or not any(v.has_work for v in self._tokens)):
                     self._busy = False
                     self._cond.notify_all()
-                    if self._holds:
-                        self._cond.wait()
-                        continue
-                    until = self._until_quiet()  # may mark a token, which then has work
-                    if not any(v.has_work for v in self._tokens):
-                        self._cond.wait(until)
+                    self._cond.wait()
                 if self._closed:
                     self._busy = False
                     self._cond.notify_all()
@@ -307,15 +268,10 @@ class Embeddings:
         work, removed = vectors.take(BATCH)
         self._worked += len(work)
         if not work and not removed:
-            if vectors.topics_due:
-                vectors.fit_topics(self.context_gap, self.topic_share)
-                heap.release()  # now, before the duty-cycle pause: a fit's garbage is large
             return
         self._taken = len(work)
         try:
             self._embed(embedder, vectors, work, removed)
-            # Place the batch in the topics now, not at the next refit: recall finds it at once.
-            vectors.fold_topics(self.context_gap)
         finally:
             self._taken = 0
 
@@ -324,9 +280,6 @@ class Embeddings:
         name = embedder.name
         texts = [embed_text(w.memory) for w in work]
         hashes = [text_hash(t) for t in texts]
-        # Topics learn from what memories say; titles are often labels ("D3:13 Caroline", "v2 notes")
-        # whose ids would make a topic of their own.
-        words = {w.key: vectors.vocabulary.encode(w.memory.content) for w in work}
         found: list[tuple[Work, str, FloatMatrix]] = []
         missing = list(range(len(work)))
         try:
@@ -370,7 +323,7 @@ class Embeddings:
         except Exception:
             vectors.requeue(work)
             raise
-        vectors.install(name, found, words)
+        vectors.install(name, found)
 
 
 def from_settings(settings: Any) -> Embeddings:

@@ -1,4 +1,4 @@
-"""Text basics shared by search, recall and topics: terms, a light stemmer, CJK bigrams, stop words."""
+"""Text basics shared by search and recall: terms, a light stemmer, CJK bigrams, stop words."""
 
 from __future__ import annotations
 
@@ -126,5 +126,3 @@ _FUNCTION_WORDS = (
 )
 # As index terms (terms_of stems them), so they compare with terms_of's output directly.
 STOP_WORDS = frozenset(terms_of(_FUNCTION_WORDS))
-# Topics also leave out modal and filler words that say nothing about a subject.
-TOPIC_STOP_WORDS = STOP_WORDS | frozenset(terms_of("can could just"))

@@ -1,4 +1,4 @@
-"""One token's memory rows and vectors (int8, a scale per row), its queue to embed, its topic model.
+"""One token's memory rows and vectors (int8, a scale per row) and its queue to embed.
 
 Each loaded token has a :class:`TokenVectors`: one row per memory (hot and archived, keyed by
 the id relative to the token folder), an int8 matrix (a scale per row) for brute-force cosine,
@@ -12,15 +12,13 @@ import hashlib
 import itertools
 import math
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from memvault.search import topics
 from memvault.search.embedders import FloatMatrix
 from memvault.threads import held
 
@@ -31,6 +29,7 @@ if TYPE_CHECKING:
 Int8Matrix = npt.NDArray[np.int8]
 
 RECENT_DROPS = 1024  # vectors of dropped memories kept for a moment, for moves
+BLOCK = 1 << 18  # elements per block of a matrix-vector product (see matvec)
 
 
 def embed_text(memory: Memory) -> str:
@@ -44,6 +43,27 @@ def embed_text(memory: Memory) -> str:
 
 def text_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def matvec(matrix: npt.NDArray[Any], vector: FloatMatrix) -> FloatMatrix:
+    """``matrix @ vector`` in blocks of rows, each too small for BLAS to spread over threads.
+
+    On a busy machine a threaded product waits for a free core: measured here with two loaded
+    cores, blocks were several times faster than one call.
+    A matrix of another type (the int8 vectors) is converted block by block into one buffer.
+    """
+    rows, width = matrix.shape
+    out = np.empty(rows, dtype=vector.dtype)
+    step = max(1, BLOCK // max(1, width))
+    buffer = np.empty((min(step, rows), width), dtype=vector.dtype) if matrix.dtype != vector.dtype else None
+    for start in range(0, rows, step):
+        block = matrix[start : start + step]
+        if buffer is not None:
+            converted = buffer[: len(block)]
+            converted[...] = block
+            block = converted
+        np.matmul(block, vector, out=out[start : start + step])
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +90,6 @@ class VectorView:
     created: npt.NDArray[np.float64]  # POSIX seconds, NaN if unknown
     name: str | None  # model of the vectors in the matrix
     version: int
-    topics: topics.Model | None = None
-    topic_rows: npt.NDArray[np.float32] | None = None  # by row, fitted or folded in (see topics.Placement)
-    topic_valid: npt.NDArray[np.bool_] | None = None  # rows whose topic_rows are their memory's
     rows_version: int = 0  # keys, rows and created are the same in two views of one rows_version
 
     def similarity(self, query: FloatMatrix, n: int) -> npt.NDArray[np.float64] | None:
@@ -80,7 +97,7 @@ class VectorView:
         without vectors of the query's dimension."""
         if self.matrix is None or query.shape != (self.matrix.shape[1],):
             return None
-        out = topics.matvec(self.matrix[:n], query.astype(np.float32)) * self.scale[:n]
+        out = matvec(self.matrix[:n], query.astype(np.float32)) * self.scale[:n]
         out[~self.has_vector[:n]] = 0.0
         return out.astype(np.float64)
 
@@ -128,19 +145,6 @@ class TokenVectors:
         self._name: str | None = None
         self._pending: dict[str, Memory] = {}  # key -> memory to embed (see take)
         self._removed: set[str] = set()
-        self.vocabulary = topics.Vocabulary()
-        self._terms: list[topics.Terms | None] = []  # topic words by row, filled by the worker
-        self._placement = topics.Placement()  # the topic model and every row's place in it
-        self._refold: set[int] = set()  # rows whose words were read since they were last placed
-        # Writes (memories added, changed, dropped) counted, each row's count when its text last
-        # changed, and the marks: a fit learns from the rows written up to the latest mark
-        # (topics.marks_due), so what it learns does not depend on when the worker got to it.
-        self._writes = 0
-        self._seq: list[int] = []
-        self._topic_mark = 0
-        self._fitted_mark = 0
-        self._last_write = 0.0  # time.monotonic() of the latest write
-        self.fit_seconds = 0.0  # CPU time of the latest fit (the pause before a quiet mark scales with it)
         # Vectors of memories dropped lately, by text hash: a move (archive, restore, rename) is a
         # drop and an add, and the add finds its vector here even if the drop was handled first.
         self._recent: dict[str, FloatMatrix] = {}
@@ -170,11 +174,6 @@ class TokenVectors:
             self._keys = list(keys)
             self._generation = [1] * n
             self._vector_hash = [""] * n
-            self._terms = [None] * n
-            self._seq = list(range(1, n + 1))
-            self._writes = n
-            if topics.marks_due(rows=n, writes=n, mark=0):
-                self._topic_mark = n
             capacity = n + n // 8 + 64
             self._created = np.full(capacity, np.nan)
             self._created[:n] = created
@@ -204,9 +203,6 @@ class TokenVectors:
                 return
             self._keys[row] = None
             self._generation[row] += 1
-            self._terms[row] = None
-            self._placement.forget(row)
-            self._wrote(row)
             if self._has[row] and self._matrix is not None:
                 if len(self._recent) >= RECENT_DROPS:
                     del self._recent[next(iter(self._recent))]
@@ -238,16 +234,8 @@ class TokenVectors:
         if check and key not in self._pending and self._vector_hash[row] == text_hash(embed_text(memory)):
             return False  # same text (an access time or priority changed): the vector stands
         self._generation[row] += 1
-        self._wrote(row)
         self._pending[key] = memory
         return True
-
-    def _wrote(self, row: int) -> None:
-        self._writes += 1
-        self._last_write = time.monotonic()
-        self._seq[row] = self._writes
-        if topics.marks_due(rows=len(self._rows), writes=self._writes, mark=self._topic_mark):
-            self._topic_mark = self._writes
 
     def _new_row(self, key: str) -> int:
         if self._free:
@@ -258,8 +246,6 @@ class TokenVectors:
             self._keys.append(key)
             self._generation.append(0)
             self._vector_hash.append("")
-            self._terms.append(None)
-            self._seq.append(0)
             if row >= len(self._has):
                 grow = max(64, len(self._has) // 4)  # a quarter: the int8 matrix grows with these
                 self._has = np.concatenate([self._has, np.zeros(grow, dtype=bool)])
@@ -281,103 +267,7 @@ class TokenVectors:
 
     @property
     def has_work(self) -> bool:
-        return bool(self._pending or self._removed) or self.topics_due
-
-    @property
-    def topics_due(self) -> bool:
-        return topics.refit_due(mark=self._topic_mark, fitted=self._fitted_mark, waiting=len(self._pending))
-
-    def quiet_in(self, quiet: float, now: float) -> float | None:
-        """Seconds until the writes since the latest mark have been quiet for ``quiet`` seconds (0:
-        they have), None if there are none or the token is too small for topics. Once writes pause,
-        a mark of their own (mark_quiet) has the model learn from every row: folding in is exact
-        only for words the model knew, so what was written since the fit is learnt from too."""
-        with self._lock:
-            if self._writes == self._topic_mark or len(self._rows) < topics.MIN_MEMORIES or self._pending:
-                return None
-            return max(0.0, self._last_write + quiet - now)
-
-    def mark_quiet(self) -> None:
-        """Mark the latest write: the next fit learns from every row as it is now."""
-        with self._lock:
-            self._topic_mark = self._writes
-
-    def fit_topics(self, gap: float, share: float = topics.NEIGHBOUR_SHARE) -> None:
-        """Fit the topic model on the rows written up to the latest mark, then place every row in
-        it (worker thread; the lock is not held while fitting)."""
-        cpu = time.thread_time()
-        with self._lock:
-            keys = list(self._keys)
-            terms = list(self._terms)
-            created = self._created.copy()
-            mark = self._topic_mark
-            seq = list(self._seq)
-            generation = list(self._generation)
-            self._refold.clear()  # every row is placed below
-        # Rows changed after the mark wait for the next fit (they are folded in meanwhile).
-        learn = [t if t is not None and seq[i] <= mark else None for i, t in enumerate(terms)]
-        where = topics.creation_order(
-            [k if learn[i] is not None else None for i, k in enumerate(keys)], created, depth=1, gap=gap
-        )
-        if sum(1 for t in learn if t is not None) > topics.MAX_ROWS:
-            # Bound the fit's time and memory on huge vaults: the most recent memories teach the
-            # topics; older ones are still found by words and vectors.
-            recent = np.argsort(np.nan_to_num(where.position, nan=-1.0))[-topics.MAX_ROWS :]
-            keep = np.zeros(len(learn), dtype=bool)
-            keep[recent] = True
-            learn = [t if keep[i] else None for i, t in enumerate(learn)]
-        model = topics.fit(learn, self.vocabulary, where.before[0], where.after[0], share=share)
-        placement = topics.Placement(model)
-        if model is not None:
-            before, after = topics.neighbours(topics.creation_order(keys, created, depth=1, gap=gap))
-            placed = np.flatnonzero([t is not None for t in terms])
-            placement.fold_in(terms, before, after, placed)
-            placement.before, placement.after = before, after
-        with self._lock:
-            self._placement = placement
-            self._fitted_mark = mark
-            self.fit_seconds = time.thread_time() - cpu
-            self._replace_later(generation, placement)
-            self.version += 1
-
-    def fold_topics(self, gap: float) -> None:
-        """Place the rows read since the last fold, and the rows next to them, in the current topic
-        model (worker thread, after each batch). Moved rows (a neighbour came or went) too."""
-        with self._lock:
-            placement = self._placement
-            model = placement.model
-            if model is None:
-                self._refold.clear()
-                return
-            keys = list(self._keys)
-            terms = list(self._terms)
-            created = self._created.copy()
-            generation = list(self._generation)
-            fresh = np.fromiter(self._refold, dtype=np.intp, count=len(self._refold))
-            self._refold.clear()
-        before, after = topics.neighbours(topics.creation_order(keys, created, depth=1, gap=gap))
-        near = np.concatenate([fresh, before[fresh], after[fresh], placement.moved(before, after)])
-        targets = np.unique(near[near >= 0])
-        targets = targets[[keys[r] is not None and terms[r] is not None for r in targets.tolist()]]
-        if not targets.size and len(before) == len(placement.before):
-            return
-        coordinates = topics.fold(model, terms, before, after, targets)
-        with self._lock:
-            if self._placement is not placement:
-                return  # refitted meanwhile: every row was placed there
-            placement.put(targets, coordinates, len(keys))
-            placement.before, placement.after = before, after
-            self._replace_later(generation, placement)
-            self.version += 1
-
-    def _replace_later(self, generation: list[int], placement: topics.Placement) -> None:
-        """Rows that changed while they were being placed: place them again (lock held)."""
-        for row, before in enumerate(generation):
-            if self._generation[row] != before:
-                if self._keys[row] is None:
-                    placement.forget(row)
-                else:
-                    self._refold.add(row)
+        return bool(self._pending or self._removed)
 
     def counts(self) -> tuple[int, int]:
         """(memories with a vector of their current text, all memories)."""
@@ -422,10 +312,8 @@ class TokenVectors:
         self,
         name: str,
         found: Sequence[tuple[Work, str, FloatMatrix]],
-        terms: dict[str, topics.Terms] | None = None,
     ) -> None:
-        """Put computed vectors (work, text hash, vector) and topic words in place, unless the
-        memory changed meanwhile."""
+        """Put computed vectors (work, text hash, vector) in place, unless the memory changed meanwhile."""
         if not found:
             return
         with self._lock:
@@ -443,9 +331,6 @@ class TokenVectors:
                 self._matrix[row], self._scale[row] = quantize(vector)
                 self._has[row] = True
                 self._vector_hash[row] = digest
-                if terms is not None and work.key in terms:
-                    self._terms[row] = terms[work.key]
-                    self._refold.add(row)
             self.version += 1
 
     def snapshot(self, inline: bool = False) -> VectorView:
@@ -454,7 +339,7 @@ class TokenVectors:
         with held(self._lock, inline):
             view = self._view
             if view is None or view.version != self.version:
-                # Only vectors or topics moved: the rows' copies stand.
+                # Only vectors moved: the rows' copies stand.
                 same = view if view is not None and view.rows_version == self.rows_version else None
                 view = self._view = VectorView(
                     keys=same.keys if same else list(self._keys),
@@ -466,8 +351,5 @@ class TokenVectors:
                     name=self._name,
                     version=self.version,
                     rows_version=self.rows_version,
-                    topics=self._placement.model,
-                    topic_rows=self._placement.rows,
-                    topic_valid=self._placement.valid_rows(len(self._keys)),
                 )
             return view

@@ -448,7 +448,6 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
             "name": embedder.name or f"{embedder.requested} (loading)",
             "dim": embedder.dim,
             "pending": store.embeddings.pending(),
-            "topics_due": store.embeddings.topics_due(),
             "cpu_seconds": round(store.embeddings.cpu_seconds, 2),
         }
         if embedder.fallback:

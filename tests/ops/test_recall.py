@@ -753,7 +753,7 @@ async def test_a_question_that_gathers_spreads_its_results_over_the_conversation
             await store.write("chat", title=f"Turn {i}", content=text)
             clock.now += timedelta(seconds=5)
         await settle(store)
-        plain = recaller.weights.replace(floor=0, vector=0, topic=0, repeat=0, neighbour=0.1, spread=0)
+        plain = recaller.weights.replace(floor=0, vector=0, repeat=0, neighbour=0.1, spread=0)
         spread = plain.replace(spread=1.0)
         gathers = "What books has Melanie read?"
         pair = {"turn-0.md", "turn-1.md"}
@@ -785,130 +785,6 @@ async def test_the_last_results_spread_over_the_conversations(make_settings: Cal
         assert found[0].startswith("turn-")
         unspread = alone.replace(neighbour=0.0)
         assert "old.md" not in names(await recaller.recall("chat", "book", limit=10, weights=unspread))
-    finally:
-        await store.close()
-
-
-# ---------------------------------------------------------------------------- topics between refits
-
-
-def pets_and_money(i: int) -> list[tuple[str, str]]:
-    """Four memories of one moment: pets talk next to the dog, money talk next to taxes."""
-    return [
-        (f"Pets {i}", f"We talked about pets and how much joy they bring, story {i}."),
-        (f"Dog {i}", f"My dog Max loves the park and chasing balls, story {i}."),
-        (f"Budget {i}", f"The quarterly budget spreadsheet needs a review, item {i}."),
-        (f"Taxes {i}", f"Taxes and invoices and accounting deadlines again, item {i}."),
-    ]
-
-
-async def write_moments(store: Store, clock: Clock, token: str, moments: range, *, settle_each: bool) -> None:
-    for i in moments:
-        for j, (title, content) in enumerate(pets_and_money(i)):
-            # Pets and dog are written together; the money talk an hour later (not their neighbour).
-            clock.now = datetime(2026, 3, 1, tzinfo=UTC) + timedelta(hours=2 * i + j // 2, seconds=j % 2)
-            await store.write(token, title=title, content=content)
-            if settle_each:
-                await settle(store)
-
-
-def subject_words(subject: str, rng: np.random.Generator, size: int = 10) -> str:
-    """A memory on one of two subjects: words drawn from its own vocabulary of 200 (g0x..., m0x...)."""
-    return " ".join(f"{subject}{i}x" for i in rng.choice(200, size=size, replace=False))
-
-
-async def topics_settled(store: Store, seconds: float = 30.0) -> None:
-    """Wait until no token's topic model waits for a fit, now or once its writes pause."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while store.embeddings.topics_due():
-        assert asyncio.get_running_loop().time() < deadline, "topics still due"
-        await asyncio.sleep(0.05)
-
-
-@pytest.mark.slow
-async def test_a_memory_written_after_the_fit_is_placed_in_its_topics_at_once(
-    make_settings: Callable[..., Settings],
-):
-    clock = Clock()
-    store, recaller = await make(make_settings(), clock=clock)
-    topics_only = ranking.DEFAULT_WEIGHTS.replace(vector=0.0, context=(0.0, 0.0), topic=0.5)
-    rng = np.random.default_rng(7)
-    store.embeddings.quiet_seconds = 3600.0  # no refit once writes pause, within the test
-    try:
-        for i in range(160):  # two subjects, each memory two hours after the last (no neighbours)
-            clock.now += timedelta(hours=2)
-            await store.write("t", title=f"Note {i}", content=subject_words("gm"[i % 2], rng))
-        await settle(store)
-        async with store.using("t") as state:
-            fitted = state.vectors.snapshot().topics
-        assert fitted is not None
-        # Later: one note on each subject, neither with a word of the query (which has no other).
-        query = "g0x g1x g2x g3x"
-        late = clock.now + timedelta(hours=1)
-        for subject in "gm":
-            clock.now += timedelta(hours=2)
-            words = [w for w in subject_words(subject, rng, 30).split() if w not in query.split()][:10]
-            await store.write("t", title=f"Late {subject}", content=" ".join(words))
-        await settle(store)
-        async with store.using("t") as state:
-            assert state.vectors.snapshot().topics is fitted  # no refit since
-        found = await recaller.recall("t", query, after=late.isoformat(), weights=topics_only)
-        assert names(found)[0] == "late-g.md"
-        lexical = {m.id for m in (await store.find("t", query=query, limit=500)).memories}
-        assert lexical and not lexical & {"late-g.md", "late-m.md"}  # no word in common
-    finally:
-        await store.close()
-
-
-@pytest.mark.slow
-async def test_the_same_writes_give_the_same_topic_scores_however_the_worker_keeps_up(
-    make_settings: Callable[..., Settings],
-):
-    clock = Clock()
-    store, _ = await make(make_settings(), clock=clock)
-    try:
-        # One token written in a burst, one waiting for the worker after every write: the fits fall
-        # at different moments, but learn from the same rows (the marks) and place every row alike.
-        await write_moments(store, clock, "burst", range(25), settle_each=False)
-        await settle(store)
-        await write_moments(store, clock, "slow", range(25), settle_each=True)
-        await topics_settled(store)
-        views = []
-        for token in ("burst", "slow"):
-            async with store.using(token) as state:
-                views.append(state.vectors.snapshot())
-        assert views[0].keys == views[1].keys
-        for query in ("pets", "accounting", "park review"):
-            burst, slow = (Recaller._topic_scores(view, query) for view in views)
-            assert burst is not None and slow is not None
-            assert np.array_equal(burst, slow)
-    finally:
-        await store.close()
-
-
-@pytest.mark.slow
-async def test_once_writes_pause_the_topics_learn_from_every_row(make_settings: Callable[..., Settings]):
-    clock = Clock()
-    store, _ = await make(make_settings(), clock=clock)
-    rng = np.random.default_rng(3)
-    try:
-        store.embeddings.quiet_seconds = 3600.0
-        # 55 memories: the fit at the 50th write learns from the first 50.
-        for i in range(55):
-            clock.now += timedelta(hours=2)
-            extra = " zebrafinch" if i >= 52 else ""  # a word only the last three say
-            await store.write("t", title=f"Note {i}", content=subject_words("gm"[i % 2], rng) + extra)
-        await settle(store)
-        async with store.using("t") as state:
-            fitted = state.vectors.snapshot().topics
-        assert fitted is not None and fitted.query("zebrafinch") is None  # folded in, not learnt
-        store.embeddings.quiet_seconds = 0.1  # now let the writes' pause count
-        store.embeddings._wake()
-        await topics_settled(store)
-        async with store.using("t") as state:
-            refitted = state.vectors.snapshot().topics
-        assert refitted is not fitted and refitted is not None
-        assert refitted.query("zebrafinch") is not None
     finally:
         await store.close()
 
@@ -966,7 +842,7 @@ async def test_recall_and_listings_run_on_the_event_loop_unless_they_would_wait(
         await store.close()
 
 
-async def test_the_layout_is_kept_while_only_vectors_and_topics_move(make_settings: Callable[..., Settings]):
+async def test_the_layout_is_kept_while_only_vectors_move(make_settings: Callable[..., Settings]):
     """Issue 12: every embedding batch made each recall work out the creation order again."""
     store, recaller = await make(make_settings())
     try:

@@ -28,8 +28,7 @@ from memvault.search.embedders import (
     normalise_rows,
 )
 from memvault.search.embeddings import Embeddings
-from memvault.search.topics import matvec
-from memvault.search.vectors import TokenVectors, embed_text, quantize, text_hash
+from memvault.search.vectors import TokenVectors, embed_text, matvec, quantize, text_hash
 
 pytestmark = [
     pytest.mark.anyio,
@@ -349,116 +348,6 @@ async def test_a_failing_embedder_is_retried_without_losing_work(make_settings: 
         assert (await store.state("t")).vectors.counts() == (1, 1)
     finally:
         await store.close()
-
-
-# ---------------------------------------------------------------------------- topics
-
-
-def topic_scores(model, rows, where, query: str):
-    """Cosine of ``query`` with every row placed in ``model`` (None: no query word is a topic word)."""
-    from memvault.search import topics
-
-    place = model.query(query)
-    if place is None:
-        return None
-    before, after = topics.neighbours(where)
-    return topics.fold(model, rows, before, after, np.arange(len(rows))) @ place
-
-
-def test_topics_connect_words_that_keep_company():
-    from memvault.search import topics
-
-    vocabulary = topics.Vocabulary()
-    texts = []
-    # Thirty short "conversations": pets talk always mentions the dog next door to the word "pets".
-    for i in range(30):
-        texts.append(f"We talked about pets and how much joy they bring, story {i}.")
-        texts.append(f"My dog Max loves the park and chasing balls, story {i}.")
-        texts.append(f"The quarterly budget spreadsheet needs a review, item {i}.")
-        texts.append(f"Taxes and invoices and accounting deadlines again, item {i}.")
-    rows = [vocabulary.encode(t) for t in texts]
-    keys = [f"m{i}.md" for i in range(len(texts))]
-    # Written in pairs, an hour apart: (pets, dog), (budget, taxes), ...
-    created = np.array([(i // 2) * 3600.0 + i % 2 for i in range(len(texts))])
-    where = topics.creation_order(keys, created, depth=1, gap=10.0)
-    model = topics.fit(rows, vocabulary, where.before[0], where.after[0], dimensions=8)
-    assert model is not None
-    scores = topic_scores(model, rows, where, "pets")
-    assert scores is not None
-    dog = [i for i, t in enumerate(texts) if "dog" in t]
-    money = [i for i, t in enumerate(texts) if "Taxes" in t]
-    # "my dog Max" never says "pets", but sits next to memories that do.
-    assert scores[dog].min() > 0.2
-    assert abs(scores[money]).max() < 0.1
-    assert model.query("xylophone") is None
-
-
-def test_rows_without_words_change_no_topic_score():
-    from memvault.search import topics
-
-    rng = np.random.default_rng(5)
-    words = [f"w{i}" for i in range(120)]
-    texts = [" ".join(rng.choice(words, size=12)) for _ in range(150)]
-    vocabulary = topics.Vocabulary()
-    rows = [vocabulary.encode(t) for t in texts]
-    # The same rows with free rows (None) and rows without topic words interleaved.
-    padded: list[topics.Terms | None] = []
-    for i, row in enumerate(rows):
-        padded.append(row)
-        padded.append(None if i % 2 else vocabulary.encode("the and of"))
-    real = np.arange(0, 2 * len(rows), 2)
-
-    def fitted(rows_, created):
-        keys = [f"k{i}" for i in range(len(rows_))]
-        where = topics.creation_order(keys, created, depth=1, gap=1.5)
-        model = topics.fit(rows_, vocabulary, where.before[0], where.after[0], dimensions=8)
-        return model, where
-
-    plain, plain_at = fitted(rows, np.arange(len(rows), dtype=float))
-    created = np.full(len(padded), np.nan)
-    created[real] = np.arange(len(rows), dtype=float)  # the same neighbours as without padding
-    with_gaps, gaps_at = fitted(padded, created)
-    assert plain is not None and with_gaps is not None
-    for query in ("w1 w2", "w50", "w7 w90 w33"):
-        a, b = topic_scores(plain, rows, plain_at, query), topic_scores(with_gaps, padded, gaps_at, query)
-        assert a is not None and b is not None
-        assert np.allclose(b[real], a, atol=1e-5)
-        assert not b[real + 1].any()  # padding rows score nothing
-
-
-def test_folding_in_steps_places_every_row_as_folding_at_once(monkeypatch: pytest.MonkeyPatch):
-    from memvault.search import topics
-
-    rng = np.random.default_rng(11)
-    words = [f"w{i}" for i in range(200)]
-    vocabulary = topics.Vocabulary()
-    texts = [" ".join(rng.choice(words, size=15)) for _ in range(300)]
-    rows: list[topics.Terms | None] = [vocabulary.encode(t) for t in texts]
-    rows[7] = None  # a free row (placed by its neighbours' words alone)
-    where = topics.creation_order([f"k{i}" for i in range(len(rows))], np.arange(300.0), depth=1, gap=1.5)
-    model = topics.fit(rows, vocabulary, where.before[0], where.after[0], dimensions=8)
-    assert model is not None
-    before, after = topics.neighbours(where)
-    targets = rng.permutation(300)
-    at_once = topics.fold(model, rows, before, after, targets)
-    monkeypatch.setattr(topics, "FOLD_ROWS", 16)  # 19 steps, the last one short
-    in_steps = topics.fold(model, rows, before, after, targets)
-    assert np.abs(at_once).sum() > 0
-    assert np.array_equal(in_steps, at_once)
-    placement = topics.Placement(model)  # a refit's way: straight into the placement
-    some = targets[:250]
-    placement.fold_in(rows, before, after, some)
-    assert np.array_equal(placement.rows[some], at_once[:250])
-    assert placement.valid_rows(300).sum() == 250 and placement.valid_rows(300)[some].all()
-
-
-def test_topics_need_enough_text():
-    from memvault.search import topics
-
-    vocabulary = topics.Vocabulary()
-    rows = [vocabulary.encode("a few words here") for _ in range(10)]
-    none = np.full(10, 10, dtype=np.intp)
-    assert topics.fit(rows, vocabulary, none, none) is None
 
 
 def test_without_the_recall_tools_nothing_is_embedded(tmp_path: Path):
