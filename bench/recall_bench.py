@@ -441,16 +441,7 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         found = await recaller.recall(token, query, limit=limit, weights=weights or WEIGHTS.get("memvault"))
         return [hit.memory.id for hit in found.results]
 
-    def grid(kind: str = "weights") -> dict[str, Any]:
-        if kind == "topics":  # the vault's topic model (off by default) at a few weights
-            return {
-                f"vector {v:g}, topic {tp:g}, neighbour {nb:g}": DEFAULT_WEIGHTS.replace(
-                    vector=v, topic=tp, neighbour=nb
-                )
-                for v in (0.75, 1.0)
-                for tp in (0.0, 0.15, 0.3, 0.5)
-                for nb in (0.0, 0.2)
-            }
+    def grid() -> dict[str, Any]:
         return {
             f"vector {v:g}, context {c[0]:g}/{c[1]:g} up to {w:g} words, span {t:g}, neighbour {nb:g}": (
                 DEFAULT_WEIGHTS.replace(vector=v, context=c, context_words=w, span=t, neighbour=nb)
@@ -470,7 +461,7 @@ async def run_memvault(
     root: Path,
     embedder: str | None,
     log: Callable[[str], None],
-    grid: str | None = None,
+    grid: bool = False,
 ) -> tuple[list[list[list[int]]], dict[str, Any]]:
     """Rankings (unit indices) per haystack per question, and timings; with ``grid``, also the
     rankings under every setting of memvault's grid (``info["grid"]``)."""
@@ -517,7 +508,7 @@ async def run_memvault(
         info["recall_p50_ms"] = statistics.median(latency) * 1000
         if grid:
             info["grid"] = {}
-            for label, weights in settings(grid).items():
+            for label, weights in settings().items():
                 info["grid"][label] = [
                     [
                         [
@@ -566,7 +557,6 @@ def evaluate(
     log: Callable[[str], None],
     skip_memvault: bool = False,
     grid: Path | None = None,
-    grid_set: str = "weights",
 ) -> Run:
     t0 = time.perf_counter()
     feats = [features(h, caches) for h in haystacks]
@@ -582,9 +572,7 @@ def evaluate(
     }
     info: dict[str, Any] = {}
     if not skip_memvault:
-        ranked, info = asyncio.run(
-            run_memvault(haystacks, root, embedder, log, grid=grid_set if grid is not None else None)
-        )
+        ranked, info = asyncio.run(run_memvault(haystacks, root, embedder, log, grid=grid is not None))
         rankings = {"memvault recall": ranked, **rankings}
         if grid is not None:
             write_grid(grid, dataset, unit, haystacks, {**info.pop("grid"), **rankings})
@@ -714,12 +702,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also score memvault under a grid of ranking weights and add every question's outcome to "
         "this JSON file, for bench/recall_cv.py --package",
     )
-    parser.add_argument(
-        "--grid-set",
-        choices=("weights", "topics"),
-        default="weights",
-        help="which grid: the shipped features' weights (default) or the topic model's",
-    )
     parser.add_argument("--out", type=Path, help="add a section to this markdown file (bench/RESULTS.md)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -750,7 +732,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     log,
                     args.no_memvault,
                     args.grid,
-                    args.grid_set,
                 )
             )
         finally:
