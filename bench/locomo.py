@@ -16,7 +16,7 @@ evidence turns are looked up in the reply's lines. Figures (no LLM involved):
 `--latency-memories N` (default 10,000) then measures recall on a token of N memories (the turns
 again, cycled with the year shifted so nothing repeats, written as files before the server
 starts), over HTTP and through the tool's body alone. `--cv` cross-validates the ranking's weights
-(leave one conversation out, a few minutes); `--try neighbour=0.2,spread=0.3` (repeatable) scores
+(leave one conversation out, a few minutes); `--try neighbour=0.2,vector=0.6` (repeatable) scores
 candidate weights on every conversation, which with `--latency-memories 0` takes about a minute.
 Category 5 (adversarial) questions and questions without usable evidence ids are left out and
 counted. The server runs with its default configuration except MEMVAULT_CAPACITY (raised so that
@@ -265,15 +265,12 @@ def ranked_turns(reply: str, names: dict[str, str]) -> list[str]:
 OFF: dict[str, Any] = {
     "context": (0.0, 0.0),
     "vector": 0.0,
-    "title": 0.0,
-    "repeat": 0.0,
     "neighbour": 0.0,
 }
 ABLATION = [
     ("BM25 scores only", list(OFF)),
-    ("+ neighbours as context", ["vector", "title", "repeat", "neighbour"]),
-    ("+ embedder vectors", ["title", "repeat", "neighbour"]),
-    ("+ title-word bonus", ["repeat", "neighbour"]),
+    ("+ neighbours as context", ["vector", "neighbour"]),
+    ("+ embedder vectors", ["neighbour"]),
     ("+ diversity (the default)", []),
 ]
 
@@ -312,7 +309,7 @@ async def run_ablation(
 
 
 def parse_weights(spec: str) -> Weights:
-    """``neighbour=0.2,spread=0.3`` (``context=0.7/0.35``) as the default weights with those changes."""
+    """``neighbour=0.2,vector=0.6`` (``context=0.7/0.35``) as the default weights with those changes."""
     known = {f.name for f in dataclasses.fields(Weights)}
     changes: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
@@ -358,7 +355,6 @@ def tried_lines(tried: list[tuple[Weights, dict[str, Scores]]]) -> list[str]:
 # tried on these same five conversations (issue 15, i15c); they are offered here, not imposed.
 NARROW: dict[str, tuple[Any, ...]] = {
     "neighbour": (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4),
-    "spread": (0.0, 0.1, 0.2, 0.3, 0.5),
 }
 WIDE: dict[str, tuple[Any, ...]] = {
     **NARROW,
@@ -375,9 +371,9 @@ class Procedure:
 
 
 PROCEDURES = [
-    Procedure("neighbour, spread; gain 0.3", NARROW, 0.3),
-    Procedure("neighbour, spread; gain 0", NARROW, 0.0),
-    Procedure("neighbour, spread, vector; gain 0.3", WIDE, 0.3),
+    Procedure("neighbour; gain 0.3", NARROW, 0.3),
+    Procedure("neighbour; gain 0", NARROW, 0.0),
+    Procedure("neighbour, vector; gain 0.3", WIDE, 0.3),
 ]
 
 
@@ -795,7 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="NAME=VALUE,...",
-        help="also score these weights through the tool's body, e.g. neighbour=0.2,spread=0.3 (repeatable; "
+        help="also score these weights through the tool's body, e.g. neighbour=0.2,vector=0.6 (repeatable; "
         "printed with each conversation's figures, not written to --out): with --latency-memories 0, "
         "a candidate change costs about a minute",
     )

@@ -33,20 +33,18 @@ How a memory is scored for a query, and why:
 8. Floor: a result below ``Weights.floor`` of the best is left out (MEMVAULT_RECALL_FLOOR).
 
 The weights were chosen by cross-validation over LoCoMo and LongMemEval, each loaded one memory
-per turn and one per session (bench/recall_bench.py --grid, bench/recall_cv.py --package).
-Cross-validation of a prototype (bench/recall_cv.py) chose no title bonus and no repeat penalty;
-the bonus of "when" questions and the spread penalty of questions that gather were not shown to
-help on both benchmarks (the ranking that had them scored below plain BM25 on LongMemEval), so
-their weights default to 0; the code stays for callers that ask for them (``Weights``). The
-vault's own topic model (LSI) went: at weights 0.15 to 0.5 it moved no held-back figure
-(bench/RESULTS.md has the held-back figures).
+per turn and one per session (bench/recall_bench.py --grid, bench/recall_cv.py --package). A
+feature stays only if it helps on both benchmarks in both loadings across folds (issue 34); those
+for which cross-validation chose weight 0 went: the title-word bonus, the penalty for repeating a
+picked result's meaning, the bonus of "when" questions, the extra spread for questions that
+gather, and the vault's own topic model (bench/RESULTS.md has the held-back figures).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -60,10 +58,10 @@ from memvault.disk.markdown import PRIORITIES, Memory, clean_tags
 from memvault.disk.names import key
 from memvault.errors import InvalidArgument, quote
 from memvault.ops.access import flush_records, last_access
-from memvault.search.embedders import Embedder, FloatMatrix, HashEmbedder, WordLlamaEmbedder
+from memvault.search.embedders import Embedder, HashEmbedder, WordLlamaEmbedder
 from memvault.search.order import Layout, creation_order
 from memvault.search.rerankers import Reranker, RerankerUnavailable, Reranking
-from memvault.search.snippets import asks_for_several, asks_when_question, says_when, snippet
+from memvault.search.snippets import snippet
 from memvault.search.text import terms_of
 from memvault.search.timewords import read_time
 from memvault.search.vectors import VectorView
@@ -83,21 +81,15 @@ SPAN_BOOST = 1.0  # x(1 + this) for a memory created in the span the query's tim
 NEIGHBOUR_PENALTY = 0.2  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked...
 NEIGHBOUR_SCALE = 10.0
 NEIGHBOUR_AFTER = 0.7  # ...once this share of the limit is picked by relevance alone
-# The ranking features below were not shown to help on both benchmarks (see the module docstring);
-# their weights default to 0 (off) and stay for callers that ask for them.
 VECTOR_FLOOR = 0.1  # a hash-embedder cosine below this is noise (its chance collisions)
 FLOOR = 0.05  # results whose shown score (the value that ranked them) is below this are left out
 ACCESS_TOP = 3  # the first results shown count as an access if they score ACCESS_MIN of the best...
 ACCESS_MIN = 0.25
 ACCESS_SHARE = 0.5  # ...the others only when they score at least this share of the best
-TITLE_BOOST = 0.0  # a query word in the title
-WHEN_BOOST = 0.0  # x(1 + this) for a memory naming a time when the question asks when
 IMPORTANCE_WEIGHT = 0.3  # importance 1 -> x1.15, 0 -> x0.85, unset -> x1
 RECENCY_WEIGHT = 0.1  # x1.1 just accessed, halving every RECENCY_HALF_LIFE_DAYS
 RECENCY_HALF_LIFE_DAYS = 30.0
 PRIORITY_FACTOR = {"P0": 1.1, "P1": 1.05, "P2": 1.0}
-REPEAT_PENALTY = 0.0  # times the best cosine with a result already picked
-SPREAD = 0.0  # added to NEIGHBOUR_PENALTY for a question that asks for several things
 POOL = 40  # candidates considered for diversity (at least 4 x limit)
 LEXICAL_LIMIT = 500  # lexical hits scored per query (the rest score too little to matter)
 STALE_DAYS = 30
@@ -116,13 +108,9 @@ class Weights:
     context: tuple[float, ...] = CONTEXT  # at most len(CONTEXT) places (the layout's depth)
     context_words: float = CONTEXT_WORDS  # longer memories borrow less context (0: all alike)
     vector: float = VECTOR_WEIGHT
-    title: float = TITLE_BOOST
-    repeat: float = REPEAT_PENALTY
     neighbour: float = NEIGHBOUR_PENALTY
     neighbour_after: float = NEIGHBOUR_AFTER  # the share of the limit picked before the penalty applies
     floor: float = FLOOR  # relevance floor: a share of the best result's score
-    when: float = WHEN_BOOST  # a "when ..." question, a memory that says when (yesterday, last week)
-    spread: float = SPREAD  # added to the neighbour penalty when the question asks for several things
     span: float = SPAN_BOOST  # time words in the query ("10 days ago"), a memory created then
 
     def replace(self, **changes: object) -> Weights:
@@ -185,16 +173,9 @@ def fuse(
     return score, read
 
 
-def factor(
-    memory: Memory,
-    *,
-    title_hit: bool,
-    last_access: datetime | None,
-    now: datetime,
-    title_boost: float = TITLE_BOOST,
-) -> float:
-    """Small multipliers: title match, importance, recency of access, priority."""
-    value = 1.0 + (title_boost if title_hit else 0.0)
+def factor(memory: Memory, *, last_access: datetime | None, now: datetime) -> float:
+    """Small multipliers: importance, recency of access, priority."""
+    value = 1.0
     if memory.importance is not None:
         value *= 1.0 + IMPORTANCE_WEIGHT * (float(memory.importance) - 0.5)
     if last_access is not None:
@@ -203,29 +184,21 @@ def factor(
     return value * PRIORITY_FACTOR.get(memory.priority, 1.0)
 
 
-def title_terms(title: str) -> frozenset[str]:
-    """A title's index terms (recall keeps them per token: see _Kept)."""
-    return frozenset(terms_of(title))
-
-
 def diversify(
     candidates: Sequence[int],
     scores: FloatArray,
     limit: int,
     where: Layout,
-    vectors_of: Callable[[npt.NDArray[np.intp]], FloatMatrix | None] | None,
     *,
-    repeat_penalty: float | None = None,
     neighbour_penalty: float | None = None,
     scale: float | None = None,
     free: int = 0,
 ) -> list[tuple[int, float, float]]:
-    """Pick ``limit`` rows greedily: best score, less what repeats a row already picked (the first
-    ``free`` picks by score alone, then the neighbour penalty too). Returns each row with the value
+    """Pick ``limit`` rows greedily: best score, less closeness to a row already picked in the same
+    thread (the first ``free`` picks by score alone). Returns each row with the value
     that picked it (a share of the best score, less its penalties then) and its relevance (the share
     of the best score alone). The values never rise down the list: penalties only grow, so what is
     left only loses value."""
-    repeat_penalty = REPEAT_PENALTY if repeat_penalty is None else repeat_penalty
     neighbour_penalty = NEIGHBOUR_PENALTY if neighbour_penalty is None else neighbour_penalty
     scale = NEIGHBOUR_SCALE if scale is None else scale
     left = sorted(candidates, key=lambda r: (-scores[r], r))
@@ -235,27 +208,21 @@ def diversify(
     top = float(scores[left[0]]) or 1.0
     rel = scores[rows].astype(np.float64) / top
     # Every pair's closeness at once (a few dozen candidates): the loop below reads rows of it.
-    # Repetition stays one product a pick: a matrix product would wake BLAS's threads, which then
-    # spin for a core the event loop needs.
-    vectors = vectors_of(rows) if vectors_of is not None and repeat_penalty else None
     close = None
     if neighbour_penalty:
         positions, threads = where.position[rows], where.thread[rows]
         same = (threads[:, None] == threads[None, :]) & (threads >= 0)[:, None]
         close = np.where(same, np.exp(-np.abs(positions[:, None] - positions[None, :]) / scale), 0.0)
-    repeat = np.zeros(len(left))
     near = np.zeros(len(left))
     taken = np.zeros(len(left))  # -inf once picked
     picked: list[tuple[int, float, float]] = []
     for k in range(min(limit, len(left))):
-        value = rel - repeat_penalty * repeat + taken
+        value = rel + taken
         if k >= free:
             value -= neighbour_penalty * near
         i = int(np.argmax(value))
         picked.append((left[i], float(value[i]), float(rel[i])))
         taken[i] = -np.inf
-        if vectors is not None:
-            np.maximum(repeat, vectors @ vectors[i], out=repeat)
         if close is not None:
             np.fmax(near, close[i], out=near)  # fmax: a NaN closeness (no position) leaves near as it is
     return picked
@@ -353,20 +320,10 @@ def check_time(name: str, value: str | None) -> float | None:
 
 @dataclass(slots=True)
 class _Kept:
-    """What recall keeps of a loaded token between calls: where its rows stand, and the title terms
-    of the memories it weighed since they last moved (recall asks for each candidate's, the same
-    titles again and again). A cache shared by all tokens kept the titles of every token ever
-    recalled, long after they were unloaded."""
+    """What recall keeps of a loaded token between calls: where its rows stand, until they move."""
 
     rows_version: int
     layout: Layout
-    titles: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
-
-    def title_terms(self, title: str) -> frozenset[str]:
-        terms = self.titles.get(title)
-        if terms is None:
-            terms = self.titles[title] = title_terms(title)
-        return terms
 
 
 class Recaller:
@@ -440,8 +397,7 @@ class Recaller:
         view = state.vectors.snapshot(inline)
         if inline and len(view.keys) > MAX_ROWS:
             raise NeedsThread
-        kept = self._kept_of(state, view)
-        where = kept.layout
+        where = self._layout(state, view)
         n = where.n
         lexical = np.zeros(n, dtype=np.float64)
         include_archive, tags, priorities = filters.include_archive, filters.tags, filters.priorities
@@ -517,7 +473,6 @@ class Recaller:
             candidates = candidates[np.argpartition(-score[candidates], pool_size - 1)[:pool_size]]
 
         terms = {t for t in terms_of(words)} - _QUESTION_WORDS
-        asks_when = weights.when > 0 and asks_when_question(query)
         recorded = (
             state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()], inline=inline)
             if state.sidecar
@@ -533,15 +488,7 @@ class Recaller:
                     continue
                 memories[row] = memory
                 last = last_access(memory, recorded.get(path_key))
-                weighted[row] = score[row] * factor(
-                    memory,
-                    title_hit=not terms.isdisjoint(kept.title_terms(memory.title)),
-                    last_access=last,
-                    now=now,
-                    title_boost=weights.title,
-                )
-                if asks_when and says_when(memory.content):
-                    weighted[row] *= 1.0 + weights.when
+                weighted[row] = score[row] * factor(memory, last_access=last, now=now)
         if reranker is not None and memories:
             self._rerank(reranker, query, memories, weighted)
         picked = diversify(
@@ -549,9 +496,7 @@ class Recaller:
             weighted,
             limit,
             where,
-            view.vectors if model else None,
-            repeat_penalty=weights.repeat,
-            neighbour_penalty=weights.neighbour + (weights.spread if asks_for_several(query) else 0.0),
+            neighbour_penalty=weights.neighbour,
             free=int(weights.neighbour_after * limit),
         )
         results = []
@@ -657,7 +602,7 @@ def _static(embedder: Embedder) -> bool:
     return isinstance(embedder, HashEmbedder | WordLlamaEmbedder)
 
 
-# Words that say what kind of answer is wanted, not what it is about: they never earn a title boost.
+# Words that say what kind of answer is wanted, not what it is about: a snippet is not centred on them.
 _QUESTION_WORDS = frozenset(
     terms_of(
         "a an and are as at be been but by can could do does did for from had has have how i if in into is "

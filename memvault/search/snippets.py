@@ -1,4 +1,4 @@
-"""What recall reads in text: snippets around the query's words, and words that place things in time."""
+"""Snippets: a short excerpt of a memory around the query's words, for recall's lines."""
 
 from __future__ import annotations
 
@@ -8,43 +8,6 @@ import re
 from memvault.search.text import terms_of
 
 SNIPPET_CHARS = 160
-
-_ASKS_WHEN = re.compile(
-    r"^\W*(when|what (day|date|month|year|time)|how long ago|in which (month|year))\b", re.I
-)
-_DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
-_SAYS_WHEN = re.compile(
-    r"\b(yesterday|today|tonight|tomorrow|ago|recently|lately|"
-    rf"(last|next|this|past) (week|weekend|month|year|night|summer|winter|spring|fall|autumn|{_DAYS})|"
-    rf"{_DAYS}|weekend)\b",
-    re.I,
-)
-
-_NOT_PLURAL = r"(?!(?:is|was|does|has|this|us|yes|always)\b)"
-_ASKS_SEVERAL = re.compile(
-    r"\b(how many|both|in common|(types|kinds|ways|sorts) of|in what ways)\b"
-    r"|^\W*(what|who)\s+(are|were)\b|^\W*what\s+(does|do)\s+\w+\s+do\s+to\b"
-    rf"|^\W*(what|which|where|who)\s+(?:[\w+-]+\s+){{0,2}}{_NOT_PLURAL}[a-z+-]+s\s+"
-    r"(has|have|does|do|did|is|are|was|were)\b"
-    r"|^\W*(what|which|where|who|how)\s+(has|have)\s+(?!\w+\s+been\b)",
-    re.I,
-)
-
-
-def asks_when_question(query: str) -> bool:
-    """A question about when something happened ("When did ...", "What year ...")."""
-    return _ASKS_WHEN.search(query) is not None
-
-
-def asks_for_several(query: str) -> bool:
-    """A question whose answer gathers several things said at different times ("What books has she
-    read?", "How many times ...", "What do they both like?")."""
-    return _ASKS_SEVERAL.search(query) is not None
-
-
-def says_when(text: str) -> bool:
-    """Text that places something in time relative to when it was said ("last week", "yesterday")."""
-    return _SAYS_WHEN.search(text) is not None
 
 
 @functools.lru_cache(maxsize=256)

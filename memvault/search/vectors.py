@@ -101,12 +101,6 @@ class VectorView:
         out[~self.has_vector[:n]] = 0.0
         return out.astype(np.float64)
 
-    def vectors(self, rows: npt.NDArray[np.intp]) -> FloatMatrix | None:
-        """The vectors of ``rows`` as float32 (zero where none yet); None without vectors."""
-        if self.matrix is None:
-            return None
-        return self.matrix[rows] * self.scale[rows, None]
-
 
 def quantize(vector: FloatMatrix) -> tuple[Int8Matrix, np.float32]:
     """``vector`` as int8 and a scale: ``q * scale`` is within half a step of each component."""

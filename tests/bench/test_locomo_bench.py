@@ -119,7 +119,7 @@ def test_cross_validation_fits_on_the_others_and_scores_the_held_out(tmp_path: P
     for name in ("97", "98", "99"):
         (data / f"{name}.json").write_text(json.dumps(conversation()), encoding="utf-8")
     # Small grids keep the test fast; the search and the report are the same.
-    small = bench.Procedure("small", {"title": (0.0, 0.3), "floor": (0.0, 0.9)}, 0.3)
+    small = bench.Procedure("small", {"neighbour": (0.0, 0.3), "floor": (0.0, 0.9)}, 0.3)
     smaller = bench.Procedure("smaller", {"floor": (0.0, 0.9)}, 0.0)
     monkeypatch.setattr(bench, "PROCEDURES", [small, smaller])
     argv = [str(data), "--cv", "--latency-memories", "0", "--dir", str(tmp_path)]
@@ -144,28 +144,28 @@ def test_cross_validation_fits_on_the_others_and_scores_the_held_out(tmp_path: P
 
 def test_the_weight_search_moves_only_for_a_gain_that_outweighs_the_noise(monkeypatch):
     bench = load_bench()
-    procedure = bench.Procedure("title", {"title": (0.0, 0.3, 0.5)}, 0.3)
-    start = bench.Setting(bench.DEFAULT_WEIGHTS.replace(title=0.5))
+    procedure = bench.Procedure("neighbour", {"neighbour": (0.0, 0.3, 0.5)}, 0.3)
+    start = bench.Setting(bench.DEFAULT_WEIGHTS.replace(neighbour=0.5))
 
     class Fixed(bench.Grid):
-        """Scores by the title weight alone, as given, on one 1000-question conversation."""
+        """Scores by the neighbour weight alone, as given, on one 1000-question conversation."""
 
-        def __init__(self, turn_by_title: dict[float, int]) -> None:
-            self.turn_by_title = turn_by_title
+        def __init__(self, turn_by_neighbour: dict[float, int]) -> None:
+            self.turn_by_neighbour = turn_by_neighbour
 
         async def scores(self, setting):  # type: ignore[no-untyped-def]
             s = bench.Scores(n=1000, session_all_10=950)  # far above its target: turn any@10 decides
-            s.turn_any[10] = self.turn_by_title[setting.weights.title]
+            s.turn_any[10] = self.turn_by_neighbour[setting.weights.neighbour]
             return {"a": s}
 
     import asyncio
 
     # 0.1 point better (one question in 1000): not worth leaving the current weights for.
     small = Fixed({0.0: 770, 0.3: 771, 0.5: 770})
-    assert asyncio.run(small.fit(["a"], start, procedure)).weights.title == 0.5
+    assert asyncio.run(small.fit(["a"], start, procedure)).weights.neighbour == 0.5
     # A point better: the search moves.
     large = Fixed({0.0: 780, 0.3: 771, 0.5: 770})
-    assert asyncio.run(large.fit(["a"], start, procedure)).weights.title == 0.0
+    assert asyncio.run(large.fit(["a"], start, procedure)).weights.neighbour == 0.0
 
 
 @pytest.mark.slow
@@ -177,13 +177,13 @@ def test_try_scores_candidate_weights_per_conversation_without_writing_them(tmp_
         (data / f"{name}.json").write_text(json.dumps(conversation()), encoding="utf-8")
     results = tmp_path / "RESULTS.md"
     argv = [str(data), "--latency-memories", "0", "--dir", str(tmp_path), "--out", str(results)]
-    assert bench.main([*argv, "--try", "title=0", "--try", "context=0.5/0.25, spread=0.3"]) == 0
+    assert bench.main([*argv, "--try", "neighbour=0", "--try", "context=0.5/0.25, vector=0.3"]) == 0
     tried = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tried:")]
     assert len(tried) == 2
-    assert "[98 " in tried[0] and " 99 " in tried[0] and "title 0," in tried[0]
-    assert "context 0.5/0.25" in tried[1] and "spread 0.3" in tried[1]
+    assert "[98 " in tried[0] and " 99 " in tried[0] and "neighbour 0," in tried[0]
+    assert "context 0.5/0.25" in tried[1] and "vector 0.3" in tried[1]
     assert "tried:" not in results.read_text(encoding="utf-8")
     with pytest.raises(SystemExit, match="names among"):
         bench.main([*argv, "--try", "speed=2"])
     with pytest.raises(SystemExit, match="not a number"):
-        bench.main([*argv, "--try", "title=high"])
+        bench.main([*argv, "--try", "neighbour=high"])
