@@ -179,6 +179,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
     env["MEMVAULT_MAX_LOADED_TOKENS"] = str(args.loaded)
+    env.update(args.server_env)  # e.g. MALLOC_ARENA_MAX=2: the allocator's knobs, compared run to run
     server_log = work / "server.log"
     argv = [sys.executable, "-m", "memvault", "serve", "--root", str(root), "--port", str(port)]
     with server_log.open("wb") as out:
@@ -258,7 +259,9 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
         f"{args.minutes:g} minutes, {args.tokens:,} tokens",
         "",
         f"Command: `python bench/soak.py --minutes {args.minutes:g} --tokens {args.tokens} "
-        f"--loaded {args.loaded} --http {args.http} --sse {args.sse} --stdio {args.stdio}`",
+        f"--loaded {args.loaded} --http {args.http} --sse {args.sse} --stdio {args.stdio}"
+        + "".join(f" --server-env {k}={v}" for k, v in args.server_env.items())
+        + "`",
         "",
         f"Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()} "
         f"{platform.release()}, memvault git {git}; load average after: {load[0]:.2f}. One "
@@ -302,7 +305,15 @@ def main() -> None:
     parser.add_argument("--sample-seconds", type=float, default=15)
     parser.add_argument("--seed", type=int, default=35)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for `memvault serve` only (repeatable), e.g. MALLOC_ARENA_MAX=2",
+    )
     args = parser.parse_args()
+    args.server_env = dict(item.split("=", 1) for item in args.server_env)
     result = asyncio.run(run(args))
     text = report(args, result)
     print(text)
