@@ -149,6 +149,26 @@ def _error(status: int, message: str) -> Response:
 
 
 READ_ONLY_STATE = "memvault_read_only"
+SESSION_ENDED = "The session ended while this request was in flight; start a new session."
+_CLOSED = (anyio.ClosedResourceError, anyio.BrokenResourceError)
+
+
+class _SessionEndFilter(logging.Filter):
+    """The SDK logs "Error handling POST request" with a traceback when a request cannot be handed
+    to its session because the session ended meanwhile (TokenGuard._in_session answers the client):
+    that record becomes one debug line. Any other failure is logged as the SDK logs it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if record.msg == "Error handling POST request" and isinstance(exc, _CLOSED):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.msg = "a request met the end of its session"
+            record.exc_info = record.exc_text = None
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+_SESSION_END_FILTER = _SessionEndFilter()
 
 
 class BearerAuth:
@@ -283,7 +303,45 @@ class TokenGuard:
         ending = (
             session.decode("latin-1") if session is not None and scope.get("method") == "DELETE" else None
         )
-        await self.app(scope, receive, self._binding(send, token, ending, client))
+        sending = self._binding(send, token, ending, client)
+        if session is None or scope.get("method") != "POST":
+            await self.app(scope, receive, sending)
+            return
+        await self._in_session(scope, receive, sending, session.decode("latin-1"))
+
+    async def _in_session(self, scope: Scope, receive: Receive, send: Send, session: str) -> None:
+        """A POST to a live session, which may end while the request is in flight (its client's
+        DELETE, a least recently used session closed, an idle timeout). The SDK then fails to hand
+        the request over: it logged a traceback, answered 500 "Error handling POST request" and
+        raised, and uvicorn logged a second traceback. The client is told what the MCP spec says
+        of an ended session (404: start a new one), and the log gets one debug line."""
+        held: Message | None = None
+        answered = False
+
+        def ended() -> bool:
+            live = getattr(self.manager, "_server_instances", None)  # mcp 2.x (see _make_room)
+            return live is not None and session not in live
+
+        async def sending(message: Message) -> None:
+            nonlocal held, answered
+            if message["type"] == "http.response.start":
+                answered = True
+                if message.get("status") == 500 and ended():
+                    held = message  # replaced below, with the body that follows it
+                    return
+            elif held is not None:
+                if not message.get("more_body", False):
+                    held = None
+                    await _error(404, SESSION_ENDED)(scope, receive, send)
+                return
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except _CLOSED:
+            if not answered:
+                raise
+            log.debug("a request met the end of its session")
 
     async def _make_room(self, token: str, client: str) -> None:
         """Before a new session: if this token or this client address holds its most sessions, close
@@ -427,6 +485,8 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
         json_response=True,
     )
     manager = server.session_manager
+    # One filter for the process (addFilter adds it once however many apps are built).
+    logging.getLogger("mcp.server.streamable_http").addFilter(_SESSION_END_FILTER)
     sessions = SessionOwners()
     watcher = store.watcher()
     started = time.monotonic()

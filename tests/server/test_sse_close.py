@@ -4,6 +4,7 @@ messages on their way to them, POSTs cut short on either transport: never a trac
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -230,3 +231,57 @@ async def test_a_streamable_http_post_whose_client_goes_away_midway_logs_no_trac
             assert await post(port, head + INITIALIZE) == 200
     tracebacks = [r for r in records if r.exc_info]
     assert not tracebacks, [r.getMessage() for r in tracebacks[:3]]
+
+
+async def test_requests_that_meet_their_sessions_end_get_404_and_log_no_traceback(
+    server_factory: Callable[..., Any],
+) -> None:
+    """A client ends its streamable HTTP session (DELETE) while its calls are in flight: each call
+    gets its answer, or 404 (the session ended: start a new one); the log gets no traceback (the
+    SDK logged two per such call and answered 500)."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    initialize = json.loads(INITIALIZE)
+    statuses: list[int] = []
+    bodies: list[str] = []
+    async with server_factory() as srv, httpx2.AsyncClient(timeout=10) as client:
+        url = srv.mcp_url("racer")
+        with server_log() as records:
+            for round_ in range(40):
+                response = await client.post(url, json=initialize, headers=headers)
+                assert response.status_code == 200, response.text
+                session = {
+                    **headers,
+                    "mcp-session-id": response.headers["mcp-session-id"],
+                    "mcp-protocol-version": "2025-06-18",
+                }
+                initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+                assert (await client.post(url, json=initialized, headers=session)).status_code == 202
+
+                async def call(i: int, session: dict[str, str] = session, round_: int = round_) -> None:
+                    arguments = {"title": f"Note {round_} {i}", "content": "words " * 500}
+                    request = {
+                        "jsonrpc": "2.0",
+                        "id": 10 + i,
+                        "method": "tools/call",
+                        "params": {"name": "write_memory", "arguments": arguments},
+                    }
+                    answer = await client.post(url, json=request, headers=session)
+                    statuses.append(answer.status_code)
+                    bodies.append(answer.text)
+
+                async def end(session: dict[str, str] = session, round_: int = round_) -> None:
+                    await anyio.sleep(0.001 * (round_ % 10))
+                    assert (await client.delete(url, headers=session)).status_code == 200
+
+                async with anyio.create_task_group() as group:
+                    for i in range(8):
+                        group.start_soon(call, i)
+                    group.start_soon(end)
+                if statuses.count(404) >= 3:
+                    break
+    assert set(statuses) <= {200, 404}, sorted(set(statuses))
+    assert statuses.count(404) >= 3, "no call met the end of its session: the race was not exercised"
+    ended = [body for status, body in zip(statuses, bodies, strict=True) if status == 404]
+    assert all("start a new session" in body for body in ended), ended[:1]
+    assert not [r for r in records if r.exc_info], [r.getMessage() for r in records if r.exc_info][:3]
+    assert not [r for r in records if r.levelno >= logging.WARNING], [r.getMessage() for r in records][:3]
