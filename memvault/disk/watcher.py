@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -99,18 +100,53 @@ def _hidden(root: bytes, path: bytes) -> bool:
     )
 
 
+class _Wants:
+    """The tokens whose folders are watched (loaded or listened to), shared by the watcher and its
+    inotify group. ``lock`` serialises want/unwant and the group's start; it is taken before the
+    group's own lock, which the emitter thread takes alone (it reads ``tokens`` without ``lock``)."""
+
+    def __init__(self) -> None:
+        self.tokens: set[bytes] = set()
+        self.lock = threading.Lock()
+        self.group: Any = None
+
+
 if InotifyWatchGroup is not None:
 
     class _VaultWatchGroup(InotifyWatchGroup):
-        """watchdog's recursive inotify watches, less dot-folders. Every folder of a clone's .git/
-        took a watch (objects/00..ff: hundreds per clone, against fs.inotify.max_user_watches), and
-        git making them in quick succession made watchdog warn; their events were dropped anyway."""
+        """watchdog's recursive inotify watches, less dot-folders and less the folders of tokens
+        nobody wants. Every folder of a clone's .git/ took a watch (objects/00..ff: hundreds per
+        clone, against fs.inotify.max_user_watches), and git making them in quick succession made
+        watchdog warn; their events were dropped anyway. Every token folder ever served took one
+        too (with its archive/ and sessions/), and watchdog's objects for each, for events
+        that only a loaded token or a listener uses: the root keeps its own watch (token folders
+        coming and going), and below it only wanted tokens are watched."""
+
+        wants: _Wants
+
+        def _token_of(self, path: bytes) -> bytes | None:
+            """The token folder's name that ``path`` is in or is, or None for the root (or outside)."""
+            if not path.startswith(self.path + b"/"):
+                return None
+            return path[len(self.path) + 1 :].split(b"/", 1)[0]
 
         def _add_all_callbacks(self, path: bytes) -> None:
-            # As watchdog's own, but the walk never enters a dot-folder. Every watch is added here:
-            # at start, for a folder made or moved in, and after a queue overflow.
+            # As watchdog's own, but the walk never enters a dot-folder, nor a token nobody wants.
+            # Every watch is added here: at start, for a folder made or moved in, after a queue
+            # overflow, and by want().
             if _hidden(self.path, path):
                 return
+            if path == self.path:
+                self._add_callback(path)
+                for token in list(self.wants.tokens):
+                    folder = os.path.join(path, token)
+                    if os.path.isdir(folder) and (self.follow_symlink or not os.path.islink(folder)):
+                        self._add_tree(folder)
+                return
+            if self._token_of(path) in self.wants.tokens:
+                self._add_tree(path)
+
+        def _add_tree(self, path: bytes) -> None:
             self._add_callback(path)
             if not self.is_recursive or not os.path.isdir(path):
                 return
@@ -121,31 +157,59 @@ if InotifyWatchGroup is not None:
                     if self.follow_symlink or not os.path.islink(full):
                         self._add_callback(full)
 
+        def _drop_tree(self, path: bytes) -> None:
+            inside = path + b"/"
+            paths = self._active_callbacks_by_path
+            self._remove_callbacks([wd for p, wd in paths.items() if p == path or p.startswith(inside)])
+
         def _move_watches(self, move_src_path: bytes, move_dst_path: bytes) -> bool:
-            # A watched folder renamed to a dot-name (hidden by hand) keeps no watch either.
+            # A watched folder renamed to a dot-name (hidden by hand), or to a token nobody wants,
+            # keeps no watch either.
             moved = super()._move_watches(move_src_path, move_dst_path)
-            if moved and _hidden(self.path, move_dst_path):
-                inside = move_dst_path + b"/"
-                paths = self._active_callbacks_by_path
-                self._remove_callbacks(
-                    [wd for p, wd in paths.items() if p == move_dst_path or p.startswith(inside)]
-                )
+            if moved and (
+                _hidden(self.path, move_dst_path) or self._token_of(move_dst_path) not in self.wants.tokens
+            ):
+                self._drop_tree(move_dst_path)
             return moved
 
+        def want(self, token: bytes, wanted: bool) -> None:
+            """Watch a token's folder (if it exists: else its creation is seen on the root's
+            watch), or stop watching it; the caller holds ``wants.lock``."""
+            with self._lock:
+                if wanted:
+                    self.wants.tokens.add(token)
+                else:
+                    self.wants.tokens.discard(token)
+                if not self.is_active:
+                    return
+                folder = os.path.join(self.path, token)
+                if wanted:
+                    if os.path.isdir(folder) and (self.follow_symlink or not os.path.islink(folder)):
+                        self._add_tree(folder)
+                else:
+                    self._drop_tree(folder)
+
     class _VaultEmitter(InotifyEmitter):
+        wants: _Wants  # set by _VaultObserver on a subclass of its own
+
         def on_thread_start(self) -> None:
-            self._inotify = _VaultWatchGroup(
-                self._inotify_fd,
-                os.fsencode(self.watch.path),
-                is_recursive=self.watch.is_recursive,
-                event_mask=self.get_event_mask_from_filter(),
-                follow_symlink=self.watch.follow_symlink,
-            )
+            # The group's class carries the wants: its first walk, in its constructor, reads them.
+            group_class = type("_Group", (_VaultWatchGroup,), {"wants": self.wants})
+            with self.wants.lock:
+                self._inotify = self.wants.group = group_class(
+                    self._inotify_fd,
+                    os.fsencode(self.watch.path),
+                    is_recursive=self.watch.is_recursive,
+                    event_mask=self.get_event_mask_from_filter(),
+                    follow_symlink=self.watch.follow_symlink,
+                )
 
     class _VaultObserver(InotifyObserver):
-        def __init__(self, *, timeout: float = DEFAULT_OBSERVER_TIMEOUT) -> None:
+        def __init__(self, *, timeout: float = DEFAULT_OBSERVER_TIMEOUT, wants: _Wants | None = None) -> None:
             super().__init__(timeout=timeout)
-            self._emitter_class = _VaultEmitter
+            self._emitter_class = type(
+                "_Emitter", (_VaultEmitter,), {"wants": wants if wants is not None else _Wants()}
+            )
 
     Observer = _VaultObserver  # tests replace it to see the fallback to polling
 
@@ -173,6 +237,9 @@ class _OverflowListener(logging.Handler):
 
 class Watcher:
     """Observer on the root; events are grouped per token and applied in batches off the loop.
+
+    Native watches cover the root and the folders of wanted tokens (``want``, ``unwant``); the
+    poller, a fallback, walks every token folder, wanted or not.
 
     ``mode`` is "inotify" (native events), "polling" (fallback when native watching fails) or
     "off" (disabled by settings); /healthz reports it.
@@ -206,6 +273,29 @@ class Watcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
         self._busy = False
+        self._wants = _Wants()
+
+    def want(self, token: str) -> None:
+        """Watch ``token``'s folder from now on (any thread; idempotent). Only wanted folders take
+        inotify watches, and a token is wanted while it is loaded or listened to: the index and the
+        listeners are all that use its events. Call it before reading the folder, so that an edit
+        made after the read is seen. The poller walks every folder regardless."""
+        self._set_wanted(token, True)
+
+    def unwant(self, token: str) -> None:
+        """Stop watching ``token``'s folder (any thread; idempotent)."""
+        self._set_wanted(token, False)
+
+    def _set_wanted(self, token: str, wanted: bool) -> None:
+        name = os.fsencode(token)
+        with self._wants.lock:
+            group = self._wants.group
+            if group is not None:
+                group.want(name, wanted)
+            elif wanted:
+                self._wants.tokens.add(name)
+            else:
+                self._wants.tokens.discard(name)
 
     async def start(self, *, force_polling: bool = False) -> None:
         # When a program makes nested folders in quick succession, watchdog adds a watch it already
@@ -226,7 +316,8 @@ class Watcher:
             watchdog_log.setLevel(logging.WARNING)  # the overflow record must be made to be heard
         if not force_polling:
             try:
-                self.observer = self._start(Observer(), polling=False)
+                native = Observer(wants=self._wants) if InotifyWatchGroup is not None else Observer()
+                self.observer = self._start(native, polling=False)
                 self.mode = "inotify"
                 return
             except OSError as exc:

@@ -66,18 +66,24 @@ class Changes:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._listeners: dict[str, dict[object, Listener]] = {}
+        # Told (token, True) when a token's first listener comes, before listen returns, and
+        # (token, False) when its last one goes: the store watches the folders of listened tokens.
+        self.on_listened: Callable[[str, bool], None] | None = None
 
     def listen(self, token: str, listener: Listener) -> Callable[[], None]:
         """Register ``listener`` for ``token``'s changes; returns an idempotent unsubscribe."""
         handle = object()
+        first = token not in self._listeners
         self._listeners.setdefault(token, {})[handle] = listener
+        if first and self.on_listened is not None:
+            self.on_listened(token, True)
 
         def unsubscribe() -> None:
             mine = self._listeners.get(token)
-            if mine is not None:
-                mine.pop(handle, None)
-                if not mine:
-                    del self._listeners[token]
+            if mine is not None and mine.pop(handle, None) is not None and not mine:
+                del self._listeners[token]
+                if self.on_listened is not None:
+                    self.on_listened(token, False)
 
         return unsubscribe
 

@@ -74,6 +74,10 @@ class Store:
         self.recorder = access.Recorder(self.registry, self._in_background)
         # Who listens to which vault's changes; the watcher announces them (see memvault.ops.changes).
         self.changes = Changes(settings.root)
+        # The watcher watches a token's folder only while it is loaded or listened to.
+        self._watcher: Watcher | None = None
+        self.registry.on_loaded = self._loaded
+        self.changes.on_listened = self._listened
 
     # ------------------------------------------------------------------ tokens (see memvault.registry.tokens)
 
@@ -118,13 +122,37 @@ class Store:
         """The watcher that brings outside edits of this store's vault to its loaded tokens and
         announces them (the HTTP server and stdio each start one)."""
         settings = self.settings
-        return Watcher(
+        self._watcher = Watcher(
             settings.root,
             self.apply_changes,
             enabled=settings.watch,
             poll_interval=settings.poll_interval_seconds,
             announce=self.changes.announce,
         )
+        for token in list(self.registry.states):
+            if self.registry.loaded_or_loading(token) or self.changes.listening(token):
+                self._watcher.want(token)
+        return self._watcher
+
+    def _loaded(self, token: str, loaded: bool) -> None:
+        """A load is about to read the token's folder (its thread), or it was unloaded (the loop)."""
+        watcher = self._watcher
+        if watcher is None:
+            return
+        if loaded:
+            watcher.want(token)
+        elif not self.changes.listening(token):
+            watcher.unwant(token)  # a listener still hears of hand edits after an unload
+
+    def _listened(self, token: str, listened: bool) -> None:
+        """A token's first listener came (before listen returns), or its last one went (the loop)."""
+        watcher = self._watcher
+        if watcher is None:
+            return
+        if listened:
+            watcher.want(token)
+        elif not self.registry.loaded_or_loading(token):
+            watcher.unwant(token)
 
     async def state(self, token: str) -> TokenState:
         """The loaded state of a token, not held: for tests and tools that only look. Operations use

@@ -87,6 +87,9 @@ class Tokens:
         # write_memory's recent writes of forgotten tokens: (when forgotten, monotonic; the writes)
         self.recent_writes: dict[str, tuple[float, OrderedDict[str, tuple[str, datetime]]]] = {}
         self.warming: set[str] = set()  # tokens whose load warm() began
+        # Told (token, True) before a load reads the token's folder (in the load's thread), and
+        # (token, False) once it is unloaded: the store watches the folders of loaded tokens only.
+        self.on_loaded: Callable[[str, bool], None] | None = None
 
     def warm(self, token: str) -> None:
         """Begin loading a token a request just addressed, without waiting for it. A client's
@@ -185,11 +188,18 @@ class Tokens:
             if state.sidecar is not None:
                 sidecar, state.sidecar = state.sidecar, None
                 sidecar.close()
+            if self.on_loaded is not None:
+                self.on_loaded(state.token, False)
             if self._idle(state):
                 self._forget(state)
             self.unloads += 1
             heap.unkeep()  # its objects go back to the collector (the others are kept at the next load)
             self.spawn(anyio.to_thread.run_sync(heap.release))
+
+    def loaded_or_loading(self, token: str) -> bool:
+        """Whether the token is loaded, or a load of it has begun."""
+        state = self.states.get(token)
+        return state is not None and (state.loaded or state.loading or state.load_lock.locked())
 
     def _idle(self, state: TokenState) -> bool:
         """Nothing in flight holds the token: no operation, lock, load, sweep or queued access."""
@@ -238,6 +248,8 @@ class Tokens:
         after the load read it must not stay stale until its next change."""
         with state.mem_lock:
             state.phase = Phase.LOADING
+        if self.on_loaded is not None:
+            self.on_loaded(state.token, True)  # before the read: an edit made after it is seen
         try:
             with heap.uncollected():
                 self._load_files(state, progress)

@@ -826,3 +826,94 @@ def test_dot_file_events_never_wake_the_loop() -> None:
     for event in dropped + kept:
         handler.on_any_event(event)
     assert Watcher.loop.calls == [(event,) for event in kept]
+
+
+def watched_folders(folder: Path) -> set[str]:
+    """The folders of a token (itself and those below it) that hold an inotify watch of this process."""
+    watched = inotify_watched_inodes()
+    found = {"."} if folder.stat().st_ino in watched else set()
+    for top, dirnames, _ in os.walk(folder):
+        for name in dirnames:
+            path = Path(top) / name
+            if path.stat().st_ino in watched:
+                found.add(str(path.relative_to(folder)))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="reads inotify watches from /proc")
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+async def test_only_loaded_or_listened_tokens_hold_inotify_watches(server_factory, vault_root):
+    """Issue 35: every token folder ever served held inotify watches (and watchdog's objects for
+    them), loaded or not, so memory grew with the tokens served, not with those loaded."""
+    from mcp.client.client import Client
+    from mcp.types import ResourceUpdatedNotification
+
+    every = {".", "archive", "sessions", "projects"}
+    for token in ("alice", "bob", "carol"):
+        put(vault_root / token / "seed.md", note("Seed", f"seed of {token}"))
+        put(vault_root / token / "archive" / "old.md", note("Old", "archived"))
+        put(vault_root / token / "projects" / "plan.md", note("Plan", "a plan"))
+        (vault_root / token / "sessions").mkdir()
+    alice, bob, carol = (vault_root / t for t in ("alice", "bob", "carol"))
+
+    async with server_factory(max_loaded_tokens=1, capacity=100_000) as srv:
+        assert srv.app.state.watcher.mode == "inotify"
+        assert vault_root.stat().st_ino in inotify_watched_inodes()  # token folders coming and going
+        assert not watched_folders(alice) | watched_folders(bob) | watched_folders(carol)
+
+        async with srv.session("alice") as s:
+            err, text = await srv.call(s, "list_memory_titles")
+            assert not err, text
+        assert watched_folders(alice) == every and not watched_folders(bob)
+        put(alice / "projects" / "hand.md", note("Hand", "edited by hand: wombatzither"))
+        await wait_for(lambda: hot_hits(srv, "wombatzither") == {"projects/hand.md"}, DEADLINE)
+
+        async with srv.session("bob") as s:  # one token loaded at most: alice goes
+            err, text = await srv.call(s, "list_memory_titles")
+            assert not err, text
+        assert loaded(srv, "bob") and not loaded(srv, "alice")
+        assert not watched_folders(alice) and watched_folders(bob) == every
+        put(bob / "new" / "deep" / "made.md", note("Made", "a new folder of a loaded token: lemurtuba"))
+        await wait_for(lambda: hits_of(srv, "bob", "lemurtuba") == {"new/deep/made.md"}, DEADLINE)
+        assert {"new", "new/deep"} <= watched_folders(bob)
+
+        # A listened vault keeps its watches, loaded or not, until its last listener goes.
+        uri = "memvault://memories/seed.md"
+        heard: list[str] = []
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, ResourceUpdatedNotification):
+                heard.append(message.params.uri)
+
+        async with Client(srv.mcp_url("carol"), mode="legacy", message_handler=on_message) as client:
+            await client.subscribe_resource(uri)
+            assert watched_folders(carol) == every
+            async with srv.session("bob") as s:  # carol, if its subscription loaded it, goes
+                err, text = await srv.call(s, "list_memory_titles")
+                assert not err, text
+            await wait_for(lambda: not loaded(srv, "carol"), DEADLINE)
+            assert watched_folders(carol) == every
+            put(carol / "seed.md", note("Seed", "changed by hand while unloaded"))
+            await wait_for(lambda: uri in heard, DEADLINE)
+        await wait_for(lambda: not watched_folders(carol), DEADLINE)
+        assert watched_folders(bob) >= every and not watched_folders(alice)
+
+        # A queue overflow makes watchdog rebuild its watches: those of wanted tokens only.
+        from watchdog.observers.inotify_c import InotifyConstants, InotifyEvent, WatchDescriptor
+
+        overflow = InotifyEvent(WatchDescriptor(-1), InotifyConstants.IN_Q_OVERFLOW, 0, b"")
+        srv.app.state.watcher.observer._inotify_fd.handle_event(overflow)
+        assert watched_folders(bob) >= every and not watched_folders(alice) | watched_folders(carol)
+
+
+def loaded(srv: Running, token: str) -> bool:
+    state = store_of(srv).tokens.get(token)
+    return state is not None and state.loaded
+
+
+def hits_of(srv: Running, token: str, query: str) -> set[str]:
+    state = store_of(srv).tokens[token]
+    with state.mem_lock:
+        hits, _ = state.hot.index.search(query, limit=None)
+    return {h.id for h in hits}
