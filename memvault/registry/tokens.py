@@ -257,8 +257,11 @@ class Tokens:
         finally:
             with state.mem_lock:
                 state.phase = Phase.LOADED if state.phase is Phase.LOADED else Phase.UNLOADED
+                failed = state.phase is not Phase.LOADED
                 missed, rescan = state.missed, state.missed_rescan
                 state.missed, state.missed_rescan = set(), False
+            if failed and self.on_loaded is not None:
+                self.on_loaded(state.token, False)  # a load that failed keeps no watch
         if missed or rescan:
             reconcile.apply_changes(state, missed, rescan)
 
