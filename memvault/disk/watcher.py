@@ -139,12 +139,17 @@ if InotifyWatchGroup is not None:
             if path == self.path:
                 self._add_callback(path)
                 for token in list(self.wants.tokens):
-                    folder = os.path.join(path, token)
-                    if os.path.isdir(folder) and (self.follow_symlink or not os.path.islink(folder)):
-                        self._add_tree(folder)
+                    self._add_token(token)
                 return
             if self._token_of(path) in self.wants.tokens:
                 self._add_tree(path)
+
+        def _add_token(self, token: bytes) -> None:
+            """Watch a token's folder and every folder in it, if it is a folder (and not a link the
+            walk would not follow)."""
+            folder = os.path.join(self.path, token)
+            if os.path.isdir(folder) and (self.follow_symlink or not os.path.islink(folder)):
+                self._add_tree(folder)
 
         def _add_tree(self, path: bytes) -> None:
             self._add_callback(path)
@@ -182,12 +187,10 @@ if InotifyWatchGroup is not None:
                     self.wants.tokens.discard(token)
                 if not self.is_active:
                     return
-                folder = os.path.join(self.path, token)
                 if wanted:
-                    if os.path.isdir(folder) and (self.follow_symlink or not os.path.islink(folder)):
-                        self._add_tree(folder)
+                    self._add_token(token)
                 else:
-                    self._drop_tree(folder)
+                    self._drop_tree(os.path.join(self.path, token))
 
     class _VaultEmitter(InotifyEmitter):
         wants: _Wants  # set by _VaultObserver on a subclass of its own

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -76,8 +77,11 @@ class Store:
         self.changes = Changes(settings.root)
         # The watcher watches a token's folder only while it is loaded or listened to.
         self._watcher: Watcher | None = None
-        self.registry.on_loaded = self._loaded
-        self.changes.on_listened = self._listened
+        # Told before a load reads the folder (its thread) or after an unload (the loop); a
+        # listener still hears of hand edits after an unload.
+        self.registry.on_loaded = functools.partial(self._watch, still=self.changes.listening)
+        # Told when a token's first listener came (before listen returns) or its last one went.
+        self.changes.on_listened = functools.partial(self._watch, still=self.registry.loaded_or_loading)
 
     # ------------------------------------------------------------------ tokens (see memvault.registry.tokens)
 
@@ -134,24 +138,15 @@ class Store:
                 self._watcher.want(token)
         return self._watcher
 
-    def _loaded(self, token: str, loaded: bool) -> None:
-        """A load is about to read the token's folder (its thread), or it was unloaded (the loop)."""
+    def _watch(self, token: str, wanted: bool, *, still: Callable[[str], object]) -> None:
+        """A token became wanted by one of its two users (loaded, listened to), or one stopped
+        wanting it: its folder is unwatched only if the other (``still``) does not want it."""
         watcher = self._watcher
         if watcher is None:
             return
-        if loaded:
+        if wanted:
             watcher.want(token)
-        elif not self.changes.listening(token):
-            watcher.unwant(token)  # a listener still hears of hand edits after an unload
-
-    def _listened(self, token: str, listened: bool) -> None:
-        """A token's first listener came (before listen returns), or its last one went (the loop)."""
-        watcher = self._watcher
-        if watcher is None:
-            return
-        if listened:
-            watcher.want(token)
-        elif not self.registry.loaded_or_loading(token):
+        elif not still(token):
             watcher.unwant(token)
 
     async def state(self, token: str) -> TokenState:

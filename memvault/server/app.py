@@ -319,7 +319,7 @@ class TokenGuard:
         answered = False
 
         def ended() -> bool:
-            live = getattr(self.manager, "_server_instances", None)  # mcp 2.x (see _make_room)
+            live = self._live()
             return live is not None and session not in live
 
         async def sending(message: Message) -> None:
@@ -347,12 +347,10 @@ class TokenGuard:
         """Before a new session: if this token or this client address holds its most sessions, close
         its own least recently used ones. One client that never ends its sessions cannot fill the
         SDK's cap (10,000, then 503 for every token for 30 minutes); it only recycles its own."""
-        sessions, manager = self.sessions, self.manager
-        if sessions is None or manager is None:
+        sessions, manager, live = self.sessions, self.manager, self._live()
+        if sessions is None or manager is None or live is None:
             return
-        # The SDK keeps its live sessions in a private map; sessions that ended without a DELETE
-        # (idle timeout) are dropped from ours by it, so counts stay true. (mcp 2.x; tests cover it.)
-        live: dict[str, Any] = manager._server_instances
+        # Sessions that ended without a DELETE (idle timeout) are dropped from ours, so counts stay true.
         sessions.forget_all_but(live)
         for limit, kind, names in (
             (self.settings.max_sessions_per_token, "MEMVAULT_MAX_SESSIONS_PER_TOKEN", {"token": token}),
@@ -365,6 +363,11 @@ class TokenGuard:
                 if transport is not None:
                     await manager._discard_session(old, transport)
                 self._closing_note.note(log, logging.INFO, f"closed least recently used sessions ({kind})")
+
+    def _live(self) -> dict[str, Any] | None:
+        """The SDK's live streamable HTTP sessions, by id: a private map of its session manager
+        (mcp 2.x; the tests of session caps and ended sessions cover it)."""
+        return None if self.manager is None else self.manager._server_instances
 
     def _binding(self, send: Send, token: str, ending: str | None, client: str = "") -> Send:
         sessions = self.sessions
@@ -461,7 +464,7 @@ class SseApps:
 
         try:
             await app(scope, receive, sending)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        except _CLOSED:
             # The SDK answers 202, then hands the message to its session. A session whose stream
             # ended (its client went away) keeps its closed inbox registered while it winds down,
             # and a message that meets it there cannot be handed over: uvicorn logged a traceback
