@@ -22,6 +22,7 @@ from memvault.records.sidecar import (
     SIDECAR_DIR,
     FileStat,
     Sidecar,
+    StoredVector,
     sidecar_path,
 )
 from memvault.threads import NeedsThread
@@ -483,3 +484,46 @@ def test_a_batch_of_accesses_and_searches_is_one_write(tmp_path: Path) -> None:
         assert sidecar.search_counts() == (3, 2)
         sidecar.record_batch([], [])
         assert sidecar.search_counts() == (3, 2)
+
+
+def _sqlite_memory_used() -> int | None:
+    """Bytes SQLite holds in this process (every connection's page cache among them), if readable."""
+    import ctypes
+    import ctypes.util
+
+    import _sqlite3
+
+    for library in (_sqlite3.__file__, ctypes.util.find_library("sqlite3")):
+        if library:
+            try:
+                used = ctypes.CDLL(library).sqlite3_memory_used
+            except (OSError, AttributeError):
+                continue
+            used.restype = ctypes.c_int64
+            return int(used())
+    return None
+
+
+def test_a_loaded_sidecar_holds_a_bounded_page_cache(tmp_path: Path) -> None:
+    # One connection per loaded token: what each keeps after touching megabytes of its data is
+    # what a hundred loaded tokens multiply (SQLite's default cache kept 2 MB each).
+    if _sqlite_memory_used() is None:
+        pytest.skip("this Python's SQLite library does not export sqlite3_memory_used")
+    before = _sqlite_memory_used()
+    opened = []
+    try:
+        for t in range(4):
+            car = Sidecar.open(tmp_path / f"t{t}")
+            opened.append(car)
+            ids = [f"note-{i}.md" for i in range(300)]
+            car.put_file_stats([FileStat(i, 1, 500, "h" * 16, '{"c": "' + "lorem ipsum " * 80 + '"}') for i in ids])
+            car.put_vectors({i: StoredVector("m", 256, "h", bytes(1024)) for i in ids})
+            car.file_stats()
+            car.get_vectors(ids)
+            for k in range(30):
+                car.record_access(ids[k::30], datetime.now(UTC))
+        per_connection = (_sqlite_memory_used() - before) / len(opened)
+    finally:
+        for car in opened:
+            car.close()
+    assert per_connection < 1_000_000, per_connection
