@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import _sqlite3
+import ctypes
+import ctypes.util
 import logging
 import sqlite3
 import threading
@@ -488,11 +491,6 @@ def test_a_batch_of_accesses_and_searches_is_one_write(tmp_path: Path) -> None:
 
 def _sqlite_memory_used() -> int | None:
     """Bytes SQLite holds in this process (every connection's page cache among them), if readable."""
-    import ctypes
-    import ctypes.util
-
-    import _sqlite3
-
     for library in (_sqlite3.__file__, ctypes.util.find_library("sqlite3")):
         if library:
             try:
@@ -516,7 +514,8 @@ def test_a_loaded_sidecar_holds_a_bounded_page_cache(tmp_path: Path) -> None:
             car = Sidecar.open(tmp_path / f"t{t}")
             opened.append(car)
             ids = [f"note-{i}.md" for i in range(300)]
-            car.put_file_stats([FileStat(i, 1, 500, "h" * 16, '{"c": "' + "lorem ipsum " * 80 + '"}') for i in ids])
+            parsed = '{"c": "' + "lorem ipsum " * 80 + '"}'
+            car.put_file_stats([FileStat(i, 1, 500, "h" * 16, parsed) for i in ids])
             car.put_vectors({i: StoredVector("m", 256, "h", bytes(1024)) for i in ids})
             car.file_stats()
             car.get_vectors(ids)
