@@ -196,7 +196,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(0.1)
     soak = Soak(args, root, url)
     soak.deadline = time.monotonic() + args.minutes * 60
-    samples: list[tuple[float, float, int, int]] = []  # (minutes, RSS MB, loaded, served)
+    samples: list[tuple[float, float, int, int, int]] = []  # (minutes, RSS MB, loaded, memories, served)
 
     async def sample() -> None:
         while time.monotonic() < soak.deadline:
@@ -206,6 +206,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     (time.monotonic() - (soak.deadline - args.minutes * 60)) / 60,
                     rss_mb(server.pid),
                     int(health["tokens_loaded"]),
+                    int(health["memories_loaded"]),
                     len(soak.served),
                 )
             )
@@ -222,7 +223,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for i, token in enumerate(stdio_tokens):
                 group.create_task(soak.stdio_worker(token, work / f"stdio-{i}.log"))
         final_rss = rss_mb(server.pid)
-        final_loaded = int(healthz(url)["tokens_loaded"])
+        final_health = healthz(url)
+        final_loaded = int(final_health["tokens_loaded"])
+        final_memories = int(final_health["memories_loaded"])
     finally:
         os.killpg(server.pid, signal.SIGINT)  # as Ctrl-C: a clean stop is part of the soak
         status = server.wait(60)
@@ -241,6 +244,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "samples": samples,
         "final_rss": final_rss,
         "final_loaded": final_loaded,
+        "final_memories": final_memories,
         "tracebacks": tracebacks,
         "log_lines": sum(text.count("\n") for text in logs),
     }
@@ -283,13 +287,16 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
         )
         + ".",
         "",
-        "| minute | server RSS MB | tokens loaded | tokens served so far |",
-        "|---:|---:|---:|---:|",
+        "| minute | server RSS MB | tokens loaded | their memories | tokens served so far |",
+        "|---:|---:|---:|---:|---:|",
     ]
     step = max(1, len(samples) // 12)
-    for minute, rss, loaded, served in samples[::step]:
-        lines.append(f"| {minute:.1f} | {rss:.0f} | {loaded} | {served:,} |")
-    lines.append(f"| end | {result['final_rss']:.0f} | {result['final_loaded']} | {result['served']:,} |")
+    for minute, rss, loaded, memories, served in samples[::step]:
+        lines.append(f"| {minute:.1f} | {rss:.0f} | {loaded} | {memories:,} | {served:,} |")
+    lines.append(
+        f"| end | {result['final_rss']:.0f} | {result['final_loaded']} | {result['final_memories']:,} "
+        f"| {result['served']:,} |"
+    )
     lines += ["<!-- soak:end -->", ""]
     return "\n".join(lines)
 

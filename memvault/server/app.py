@@ -500,6 +500,10 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
             "version": __version__,
             "uptime_seconds": round(time.monotonic() - started, 1),
             "tokens_loaded": sum(1 for s in store.tokens.values() if s.loaded),
+            # What the server's memory follows: the loaded tokens and their memories (hot and archived).
+            "memories_loaded": sum(
+                len(s.hot.memories) + len(s.archive.memories) for s in list(store.tokens.values()) if s.loaded
+            ),
             "watcher": watcher.state(),
             # Folders being read again after lost file events (a queue overflow): catching up, not degraded.
             "rescanning": watcher.rescanning + len(watcher.rescan),

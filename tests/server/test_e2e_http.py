@@ -74,6 +74,7 @@ async def test_healthz_reports_status_without_token_or_secrets(server_factory):
         assert body["status"] == "ok"
         assert body["version"]
         assert body["watcher"] in ("inotify", "polling")
+        assert (body["tokens_loaded"], body["memories_loaded"]) == (1, 1)
         assert "alice-secret-token" not in response.text
         assert str(srv.settings.root) not in response.text
 
