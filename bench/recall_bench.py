@@ -487,6 +487,89 @@ ENCODERS: dict[str, Callable[[], Embed | Encoder]] = {
 }
 
 
+class MaxSim:
+    """Late interaction (ColBERT's MaxSim) over WordLlama's static token table, as a reranker of
+    recall's candidate pool (memvault's Reranker seam): for each query token, the best cosine with
+    any token of the memory, averaged over the query's tokens. Stop words, SentencePiece's bare
+    word-start piece and pieces without a letter or digit are left out of the query. ``weighting``:
+    "uniform", or "norm" (each query token weighted by the length of its row in the table, which
+    in a static model trained through mean pooling says how much a token counts: 1.6 for "the",
+    14-18 for "musical" or "guitar"), or "f1": "norm" read both ways (BERTScore's F1), the harmonic
+    mean of that and, over the memory's own tokens (stop words left out, same weights), each one's
+    best cosine with a query token, so that a long memory does not win by having more tokens to
+    offer each query token. Recall's reranker seam adds weight x the score min-max normalised over
+    the pool to each candidate's share of the best (``memvault_store`` sets the pool and the weight
+    per setting of the grid; weight 0 is recall as shipped). Token ids per text and scores per
+    (weighting, query, text) are kept for the run: the grid asks the same pools many times.
+    bench/RESULTS.md, "late interaction (MaxSim), cross-validated": chosen in every fold, it did
+    not ship (LongMemEval per turn lost a question on both headline metrics)."""
+
+    def __init__(self) -> None:
+        import wordllama
+        from safetensors import safe_open
+        from tokenizers import Tokenizer
+
+        root = Path(wordllama.__file__).parent
+        self.tokenizer = Tokenizer.from_file(str(root / "tokenizers" / "l2_supercat_tokenizer_config.json"))
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        with safe_open(str(root / "weights" / "l2_supercat_256.safetensors"), framework="np") as f:
+            table = np.asarray(f.get_tensor("embedding.weight"), dtype=np.float32)
+        self.norms = np.linalg.norm(table, axis=1)
+        self.unit = table / np.maximum(self.norms, 1e-9)[:, None]
+        vocab = self.tokenizer.get_vocab()
+        self.skip = np.zeros(len(table), dtype=bool)
+        for piece, i in vocab.items():
+            if i >= len(table):
+                continue
+            word = piece.replace("\u2581", "").lower()
+            if not word or word in STOP or not any(c.isalnum() for c in word):
+                self.skip[i] = True
+        self.weighting = "norm"
+        self._ids: dict[bytes, np.ndarray] = {}
+        self._scores: dict[tuple[str, bytes, bytes], float] = {}
+
+    @property
+    def name(self) -> str:
+        return "maxsim-wordllama"
+
+    def ids(self, text: str, *, query: bool = False) -> np.ndarray:
+        k = TextCache.digest(("\0q\0" if query else "") + text)
+        got = self._ids.get(k)
+        if got is None:
+            raw = np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.intp)
+            raw = np.unique(np.clip(raw, 0, len(self.unit) - 1))
+            got = self._ids[k] = raw[~self.skip[raw]] if query else raw
+        return got
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        q = self.ids(query, query=True)
+        qk = TextCache.digest(query)
+        out = np.zeros(len(texts), dtype=np.float64)
+        if not q.size:
+            return out
+        w = np.ones(len(q)) if self.weighting == "uniform" else self.norms[q]
+        w = w / w.sum()
+        qv = self.unit[q]
+        for i, text in enumerate(texts):
+            key = (self.weighting, qk, TextCache.digest(text))
+            got = self._scores.get(key)
+            if got is None:
+                d = self.ids(text)
+                got = 0.0
+                if d.size:
+                    sims = qv @ self.unit[d].T
+                    got = float(w @ sims.max(axis=1))
+                    if self.weighting == "f1":  # BERTScore's F1: also each memory token's best query token
+                        words = ~self.skip[d]
+                        wd = self.norms[d][words]
+                        precision = float(wd @ sims[:, words].max(axis=0)) / wd.sum() if wd.size else 0.0
+                        got = 2 * got * precision / (got + precision) if got > 0 and precision > 0 else 0.0
+                self._scores[key] = got
+            out[i] = got
+        return out
+
+
 @dataclass
 class Features:
     """What the baselines (and bench/recall_cv.py) rank a haystack's memories by, per question."""
@@ -574,14 +657,63 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         **({"embedder": embedder} if embedder else {}),
     )
     settings.validate()
+    from memvault.ops import recall as recall_module
+    from memvault.search.rerankers import Reranking
+
     store = Store(settings, clock=clock)
     recaller = Recaller(store)
+    shipped = (recall_module.POOL, recall_module.RERANK_TOP, recall_module.RERANK_WEIGHT)
+    late: list[MaxSim] = []
+
+    def late_interaction(setting: dict[str, Any] | None) -> None:
+        """MaxSim as a reranker of recall's candidates (``setting``: weight, pool, weighting), or
+        recall as shipped (None)."""
+        if not setting or not setting["weight"]:
+            recaller.reranking = None
+            recall_module.POOL, recall_module.RERANK_TOP, recall_module.RERANK_WEIGHT = shipped
+            return
+        if not late:
+            late.append(MaxSim())
+        late[0].weighting = setting["weighting"]
+        recaller.reranking = Reranking("maxsim", loader=lambda: late[0])
+        recall_module.POOL = max(shipped[0], setting["pool"])
+        recall_module.RERANK_TOP = setting["pool"]
+        recall_module.RERANK_WEIGHT = setting["weight"]
 
     async def recall(token: str, query: str, limit: int, weights: Any = None) -> list[str]:
+        if isinstance(weights, tuple):
+            weights, setting = weights
+            late_interaction(setting)
+        else:
+            late_interaction(None)
         found = await recaller.recall(token, query, limit=limit, weights=weights or WEIGHTS.get("memvault"))
         return [hit.memory.id for hit in found.results]
 
-    def grid() -> dict[str, Any]:
+    def grid(kind: str = "weights") -> dict[str, Any]:
+        if kind == "maxsim":  # late interaction over WordLlama's tokens, reranking the candidate pool
+            out: dict[str, Any] = {}
+            for v in (0.75, 1.0):
+                out[f"vector {v:g}, maxsim 0"] = (DEFAULT_WEIGHTS.replace(vector=v), None)
+                for w in (0.15, 0.3, 0.5, 1.0):
+                    for pool in (40, 100):
+                        for weighting in ("uniform", "norm"):
+                            out[f"vector {v:g}, maxsim {w:g} over {pool} ({weighting})"] = (
+                                DEFAULT_WEIGHTS.replace(vector=v),
+                                {"weight": w, "pool": pool, "weighting": weighting},
+                            )
+            return out
+        if kind == "maxsim2":  # the same, with BERTScore's F1 beside query-side MaxSim (norm weights)
+            out = {}
+            for v in (0.75, 1.0):
+                out[f"vector {v:g}, maxsim 0"] = (DEFAULT_WEIGHTS.replace(vector=v), None)
+                for w in (0.15, 0.3, 0.5):
+                    for pool in (40, 100):
+                        for weighting in ("norm", "f1"):
+                            out[f"vector {v:g}, maxsim {w:g} over {pool} ({weighting})"] = (
+                                DEFAULT_WEIGHTS.replace(vector=v),
+                                {"weight": w, "pool": pool, "weighting": weighting},
+                            )
+            return out
         return {
             f"vector {v:g}, context {c[0]:g}/{c[1]:g} up to {w:g} words, span {t:g}, neighbour {nb:g}": (
                 DEFAULT_WEIGHTS.replace(vector=v, context=c, context_words=w, span=t, neighbour=nb)
@@ -601,7 +733,7 @@ async def run_memvault(
     root: Path,
     embedder: str | None,
     log: Callable[[str], None],
-    grid: bool = False,
+    grid: str | None = None,
 ) -> tuple[list[list[list[int]]], dict[str, Any]]:
     """Rankings (unit indices) per haystack per question, and timings; with ``grid``, also the
     rankings under every setting of memvault's grid (``info["grid"]``)."""
@@ -648,7 +780,7 @@ async def run_memvault(
         info["recall_p50_ms"] = statistics.median(latency) * 1000
         if grid:
             info["grid"] = {}
-            for label, weights in settings().items():
+            for label, weights in settings(grid).items():
                 info["grid"][label] = [
                     [
                         [
@@ -697,6 +829,7 @@ def evaluate(
     log: Callable[[str], None],
     skip_memvault: bool = False,
     grid: Path | None = None,
+    grid_set: str = "weights",
 ) -> Run:
     t0 = time.perf_counter()
     feats = [features(h, caches) for h in haystacks]
@@ -712,7 +845,9 @@ def evaluate(
     }
     info: dict[str, Any] = {}
     if not skip_memvault:
-        ranked, info = asyncio.run(run_memvault(haystacks, root, embedder, log, grid=grid is not None))
+        ranked, info = asyncio.run(
+            run_memvault(haystacks, root, embedder, log, grid=grid_set if grid is not None else None)
+        )
         rankings = {"memvault recall": ranked, **rankings}
         if grid is not None:
             write_grid(grid, dataset, unit, haystacks, {**info.pop("grid"), **rankings})
@@ -842,6 +977,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also score memvault under a grid of ranking weights and add every question's outcome to "
         "this JSON file, for bench/recall_cv.py --package",
     )
+    parser.add_argument(
+        "--grid-set",
+        choices=("weights", "maxsim", "maxsim2"),
+        default="weights",
+        help="which grid: the shipped features' weights (default), or late interaction (MaxSim over "
+        "WordLlama's tokens) reranking recall's candidate pool: maxsim (uniform or norm query weights), "
+        "maxsim2 (norm or BERTScore's F1)",
+    )
     parser.add_argument("--out", type=Path, help="add a section to this markdown file (bench/RESULTS.md)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -872,6 +1015,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     log,
                     args.no_memvault,
                     args.grid,
+                    args.grid_set,
                 )
             )
         finally:
