@@ -694,16 +694,31 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
     from memvault.search.rerankers import Reranking
 
     store = Store(settings, clock=clock)
-    recaller = Recaller(store)
+    default = Reranking(settings.reranker)  # MEMVAULT_RERANKER as configured (the product's default)
+    product = Reranking("maxsim")  # the product's MaxSim: token ids kept by the embedding worker
+    recaller = Recaller(store, reranking=default)
     shipped = (recall_module.POOL, recall_module.RERANK_TOP, recall_module.RERANK_WEIGHT)
     late: list[MaxSim] = []
 
     def late_interaction(setting: dict[str, Any] | None) -> None:
-        """MaxSim as a reranker of recall's candidates (``setting``: weight, pool, weighting), or
-        recall as shipped (None)."""
-        if not setting or not setting["weight"]:
+        """MaxSim as a reranker of recall's candidates (``setting``: weight, pool, weighting), no
+        reranker (weight 0), or recall as configured (None). The setting the product ships (norm
+        weights, the 128 most telling tokens, pool 40, weight 0.3) runs the product's reranker."""
+        recall_module.POOL, recall_module.RERANK_TOP, recall_module.RERANK_WEIGHT = shipped
+        if setting is None:
+            recaller.reranking = default
+            return
+        if not setting["weight"]:
             recaller.reranking = None
-            recall_module.POOL, recall_module.RERANK_TOP, recall_module.RERANK_WEIGHT = shipped
+            return
+        if (setting["weight"], setting["pool"], setting["weighting"], setting.get("budget"), setting.get("pick")) == (
+            0.3,
+            40,
+            "norm",
+            128,
+            "norm",
+        ):
+            recaller.reranking = product
             return
         if not late:
             late.append(MaxSim())
@@ -728,7 +743,7 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         if kind == "maxsim":  # late interaction over WordLlama's tokens, reranking the candidate pool
             out: dict[str, Any] = {}
             for v in (0.75, 1.0):
-                out[f"vector {v:g}, maxsim 0"] = (DEFAULT_WEIGHTS.replace(vector=v), None)
+                out[f"vector {v:g}, maxsim 0"] = (DEFAULT_WEIGHTS.replace(vector=v), {"weight": 0})
                 for w in (0.15, 0.3, 0.5, 1.0):
                     for pool in (40, 100):
                         for weighting in ("uniform", "norm"):
@@ -740,7 +755,7 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         if kind == "maxsim2":  # the same, with BERTScore's F1 beside query-side MaxSim (norm weights)
             out = {}
             for v in (0.75, 1.0):
-                out[f"vector {v:g}, maxsim 0"] = (DEFAULT_WEIGHTS.replace(vector=v), None)
+                out[f"vector {v:g}, maxsim 0"] = (DEFAULT_WEIGHTS.replace(vector=v), {"weight": 0})
                 for w in (0.15, 0.3, 0.5):
                     for pool in (40, 100):
                         for weighting in ("norm", "f1"):
@@ -752,7 +767,7 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         if kind == "maxsim3":  # MaxSim over each candidate's first (or most telling) K word tokens
             out = {}
             for v in (0.75, 1.0):
-                out[f"vector {v:g}, maxsim 0"] = (DEFAULT_WEIGHTS.replace(vector=v), None)
+                out[f"vector {v:g}, maxsim 0"] = (DEFAULT_WEIGHTS.replace(vector=v), {"weight": 0})
                 for w in (0.3, 0.5):
                     for budget in (32, 64, 128):
                         for pick in ("first", "norm"):

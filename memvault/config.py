@@ -13,7 +13,7 @@ from memvault.errors import InvalidArgument
 
 WRITEBACK_MODES = ("day", "always", "never")
 EMBEDDER_KINDS = ("wordllama", "hash", "model2vec", "sentence-transformers", "openai")
-RERANKER_KINDS = ("off", "cross-encoder")
+RERANKER_KINDS = ("off", "maxsim", "cross-encoder")
 TOOL_GROUPS = ("memories", "recall", "sessions", "graph")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -176,7 +176,9 @@ def check_reranker(spec: str) -> str:
     kind, _, target = spec.partition(":")
     kind = kind.strip().lower()
     if kind not in RERANKER_KINDS:
-        raise InvalidArgument(f"MEMVAULT_RERANKER must be off or cross-encoder:<model folder>, not {spec!r}.")
+        raise InvalidArgument(
+            f"MEMVAULT_RERANKER must be off, maxsim or cross-encoder:<model folder>, not {spec!r}."
+        )
     if kind == "cross-encoder" and not target.strip():
         raise InvalidArgument("MEMVAULT_RERANKER=cross-encoder needs a model: cross-encoder:<model folder>.")
     return kind

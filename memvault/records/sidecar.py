@@ -146,6 +146,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # A canonical file read by an older memvault: read it again, into the new columns.
         "DELETE FROM canonical_files",
     ),
+    # 8: beside a WordLlama vector, the memory's most telling token ids (uint16, at most 128) for
+    # recall's MaxSim reranker, so a restart does not tokenize again. Older rows have NULL: such a
+    # vector is embedded again once, by the embedding worker.
+    ("ALTER TABLE vectors ADD COLUMN tokens BLOB",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -267,6 +271,7 @@ class StoredVector:
     dim: int
     hash: str  # text_hash of the embedded text: a changed text is embedded again
     vec: bytes  # float32, dim values
+    tokens: bytes | None = None  # uint16 token ids kept for MaxSim (WordLlama), None if none
 
 
 class Sidecar:
@@ -560,15 +565,25 @@ class Sidecar:
 
     def get_vectors(self, ids: Sequence[str]) -> dict[str, StoredVector]:
         """The stored vector of each given id that has one."""
-        rows = self._select_in("SELECT id, model, dim, hash, vec FROM vectors WHERE id", ids)
-        return {row[0]: StoredVector(row[1], int(row[2]), row[3], bytes(row[4])) for row in rows}
+        rows = self._select_in("SELECT id, model, dim, hash, vec, tokens FROM vectors WHERE id", ids)
+        return {
+            row[0]: StoredVector(
+                row[1], int(row[2]), row[3], bytes(row[4]), None if row[5] is None else bytes(row[5])
+            )
+            for row in rows
+        }
 
-    def vectors_by_hash(self, model: str, hashes: Sequence[str]) -> dict[str, bytes]:
-        """``text hash -> float32 bytes`` of any memory's vector from ``model`` with that text."""
+    def vectors_by_hash(self, model: str, hashes: Sequence[str]) -> dict[str, StoredVector]:
+        """``text hash -> stored vector`` of any memory's vector from ``model`` with that text."""
         if not hashes:
             return {}
-        rows = self._select_in("SELECT hash, vec FROM vectors WHERE model = ? AND hash", hashes, model)
-        return {digest: bytes(vec) for digest, vec in rows}
+        rows = self._select_in(
+            "SELECT hash, dim, vec, tokens FROM vectors WHERE model = ? AND hash", hashes, model
+        )
+        return {
+            digest: StoredVector(model, int(dim), digest, bytes(vec), None if tokens is None else bytes(tokens))
+            for digest, dim, vec, tokens in rows
+        }
 
     def _select_in(self, select: str, keys: Sequence[str], *first: Any) -> list[Any]:
         """Rows of ``select`` + `` IN (...)`` over keys, in chunks under SQLite's parameter limit."""
@@ -592,10 +607,10 @@ class Sidecar:
             return
         with self._write() as conn:
             conn.executemany(
-                "INSERT INTO vectors (id, model, dim, hash, vec) VALUES (?, ?, ?, ?, ?) "
+                "INSERT INTO vectors (id, model, dim, hash, vec, tokens) VALUES (?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (id) DO UPDATE SET model = excluded.model, dim = excluded.dim, "
-                "hash = excluded.hash, vec = excluded.vec",
-                [(id_, v.model, v.dim, v.hash, v.vec) for id_, v in vectors.items()],
+                "hash = excluded.hash, vec = excluded.vec, tokens = excluded.tokens",
+                [(id_, v.model, v.dim, v.hash, v.vec, v.tokens) for id_, v in vectors.items()],
             )
 
     def delete_vectors(self, ids: Sequence[str]) -> None:

@@ -145,6 +145,38 @@ class HashEmbedder:
 
 WORDLLAMA_TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
 WORDLLAMA_WEIGHTS = ("weights", "l2_supercat_256.safetensors")
+TOKEN_BUDGET = 128  # a memory's most telling distinct word tokens kept for MaxSim (uint16 each)
+MAX_QUERY_CHARS = 2000  # MaxSim tokenizes at most this much of a query, on the request path
+# Left out of MaxSim on both sides (bench/recall_bench.py's list, with which it was measured).
+MAXSIM_STOP = frozenset(
+    "a an and are as at be been but by can could did do does for from had has have how i if in into is "
+    "it its me my of on or our so than that the their them then there these they this those to us was "
+    "we were what when where which who whom why will with would you your".split()
+)
+
+TokenIds = npt.NDArray[np.uint16]
+
+
+class TokenEmbedder(Protocol):
+    """An embedder that also keeps, per text, its most telling token ids (for MaxSim): they come
+    from the tokenizing the vector needs anyway, so recall never tokenizes a memory."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> FloatMatrix: ...
+
+    def embed_with_tokens(self, texts: Sequence[str]) -> tuple[FloatMatrix, list[TokenIds]]: ...
+
+    def maxsim(self, query: str, memories: Sequence[TokenIds]) -> npt.NDArray[np.float64]: ...
+
+
+def token_embedder(embedder: object) -> TokenEmbedder | None:
+    """``embedder`` if it keeps token ids for MaxSim (WordLlama), else None."""
+    return embedder if isinstance(embedder, WordLlamaEmbedder) else None
 
 
 class WordLlamaEmbedder:
@@ -181,6 +213,22 @@ class WordLlamaEmbedder:
         self._tokenizer = tokenizer
         self._table = table  # float16 as shipped: half the memory; rows are widened when read
         self._dim = int(table.shape[1])
+        if table.shape[0] > 1 << 16:  # token ids are kept as uint16 (32,000 in the shipped table)
+            raise EmbedderUnavailable(f"wordllama's table has {table.shape[0]} rows, more than 65,536")
+        # MaxSim's view of the table (memvault.search.rerankers): each row's length, WordLlama's own
+        # measure of how much a token counts (1.6 for "the", 14-18 for "guitar"), and the tokens
+        # it leaves out (stop words, pieces with no letter or digit). Rows are widened when read.
+        self._norms = np.concatenate(
+            [
+                np.linalg.norm(table[i : i + 4096].astype(np.float32), axis=1)
+                for i in range(0, table.shape[0], 4096)
+            ]
+        )
+        self._skip = np.zeros(table.shape[0], dtype=bool)
+        for piece, i in tokenizer.get_vocab().items():
+            if i < table.shape[0]:
+                word = piece.replace("\u2581", "").lower()
+                self._skip[i] = not word or word in MAXSIM_STOP or not any(c.isalnum() for c in word)
 
     @property
     def name(self) -> str:
@@ -191,14 +239,53 @@ class WordLlamaEmbedder:
         return self._dim
 
     def embed(self, texts: Sequence[str]) -> FloatMatrix:
+        return self._embed(texts, None)
+
+    def embed_with_tokens(self, texts: Sequence[str]) -> tuple[FloatMatrix, list[TokenIds]]:
+        """The vectors, and each text's at most TOKEN_BUDGET most telling distinct word tokens
+        (longest rows first once cut; else in the order they first appear), from one tokenizing."""
+        kept: list[TokenIds] = []
+        return self._embed(texts, kept), kept
+
+    def _embed(self, texts: Sequence[str], kept: list[TokenIds] | None) -> FloatMatrix:
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         last = self._table.shape[0] - 1
         for row, text in enumerate(texts):
             ids = self._tokenizer.encode(text, add_special_tokens=False).ids
+            at = np.clip(np.asarray(ids, dtype=np.intp), 0, last)
             if ids:
-                rows = self._table[np.clip(np.asarray(ids, dtype=np.intp), 0, last)]
-                out[row] = rows.mean(axis=0, dtype=np.float32)
+                out[row] = self._table[at].mean(axis=0, dtype=np.float32)
+            if kept is not None:
+                words = at[~self._skip[at]]
+                _, first = np.unique(words, return_index=True)
+                words = words[np.sort(first)]
+                if len(words) > TOKEN_BUDGET:
+                    words = words[np.argsort(-self._norms[words], kind="stable")[:TOKEN_BUDGET]]
+                kept.append(words.astype(np.uint16))
         return normalise_rows(out)
+
+    def maxsim(self, query: str, memories: Sequence[TokenIds]) -> npt.NDArray[np.float64]:
+        """Late interaction (ColBERT's MaxSim) over the table: for each of the query's word tokens,
+        the best cosine with any of a memory's kept tokens, averaged with the tokens' row lengths
+        as weights; 0 for a memory without tokens. The query is tokenized here (at most
+        MAX_QUERY_CHARS); the memories' tokens come from :meth:`embed_with_tokens`."""
+        out = np.zeros(len(memories), dtype=np.float64)
+        raw = self._tokenizer.encode(query[:MAX_QUERY_CHARS], add_special_tokens=False).ids
+        q = np.unique(np.clip(np.asarray(raw, dtype=np.intp), 0, self._table.shape[0] - 1))
+        q = q[~self._skip[q]]
+        if not q.size:
+            return out
+        w = self._norms[q]
+        w = w / w.sum()
+        qv = self._unit(q)
+        for i, d in enumerate(memories):
+            if len(d):
+                out[i] = float(w @ (qv @ self._unit(d.astype(np.intp)).T).max(axis=1))
+        return out
+
+    def _unit(self, ids: npt.NDArray[np.intp]) -> FloatMatrix:
+        rows: FloatMatrix = self._table[ids].astype(np.float32) / np.maximum(self._norms[ids], 1e-9)[:, None]
+        return rows
 
 
 # ---------------------------------------------------------------------------- model embedders

@@ -25,7 +25,9 @@ from memvault.search.embedders import (
     EmbedderUnavailable,
     FloatMatrix,
     HashEmbedder,
+    TokenIds,
     load_embedder,
+    token_embedder,
 )
 from memvault.search.vectors import TokenVectors, Work, embed_text, text_hash
 
@@ -278,16 +280,23 @@ class Embeddings:
     def _embed(self, embedder: Embedder, vectors: TokenVectors, work: list[Work], removed: list[str]) -> None:
         sidecar = vectors.sidecar()
         name = embedder.name
+        # WordLlama also keeps each memory's most telling token ids (recall's MaxSim), from the
+        # same tokenizing: a stored vector without them is embedded again.
+        keeper = token_embedder(embedder)
         texts = [embed_text(w.memory) for w in work]
         hashes = [text_hash(t) for t in texts]
         found: list[tuple[Work, str, FloatMatrix]] = []
+        tokens: list[TokenIds | None] = []
         missing = list(range(len(work)))
         try:
             if sidecar is not None and work:
                 missing = []
                 stored = sidecar.get_vectors([w.key for w in work])
                 current = [
-                    (row := stored.get(item.key)) is not None and row.model == name and row.hash == hashes[i]
+                    (row := stored.get(item.key)) is not None
+                    and row.model == name
+                    and row.hash == hashes[i]
+                    and (keeper is None or row.tokens is not None)
                     for i, item in enumerate(work)
                 ]
                 # A restart finds every vector under its own key: the lookup by text is for the rest.
@@ -296,34 +305,56 @@ class Embeddings:
                 )
                 reused: dict[str, StoredVector] = {}
                 for i, item in enumerate(work):
-                    blob = stored[item.key].vec if current[i] else None
-                    if blob is None:
-                        blob = by_hash.get(hashes[i])
-                        if blob is None:
+                    got = stored[item.key] if current[i] else None
+                    if got is None:
+                        got = by_hash.get(hashes[i])
+                        if got is None:
                             moved = vectors.recent(name, hashes[i])
-                            blob = moved.tobytes() if moved is not None else None
-                        if blob is not None:
-                            reused[item.key] = StoredVector(name, embedder.dim, hashes[i], blob)
-                    if blob is not None and len(blob) == 4 * embedder.dim:
-                        found.append((item, hashes[i], np.frombuffer(blob, dtype=np.float32)))
+                            if moved is not None:
+                                got = StoredVector(
+                                    name,
+                                    embedder.dim,
+                                    hashes[i],
+                                    moved[0].astype(np.float32).tobytes(),
+                                    None if moved[1] is None else moved[1].tobytes(),
+                                )
+                        if got is not None and (keeper is None or got.tokens is not None):
+                            reused[item.key] = StoredVector(name, embedder.dim, hashes[i], got.vec, got.tokens)
+                    usable = got is not None and len(got.vec) == 4 * embedder.dim
+                    if usable and keeper is not None and (got is None or got.tokens is None):
+                        usable = False
+                    if usable and got is not None:
+                        found.append((item, hashes[i], np.frombuffer(got.vec, dtype=np.float32)))
+                        tokens.append(None if got.tokens is None else np.frombuffer(got.tokens, dtype=np.uint16))
                     else:
                         missing.append(i)
                 sidecar.put_vectors(reused)
             if missing:
-                matrix = embedder.embed([texts[i] for i in missing])
+                kept: list[TokenIds] | None = None
+                if keeper is not None:
+                    matrix, kept = keeper.embed_with_tokens([texts[i] for i in missing])
+                else:
+                    matrix = embedder.embed([texts[i] for i in missing])
                 self.embedded += len(missing)
                 rows = [(work[i], hashes[i], matrix[j]) for j, i in enumerate(missing)]
+                new_tokens: list[TokenIds | None] = list(kept) if kept is not None else [None] * len(rows)
                 if sidecar is not None:
                     sidecar.put_vectors(
-                        {w.key: StoredVector(name, embedder.dim, h, v.tobytes()) for w, h, v in rows}
+                        {
+                            w.key: StoredVector(
+                                name, embedder.dim, h, v.tobytes(), None if t is None else t.tobytes()
+                            )
+                            for (w, h, v), t in zip(rows, new_tokens, strict=True)
+                        }
                     )
                 found += rows
+                tokens += new_tokens
             if sidecar is not None and removed:
                 sidecar.delete_vectors(removed)
         except Exception:
             vectors.requeue(work)
             raise
-        vectors.install(name, found)
+        vectors.install(name, found, tokens if keeper is not None else None)
 
 
 def from_settings(settings: Any) -> Embeddings:

@@ -1,8 +1,9 @@
 """Rerankers: an optional second look at recall's best candidates, behind a seam like the embedders'.
 
 A :class:`Reranker` scores (query, text) pairs together, which a cross-encoder does better than
-comparing two separately made vectors. ``MEMVAULT_RERANKER=off`` (the default) adds nothing;
-``cross-encoder:<path>`` loads a sentence-transformers CrossEncoder from a local model folder the
+comparing two separately made vectors. ``MEMVAULT_RERANKER=off`` adds nothing; ``maxsim``
+(:class:`MaxSim`) is late interaction over WordLlama's token table, from token ids the embedding
+worker kept per memory (it does nothing with another embedder); ``cross-encoder:<path>`` loads a sentence-transformers CrossEncoder from a local model folder the
 first time recall needs it (in recall's worker thread, never on the event loop). A reranker that
 cannot load leaves recall as it is, with one log line; :attr:`Reranking.fallback` says why.
 """
@@ -18,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memvault.config import check_reranker
+from memvault.search.embedders import TokenEmbedder, TokenIds
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,27 @@ class Reranker(Protocol):
 
 class RerankerUnavailable(Exception):
     """A configured reranker could not be loaded or used; the reason is safe to show."""
+
+
+class MaxSim:
+    """Late interaction (ColBERT's MaxSim) over WordLlama's static token table: for each word token
+    of the query, the best cosine with any of the memory's at most 128 most telling distinct word
+    tokens, averaged with weights by the tokens' row lengths. Chosen by cross-validation over
+    LoCoMo and LongMemEval in every fold (bench/RESULTS.md, "MaxSim shipped"). It reads the token
+    ids the embedding worker keeps beside each vector (:meth:`score_tokens`): recall never
+    tokenizes a memory, only the query. A memory whose ids are not there yet is left out."""
+
+    name = "maxsim"
+    top = 40  # candidates it looks at (recall's whole pool at limit 10)
+    weight = 0.3  # its min-max normalised score, added to the share of the best
+
+    def score(self, query: str, texts: Sequence[str]) -> FloatArray:
+        raise RerankerUnavailable("maxsim scores token ids, not texts")
+
+    def score_tokens(
+        self, embedder: TokenEmbedder, query: str, tokens: Sequence[TokenIds]
+    ) -> FloatArray:
+        return embedder.maxsim(query, tokens)
 
 
 class _CrossEncoder:
@@ -71,6 +94,8 @@ def load_reranker(spec: str) -> Reranker | None:
     kind = check_reranker(spec)
     if kind == "off":
         return None
+    if kind == "maxsim":
+        return MaxSim()
     return _CrossEncoder(spec.partition(":")[2].strip())
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from memvault.search.embedders import FloatMatrix
+from memvault.search.embedders import TOKEN_BUDGET, FloatMatrix, TokenIds
 from memvault.threads import held
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from memvault.records.sidecar import Sidecar
 
 Int8Matrix = npt.NDArray[np.int8]
+NO_TOKENS: TokenIds = np.zeros(0, dtype=np.uint16)
 
 RECENT_DROPS = 1024  # vectors of dropped memories kept for a moment, for moves
 BLOCK = 1 << 18  # elements per block of a matrix-vector product (see matvec)
@@ -91,6 +92,19 @@ class VectorView:
     name: str | None  # model of the vectors in the matrix
     version: int
     rows_version: int = 0  # keys, rows and created are the same in two views of one rows_version
+    # MaxSim's tokens (WordLlama): rows x TOKEN_BUDGET uint16 ids, the first token_counts[row] - 1
+    # of each row in use; None when the model keeps none. A row without tokens yet counts 0.
+    tokens: npt.NDArray[np.uint16] | None = None
+    token_counts: npt.NDArray[np.uint8] | None = None
+
+    def tokens_of(self, row: int) -> TokenIds | None:
+        """The row's kept token ids, or None if it has none (no vector yet, or another model)."""
+        if self.tokens is None or self.token_counts is None or row >= len(self.token_counts):
+            return None
+        if not self.has_vector[row]:
+            return None
+        count = int(self.token_counts[row])
+        return self.tokens[row, : count - 1] if count else None
 
     def similarity(self, query: FloatMatrix, n: int) -> npt.NDArray[np.float64] | None:
         """Dot products of the first ``n`` rows with ``query`` (0 where no vector yet); None
@@ -137,11 +151,15 @@ class TokenVectors:
         self._matrix: Int8Matrix | None = None
         self._scale = np.zeros(64, dtype=np.float32)
         self._name: str | None = None
+        # MaxSim's tokens beside the vectors (WordLlama only; see VectorView.tokens): 256 bytes a row.
+        self._tokens: npt.NDArray[np.uint16] | None = None
+        self._token_counts: npt.NDArray[np.uint8] | None = None
         self._pending: dict[str, Memory] = {}  # key -> memory to embed (see take)
         self._removed: set[str] = set()
-        # Vectors of memories dropped lately, by text hash: a move (archive, restore, rename) is a
-        # drop and an add, and the add finds its vector here even if the drop was handled first.
-        self._recent: dict[str, FloatMatrix] = {}
+        # Vectors (and tokens) of memories dropped lately, by text hash: a move (archive, restore,
+        # rename) is a drop and an add, and the add finds its vector here even if the drop was
+        # handled first.
+        self._recent: dict[str, tuple[FloatMatrix, TokenIds | None]] = {}
         self._view: VectorView | None = None
         self.version = 0
         # Moves only when rows come, go or change creation time (see VectorView); unique in the process.
@@ -200,13 +218,18 @@ class TokenVectors:
             if self._has[row] and self._matrix is not None:
                 if len(self._recent) >= RECENT_DROPS:
                     del self._recent[next(iter(self._recent))]
-                self._recent[self._vector_hash[row]] = self._matrix[row] * self._scale[row]
+                self._recent[self._vector_hash[row]] = (
+                    self._matrix[row] * self._scale[row],
+                    self._row_tokens(row),
+                )
             self._vector_hash[row] = ""
             self._has[row] = False
             self._created[row] = np.nan
             if self._matrix is not None:
                 self._matrix[row] = 0
                 self._scale[row] = 0.0
+            if self._token_counts is not None:
+                self._token_counts[row] = 0
             self._free.append(row)
             self._removed.add(key)
             self.version += 1
@@ -250,6 +273,9 @@ class TokenVectors:
                     # every quarter's growth, and 5,000 writes to one token took gigabytes.
                     extra = np.zeros((grow, self._matrix.shape[1]), dtype=np.int8)
                     self._matrix = np.concatenate([self._matrix, extra])
+                if self._tokens is not None and self._token_counts is not None:
+                    self._tokens = np.concatenate([self._tokens, np.zeros((grow, TOKEN_BUDGET), np.uint16)])
+                    self._token_counts = np.concatenate([self._token_counts, np.zeros(grow, np.uint8)])
         self._rows[key] = row
         return row
 
@@ -286,10 +312,15 @@ class TokenVectors:
                 self._removed.clear()
             return work, removed
 
-    def recent(self, name: str, digest: str) -> FloatMatrix | None:
-        """The vector of a lately dropped memory with this text, from model ``name``."""
+    def recent(self, name: str, digest: str) -> tuple[FloatMatrix, TokenIds | None] | None:
+        """The vector (and kept tokens) of a lately dropped memory with this text, from model ``name``."""
         with self._lock:
             return self._recent.get(digest) if name == self._name else None
+
+    def _row_tokens(self, row: int) -> TokenIds | None:
+        if self._tokens is None or self._token_counts is None or not self._token_counts[row]:
+            return None
+        return self._tokens[row, : self._token_counts[row] - 1].copy()
 
     def requeue(self, work: Sequence[Work]) -> None:
         with self._lock:
@@ -306,8 +337,10 @@ class TokenVectors:
         self,
         name: str,
         found: Sequence[tuple[Work, str, FloatMatrix]],
+        tokens: Sequence[TokenIds | None] | None = None,
     ) -> None:
-        """Put computed vectors (work, text hash, vector) in place, unless the memory changed meanwhile."""
+        """Put computed vectors (work, text hash, vector) in place, unless the memory changed
+        meanwhile; ``tokens``: each one's kept token ids for MaxSim (a model that keeps them)."""
         if not found:
             return
         with self._lock:
@@ -318,13 +351,25 @@ class TokenVectors:
                 self._has[:] = False
                 self._vector_hash = ["" for _ in self._keys]
                 self._name = name
-            for work, digest, vector in found:
+                self._tokens = self._token_counts = None
+            if tokens is not None and self._tokens is None:
+                self._tokens = np.zeros((len(self._has), TOKEN_BUDGET), dtype=np.uint16)
+                self._token_counts = np.zeros(len(self._has), dtype=np.uint8)
+            for i, (work, digest, vector) in enumerate(found):
                 row = self._rows.get(work.key)
                 if row is None or self._generation[row] != work.generation:
                     continue
                 self._matrix[row], self._scale[row] = quantize(vector)
                 self._has[row] = True
                 self._vector_hash[row] = digest
+                if self._tokens is not None and self._token_counts is not None:
+                    ids = tokens[i] if tokens is not None else None
+                    if ids is None:
+                        self._token_counts[row] = 0  # none yet
+                    else:
+                        count = min(len(ids), TOKEN_BUDGET)
+                        self._tokens[row, :count] = ids[:count]
+                        self._token_counts[row] = count + 1
             self.version += 1
 
     def snapshot(self, inline: bool = False) -> VectorView:
@@ -345,5 +390,7 @@ class TokenVectors:
                     name=self._name,
                     version=self.version,
                     rows_version=self.rows_version,
+                    tokens=self._tokens,
+                    token_counts=None if self._token_counts is None else self._token_counts.copy(),
                 )
             return view
