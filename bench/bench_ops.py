@@ -53,8 +53,15 @@ async def worker(locomo: Path | None, writes: bool) -> None:
         root = Path(folder)
         names = bench_load.write_tokens(root, 1, docs, 1000, 1)[0]
         words = [w for d in docs for w in d.content.split() if w.isalpha() and len(w) > 5][:5000]
-        store = Store(Settings(root=root, capacity=10**9))
-        recaller = Recaller(store)
+        settings = Settings(root=root, capacity=10**9)
+        store = Store(settings)
+        # As the recall tool builds it: the configured reranker (MaxSim with WordLlama by default).
+        try:
+            from memvault.search.rerankers import Reranking
+
+            recaller = Recaller(store, reranking=Reranking(settings.reranker))
+        except ImportError:  # a version from before rerankers
+            recaller = Recaller(store)
         await recaller.recall("agent00", "warm up", limit=10)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and store.embeddings.pending():

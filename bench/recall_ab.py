@@ -35,14 +35,17 @@ async def worker(locomo: Path, memories: int) -> None:
     from memvault.config import Settings
     from memvault.ops.recall import Recaller
     from memvault.ops.store import Store
+    from memvault.search.rerankers import Reranking
 
     conversations = [bench.load_conversation(p) for p in bench.conversation_files([locomo])]
     questions = [q.text for c in conversations for q in c.questions]
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         bench.write_scale_vault(root / "scale", conversations, memories)
-        store = Store(Settings(root=root, capacity=10**9))
-        recaller = Recaller(store)
+        settings = Settings(root=root, capacity=10**9)
+        store = Store(settings)
+        # As the recall tool builds it: the configured reranker (MaxSim with WordLlama by default).
+        recaller = Recaller(store, reranking=Reranking(settings.reranker))
         await recaller.recall("scale", "warm up", limit=10)
         while store.embeddings.pending():
             await asyncio.sleep(0.2)

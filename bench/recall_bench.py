@@ -711,7 +711,13 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         if not setting["weight"]:
             recaller.reranking = None
             return
-        if (setting["weight"], setting["pool"], setting["weighting"], setting.get("budget"), setting.get("pick")) == (
+        if (
+            setting["weight"],
+            setting["pool"],
+            setting["weighting"],
+            setting.get("budget"),
+            setting.get("pick"),
+        ) == (
             0.3,
             40,
             "norm",

@@ -581,7 +581,9 @@ class Sidecar:
             "SELECT hash, dim, vec, tokens FROM vectors WHERE model = ? AND hash", hashes, model
         )
         return {
-            digest: StoredVector(model, int(dim), digest, bytes(vec), None if tokens is None else bytes(tokens))
+            digest: StoredVector(
+                model, int(dim), digest, bytes(vec), None if tokens is None else bytes(tokens)
+            )
             for digest, dim, vec, tokens in rows
         }
 

@@ -319,13 +319,19 @@ class Embeddings:
                                     None if moved[1] is None else moved[1].tobytes(),
                                 )
                         if got is not None and (keeper is None or got.tokens is not None):
-                            reused[item.key] = StoredVector(name, embedder.dim, hashes[i], got.vec, got.tokens)
-                    usable = got is not None and len(got.vec) == 4 * embedder.dim
-                    if usable and keeper is not None and (got is None or got.tokens is None):
-                        usable = False
+                            reused[item.key] = StoredVector(
+                                name, embedder.dim, hashes[i], got.vec, got.tokens
+                            )
+                    usable = (
+                        got is not None
+                        and len(got.vec) == 4 * embedder.dim
+                        and (keeper is None or got.tokens is not None)
+                    )
                     if usable and got is not None:
                         found.append((item, hashes[i], np.frombuffer(got.vec, dtype=np.float32)))
-                        tokens.append(None if got.tokens is None else np.frombuffer(got.tokens, dtype=np.uint16))
+                        tokens.append(
+                            None if got.tokens is None else np.frombuffer(got.tokens, dtype=np.uint16)
+                        )
                     else:
                         missing.append(i)
                 sidecar.put_vectors(reused)

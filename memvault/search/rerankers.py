@@ -3,9 +3,10 @@
 A :class:`Reranker` scores (query, text) pairs together, which a cross-encoder does better than
 comparing two separately made vectors. ``MEMVAULT_RERANKER=off`` adds nothing; ``maxsim``
 (:class:`MaxSim`) is late interaction over WordLlama's token table, from token ids the embedding
-worker kept per memory (it does nothing with another embedder); ``cross-encoder:<path>`` loads a sentence-transformers CrossEncoder from a local model folder the
-first time recall needs it (in recall's worker thread, never on the event loop). A reranker that
-cannot load leaves recall as it is, with one log line; :attr:`Reranking.fallback` says why.
+worker kept per memory (it does nothing with another embedder); ``cross-encoder:<path>`` loads
+a sentence-transformers CrossEncoder from a local model folder the first time recall needs it
+(in recall's worker thread, never on the event loop). A reranker that cannot load leaves recall
+as it is, with one log line; :attr:`Reranking.fallback` says why.
 """
 
 from __future__ import annotations
@@ -56,9 +57,7 @@ class MaxSim:
     def score(self, query: str, texts: Sequence[str]) -> FloatArray:
         raise RerankerUnavailable("maxsim scores token ids, not texts")
 
-    def score_tokens(
-        self, embedder: TokenEmbedder, query: str, tokens: Sequence[TokenIds]
-    ) -> FloatArray:
+    def score_tokens(self, embedder: TokenEmbedder, query: str, tokens: Sequence[TokenIds]) -> FloatArray:
         return embedder.maxsim(query, tokens)
 
 

@@ -991,3 +991,77 @@ async def test_recall_keeps_nothing_of_the_tokens_it_unloaded(make_settings: Cal
         assert (second - first) / 30 < 1200, second - first  # bytes kept per token recalled
     finally:
         await store.close()
+
+
+# ---------------------------------------------------------------------------- MaxSim (the default)
+
+ERRANDS = (
+    "Errands today: dentist at nine, then the post office, groceries, a long call with the bank "
+    "about the mortgage, and laundry."
+)
+# No memory shares a word with "musical instruments". The whole-text vector of the long note that
+# mentions a guitar is blurred by its errands: "evening entertainment" comes first without MaxSim.
+PARAPHRASE_VAULT = (
+    ("Saturday", ERRANDS + " In the evening I practised the guitar for an hour."),
+    ("Entertainment", "The hotel had evening entertainment."),
+    ("Culture", "The city has a rich culture."),
+    ("Art", "The art class painted portraits."),
+    ("Shop", "The electronics shop had a sale."),
+)
+
+
+async def write_paraphrase_vault(store: Store) -> None:
+    for title, content in PARAPHRASE_VAULT:
+        await store.write("t", title=title, content=content)
+    await store.state("t")
+    await settle(store)
+
+
+async def test_the_default_recall_finds_a_paraphrase_the_whole_text_vector_ranks_below_a_distractor(
+    make_settings: Callable[..., Settings],
+):
+    settings = make_settings()
+    assert settings.embedder == "wordllama"
+    store = Store(settings, clock=Clock())
+    try:
+        await write_paraphrase_vault(store)
+        default = Recaller(store, reranking=Reranking("maxsim"))
+        off = Recaller(store, reranking=Reranking("off"))
+        assert names(await default.recall("t", "musical instruments"))[0] == "saturday.md"
+        assert names(await off.recall("t", "musical instruments"))[0] == "entertainment.md"
+    finally:
+        await store.close()
+
+
+async def test_maxsim_token_ids_survive_a_restart_without_tokenizing_again(
+    make_settings: Callable[..., Settings],
+):
+    settings = make_settings()
+    store = Store(settings, clock=Clock())
+    try:
+        await write_paraphrase_vault(store)
+        assert store.embeddings.embedded == len(PARAPHRASE_VAULT)
+    finally:
+        await store.close()
+    again = Store(settings, clock=Clock())
+    try:
+        await again.state("t")
+        await settle(again)
+        recaller = Recaller(again, reranking=Reranking("maxsim"))
+        assert names(await recaller.recall("t", "musical instruments"))[0] == "saturday.md"
+        assert again.embeddings.embedded == 0  # vectors and token ids came from the sidecar
+    finally:
+        await again.close()
+
+
+async def test_maxsim_is_off_with_another_embedder(make_settings: Callable[..., Settings]):
+    settings = make_settings(embedder="hash")
+    store = Store(settings, clock=Clock())
+    try:
+        await write_paraphrase_vault(store)
+        maxsim = Recaller(store, reranking=Reranking("maxsim"))
+        off = Recaller(store, reranking=Reranking("off"))
+        for query in ("musical instruments", "evening guitar", "art class"):
+            assert names(await maxsim.recall("t", query)) == names(await off.recall("t", query))
+    finally:
+        await store.close()

@@ -93,6 +93,27 @@ def test_migrations_set_user_version_and_are_idempotent_on_reopen(token_dir: Pat
     assert _user_version(db) == SCHEMA_VERSION
 
 
+def test_a_sidecar_of_schema_7_keeps_its_vectors_and_gains_maxsim_tokens(token_dir: Path) -> None:
+    db = sidecar_path(token_dir)
+    db.parent.mkdir(parents=True)
+    with closing(sqlite3.connect(db)) as conn:  # what the previous memvault made: schema 7
+        for number, statements in enumerate(MIGRATIONS[:7], start=1):
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+        conn.execute("INSERT INTO vectors VALUES ('old.md', 'm', 2, 'h1', ?)", (bytes(8),))
+        conn.commit()
+    with Sidecar.open(token_dir) as sc:
+        assert sc.get_vectors(["old.md"]) == {"old.md": StoredVector("m", 2, "h1", bytes(8), None)}
+        tokens = bytes([1, 0, 2, 0])  # two uint16 token ids
+        sc.put_vectors({"new.md": StoredVector("m", 2, "h2", bytes(8), tokens)})
+    assert _user_version(db) == SCHEMA_VERSION
+    with Sidecar.open(token_dir) as sc:
+        assert sc.get_vectors(["new.md"])["new.md"].tokens == tokens
+        assert sc.vectors_by_hash("m", ["h2"])["h2"].tokens == tokens
+        assert sc.vectors_by_hash("m", ["h1"])["h1"].tokens is None
+
+
 def test_database_uses_wal(token_dir: Path) -> None:
     Sidecar.open(token_dir).close()
     with closing(sqlite3.connect(sidecar_path(token_dir))) as conn:

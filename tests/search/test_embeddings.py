@@ -9,6 +9,7 @@ import logging
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from pathlib import Path
 
 import httpx2
@@ -439,3 +440,50 @@ def test_vector_matrix_grows_with_the_rows_not_faster():
     # Capacity stays within the growth step (a quarter, at least 64) of the rows in use.
     assert len(view.matrix) == len(view.has_vector) <= rows * 1.25 + 64
     assert view.matrix.nbytes < 200_000  # 5,000 x 16 int8 plus slack, not megabytes
+
+
+async def test_wordllama_keeps_maxsim_token_ids_and_an_older_vector_without_them_is_embedded_once(
+    make_settings: Callable[..., Settings],
+):
+    import sqlite3
+
+    settings = make_settings()  # WordLlama, the default
+    store = Store(settings)
+    for i in range(3):
+        await store.write("t", title=f"Note {i}", content=f"The guitar lesson number {i} was fun.")
+    await store.state("t")
+    await settle(store)
+    await store.close()
+    kept = stored_vectors(settings.root, "t")
+    assert len(kept) == 3 and all(v.tokens for v in kept.values())
+    ids = np.frombuffer(next(iter(kept.values())).tokens or b"", dtype=np.uint16)
+    assert 0 < len(ids) <= 128 and len(set(ids.tolist())) == len(ids)
+
+    with Sidecar.open(settings.root / "t") as sidecar:
+        path = sidecar.path
+    with closing(sqlite3.connect(path)) as conn:  # as an older memvault left them
+        conn.execute("UPDATE vectors SET tokens = NULL")
+        conn.commit()
+    for expected in (3, 0):  # embedded again once, then found with their ids
+        store = Store(settings)
+        await store.state("t")
+        await settle(store)
+        assert store.embeddings.embedded == expected
+        await store.close()
+    assert all(v.tokens for v in stored_vectors(settings.root, "t").values())
+
+
+def test_a_row_without_token_ids_yet_has_none_and_a_changed_text_drops_them():
+    tv = TokenVectors()
+    for name in ("a", "b", "c"):
+        tv.changed(Memory(id=f"{name}.md", title="t", content=name))
+    work, _ = tv.take(2)
+    vector = np.ones(16, dtype=np.float32) / 4
+    tv.install("wordllama-l2-16", [(w, "h", vector) for w in work], [np.array([7, 9], np.uint16), None])
+    view = tv.snapshot()
+    got = view.tokens_of(view.rows["a.md"])
+    assert got is not None and got.tolist() == [7, 9]
+    assert view.tokens_of(view.rows["b.md"]) is None  # a vector without ids: no MaxSim score
+    assert view.tokens_of(view.rows["c.md"]) is None  # pending: no vector, no ids
+    tv.dropped("a.md")
+    assert tv.snapshot().tokens_of(view.rows["a.md"]) is None
