@@ -509,7 +509,10 @@ class MaxSim:
     own idf): a long memory then offers each query token no more candidates than a short one, and
     the cost per candidate is bounded (query tokens x K dot products). bench/RESULTS.md, "MaxSim over
     each candidate's first or most telling K tokens": chosen in every fold (the 128 most telling),
-    it did not ship (LoCoMo per turn lost a question on sess_all@10)."""
+    it did not ship then (LoCoMo per turn lost a question on sess_all@10); it shipped after as
+    recall's default reranker, the memory's ids kept by the embedding worker (memvault.search.
+    rerankers.MaxSim; bench/RESULTS.md, "MaxSim shipped"), which the maxsim3 grid's setting of
+    that shape runs."""
 
     def __init__(self) -> None:
         import wordllama

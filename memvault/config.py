@@ -60,7 +60,7 @@ class Settings:
     graph_max_results: int = 50
     embedder: str = "wordllama"
     recall_floor: float = 0.05
-    reranker: str = "off"
+    reranker: str = "maxsim"
     embed_url: str | None = None
     embed_key: str | None = field(default=None, repr=False)
     embed_model: str | None = None
@@ -303,9 +303,10 @@ SETTINGS: dict[str, Setting] = {
     ),
     "reranker": Setting(
         "MEMVAULT_RERANKER",
-        "off",
-        "`recall` reranks its best candidates with `cross-encoder:<model folder>` (needs "
-        "sentence-transformers); one that cannot load is left out with one log line.",
+        "maxsim",
+        "`recall` reranks its best candidates: `maxsim` (late interaction over WordLlama's token "
+        "table; off with another embedder), `off`, or `cross-encoder:<model folder>` (needs "
+        "sentence-transformers; one that cannot load is left out with one log line).",
     ),
     "embed_url": Setting(
         "MEMVAULT_EMBED_URL",

@@ -1,9 +1,9 @@
 """Rerankers: an optional second look at recall's best candidates, behind a seam like the embedders'.
 
 A :class:`Reranker` scores (query, text) pairs together, which a cross-encoder does better than
-comparing two separately made vectors. ``MEMVAULT_RERANKER=off`` adds nothing; ``maxsim``
-(:class:`MaxSim`) is late interaction over WordLlama's token table, from token ids the embedding
-worker kept per memory (it does nothing with another embedder); ``cross-encoder:<path>`` loads
+comparing two separately made vectors. ``MEMVAULT_RERANKER=off`` adds nothing; ``maxsim`` (the
+default, :class:`MaxSim`) is late interaction over WordLlama's token table, from token ids the
+embedding worker kept per memory (it does nothing with another embedder); ``cross-encoder:<path>`` loads
 a sentence-transformers CrossEncoder from a local model folder the first time recall needs it
 (in recall's worker thread, never on the event loop). A reranker that cannot load leaves recall
 as it is, with one log line; :attr:`Reranking.fallback` says why.

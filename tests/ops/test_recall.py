@@ -1021,11 +1021,11 @@ async def test_the_default_recall_finds_a_paraphrase_the_whole_text_vector_ranks
     make_settings: Callable[..., Settings],
 ):
     settings = make_settings()
-    assert settings.embedder == "wordllama"
+    assert settings.embedder == "wordllama" and settings.reranker == "maxsim"  # the defaults
     store = Store(settings, clock=Clock())
     try:
         await write_paraphrase_vault(store)
-        default = Recaller(store, reranking=Reranking("maxsim"))
+        default = Recaller(store, reranking=Reranking(settings.reranker))
         off = Recaller(store, reranking=Reranking("off"))
         assert names(await default.recall("t", "musical instruments"))[0] == "saturday.md"
         assert names(await off.recall("t", "musical instruments"))[0] == "entertainment.md"
@@ -1047,7 +1047,7 @@ async def test_maxsim_token_ids_survive_a_restart_without_tokenizing_again(
     try:
         await again.state("t")
         await settle(again)
-        recaller = Recaller(again, reranking=Reranking("maxsim"))
+        recaller = Recaller(again, reranking=Reranking(settings.reranker))
         assert names(await recaller.recall("t", "musical instruments"))[0] == "saturday.md"
         assert again.embeddings.embedded == 0  # vectors and token ids came from the sidecar
     finally:
