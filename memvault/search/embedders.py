@@ -145,6 +145,7 @@ class HashEmbedder:
 
 WORDLLAMA_TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
 WORDLLAMA_WEIGHTS = ("weights", "l2_supercat_256.safetensors")
+WORD_CACHE = 1000  # distinct words the tokenizer keeps split (see WordLlamaEmbedder)
 TOKEN_BUDGET = 128  # a memory's most telling distinct word tokens kept for MaxSim (uint16 each)
 MAX_QUERY_CHARS = 2000  # MaxSim tokenizes at most this much of a query, on the request path
 # Left out of MaxSim on both sides (bench/recall_bench.py's list, with which it was measured).
@@ -210,6 +211,13 @@ class WordLlamaEmbedder:
             ) from None
         tokenizer.no_padding()
         tokenizer.no_truncation()
+        # The tokenizer keeps every distinct word it splits, up to 10,000 of them at about 1.5 KB
+        # each: a server that embeds new words kept growing by that much per word, to ~15 MB.
+        # The common words fit in WORD_CACHE, and embedding was no slower (2,685 LongMemEval
+        # turns: 3.0 / 2.7 s with 10,000, 2.2 / 2.7 s with 1,000). A method of tokenizers 0.20+.
+        resize = getattr(tokenizer.model, "_resize_cache", None)
+        if resize is not None:
+            resize(WORD_CACHE)
         self._tokenizer = tokenizer
         self._table = table  # float16 as shipped: half the memory; rows are widened when read
         self._dim = int(table.shape[1])
