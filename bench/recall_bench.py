@@ -749,30 +749,23 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         return [hit.memory.id for hit in found.results]
 
     def grid(kind: str = "weights") -> dict[str, Any]:
-        if kind == "maxsim":  # late interaction over WordLlama's tokens, reranking the candidate pool
+        def maxsim_grid(weights: tuple[float, ...], weightings: tuple[str, ...]) -> dict[str, Any]:
             out: dict[str, Any] = {}
             for v in (0.75, 1.0):
                 out[f"vector {v:g}, maxsim 0"] = (DEFAULT_WEIGHTS.replace(vector=v), {"weight": 0})
-                for w in (0.15, 0.3, 0.5, 1.0):
+                for w in weights:
                     for pool in (40, 100):
-                        for weighting in ("uniform", "norm"):
+                        for weighting in weightings:
                             out[f"vector {v:g}, maxsim {w:g} over {pool} ({weighting})"] = (
                                 DEFAULT_WEIGHTS.replace(vector=v),
                                 {"weight": w, "pool": pool, "weighting": weighting},
                             )
             return out
+
+        if kind == "maxsim":  # late interaction over WordLlama's tokens, reranking the candidate pool
+            return maxsim_grid((0.15, 0.3, 0.5, 1.0), ("uniform", "norm"))
         if kind == "maxsim2":  # the same, with BERTScore's F1 beside query-side MaxSim (norm weights)
-            out = {}
-            for v in (0.75, 1.0):
-                out[f"vector {v:g}, maxsim 0"] = (DEFAULT_WEIGHTS.replace(vector=v), {"weight": 0})
-                for w in (0.15, 0.3, 0.5):
-                    for pool in (40, 100):
-                        for weighting in ("norm", "f1"):
-                            out[f"vector {v:g}, maxsim {w:g} over {pool} ({weighting})"] = (
-                                DEFAULT_WEIGHTS.replace(vector=v),
-                                {"weight": w, "pool": pool, "weighting": weighting},
-                            )
-            return out
+            return maxsim_grid((0.15, 0.3, 0.5), ("norm", "f1"))
         if kind == "maxsim3":  # MaxSim over each candidate's first (or most telling) K word tokens
             out = {}
             for v in (0.75, 1.0):
