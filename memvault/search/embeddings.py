@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -283,6 +283,11 @@ class Embeddings:
         # WordLlama also keeps each memory's most telling token ids (recall's MaxSim), from the
         # same tokenizing: a stored vector without them is embedded again.
         keeper = token_embedder(embedder)
+
+        def complete(stored: StoredVector | None) -> TypeGuard[StoredVector]:
+            """A stored vector with all this embedder keeps (the token ids, for WordLlama)."""
+            return stored is not None and (keeper is None or stored.tokens is not None)
+
         texts = [embed_text(w.memory) for w in work]
         hashes = [text_hash(t) for t in texts]
         found: list[tuple[Work, str, FloatMatrix]] = []
@@ -293,10 +298,7 @@ class Embeddings:
                 missing = []
                 stored = sidecar.get_vectors([w.key for w in work])
                 current = [
-                    (row := stored.get(item.key)) is not None
-                    and row.model == name
-                    and row.hash == hashes[i]
-                    and (keeper is None or row.tokens is not None)
+                    complete(row := stored.get(item.key)) and row.model == name and row.hash == hashes[i]
                     for i, item in enumerate(work)
                 ]
                 # A restart finds every vector under its own key: the lookup by text is for the rest.
@@ -318,16 +320,11 @@ class Embeddings:
                                     moved[0].astype(np.float32).tobytes(),
                                     None if moved[1] is None else moved[1].tobytes(),
                                 )
-                        if got is not None and (keeper is None or got.tokens is not None):
+                        if complete(got):
                             reused[item.key] = StoredVector(
                                 name, embedder.dim, hashes[i], got.vec, got.tokens
                             )
-                    usable = (
-                        got is not None
-                        and len(got.vec) == 4 * embedder.dim
-                        and (keeper is None or got.tokens is not None)
-                    )
-                    if usable and got is not None:
+                    if complete(got) and len(got.vec) == 4 * embedder.dim:
                         found.append((item, hashes[i], np.frombuffer(got.vec, dtype=np.float32)))
                         tokens.append(
                             None if got.tokens is None else np.frombuffer(got.tokens, dtype=np.uint16)

@@ -27,7 +27,14 @@ if TYPE_CHECKING:
     from memvault.records.sidecar import Sidecar
 
 Int8Matrix = npt.NDArray[np.int8]
-NO_TOKENS: TokenIds = np.zeros(0, dtype=np.uint16)
+
+
+def kept_tokens(tokens: npt.NDArray[np.uint16], counts: npt.NDArray[np.uint8], row: int) -> TokenIds | None:
+    """A row's kept token ids (a view), or None if it has none yet: ``counts[row]`` is their
+    number plus one, 0 for none (see VectorView.tokens)."""
+    count = int(counts[row])
+    return tokens[row, : count - 1] if count else None
+
 
 RECENT_DROPS = 1024  # vectors of dropped memories kept for a moment, for moves
 BLOCK = 1 << 18  # elements per block of a matrix-vector product (see matvec)
@@ -103,8 +110,7 @@ class VectorView:
             return None
         if not self.has_vector[row]:
             return None
-        count = int(self.token_counts[row])
-        return self.tokens[row, : count - 1] if count else None
+        return kept_tokens(self.tokens, self.token_counts, row)
 
     def similarity(self, query: FloatMatrix, n: int) -> npt.NDArray[np.float64] | None:
         """Dot products of the first ``n`` rows with ``query`` (0 where no vector yet); None
@@ -318,9 +324,10 @@ class TokenVectors:
             return self._recent.get(digest) if name == self._name else None
 
     def _row_tokens(self, row: int) -> TokenIds | None:
-        if self._tokens is None or self._token_counts is None or not self._token_counts[row]:
+        if self._tokens is None or self._token_counts is None:
             return None
-        return self._tokens[row, : self._token_counts[row] - 1].copy()
+        ids = kept_tokens(self._tokens, self._token_counts, row)
+        return None if ids is None else ids.copy()
 
     def requeue(self, work: Sequence[Work]) -> None:
         with self._lock:
