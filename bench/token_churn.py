@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import gc
 import random
 import tempfile
@@ -29,13 +28,6 @@ from memvault.ops.store import Store
 WORDS = "harbour deploy postgres garden invoice kiwi walrus migration backup ticket review budget".split()
 
 
-class MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
-    ]
-
-
 def rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -44,8 +36,8 @@ def rss_mb() -> float:
 
 
 async def run(args: argparse.Namespace) -> None:
-    mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
-    mallinfo2.restype = MallInfo2
+    if heap.counts() is None:
+        raise SystemExit("glibc's mallinfo2 is not available here")
     root = Path(tempfile.mkdtemp(prefix="memvault-churn-")) / "vault"
     root.mkdir()
     heap.configure()  # as `memvault serve` does
@@ -64,11 +56,12 @@ async def run(args: argparse.Namespace) -> None:
             if i % args.every == 0:
                 await store.idle()
                 gc.collect()
-                info = mallinfo2()
+                info = heap.counts()
+                assert info is not None
                 loaded = sum(1 for s in store.tokens.values() if s.loaded)
                 print(
-                    f"| {i:,} | {rss_mb():.1f} | {info.uordblks / 2**20:.1f} | {info.fordblks / 2**20:.1f} "
-                    f"| {info.hblkhd / 2**20:.1f} | {loaded} |",
+                    f"| {i:,} | {rss_mb():.1f} | {info.in_use / 2**20:.1f} | {info.free / 2**20:.1f} "
+                    f"| {info.mapped / 2**20:.1f} | {loaded} |",
                     flush=True,
                 )
     finally:

@@ -20,8 +20,9 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-__all__ = ["configure", "keep", "release", "supported", "uncollected", "unkeep"]
+__all__ = ["Counts", "configure", "counts", "keep", "release", "supported", "uncollected", "unkeep"]
 
 M_MMAP_THRESHOLD = -3  # mallopt parameter (malloc.h)
 MMAP_THRESHOLD = 1 << 20
@@ -29,13 +30,31 @@ MMAP_THRESHOLD = 1 << 20
 _lock = threading.Lock()
 _trim: Callable[[int], int] | None = None
 _mallopt: Callable[[int, int], int] | None = None
+_mallinfo2: Callable[[], _MallInfo2] | None = None
 _looked = False
 _uncollected = 0  # loads under way with the collector paused (see uncollected)
 _collector_was_on = False
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+    ]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """glibc's own account of its memory (``mallinfo2``), in bytes: what lives outside Python
+    (SQLite, tokenizers) as well as in it, which tracemalloc does not see."""
+
+    in_use: int  # in use in its arenas
+    free: int  # free, kept in its arenas
+    mapped: int  # in blocks mapped on their own (large ones)
+
+
 def _find() -> Callable[[int], int] | None:
-    global _trim, _mallopt, _looked
+    global _trim, _mallopt, _mallinfo2, _looked
     with _lock:
         if not _looked:
             _looked = True
@@ -49,6 +68,10 @@ def _find() -> Callable[[int], int] | None:
             mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
             mallopt.restype = ctypes.c_int
             _trim, _mallopt = trim, mallopt
+            info = getattr(libc, "mallinfo2", None)  # glibc 2.33+
+            if info is not None:
+                info.restype = _MallInfo2
+                _mallinfo2 = info
         return _trim
 
 
@@ -60,6 +83,15 @@ def configure() -> bool:
     """Pin glibc's mmap threshold (call once, early: the server does at start). True if set."""
     _find()
     return _mallopt is not None and _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+
+
+def counts() -> Counts | None:
+    """glibc's counts now, or None where they cannot be read (another libc, glibc before 2.33)."""
+    _find()
+    if _mallinfo2 is None:
+        return None
+    info = _mallinfo2()
+    return Counts(in_use=info.uordblks, free=info.fordblks, mapped=info.hblkhd)
 
 
 def release() -> bool:

@@ -194,3 +194,14 @@ def test_what_died_before_a_keep_is_not_frozen_with_the_living():
         assert gone() is None
     finally:
         gc.unfreeze()
+
+
+def test_counts_see_memory_allocated_outside_python_objects():
+    if heap.counts() is None:
+        pytest.skip("glibc's mallinfo2 is not available here")
+    before = heap.counts()
+    blocks = [bytearray(64 * 1024) for _ in range(16)]  # under glibc's mmap threshold: its arenas
+    after = heap.counts()
+    assert before is not None and after is not None
+    assert after.in_use - before.in_use >= 900 * 1024, (before, after)
+    del blocks

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import dataclasses
 import hashlib
 import logging
@@ -17,6 +16,7 @@ import httpx2
 import numpy as np
 import pytest
 
+from memvault import heap
 from memvault.config import Settings, check_spec
 from memvault.disk.markdown import Memory
 from memvault.errors import InvalidArgument
@@ -490,26 +490,18 @@ def test_a_row_without_token_ids_yet_has_none_and_a_changed_text_drops_them():
     assert tv.snapshot().tokens_of(view.rows["a.md"]) is None
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
-    ]
-
-
 def test_wordllama_does_not_grow_with_every_new_word_it_embeds():
     # The tokenizer's word cache lives outside Python (tracemalloc cannot see it): glibc's count
     # of bytes in use can. A server that embeds ever new words (names, numbers) must level off.
-    try:
-        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
-    except (OSError, AttributeError):
+    if heap.counts() is None:
         pytest.skip("glibc's mallinfo2 is not available here")
-    mallinfo2.restype = _MallInfo2
     embedder = load_embedder("wordllama")
     for i in range(1500):  # more new words than the cache holds
         embedder.embed([f"warm{i}qx zz{i}kw"])
-    before = mallinfo2().uordblks
+    before = heap.counts()
     for i in range(3000):
         embedder.embed([f"new{i}qx yy{i}kw"])
-    per_text = (mallinfo2().uordblks - before) / 3000
+    after = heap.counts()
+    assert before is not None and after is not None
+    per_text = (after.in_use - before.in_use) / 3000
     assert per_text < 400, per_text  # about 1,600 bytes a text while a 10,000-word cache filled
