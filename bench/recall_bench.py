@@ -322,26 +322,15 @@ class TextCache:
 
 
 def wordllama_encoder() -> Embed:
-    """WordLlama's L2 supercat table (256 dims) and tokenizer, read from the files its wheel ships.
-    (WordLlama.load looks for the tokenizer under a folder name the wheel does not use, then goes online.)"""
-    import wordllama
-    from safetensors import safe_open
-    from tokenizers import Tokenizer
+    """WordLlama's L2 supercat table (256 dims) and tokenizer, read from the files its wheel ships, as
+    memvault embeds with it (WordLlama.load looks for the tokenizer under a folder name the wheel
+    does not use, then goes online)."""
+    from memvault.search.embedders import WordLlamaEmbedder
 
-    root = Path(wordllama.__file__).parent
-    tokenizer = Tokenizer.from_file(str(root / "tokenizers" / "l2_supercat_tokenizer_config.json"))
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    with safe_open(str(root / "weights" / "l2_supercat_256.safetensors"), framework="np") as f:
-        table = np.asarray(f.get_tensor("embedding.weight"), dtype=np.float32)
+    embedder = WordLlamaEmbedder()
 
     def encode(texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
-        for i, enc in enumerate(tokenizer.encode_batch(texts, add_special_tokens=False)):
-            ids = np.clip(np.asarray(enc.ids, dtype=np.int64), 0, table.shape[0] - 1)
-            if ids.size:
-                out[i] = table[ids].mean(axis=0)
-        return out
+        return embedder.embed(texts)
 
     return encode
 
@@ -515,26 +504,13 @@ class MaxSim:
     that shape runs."""
 
     def __init__(self) -> None:
-        import wordllama
-        from safetensors import safe_open
-        from tokenizers import Tokenizer
+        from memvault.search.embedders import WordLlamaEmbedder
 
-        root = Path(wordllama.__file__).parent
-        self.tokenizer = Tokenizer.from_file(str(root / "tokenizers" / "l2_supercat_tokenizer_config.json"))
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
-        with safe_open(str(root / "weights" / "l2_supercat_256.safetensors"), framework="np") as f:
-            table = np.asarray(f.get_tensor("embedding.weight"), dtype=np.float32)
-        self.norms = np.linalg.norm(table, axis=1)
-        self.unit = table / np.maximum(self.norms, 1e-9)[:, None]
-        vocab = self.tokenizer.get_vocab()
-        self.skip = np.zeros(len(table), dtype=bool)
-        for piece, i in vocab.items():
-            if i >= len(table):
-                continue
-            word = piece.replace("\u2581", "").lower()
-            if not word or word in STOP or not any(c.isalnum() for c in word):
-                self.skip[i] = True
+        table = WordLlamaEmbedder().tokens  # the product's tokenizer, rows' lengths and stop tokens
+        self.tokenizer = table.tokenizer
+        self.norms = table.norms
+        self.unit = table.table.astype(np.float32) / np.maximum(self.norms, 1e-9)[:, None]
+        self.skip = table.skip
         self.weighting = "norm"
         self.budget: int | None = None
         self.pick = "first"

@@ -15,7 +15,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -148,14 +148,17 @@ WORDLLAMA_WEIGHTS = ("weights", "l2_supercat_256.safetensors")
 WORD_CACHE = 1000  # distinct words the tokenizer keeps split (see WordLlamaEmbedder)
 TOKEN_BUDGET = 128  # a memory's most telling distinct word tokens kept for MaxSim (uint16 each)
 MAX_QUERY_CHARS = 2000  # MaxSim tokenizes at most this much of a query, on the request path
-# Left out of MaxSim on both sides (bench/recall_bench.py's list, with which it was measured).
-MAXSIM_STOP = frozenset(
-    "a an and are as at be been but by can could did do does for from had has have how i if in into is "
-    "it its me my of on or our so than that the their them then there these they this those to us was "
-    "we were what when where which who whom why will with would you your".split()
-)
-
 TokenIds = npt.NDArray[np.uint16]
+
+
+class TokenTable(NamedTuple):
+    """WordLlama's tokenizer and table as MaxSim reads them: the rows (float16 as shipped), each
+    row's length, and the tokens MaxSim leaves out (stop words, pieces with no letter or digit)."""
+
+    tokenizer: Any
+    table: npt.NDArray[np.float16]
+    norms: npt.NDArray[np.float32]
+    skip: npt.NDArray[np.bool_]
 
 
 class TokenEmbedder(Protocol):
@@ -236,11 +239,17 @@ class WordLlamaEmbedder:
         for piece, i in tokenizer.get_vocab().items():
             if i < table.shape[0]:
                 word = piece.replace("\u2581", "").lower()
-                self._skip[i] = not word or word in MAXSIM_STOP or not any(c.isalnum() for c in word)
+                self._skip[i] = not word or word in STOP_WORDS or not any(c.isalnum() for c in word)
 
     @property
     def name(self) -> str:
         return f"wordllama-l2-{self._dim}"
+
+    @property
+    def tokens(self) -> TokenTable:
+        """The tokenizer and the table as :meth:`maxsim` reads them (bench/recall_bench.py's
+        MaxSim variants read the same)."""
+        return TokenTable(self._tokenizer, self._table, self._norms, self._skip)
 
     @property
     def dim(self) -> int:

@@ -119,10 +119,12 @@ def is_cjk_char(ch: str) -> bool:
     return _CJK_CHAR_RE.match(ch) is not None
 
 
+# Left out of a query's BM25 terms, of the hash embedder's features and of MaxSim's tokens.
 _FUNCTION_WORDS = (
-    "a an and are as at be been but by do does did for from had has have he her his how i if in "
-    "into is it its me my of on or our she so than that the their them then there these they "
-    "this those to us was we were what when where which who why will with would you your"
+    "a an and are as at be been but by can could do does did for from had has have he her his how i "
+    "if in into is it its me my of on or our she so than that the their them then there these they "
+    "this those to us was we were what when where which who whom why will with would you your"
 )
-# As index terms (terms_of stems them), so they compare with terms_of's output directly.
+# As index terms (terms_of stems them), so they compare with terms_of's output directly. Every one
+# is its own term (short, or not ending as a stemmed suffix does), so a lowercase word compares too.
 STOP_WORDS = frozenset(terms_of(_FUNCTION_WORDS))

@@ -64,6 +64,14 @@ def test_wordllama_embeds_offline_from_the_files_its_package_ships():
     assert embedder.name.startswith("wordllama")
 
 
+def test_maxsim_reads_past_the_function_words_search_leaves_out():
+    # One list of function words for BM25 and MaxSim: "she" is no evidence of a match.
+    embedder = load_embedder("wordllama")
+    _, kept = embedder.embed_with_tokens(["Melanie painted a sunset over the lake", "she she she"])
+    assert embedder.maxsim("what did she paint", kept) == pytest.approx(embedder.maxsim("paint", kept))
+    assert embedder.maxsim("could she", kept).tolist() == [0.0, 0.0]
+
+
 def test_hash_embedder_puts_related_words_closer_than_unrelated_ones():
     rows = HashEmbedder().embed(
         ["we deployed postgres", "postgres deployment checklist", "the cat eats salmon"]

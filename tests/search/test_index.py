@@ -192,6 +192,12 @@ def test_stop_words_are_ignored_when_query_has_other_terms(index: Index) -> None
     assert hits[0].matched_all
 
 
+def test_can_could_and_whom_are_function_words_too(index: Index) -> None:
+    index.upsert("notes/could.md", title="", body="I could, could I? Whom can I ask?")
+    hits, _ = index.search("could kubernetes")
+    assert ids(hits) == ["people/alice.md"]
+
+
 def test_stop_word_only_query_still_matches(index: Index) -> None:
     assert found(index, "the") == ["projects/deploy-notes.md"]
 
