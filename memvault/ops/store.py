@@ -37,6 +37,7 @@ from memvault.registry.state import TokenState
 from memvault.registry.tokens import Tokens
 from memvault.search.embeddings import Embeddings
 from memvault.search.embeddings import from_settings as embeddings_from_settings
+from memvault.search.rerankers import Reranking
 from memvault.threads import NeedsThread, look
 
 log = logging.getLogger("memvault")
@@ -73,6 +74,8 @@ class Store:
         self.registry = Tokens(settings, embeddings_from_settings(settings), self._in_background)
         self.sweeps = Sweeps(self.registry, settings, clock, self._in_background)
         self.recorder = access.Recorder(self.registry, self._in_background)
+        # Recall's reranker, loaded on first use; /healthz says which is in effect.
+        self.reranking = Reranking(settings.reranker if "recall" in settings.tools else "off")
         # Who listens to which vault's changes; the watcher announces them (see memvault.ops.changes).
         self.changes = Changes(settings.root)
         # The watcher watches a token's folder only while it is loaded or listened to.

@@ -53,6 +53,7 @@ class EmbedderStatus:
     name: str | None  # None while loading
     dim: int | None
     fallback: str | None  # why the requested embedder is not the one in use
+    tokens: bool | None  # it keeps token ids for MaxSim (WordLlama); None while loading
 
 
 class Embeddings:
@@ -92,7 +93,11 @@ class Embeddings:
     def status(self) -> EmbedderStatus:
         embedder = self._embedder
         return EmbedderStatus(
-            self.spec, embedder.name if embedder else None, embedder.dim if embedder else None, self._fallback
+            self.spec,
+            embedder.name if embedder else None,
+            embedder.dim if embedder else None,
+            self._fallback,
+            token_embedder(embedder) is not None if embedder else None,
         )
 
     def load(self) -> Embedder:

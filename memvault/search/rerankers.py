@@ -6,14 +6,18 @@ default, :class:`MaxSim`) is late interaction over WordLlama's token table, from
 embedding worker kept per memory (it does nothing with another embedder); ``cross-encoder:<path>`` loads
 a sentence-transformers CrossEncoder from a local model folder the first time recall needs it
 (in recall's worker thread, never on the event loop). A reranker that cannot load leaves recall
-as it is, with one log line; :attr:`Reranking.fallback` says why.
+as it is, with one log line; :attr:`Reranking.fallback` says why, and :meth:`Reranking.status`
+says which reranker is in effect (for /healthz).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Protocol
 
 import numpy as np
@@ -40,6 +44,23 @@ class Reranker(Protocol):
 
 class RerankerUnavailable(Exception):
     """A configured reranker could not be loaded or used; the reason is safe to show."""
+
+
+@dataclass(frozen=True, slots=True)
+class RerankerStatus:
+    name: str  # the reranker in effect: maxsim, off or cross-encoder:<model>
+    fallback: str | None  # why the requested reranker is not the one in effect
+
+
+def shown(name: str) -> str:
+    """A reranker's name fit for /healthz: a cross-encoder named by a path shows its folder's name."""
+    kind, sep, target = name.partition(":")
+    target = target.strip()
+    if not sep or kind.strip().lower() != "cross-encoder":
+        return name
+    if os.path.isabs(os.path.expanduser(target)) or target.startswith("."):
+        target = PurePath(target).name or "model"
+    return f"cross-encoder:{target}"
 
 
 class MaxSim:
@@ -107,6 +128,7 @@ class Reranking:
         self._lock = threading.Lock()
         self._loaded = False
         self._reranker: Reranker | None = None
+        self._dropped = False  # it loaded, then failed
         self.fallback: str | None = None
 
     def get(self) -> Reranker | None:
@@ -125,5 +147,28 @@ class Reranking:
         """A loaded reranker stopped working: recall goes on without it (one log line)."""
         with self._lock:
             self._reranker = None
+            self._dropped = True
             self.fallback = str(exc)
         log.warning("reranker %s failed, recall goes on without it: %s", self.spec, exc)
+
+    def status(self, tokens: bool | None) -> RerankerStatus:
+        """The reranker in effect; ``tokens``: whether the embedder in use keeps token ids for
+        MaxSim (None while it loads). It never loads the reranker."""
+        reranker, loaded = self._reranker, self._loaded
+        if self.fallback is not None and reranker is None:
+            why = "stopped working" if self._dropped else "could not load"
+            return RerankerStatus("off", f"{shown(self.spec)} {why}: {self.fallback}")
+        if not loaded:  # MaxSim has nothing to load; a cross-encoder loads when recall first needs it
+            kind = check_reranker(self.spec)
+            if kind == "off":
+                return RerankerStatus("off", None)
+            if kind == "cross-encoder":
+                return RerankerStatus(f"{shown(self.spec)} (not loaded yet)", None)
+        elif reranker is None:
+            return RerankerStatus("off", None)
+        if reranker is None or isinstance(reranker, MaxSim):
+            # MaxSim reads WordLlama's token ids: with another embedder recall runs without it.
+            if tokens is None:
+                return RerankerStatus("maxsim (loading)", None)
+            return RerankerStatus("maxsim" if tokens else "off", None)
+        return RerankerStatus(shown(reranker.name), None)

@@ -519,6 +519,10 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
         }
         if embedder.fallback:
             body["embeddings"]["fallback"] = embedder.fallback
+        reranker = store.reranking.status(embedder.tokens)
+        body["reranker"] = {"name": reranker.name}
+        if reranker.fallback:
+            body["reranker"]["fallback"] = reranker.fallback
         # 503 when degraded, so a container health check notices a server serving stale results.
         status = 200 if body["status"] == "ok" else 503
         return Response(json.dumps(body), status_code=status, media_type="application/json")

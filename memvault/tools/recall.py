@@ -13,7 +13,6 @@ from memvault.errors import quote
 from memvault.ops.arguments import check_query
 from memvault.ops.recall import DEFAULT_WEIGHTS, STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
 from memvault.ops.store import Store
-from memvault.search.rerankers import Reranking
 from memvault.tools.common import (
     READ_ONLY,
     Reply,
@@ -99,9 +98,7 @@ def render_stats(stats: Stats) -> str:
 
 
 def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -> None:
-    recaller = Recaller(
-        store, DEFAULT_WEIGHTS.replace(floor=settings.recall_floor), Reranking(settings.reranker)
-    )
+    recaller = Recaller(store, DEFAULT_WEIGHTS.replace(floor=settings.recall_floor), store.reranking)
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @handles_errors

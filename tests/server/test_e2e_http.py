@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 
 import httpx2
@@ -77,6 +78,62 @@ async def test_healthz_reports_status_without_token_or_secrets(server_factory):
         assert (body["tokens_loaded"], body["memories_loaded"]) == (1, 1)
         assert "alice-secret-token" not in response.text
         assert str(srv.settings.root) not in response.text
+
+
+async def healthz(srv) -> dict:
+    async with httpx2.AsyncClient() as client:
+        return (await client.get(f"{srv.url}/healthz")).json()
+
+
+async def loaded_healthz(srv) -> dict:
+    """/healthz once the embedder has loaded (WordLlama loads in the background)."""
+
+    async def loaded() -> dict | None:
+        body = await healthz(srv)
+        return None if body["embeddings"]["name"].endswith("(loading)") else body
+
+    return await wait_for(loaded, timeout=30, interval=0.1)
+
+
+async def test_healthz_names_maxsim_as_the_default_reranker(server_factory):
+    async with server_factory() as srv:  # the default settings: WordLlama, MaxSim
+        body = await loaded_healthz(srv)
+    assert body["embeddings"]["name"].startswith("wordllama")
+    assert body["reranker"] == {"name": "maxsim"}
+
+
+async def test_healthz_says_the_reranker_is_off_when_set_off(server_factory):
+    async with server_factory(embedder="wordllama", reranker="off") as srv:
+        body = await loaded_healthz(srv)
+    assert body["embeddings"]["name"].startswith("wordllama")
+    assert body["reranker"] == {"name": "off"}
+
+
+async def test_healthz_says_maxsim_is_off_with_the_hash_embedder(server_factory):
+    async with server_factory(embedder="hash", reranker="maxsim") as srv:
+        body = await loaded_healthz(srv)
+    assert body["embeddings"]["name"].startswith("hash")
+    assert body["reranker"] == {"name": "off"}
+
+
+async def test_healthz_says_why_a_cross_encoder_is_off_without_its_path(
+    server_factory, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # not installed
+    async with server_factory(embedder="hash", reranker="cross-encoder:/nowhere/ms-marco") as srv:
+        before = await healthz(srv)
+        async with srv.session("tok") as s:
+            assert not (await srv.call(s, "write_memory", title="Deploy", content="Deploy on Fridays."))[0]
+            is_error, reply = await srv.call(s, "recall", query="deploy")
+            assert not is_error and "deploy.md" in reply
+        async with httpx2.AsyncClient() as client:
+            response = await client.get(f"{srv.url}/healthz")
+    assert before["reranker"] == {"name": "cross-encoder:ms-marco (not loaded yet)"}
+    reranker = response.json()["reranker"]
+    assert reranker["name"] == "off"
+    assert reranker["fallback"].startswith("cross-encoder:ms-marco could not load:")
+    assert "sentence-transformers" in reranker["fallback"]
+    assert "/nowhere" not in response.text
 
 
 # ---------------------------------------------------------------------------- token rules
