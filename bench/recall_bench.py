@@ -742,6 +742,16 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
             return maxsim_grid((0.15, 0.3, 0.5, 1.0), ("uniform", "norm"))
         if kind == "maxsim2":  # the same, with BERTScore's F1 beside query-side MaxSim (norm weights)
             return maxsim_grid((0.15, 0.3, 0.5), ("norm", "f1"))
+        if kind == "near":  # the shipped MaxSim, a query word matching its prefixes and typos or not
+            shipped = {"weight": 0.3, "pool": 40, "weighting": "norm", "budget": 128, "pick": "norm"}
+            return {
+                f"vector {v:g}, maxsim 0.3 over 40, norm 128 tokens (norm), near {near}": (
+                    DEFAULT_WEIGHTS.replace(vector=v, near=near),
+                    shipped,
+                )
+                for v in (0.75, 1.0)
+                for near in ("all", "missing", "none")
+            }
         if kind == "maxsim3":  # MaxSim over each candidate's first (or most telling) K word tokens
             out = {}
             for v in (0.75, 1.0):
@@ -1025,7 +1035,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--grid-set",
-        choices=("weights", "maxsim", "maxsim2", "maxsim3"),
+        choices=("weights", "maxsim", "maxsim2", "maxsim3", "near"),
         default="weights",
         help="which grid: the shipped features' weights (default), or late interaction (MaxSim over "
         "WordLlama's tokens) reranking recall's candidate pool: maxsim (uniform or norm query weights), "

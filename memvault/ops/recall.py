@@ -10,7 +10,10 @@ How a memory is scored for a query, and why:
    the words searched (the 10 would match a date), an outright date stays (a note may name it).
 2. Lexical: plain BM25 from the token's index over every memory holding a query word
    (``Index.scores(every=False)``: no title boost, memories matching some words not left out),
-   divided by the best score.
+   divided by the best score. A query word the vault holds matches itself (stemmed) only; one it
+   lacks also matches its prefixes and typos (``NEAR``): search lets a typed word find "roles"
+   from "rol", but in a question "role" finding "rule" and "roll" (rare, so weighty) buried the
+   answer.
 3. Context: a memory is read with its neighbours, the memories written just before and after it
    (creation order, within an hour). A note like "I whipped up a chocolate swirl" only means
    something next to "What flavour did you make?", so each memory gets a share of its
@@ -81,6 +84,7 @@ CONTEXT = (0.5, 0.25)  # share of the lexical score of the neighbour 1, 2 places
 CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
 CONTEXT_WORDS = 60.0  # a memory of more words borrows (this / its words) of CONTEXT: it stands on its own
 VECTOR_WEIGHT = 0.75
+NEAR = "missing"  # a query word the vault lacks also matches its prefixes, typos and stems
 SPAN_BOOST = 1.0  # x(1 + this) for a memory created in the span the query's time words name
 NEIGHBOUR_PENALTY = 0.2  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked...
 NEIGHBOUR_SCALE = 10.0
@@ -116,6 +120,7 @@ class Weights:
     neighbour_after: float = NEIGHBOUR_AFTER  # the share of the limit picked before the penalty applies
     floor: float = FLOOR  # relevance floor: a share of the best result's score
     span: float = SPAN_BOOST  # time words in the query ("10 days ago"), a memory created then
+    near: str = NEAR  # which vocabulary terms beside a query word's own match it (Index.scores)
 
     def replace(self, **changes: object) -> Weights:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -424,7 +429,9 @@ class Recaller:
         with state.reading(inline) as reading:
             rows = view.rows
             for archived in areas:
-                ids, found = reading.scores(words, archived=archived, limit=LEXICAL_LIMIT, every=False)
+                ids, found = reading.scores(
+                    words, archived=archived, limit=LEXICAL_LIMIT, every=False, near=weights.near
+                )
                 # Hundreds of hits a query: their rows looked up in one pass, set in one call.
                 at = np.fromiter(
                     (rows.get(k, -1) for k in ([key(id, True) for id in ids] if archived else ids)),

@@ -64,10 +64,16 @@ class Reading(held):
         self._state = state
 
     def scores(
-        self, query: str, *, archived: bool = False, limit: int | None = None, every: bool = True
+        self,
+        query: str,
+        *,
+        archived: bool = False,
+        limit: int | None = None,
+        every: bool = True,
+        near: str = "all",
     ) -> tuple[list[str], npt.NDArray[np.float32]]:
         """The ids a search finds, best first, and their scores (Index.scores)."""
-        return self._state.area(archived).index.scores(query, limit=limit, every=every)
+        return self._state.area(archived).index.scores(query, limit=limit, every=every, near=near)
 
     def lengths(self, path_keys: Sequence[str]) -> npt.NDArray[np.float32]:
         """The body length in terms of each memory (ids relative to the token folder; 0 if unknown)."""

@@ -53,6 +53,7 @@ def name_text(id: str) -> str:
 # --- scoring constants -------------------------------------------------------------------------
 
 _K1 = 1.2
+NEAR_ALL, NEAR_MISSING, NEAR_NONE = "all", "missing", "none"  # see _matches
 _B = 0.75
 _TITLE_BOOST = 2.5  # added to the body's BM25 term factor (which lies in (0, 2.2))
 _NAME_TAG_BOOST = 1.5
@@ -350,14 +351,16 @@ class Index:
         return hits, count
 
     def scores(
-        self, query: str, *, limit: int | None = None, every: bool = True
+        self, query: str, *, limit: int | None = None, every: bool = True, near: str = NEAR_ALL
     ) -> tuple[list[str], _FloatArray]:
         """The ids :meth:`search` would return and their scores, as a list and an array: recall
         wants only these, for up to hundreds of hits a query. ``every=False``: the best by plain BM25
         (no title, name or tag boost) of all that match any term, as recall ranks them (search puts
-        those matching every term first and leaves the rest out when there are any)."""
+        those matching every term first and leaves the rest out when there are any). ``near``
+        (with ``every=False``): which vocabulary terms besides a query term's own match it, see
+        :func:`_matches`."""
         if not every:
-            return self._any_term(query, limit)
+            return self._any_term(query, limit, near)
         ranking = self._rank(query, limit)
         if ranking is None:
             return [], np.zeros(0, dtype=np.float32)
@@ -365,7 +368,7 @@ class Index:
         ids = self._ids_by_no
         return [cast("str", ids[docno]) for docno in ranked], total[ranked]
 
-    def _any_term(self, query: str, limit: int | None) -> tuple[list[str], _FloatArray]:
+    def _any_term(self, query: str, limit: int | None, near: str) -> tuple[list[str], _FloatArray]:
         terms = list(dict.fromkeys(terms_of(query)))
         content = [t for t in terms if t not in STOP_WORDS]
         terms = (content or terms)[:_MAX_QUERY_TERMS]
@@ -376,7 +379,7 @@ class Index:
         avgdl = max(self._total_len / len(self._docno), 1.0)
         norm = _K1 * (1.0 - _B + _B * self._dl[:ndocs] / np.float32(avgdl))
         total, matched = _term_scores(
-            self._lexicon, self._postings, terms, ndocs, len(self._docno), norm, fields=False
+            self._lexicon, self._postings, terms, ndocs, len(self._docno), norm, fields=False, near=near
         )
         docs = np.flatnonzero(matched)
         ranked = _top(docs, total.astype(np.float64), len(docs) if limit is None else limit)
@@ -475,6 +478,7 @@ def _term_scores(
     n_live: int,
     norm: _FloatArray,
     fields: bool = True,
+    near: str = NEAR_ALL,
 ) -> tuple[_FloatArray, npt.NDArray[np.int16]]:
     """Per docno: the sum over the query terms of each term's score (its best matching
     vocabulary term's), and how many terms match it; ``fields``: a term in the title, name or tags
@@ -491,7 +495,7 @@ def _term_scores(
         weights: list[float] = []
         owners: list[int] = []
         for i, term in enumerate(chunk):
-            for tid, weight in lexicon.expand(term):
+            for tid, weight in _matches(lexicon, term, near):
                 lists.append(postings[tid])
                 weights.append(weight)
                 owners.append(i)
@@ -523,6 +527,19 @@ def _term_scores(
             total += row
             matched += row > 0
     return total, matched
+
+
+def _matches(lexicon: Lexicon, term: str, near: str) -> list[tuple[int, float]]:
+    """The vocabulary terms that match query term ``term``, with their weights. ``near``: NEAR_ALL,
+    the prefixes, typos and stems :meth:`Lexicon.expand` finds beside the term itself (search, where
+    a person types); NEAR_MISSING, those only for a term the vault does not hold (a misspelt
+    word still finds its memory, a word that is there matches itself); NEAR_NONE, the term alone."""
+    if near == NEAR_ALL:
+        return lexicon.expand(term)
+    tid = lexicon.get(term)
+    if tid is not None:
+        return [(tid, 1.0)]
+    return lexicon.expand(term) if near == NEAR_MISSING else []
 
 
 def _position(plist: array[int], value: int) -> int:

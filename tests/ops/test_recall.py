@@ -119,6 +119,28 @@ async def test_an_exact_rare_term_is_found_lexically(make_settings: Callable[...
         await store.close()
 
 
+async def test_a_word_the_vault_holds_matches_itself_and_a_misspelt_one_its_near_words(
+    make_settings: Callable[..., Settings],
+):
+    # Search lets a typed word match its prefixes and typos; recall asks in whole words, where
+    # "role" finding "roll" and "rule" (rare words, high idf) pushes the answer down.
+    clock = Clock()
+    store, recaller = await make(make_settings(), Synonyms(), clock)
+    try:
+        for title, content in (
+            ("Exact", "the matric was lost"),
+            ("Prefix", "the matrices were inverted"),
+            ("Typo", "the metric went up"),
+        ):
+            await store.write("t", title=title, content=content)
+            clock.now += timedelta(hours=2)  # no neighbours' words lent
+        await settle(store)
+        assert names(await recaller.recall("t", "matric")) == ["exact.md"]
+        assert names(await recaller.recall("t", "metrik")) == ["typo.md"]  # not in the vault: near words
+    finally:
+        await store.close()
+
+
 async def test_importance_breaks_a_tie(make_settings: Callable[..., Settings]):
     store, recaller = await make(make_settings())
     try:

@@ -146,6 +146,23 @@ def test_exact_match_outranks_prefix_and_typo_matches() -> None:
     assert all(h.matched_all for h in hits)
 
 
+def test_scores_match_near_terms_always_only_for_missing_words_or_never() -> None:
+    ix = Index()
+    ix.upsert("typo.md", title="", body="the metric went up")
+    ix.upsert("prefix.md", title="", body="the matrices were inverted")
+    ix.upsert("exact.md", title="", body="the matric was lost")
+    near = {mode: ix.scores("matric", every=False, near=mode)[0] for mode in ("all", "missing", "none")}
+    assert near == {
+        "all": ["exact.md", "prefix.md", "typo.md"],
+        "missing": ["exact.md"],
+        "none": ["exact.md"],
+    }
+    # A word the vault does not hold still finds its memories by their near terms, unless none are wanted.
+    assert ix.scores("metrik", every=False, near="missing")[0] == ["typo.md"]
+    assert ix.scores("metrik", every=False, near="none")[0] == []
+    assert ix.scores("metrik", every=False)[0] == ix.scores("metrik", every=False, near="all")[0]
+
+
 def test_all_terms_required_before_any_term_fallback(index: Index) -> None:
     hits, total = index.search("migration kubernetes")
     assert ids(hits) == ["people/alice.md"]
