@@ -309,7 +309,8 @@ async def run_ablation(
 
 
 def parse_weights(spec: str) -> Weights:
-    """``neighbour=0.2,vector=0.6`` (``context=0.7/0.35``) as the default weights with those changes."""
+    """``neighbour=0.2,vector=0.6`` (``context=0.7/0.35``, ``near=all``) as the default weights with
+    those changes."""
     known = {f.name for f in dataclasses.fields(Weights)}
     changes: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
@@ -319,6 +320,11 @@ def parse_weights(spec: str) -> Weights:
             raise SystemExit(
                 f"--try wants name=value pairs with names among {', '.join(sorted(known))}; not {part!r}"
             )
+        if name == "near":  # which near words a query word matches (memvault.search.index)
+            if value.strip() not in ("all", "missing", "none"):
+                raise SystemExit(f"--try: near is all, missing or none, not {value!r}")
+            changes[name] = value.strip()
+            continue
         try:
             numbers = tuple(float(v) for v in value.split("/"))
         except ValueError:
@@ -516,9 +522,11 @@ def show_weights(w: Weights) -> str:
     parts = []
     for name in (f.name for f in dataclasses.fields(Weights)):
         value = getattr(w, name)
-        parts.append(
-            f"{name} {'/'.join(f'{v:g}' for v in value) if isinstance(value, tuple) else f'{value:g}'}"
-        )
+        if isinstance(value, tuple):
+            shown = "/".join(f"{v:g}" for v in value)
+        else:
+            shown = value if isinstance(value, str) else f"{value:g}"
+        parts.append(f"{name} {shown}")
     return ", ".join(parts)
 
 
