@@ -503,7 +503,7 @@ class Recaller:
                 last = last_access(memory, recorded.get(path_key))
                 weighted[row] = score[row] * factor(memory, last_access=last, now=now)
         if reranker is not None and memories:
-            self._rerank(reranker, query, memories, weighted, view, embedder)
+            self._rerank(reranker, words, memories, weighted, view, embedder)
         picked = diversify(
             list(memories),
             weighted,

@@ -657,6 +657,31 @@ async def test_a_reranker_reorders_the_best_candidates(make_settings: Callable[.
         await store.close()
 
 
+async def test_a_reranker_reads_the_query_without_its_relative_time_phrase(
+    make_settings: Callable[..., Settings],
+):
+    # "10 days ago" names a span of creation times; a reranker reading its "10" would favour
+    # memories holding that number, as the words once did (issue 34's dates that matched numbers).
+    clock = Clock()
+    store, _ = await make(make_settings(), clock=clock)
+    asked: list[str] = []
+
+    class Records(Prefers):
+        def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+            asked.append(query)
+            return super().score(query, texts)
+
+    try:
+        await store.write("t", title="Lamp", content="I went to buy a desk lamp.")
+        await settle(store)
+        recaller = Recaller(store, reranking=Reranking(loader=lambda: Records("lamp")))
+        clock.now += timedelta(days=10)
+        assert names(await recaller.recall("t", "what did I buy 10 days ago?")) == ["lamp.md"]
+        assert asked and not any("10" in q or "ago" in q for q in asked)
+    finally:
+        await store.close()
+
+
 async def test_a_missing_reranker_leaves_recall_as_it_is_with_one_log_line(
     make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ):
