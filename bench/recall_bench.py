@@ -752,6 +752,14 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
                 for v in (0.75, 1.0)
                 for near in ("all", "missing", "none")
             }
+        if kind == "lexical":  # BM25 alone as memvault computes it, beside rank-bm25's (a baseline)
+            alone = DEFAULT_WEIGHTS.replace(
+                vector=0.0, context=(0.0, 0.0), neighbour=0.0, span=0.0, floor=0.0
+            )
+            return {
+                f"vector 0, words alone, near {near}": (alone.replace(near=near), {"weight": 0})
+                for near in ("all", "missing")
+            }
         if kind == "maxsim3":  # MaxSim over each candidate's first (or most telling) K word tokens
             out = {}
             for v in (0.75, 1.0):
@@ -1035,7 +1043,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--grid-set",
-        choices=("weights", "maxsim", "maxsim2", "maxsim3", "near"),
+        choices=("weights", "maxsim", "maxsim2", "maxsim3", "near", "lexical"),
         default="weights",
         help="which grid: the shipped features' weights (default), or late interaction (MaxSim over "
         "WordLlama's tokens) reranking recall's candidate pool: maxsim (uniform or norm query weights), "
