@@ -752,6 +752,24 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
                 for v in (0.75, 1.0)
                 for near in ("all", "missing", "none")
             }
+        if kind == "retune":  # after whole words (near missing): the vector, MaxSim and context again
+            out = {}
+            for v in (0.75, 1.0):
+                for w in (0.3, 0.5):
+                    for c in ((0.3, 0.15), (0.5, 0.25), (0.7, 0.35)):
+                        label = (
+                            f"vector {v:g}, maxsim {w:g} over 40, norm 128 tokens (norm), "
+                            f"context {c[0]:g}/{c[1]:g}"
+                        )
+                        setting = {
+                            "weight": w,
+                            "pool": 40,
+                            "weighting": "norm",
+                            "budget": 128,
+                            "pick": "norm",
+                        }
+                        out[label] = (DEFAULT_WEIGHTS.replace(vector=v, context=c), setting)
+            return out
         if kind == "lexical":  # BM25 alone as memvault computes it, beside rank-bm25's (a baseline)
             alone = DEFAULT_WEIGHTS.replace(
                 vector=0.0, context=(0.0, 0.0), neighbour=0.0, span=0.0, floor=0.0
@@ -1043,7 +1061,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--grid-set",
-        choices=("weights", "maxsim", "maxsim2", "maxsim3", "near", "lexical"),
+        choices=("weights", "maxsim", "maxsim2", "maxsim3", "near", "lexical", "retune"),
         default="weights",
         help="which grid: the shipped features' weights (default), or late interaction (MaxSim over "
         "WordLlama's tokens) reranking recall's candidate pool: maxsim (uniform or norm query weights), "
