@@ -57,6 +57,7 @@ from memvault.config import Settings
 from memvault.disk.markdown import render_new
 from memvault.disk.names import slugify
 from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller, Weights
+from memvault.search.index import NEAR_MODES
 
 CATEGORIES = (1, 2, 3, 4)
 LIMIT = 10
@@ -321,8 +322,8 @@ def parse_weights(spec: str) -> Weights:
                 f"--try wants name=value pairs with names among {', '.join(sorted(known))}; not {part!r}"
             )
         if name == "near":  # which near words a query word matches (memvault.search.index)
-            if value.strip() not in ("all", "missing", "none"):
-                raise SystemExit(f"--try: near is all, missing or none, not {value!r}")
+            if value.strip() not in NEAR_MODES:
+                raise SystemExit(f"--try: near is {', '.join(NEAR_MODES)}, not {value!r}")
             changes[name] = value.strip()
             continue
         try:

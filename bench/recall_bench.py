@@ -61,6 +61,15 @@ KS = (5, 10)
 TURN_SPACING = timedelta(seconds=30)  # turns of one session are written this far apart
 TITLE_WORDS = 8
 WEIGHTS: dict[str, Any] = {}  # experiments may set "memvault" to a memvault Weights for every call
+# The MaxSim setting memvault ships (weight, pool, query weighting, the memory's 128 most telling
+# tokens): a grid's setting of this shape runs the product's reranker, not the bench's MaxSim.
+SHIPPED_MAXSIM: dict[str, Any] = {
+    "weight": 0.3,
+    "pool": 40,
+    "weighting": "norm",
+    "budget": 128,
+    "pick": "norm",
+}
 MARK = {"locomo": "recall-bench-locomo", "longmemeval": "recall-bench-longmemeval"}
 
 
@@ -690,19 +699,7 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         if not setting["weight"]:
             recaller.reranking = None
             return
-        if (
-            setting["weight"],
-            setting["pool"],
-            setting["weighting"],
-            setting.get("budget"),
-            setting.get("pick"),
-        ) == (
-            0.3,
-            40,
-            "norm",
-            128,
-            "norm",
-        ):
+        if all(setting.get(k) == v for k, v in SHIPPED_MAXSIM.items()):
             recaller.reranking = product
             return
         if not late:
@@ -743,11 +740,10 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         if kind == "maxsim2":  # the same, with BERTScore's F1 beside query-side MaxSim (norm weights)
             return maxsim_grid((0.15, 0.3, 0.5), ("norm", "f1"))
         if kind == "near":  # the shipped MaxSim, a query word matching its prefixes and typos or not
-            shipped = {"weight": 0.3, "pool": 40, "weighting": "norm", "budget": 128, "pick": "norm"}
             return {
                 f"vector {v:g}, maxsim 0.3 over 40, norm 128 tokens (norm), near {near}": (
                     DEFAULT_WEIGHTS.replace(vector=v, near=near),
-                    shipped,
+                    SHIPPED_MAXSIM,
                 )
                 for v in (0.75, 1.0)
                 for near in ("all", "missing", "none")
@@ -761,13 +757,7 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
                             f"vector {v:g}, maxsim {w:g} over 40, norm 128 tokens (norm), "
                             f"context {c[0]:g}/{c[1]:g}"
                         )
-                        setting = {
-                            "weight": w,
-                            "pool": 40,
-                            "weighting": "norm",
-                            "budget": 128,
-                            "pick": "norm",
-                        }
+                        setting = {**SHIPPED_MAXSIM, "weight": w}
                         out[label] = (DEFAULT_WEIGHTS.replace(vector=v, context=c), setting)
             return out
         if kind == "lexical":  # BM25 alone as memvault computes it, beside rank-bm25's (a baseline)

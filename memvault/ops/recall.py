@@ -66,6 +66,7 @@ from memvault.disk.names import key
 from memvault.errors import InvalidArgument, quote
 from memvault.ops.access import flush_records, last_access
 from memvault.search.embedders import Embedder, HashEmbedder, WordLlamaEmbedder, token_embedder
+from memvault.search.index import NEAR_MISSING
 from memvault.search.order import Layout, creation_order
 from memvault.search.rerankers import MaxSim, Reranker, RerankerUnavailable, Reranking
 from memvault.search.snippets import snippet
@@ -84,7 +85,7 @@ CONTEXT = (0.5, 0.25)  # share of the lexical score of the neighbour 1, 2 places
 CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
 CONTEXT_WORDS = 60.0  # a memory of more words borrows (this / its words) of CONTEXT: it stands on its own
 VECTOR_WEIGHT = 0.75
-NEAR = "missing"  # a query word the vault lacks also matches its prefixes, typos and stems
+NEAR = NEAR_MISSING  # a query word the vault lacks also matches its prefixes, typos and stems
 SPAN_BOOST = 1.0  # x(1 + this) for a memory created in the span the query's time words name
 NEIGHBOUR_PENALTY = 0.2  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked...
 NEIGHBOUR_SCALE = 10.0

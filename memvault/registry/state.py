@@ -41,6 +41,7 @@ from memvault.load import snapshot
 from memvault.logs import bookkeep
 from memvault.records.sidecar import FileStat, Sidecar
 from memvault.search.area import Area
+from memvault.search.index import NEAR_ALL
 from memvault.search.vectors import TokenVectors
 from memvault.threads import NeedsThread, held
 
@@ -70,7 +71,7 @@ class Reading(held):
         archived: bool = False,
         limit: int | None = None,
         every: bool = True,
-        near: str = "all",
+        near: str = NEAR_ALL,
     ) -> tuple[list[str], npt.NDArray[np.float32]]:
         """The ids a search finds, best first, and their scores (Index.scores)."""
         return self._state.area(archived).index.scores(query, limit=limit, every=every, near=near)

@@ -54,6 +54,7 @@ def name_text(id: str) -> str:
 
 _K1 = 1.2
 NEAR_ALL, NEAR_MISSING, NEAR_NONE = "all", "missing", "none"  # see _matches
+NEAR_MODES = (NEAR_ALL, NEAR_MISSING, NEAR_NONE)
 _B = 0.75
 _TITLE_BOOST = 2.5  # added to the body's BM25 term factor (which lies in (0, 2.2))
 _NAME_TAG_BOOST = 1.5
