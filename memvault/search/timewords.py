@@ -66,7 +66,7 @@ _DATES = (
     ("my", re.compile(r"\b(?:(?:in|during)\s+)?" + _MONTH + r",?\s+(\d{4})\b", re.I)),
 )
 _IN_MONTH = re.compile(r"\b(?:in|during)\s+(" + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
-# How far back "last ..." reaches, in days: a span ending now.
+# How far back "last ..." reaches, in days: a span ending now (and _AHEAD past it).
 _LAST_SPANS = {
     "yesterday": 2,
     "last night": 2,
@@ -75,6 +75,10 @@ _LAST_SPANS = {
     "last month": 62,
     "last year": 730,
 }
+# A span that reaches now also takes in the day after it: a note's creation time may run ahead of
+# this clock (a vault synced from a machine whose clock or zone differs, a time a person typed in
+# local time, which is read as UTC), and nothing is ever created later than that.
+_AHEAD = _DAY
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +105,8 @@ def read_time(query: str, now: datetime) -> TimeWords | None:
     if found:
         phrase = " ".join(found.group(1).lower().split())
         if phrase in _LAST_SPANS:
-            return _words(query, found, now.timestamp() - _LAST_SPANS[phrase] * _DAY, now.timestamp())
+            at = now.timestamp()
+            return _words(query, found, at - _LAST_SPANS[phrase] * _DAY, at + _AHEAD)
         back = (now.weekday() - _WEEKDAYS.index(phrase.split()[1])) % 7 or 7
         day = now.timestamp() - back * _DAY
         return _words(query, found, day - _DAY, day + _DAY)

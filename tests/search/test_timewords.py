@@ -77,3 +77,17 @@ def test_a_month_the_calendar_does_not_have_is_read_as_a_month_alone(query):
     # What is left is "in July", "in December": the last such month before now.
     spoken = read_time(query, NOW)
     assert spoken is not None and spoken.end <= NOW.timestamp() + 4 * 86400
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["What did I eat yesterday?", "Which shoes did I clean last month?", "Who called last week?"],
+)
+def test_a_span_that_reaches_now_takes_in_a_clock_running_hours_ahead(query):
+    # A note synced from a machine whose clock or zone runs ahead, or stamped in local time by hand,
+    # can be created "later" than now; a span ending now would leave it out, and boost every other.
+    spoken = read_time(query, NOW)
+    assert spoken is not None
+    ahead = NOW.timestamp() + 9 * 3600
+    assert spoken.start <= ahead <= spoken.end
+    assert spoken.end < NOW.timestamp() + 2 * 86400
