@@ -760,6 +760,15 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
                         setting = {**SHIPPED_MAXSIM, "weight": w}
                         out[label] = (DEFAULT_WEIGHTS.replace(vector=v, context=c), setting)
             return out
+        if kind == "span":  # the boost of a memory created in the span a question's time words name
+            return {
+                f"vector {v:g}, maxsim 0.3 over 40, norm 128 tokens (norm), span {t:g}": (
+                    DEFAULT_WEIGHTS.replace(vector=v, span=t),
+                    SHIPPED_MAXSIM,
+                )
+                for v in (0.75, 1.0)
+                for t in (0.0, 0.5, 1.0, 2.0)
+            }
         if kind == "lexical":  # BM25 alone as memvault computes it, beside rank-bm25's (a baseline)
             alone = DEFAULT_WEIGHTS.replace(
                 vector=0.0, context=(0.0, 0.0), neighbour=0.0, span=0.0, floor=0.0
@@ -1051,7 +1060,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--grid-set",
-        choices=("weights", "maxsim", "maxsim2", "maxsim3", "near", "lexical", "retune"),
+        choices=("weights", "maxsim", "maxsim2", "maxsim3", "near", "lexical", "retune", "span"),
         default="weights",
         help="which grid: the shipped features' weights (default), or late interaction (MaxSim over "
         "WordLlama's tokens) reranking recall's candidate pool: maxsim (uniform or norm query weights), "

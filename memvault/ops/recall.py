@@ -423,8 +423,8 @@ class Recaller:
                     eligible &= created < filters.before
         now = store.clock()
         # "10 days ago" points at a span of creation times; its words are not words to look for
-        # (the 10 would match a date such as 2023/03/10).
-        spoken = read_time(query, now) if weights.span > 0 else None
+        # (the 10 would match a date such as 2023/03/10), whatever the weight of the span.
+        spoken = read_time(query, now)
         words = spoken.rest if spoken is not None and terms_of(spoken.rest) else query
         areas = [False, True] if include_archive else [False]
         with state.reading(inline) as reading:
@@ -473,7 +473,7 @@ class Recaller:
         )
         # What share of each score its neighbours lent it (the factors below scale both alike).
         lent = np.divide(borrowed, score, out=np.zeros_like(score), where=score > 0)
-        if spoken is not None:
+        if spoken is not None and weights.span > 0:
             with np.errstate(invalid="ignore"):  # NaN: unknown creation time, never inside
                 inside = (view.created[:n] >= spoken.start) & (view.created[:n] <= spoken.end)
             score[inside] *= 1.0 + weights.span

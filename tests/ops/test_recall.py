@@ -21,7 +21,7 @@ from memvault.config import Settings
 from memvault.disk.markdown import Memory
 from memvault.errors import InvalidArgument
 from memvault.ops import recall as ranking
-from memvault.ops.recall import Recaller, layout, snippet
+from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller, layout, snippet
 from memvault.ops.store import Store
 from memvault.search.embedders import EmbedderUnavailable, FloatMatrix, HashEmbedder
 from memvault.search.embeddings import Embeddings
@@ -933,7 +933,9 @@ async def test_a_neighbour_does_not_outrank_the_memories_that_hold_the_words(
         await store.close()
 
 
-async def test_a_number_in_the_query_does_not_match_a_date(make_settings: Callable[..., Settings]):
+@pytest.mark.parametrize("span", [DEFAULT_WEIGHTS.span, 0.0])
+async def test_a_number_in_the_query_does_not_match_a_date(make_settings: Callable[..., Settings], span: float):
+    # Whatever the span's boost weighs (0: none), "10 days ago" is not searched for as words.
     clock = Clock()
     store, recaller = await make(make_settings(), clock=clock)
     try:
@@ -941,8 +943,14 @@ async def test_a_number_in_the_query_does_not_match_a_date(make_settings: Callab
         await store.write("t", title="Shopping", content="To buy: apples and a new kettle.")
         clock.now += timedelta(days=10)
         await settle(store)
-        found = names(await recaller.recall("t", "what did I buy 10 days ago?"))
-        assert found[0] == "shopping.md"
+        weights = DEFAULT_WEIGHTS.replace(span=span)
+        found = await recaller.recall("t", "what did I buy 10 days ago?", weights=weights)
+        assert names(found)[0] == "shopping.md"
+        # Both were written then: the phrase lends neither anything, the standup's "10"s included.
+        plain = await recaller.recall("t", "what did I buy?", weights=weights)
+        assert [(hit.memory.id, hit.score) for hit in found.results] == [
+            (hit.memory.id, hit.score) for hit in plain.results
+        ]
     finally:
         await store.close()
 
