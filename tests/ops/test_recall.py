@@ -934,7 +934,9 @@ async def test_a_neighbour_does_not_outrank_the_memories_that_hold_the_words(
 
 
 @pytest.mark.parametrize("span", [DEFAULT_WEIGHTS.span, 0.0])
-async def test_a_number_in_the_query_does_not_match_a_date(make_settings: Callable[..., Settings], span: float):
+async def test_a_number_in_the_query_does_not_match_a_date(
+    make_settings: Callable[..., Settings], span: float
+):
     # Whatever the span's boost weighs (0: none), "10 days ago" is not searched for as words.
     clock = Clock()
     store, recaller = await make(make_settings(), clock=clock)
