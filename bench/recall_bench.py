@@ -760,6 +760,16 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
                         setting = {**SHIPPED_MAXSIM, "weight": w}
                         out[label] = (DEFAULT_WEIGHTS.replace(vector=v, context=c), setting)
             return out
+        if kind == "spread":  # how much the end of the list prefers other threads, and from where
+            return {
+                f"vector {v:g}, maxsim 0.3 over 40, norm 128 tokens (norm), neighbour {nb:g} after {a:g}": (
+                    DEFAULT_WEIGHTS.replace(vector=v, neighbour=nb, neighbour_after=a),
+                    SHIPPED_MAXSIM,
+                )
+                for v in (0.75, 1.0)
+                for nb in (0.2, 0.4, 0.8)
+                for a in (0.5, 0.7)
+            }
         if kind == "span":  # the boost of a memory created in the span a question's time words name
             return {
                 f"vector {v:g}, maxsim 0.3 over 40, norm 128 tokens (norm), span {t:g}": (
@@ -1060,7 +1070,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--grid-set",
-        choices=("weights", "maxsim", "maxsim2", "maxsim3", "near", "lexical", "retune", "span"),
+        choices=("weights", "maxsim", "maxsim2", "maxsim3", "near", "lexical", "retune", "span", "spread"),
         default="weights",
         help="which grid: the shipped features' weights (default), or late interaction (MaxSim over "
         "WordLlama's tokens) reranking recall's candidate pool: maxsim (uniform or norm query weights), "
