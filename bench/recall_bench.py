@@ -61,6 +61,19 @@ KS = (5, 10)
 TURN_SPACING = timedelta(seconds=30)  # turns of one session are written this far apart
 TITLE_WORDS = 8
 WEIGHTS: dict[str, Any] = {}  # experiments may set "memvault" to a memvault Weights for every call
+# --grid-set: which settings of memvault's ranking --grid scores (memvault_store's grid).
+GRID_SETS = (
+    "weights",
+    "maxsim",
+    "maxsim2",
+    "maxsim3",
+    "near",
+    "lexical",
+    "retune",
+    "span",
+    "spread",
+    "vector",
+)
 # The MaxSim setting memvault ships (weight, pool, query weighting, the memory's 128 most telling
 # tokens): a grid's setting of this shape runs the product's reranker, not the bench's MaxSim.
 SHIPPED_MAXSIM: dict[str, Any] = {
@@ -760,6 +773,14 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
                         setting = {**SHIPPED_MAXSIM, "weight": w}
                         out[label] = (DEFAULT_WEIGHTS.replace(vector=v, context=c), setting)
             return out
+        if kind == "vector":  # the embedding leg's weight alone, finer than the other grids
+            return {
+                f"vector {v:g}, maxsim 0.3 over 40, norm 128 tokens (norm)": (
+                    DEFAULT_WEIGHTS.replace(vector=v),
+                    SHIPPED_MAXSIM,
+                )
+                for v in (0.6, 0.75, 0.9, 1.0, 1.25)
+            }
         if kind == "spread":  # how much the end of the list prefers other threads, and from where
             return {
                 f"vector {v:g}, maxsim 0.3 over 40, norm 128 tokens (norm), neighbour {nb:g} after {a:g}": (
@@ -1070,7 +1091,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--grid-set",
-        choices=("weights", "maxsim", "maxsim2", "maxsim3", "near", "lexical", "retune", "span", "spread"),
+        choices=GRID_SETS,
         default="weights",
         help="which grid: the shipped features' weights (default), or late interaction (MaxSim over "
         "WordLlama's tokens) reranking recall's candidate pool: maxsim (uniform or norm query weights), "

@@ -84,7 +84,7 @@ if TYPE_CHECKING:
 CONTEXT = (0.5, 0.25)  # share of the lexical score of the neighbour 1, 2 places away
 CONTEXT_GAP_SECONDS = 3600.0  # memories written further apart than this are not neighbours
 CONTEXT_WORDS = 60.0  # a memory of more words borrows (this / its words) of CONTEXT: it stands on its own
-VECTOR_WEIGHT = 0.75
+VECTOR_WEIGHT = 0.9
 NEAR = NEAR_MISSING  # a query word the vault lacks also matches its prefixes, typos and stems
 SPAN_BOOST = 1.0  # x(1 + this) for a memory created in the span the query's time words name
 NEIGHBOUR_PENALTY = 0.2  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked...
