@@ -76,8 +76,8 @@ _LAST_SPANS = {
     "last year": 730,
 }
 # A span that reaches now also takes in the day after it: a note's creation time may run ahead of
-# this clock (a vault synced from a machine whose clock or zone differs, a time a person typed in
-# local time, which is read as UTC), and nothing is ever created later than that.
+# this clock (a vault synced from a machine whose clock or zone runs ahead, a time a person typed
+# in local time and read as UTC); this server writes nothing later than now, so that costs nothing.
 _AHEAD = _DAY
 
 
