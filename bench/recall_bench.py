@@ -675,6 +675,7 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
     from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller
     from memvault.ops.store import Store
     from memvault.search import embeddings
+    from memvault.search.index import NEAR_ALL, NEAR_MISSING, NEAR_MODES
 
     # The embedding worker rests as long as each batch took (half a core at most) so that a server
     # stays responsive; here nothing else waits for the CPU, and the vectors are what is waited for.
@@ -748,19 +749,27 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
                             )
             return out
 
+        def shipped(
+            vectors: tuple[float, ...], variants: Sequence[tuple[str, dict[str, Any]]] = (("", {}),)
+        ) -> dict[str, Any]:
+            """The shipped MaxSim at each vector weight, with each variant's changes to recall's other
+            weights (its label's tail first)."""
+            head = "maxsim 0.3 over 40, norm 128 tokens (norm)"
+            return {
+                f"vector {v:g}, {head}" + (f", {tail}" if tail else ""): (
+                    DEFAULT_WEIGHTS.replace(vector=v, **changes),
+                    SHIPPED_MAXSIM,
+                )
+                for v in vectors
+                for tail, changes in variants
+            }
+
         if kind == "maxsim":  # late interaction over WordLlama's tokens, reranking the candidate pool
             return maxsim_grid((0.15, 0.3, 0.5, 1.0), ("uniform", "norm"))
         if kind == "maxsim2":  # the same, with BERTScore's F1 beside query-side MaxSim (norm weights)
             return maxsim_grid((0.15, 0.3, 0.5), ("norm", "f1"))
         if kind == "near":  # the shipped MaxSim, a query word matching its prefixes and typos or not
-            return {
-                f"vector {v:g}, maxsim 0.3 over 40, norm 128 tokens (norm), near {near}": (
-                    DEFAULT_WEIGHTS.replace(vector=v, near=near),
-                    SHIPPED_MAXSIM,
-                )
-                for v in (0.75, 1.0)
-                for near in ("all", "missing", "none")
-            }
+            return shipped((0.75, 1.0), [(f"near {near}", {"near": near}) for near in NEAR_MODES])
         if kind == "retune":  # after whole words (near missing): the vector, MaxSim and context again
             out = {}
             for v in (0.75, 1.0):
@@ -774,39 +783,25 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
                         out[label] = (DEFAULT_WEIGHTS.replace(vector=v, context=c), setting)
             return out
         if kind == "vector":  # the embedding leg's weight alone, finer than the other grids
-            return {
-                f"vector {v:g}, maxsim 0.3 over 40, norm 128 tokens (norm)": (
-                    DEFAULT_WEIGHTS.replace(vector=v),
-                    SHIPPED_MAXSIM,
-                )
-                for v in (0.6, 0.75, 0.9, 1.0, 1.25)
-            }
+            return shipped((0.6, 0.75, 0.9, 1.0, 1.25))
         if kind == "spread":  # how much the end of the list prefers other threads, and from where
-            return {
-                f"vector {v:g}, maxsim 0.3 over 40, norm 128 tokens (norm), neighbour {nb:g} after {a:g}": (
-                    DEFAULT_WEIGHTS.replace(vector=v, neighbour=nb, neighbour_after=a),
-                    SHIPPED_MAXSIM,
-                )
-                for v in (0.75, 1.0)
-                for nb in (0.2, 0.4, 0.8)
-                for a in (0.5, 0.7)
-            }
+            return shipped(
+                (0.75, 1.0),
+                [
+                    (f"neighbour {nb:g} after {a:g}", {"neighbour": nb, "neighbour_after": a})
+                    for nb in (0.2, 0.4, 0.8)
+                    for a in (0.5, 0.7)
+                ],
+            )
         if kind == "span":  # the boost of a memory created in the span a question's time words name
-            return {
-                f"vector {v:g}, maxsim 0.3 over 40, norm 128 tokens (norm), span {t:g}": (
-                    DEFAULT_WEIGHTS.replace(vector=v, span=t),
-                    SHIPPED_MAXSIM,
-                )
-                for v in (0.75, 1.0)
-                for t in (0.0, 0.5, 1.0, 2.0)
-            }
+            return shipped((0.75, 1.0), [(f"span {t:g}", {"span": t}) for t in (0.0, 0.5, 1.0, 2.0)])
         if kind == "lexical":  # BM25 alone as memvault computes it, beside rank-bm25's (a baseline)
             alone = DEFAULT_WEIGHTS.replace(
                 vector=0.0, context=(0.0, 0.0), neighbour=0.0, span=0.0, floor=0.0
             )
             return {
                 f"vector 0, words alone, near {near}": (alone.replace(near=near), {"weight": 0})
-                for near in ("all", "missing")
+                for near in (NEAR_ALL, NEAR_MISSING)
             }
         if kind == "maxsim3":  # MaxSim over each candidate's first (or most telling) K word tokens
             out = {}
@@ -1093,10 +1088,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--grid-set",
         choices=GRID_SETS,
         default="weights",
-        help="which grid: the shipped features' weights (default), or late interaction (MaxSim over "
+        help="which grid: the shipped features' weights (default); late interaction (MaxSim over "
         "WordLlama's tokens) reranking recall's candidate pool: maxsim (uniform or norm query weights), "
         "maxsim2 (norm or BERTScore's F1), maxsim3 (norm, over each candidate's first or most telling "
-        "32, 64 or 128 word tokens only)",
+        "32, 64 or 128 word tokens only); with the shipped MaxSim: near (which near words a query word "
+        "matches), retune (vector, MaxSim weight, context), vector, spread (the thread penalty), span "
+        "(the time words' boost); lexical (memvault's BM25 alone)",
     )
     parser.add_argument("--out", type=Path, help="add a section to this markdown file (bench/RESULTS.md)")
     args = parser.parse_args(argv)
