@@ -35,6 +35,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import pickle
 import re
 import shlex
@@ -690,6 +691,10 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         max_content_chars=1_000_000,
         watch=False,
         **({"embedder": embedder} if embedder else {}),
+        # --embedder openai: the endpoint, key and model come from MEMVAULT_EMBED_URL, _KEY, _MODEL
+        embed_url=os.environ.get("MEMVAULT_EMBED_URL") or None,
+        embed_key=os.environ.get("MEMVAULT_EMBED_KEY") or None,
+        embed_model=os.environ.get("MEMVAULT_EMBED_MODEL") or None,
     )
     settings.validate()
     from memvault.ops import recall as recall_module
@@ -1073,7 +1078,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", type=Path)
     parser.add_argument("--units", default="turn,session", help="turn, session or both (default)")
     parser.add_argument("--models", default="wordllama,static-model", help="baseline embedding models")
-    parser.add_argument("--embedder", help="MEMVAULT_EMBEDDER for memvault (default: its default)")
+    parser.add_argument(
+        "--embedder",
+        help="MEMVAULT_EMBEDDER for memvault (default: its default); openai reads MEMVAULT_EMBED_URL, "
+        "_KEY and _MODEL",
+    )
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "memvault-recall-bench")
     parser.add_argument("--dir", type=Path, help="parent of the temporary vault (default: /dev/shm or temp)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N haystacks (0: all)")

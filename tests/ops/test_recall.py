@@ -104,6 +104,43 @@ async def test_a_paraphrase_is_found_by_vectors(make_settings: Callable[..., Set
         await store.close()
 
 
+class Crowded(Synonyms):
+    """A stand-in for a model such as E5, whose cosines crowd together: every vector shares one
+    large direction, so two unrelated texts meet at about 0.95 and two of one meaning at 1."""
+
+    name = "crowded-v1"
+
+    def embed(self, texts: Sequence[str]) -> FloatMatrix:
+        out = super().embed(texts)
+        out[:, -1] = 3.0  # the direction every text shares
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+async def test_meaning_still_ranks_with_a_model_whose_cosines_crowd_together(
+    make_settings: Callable[..., Settings],
+):
+    clock = Clock()
+    store, recaller = await make(make_settings(), Crowded(), clock)
+    try:
+        for title, content in (
+            ("Build status", "Repair status of the build server: green again."),
+            ("Garage", "The car needs new brakes; the repair is booked."),
+            ("Lunch", "Soup on Tuesdays."),
+            ("Reading", "Two chapters before bed."),
+            ("Plants", "Water the fern weekly."),
+            ("Music", "Practise scales daily."),
+        ):
+            await store.write("t", title=title, content=content)
+            clock.now += timedelta(hours=2)  # apart: no memory reads another as its context
+        await settle(store)
+        found = await recaller.recall("t", "automobile repair status")
+        # The build note holds two of the words, the garage note one, and the meaning: dividing
+        # crowded cosines by the best added about the same to every note, so words alone ranked.
+        assert names(found)[:2] == ["garage.md", "build-status.md"]
+    finally:
+        await store.close()
+
+
 async def test_an_exact_rare_term_is_found_lexically(make_settings: Callable[..., Settings]):
     store, recaller = await make(make_settings())
     try:
