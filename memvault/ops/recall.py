@@ -24,9 +24,10 @@ How a memory is scored for a query, and why:
    memory borrows shows it beside the match, but does not count it as used (``accessed``).
 4. Vectors: cosine with the query's embedding (the default embedder is WordLlama's static token
    table), divided by the best cosine, added with weight ``VECTOR_WEIGHT``. Scores are summed
-   rather than ranks (reciprocal rank fusion), which lost on both benchmarks. A model embedder's
-   cosines (model2vec, sentence-transformers, openai) count from the vault's lower quartile first:
-   E5-like models put any two texts at 0.7-0.9, and divided by the best those all came near 1.
+   rather than ranks (reciprocal rank fusion), which lost on both benchmarks. A transformer's
+   cosines (sentence-transformers, openai) that crowd together count from the vault's lower
+   quartile first: E5-like models put any two texts at 0.7-0.9, and divided by the best those all
+   came near 1.
 5. A memory created in the span of step 1 scores ``SPAN_BOOST`` more; importance, recency of
    access and priority multiply the score by small factors, so they order near-ties.
 6. Reranking (memvault.search.rerankers, MEMVAULT_RERANKER): with the WordLlama embedder, by
@@ -67,7 +68,7 @@ from memvault.disk.markdown import PRIORITIES, Memory, clean_tags
 from memvault.disk.names import key
 from memvault.errors import InvalidArgument, quote
 from memvault.ops.access import flush_records, last_access
-from memvault.search.embedders import Embedder, HashEmbedder, WordLlamaEmbedder, token_embedder
+from memvault.search.embedders import Embedder, HashEmbedder, WordLlamaEmbedder, crowds, token_embedder
 from memvault.search.index import NEAR_MISSING
 from memvault.search.order import Layout, creation_order
 from memvault.search.rerankers import MaxSim, Reranker, RerankerUnavailable, Reranking
@@ -93,7 +94,8 @@ NEIGHBOUR_PENALTY = 0.2  # times exp(-distance / NEIGHBOUR_SCALE) to a result al
 NEIGHBOUR_SCALE = 10.0
 NEIGHBOUR_AFTER = 0.7  # ...once this share of the limit is picked by relevance alone
 VECTOR_FLOOR = 0.1  # a hash-embedder cosine below this is noise (its chance collisions)
-VECTOR_CENTRE = 25.0  # a model embedder's cosines count from this percentile of the vault's (fuse)
+VECTOR_CENTRE = 25.0  # a transformer's crowded cosines count from this percentile of the vault's...
+CROWDED = 0.8  # ...when it is at least this share of the best cosine (fuse)
 FLOOR = 0.05  # results whose shown score (the value that ranked them) is below this are left out
 ACCESS_TOP = 3  # the first results shown count as an access if they score ACCESS_MIN of the best...
 ACCESS_MIN = 0.25
@@ -164,9 +166,11 @@ def fuse(
     borrowed from the row's neighbours (its context).
     ``lengths``: each row's words (0 if not known); a row of more than ``context_words`` words gets
     ``context_words`` / its words of its context.
-    ``centre``: cosines are measured from the eligible rows' lower quartile (``VECTOR_CENTRE``;
-    those below it count as 0), for a model whose cosines crowd together: E5's sit in 0.7-0.9, so
-    dividing them by the best left them all near 1 and meaning ranked next to nothing."""
+    ``centre``: a transformer's cosines that crowd together (the eligible rows' lower quartile,
+    ``VECTOR_CENTRE``, at ``CROWDED`` of the best or more) are measured from that quartile, those
+    below it counting 0. E5's sit in 0.7-0.9, so dividing them by the best left them all near 1
+    and meaning ranked next to nothing; MiniLM's and the static tables' spread by themselves, and
+    lost when centred (bench/RESULTS.md)."""
     context = CONTEXT if context is None else context
     context_words = CONTEXT_WORDS if context_words is None else context_words
     vector_weight = VECTOR_WEIGHT if vector_weight is None else vector_weight
@@ -183,7 +187,9 @@ def fuse(
         score += read
     if vector is not None and eligible.any():
         if centre:
-            vector = vector - float(np.percentile(vector[eligible], VECTOR_CENTRE))
+            low = float(np.percentile(vector[eligible], VECTOR_CENTRE))
+            if low >= CROWDED * float(vector[eligible].max()):
+                vector = vector - low
         best = float(vector[eligible].max())
         if best > 0 and best >= vector_floor:
             score += vector_weight * np.where(vector >= vector_floor, np.clip(vector, 0.0, None), 0.0) / best
@@ -479,7 +485,7 @@ class Recaller:
             context_words=weights.context_words,
             vector_weight=weights.vector,
             vector_floor=VECTOR_FLOOR if isinstance(embedder, HashEmbedder) else 0.0,
-            centre=embedder is not None and not _static(embedder),
+            centre=crowds(embedder),
         )
         # What share of each score its neighbours lent it (the factors below scale both alike).
         lent = np.divide(borrowed, score, out=np.zeros_like(score), where=score > 0)

@@ -178,6 +178,14 @@ class TokenEmbedder(Protocol):
     def maxsim(self, query: str, memories: Sequence[TokenIds]) -> npt.NDArray[np.float64]: ...
 
 
+def crowds(embedder: object) -> bool:
+    """Whether ``embedder``'s cosines crowd together, as a transformer's do (E5 puts any two texts
+    at 0.7-0.9): sentence-transformers and openai models. A static table's (WordLlama, model2vec,
+    hash) spread over 0-1 by themselves. Recall measures crowded cosines from the vault's lower
+    quartile; a static table's lost by it on both benchmarks."""
+    return bool(getattr(embedder, "crowds", False))
+
+
 def token_embedder(embedder: object) -> TokenEmbedder | None:
     """``embedder`` if it keeps token ids for MaxSim (WordLlama), else None."""
     return embedder if isinstance(embedder, WordLlamaEmbedder) else None
@@ -309,11 +317,13 @@ class WordLlamaEmbedder:
 
 
 class _ModelEmbedder:
-    """Shared shape of the model-backed embedders: a name, a dimension found by a probe, embed()."""
+    """Shared shape of the model-backed embedders: a name, a dimension found by a probe, embed().
+    ``crowds``: the model is a transformer, whose cosines crowd together (see :func:`crowds`)."""
 
-    def __init__(self, name: str, encode: Callable[[list[str]], Any]) -> None:
+    def __init__(self, name: str, encode: Callable[[list[str]], Any], *, crowds: bool = True) -> None:
         self._name = name
         self._encode = encode
+        self.crowds = crowds
         probe = self._call(["memvault"])
         self._dim = int(probe.shape[1])
 
@@ -347,7 +357,7 @@ def _model2vec(target: str) -> Embedder:
         model = StaticModel.from_pretrained(target)
     except Exception as exc:
         raise EmbedderUnavailable(f"model2vec could not load {target!r} ({type(exc).__name__})") from None
-    return _ModelEmbedder(f"model2vec:{target}", lambda texts: model.encode(texts))
+    return _ModelEmbedder(f"model2vec:{target}", lambda texts: model.encode(texts), crowds=False)
 
 
 def _sentence_transformers(target: str) -> Embedder:

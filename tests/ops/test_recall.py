@@ -25,6 +25,7 @@ from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller, layout, snippet
 from memvault.ops.store import Store
 from memvault.search.embedders import EmbedderUnavailable, FloatMatrix, HashEmbedder
 from memvault.search.embeddings import Embeddings
+from memvault.search.order import creation_order
 from memvault.search.rerankers import RerankerUnavailable, Reranking
 from memvault.search.snippets import SNIPPET_CHARS
 from memvault.search.vectors import VectorView
@@ -109,6 +110,7 @@ class Crowded(Synonyms):
     large direction, so two unrelated texts meet at about 0.95 and two of one meaning at 1."""
 
     name = "crowded-v1"
+    crowds = True  # as the sentence-transformers and openai embedders say of themselves
 
     def embed(self, texts: Sequence[str]) -> FloatMatrix:
         out = super().embed(texts)
@@ -252,6 +254,23 @@ async def test_a_long_memory_stands_on_its_own_beside_a_hit(make_settings: Calla
         assert found.index("answer.md") < found.index("reply.md")
     finally:
         await store.close()
+
+
+def test_only_crowded_cosines_are_measured_from_the_lower_quartile():
+    n = 8
+    where = creation_order([f"m{i}.md" for i in range(n)], np.full(n, np.nan), depth=2, gap=3600.0)
+    lexical, eligible = np.zeros(n), np.ones(n, dtype=bool)
+
+    def leg(cosines: list[float], centre: bool) -> np.ndarray:
+        return ranking.fuse(lexical, np.array(cosines), eligible, where, centre=centre)[0]
+
+    crowded = [0.90, 0.91, 0.90, 0.92, 0.95, 0.90, 0.91, 0.99]  # a transformer such as E5
+    spread = [0.1, 0.3, 0.05, 0.2, 0.6, 0.1, 0.15, 0.8]  # MiniLM, WordLlama
+    assert leg(crowded, False).min() > 0.8  # divided by the best alone, every memory near the top
+    centred = leg(crowded, True)
+    assert centred.max() == pytest.approx(ranking.VECTOR_WEIGHT)
+    assert centred[0] == 0.0 and 0.0 < centred[3] < centred[4]  # the quartile and below count 0
+    assert np.allclose(leg(spread, True), leg(spread, False))  # cosines that spread: as they were
 
 
 def test_neighbours_stay_within_an_hour_of_each_other():

@@ -26,6 +26,8 @@ from memvault.search.embedders import (
     EmbedderUnavailable,
     FloatMatrix,
     HashEmbedder,
+    WordLlamaEmbedder,
+    crowds,
     load_embedder,
     normalise_rows,
 )
@@ -161,6 +163,28 @@ def test_openai_embedder_speaks_the_openai_format(monkeypatch: pytest.MonkeyPatc
     assert rows[1][0] > rows[0][0]  # rows come back in input order although the server reversed them
     assert seen[-1]["url"] == "http://llm.local/v1/embeddings"
     assert seen[-1]["auth"] == "Bearer sk-1" and seen[-1]["model"] == "tiny"
+    assert crowds(embedder)  # a transformer's cosines: recall counts them from the vault's lower quartile
+
+
+def test_a_static_tables_cosines_are_not_said_to_crowd_a_transformers_are(monkeypatch: pytest.MonkeyPatch):
+    class Model:
+        def encode(self, texts: Sequence[str], **options: object) -> np.ndarray:
+            return np.ones((len(texts), 3))
+
+    class StaticModel:
+        @staticmethod
+        def from_pretrained(target: str) -> Model:
+            return Model()
+
+    static = type(sys)("model2vec")
+    static.StaticModel = StaticModel  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "model2vec", static)
+    transformers = type(sys)("sentence_transformers")
+    transformers.SentenceTransformer = lambda target, **options: Model()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sentence_transformers", transformers)
+    assert crowds(load_embedder("sentence-transformers:intfloat/e5-small-v2"))
+    assert not crowds(load_embedder("model2vec:minishlab/potion-base-8M"))
+    assert not crowds(HashEmbedder()) and not crowds(WordLlamaEmbedder())
 
 
 @pytest.fixture
