@@ -179,10 +179,11 @@ class TokenEmbedder(Protocol):
 
 
 def crowds(embedder: object) -> bool:
-    """Whether ``embedder``'s cosines crowd together, as a transformer's do (E5 puts any two texts
-    at 0.7-0.9): sentence-transformers and openai models. A static table's (WordLlama, model2vec,
-    hash) spread over 0-1 by themselves. Recall measures crowded cosines from the vault's lower
-    quartile; a static table's lost by it on both benchmarks."""
+    """Whether ``embedder`` is a transformer (sentence-transformers, openai), whose cosines may
+    crowd together: E5 puts any two texts at 0.7-0.9. Recall checks each query's cosines and
+    measures crowded ones from the vault's lower quartile (memvault.ops.recall.fuse). A static
+    table's (WordLlama, model2vec, hash) are left as they are: they lost by it even where they
+    crowd (bench/RESULTS.md)."""
     return bool(getattr(embedder, "crowds", False))
 
 
@@ -318,7 +319,7 @@ class WordLlamaEmbedder:
 
 class _ModelEmbedder:
     """Shared shape of the model-backed embedders: a name, a dimension found by a probe, embed().
-    ``crowds``: the model is a transformer, whose cosines crowd together (see :func:`crowds`)."""
+    ``crowds``: the model is a transformer, whose cosines may crowd together (see :func:`crowds`)."""
 
     def __init__(self, name: str, encode: Callable[[list[str]], Any], *, crowds: bool = True) -> None:
         self._name = name
