@@ -48,6 +48,7 @@ class Settings:
     ttl_p2_days: float = 30.0
     capacity: int = 50
     evict_interval_hours: float = 24.0
+    evict_grace_hours: float = 24.0
     access_writeback: str = "day"
     dedupe_window_seconds: float = 300.0
     watch: bool = True
@@ -110,7 +111,13 @@ class Settings:
         if not 0 < self.port < 65536:
             raise InvalidArgument("MEMVAULT_PORT must be between 1 and 65535.")
         # Durations: 0 is meaningful (no TTL grace, sweep on every read, no dedupe); negative or nan is not.
-        for name in ("ttl_p1_days", "ttl_p2_days", "evict_interval_hours", "dedupe_window_seconds"):
+        for name in (
+            "ttl_p1_days",
+            "ttl_p2_days",
+            "evict_interval_hours",
+            "evict_grace_hours",
+            "dedupe_window_seconds",
+        ):
             value = getattr(self, name)
             if math.isnan(value) or value < 0:
                 raise InvalidArgument(
@@ -247,6 +254,11 @@ SETTINGS: dict[str, Setting] = {
     "capacity": Setting("MEMVAULT_CAPACITY", "50", "Most hot memories per token after a sweep."),
     "evict_interval_hours": Setting(
         "MEMVAULT_EVICT_INTERVAL_HOURS", "24", "Least time between two automatic sweeps of one token."
+    ),
+    "evict_grace_hours": Setting(
+        "MEMVAULT_EVICT_GRACE_HOURS",
+        "24",
+        "A memory written, updated or imported this recently is never archived (by TTL or capacity).",
     ),
     "access_writeback": Setting(
         "MEMVAULT_ACCESS_WRITEBACK",

@@ -44,10 +44,16 @@ class MemvaultError(Exception):
 
 
 class NotFound(MemvaultError):
-    def __init__(self, id: str, *, archived: bool = False) -> None:
+    def __init__(self, id: str, *, archived: bool = False, in_archive: bool = False) -> None:
         self.id = id
         self.archived = archived
-        if archived:
+        self.in_archive = in_archive
+        if in_archive:
+            super().__init__(
+                f"'{id}' is in the archive, not among the hot memories (the eviction sweep moved it). "
+                f"Call restore_memory(filename='{id}') to bring it back, or search_archive to read it."
+            )
+        elif archived:
             hint = "Call search_archive to find archived memories."
             super().__init__(f"No archived memory named '{id}'. {hint}")
         else:

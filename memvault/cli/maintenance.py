@@ -115,12 +115,14 @@ async def migrate(settings: Settings, token: str | None, dry_run: bool) -> int:
 
 
 async def evict(settings: Settings, token: str | None, dry_run: bool, listed: bool) -> int:
+    from memvault.ops.sweeps import kind as reason_kind
+
     async def one(store: Store, name: str) -> list[str]:
         swept = await store.sweep(name, dry_run=dry_run)
         evicted = swept.evicted
         verb = "would archive" if dry_run else "archived"
-        kinds = Counter(_why(item.reason) for item in evicted)
-        summary = "; ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
+        kinds = Counter(reason_kind(item.reason) for item in evicted)
+        summary = "; ".join(f"{count} {what}" for what, count in sorted(kinds.items()))
         lines = [f"{name}: {verb} {len(evicted)}" + (f" ({summary})" if summary else "")]
         if listed:
             lines += [f"  {item.id}: {item.reason}" for item in evicted]
@@ -131,9 +133,3 @@ async def evict(settings: Settings, token: str | None, dry_run: bool, listed: bo
         return lines
 
     return await _each_token(settings, token, one)
-
-
-def _why(reason: str) -> str:
-    """A line of evict's summary: "P2 past their TTL" or "over capacity" (see eviction.plan)."""
-    first = reason.split(",")[0]
-    return f"{first} past their TTL" if first in ("P1", "P2") else "over capacity"

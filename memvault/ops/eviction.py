@@ -20,9 +20,10 @@ class Limits:
     ttl_p2_days: float = 30
     capacity: int = 50  # max hot memories after the sweep
     protect_importance: float = 0.9  # importance >= this is never evicted
+    grace_hours: float = 24  # a memory written or imported this recently is never evicted
 
     def __post_init__(self) -> None:
-        for name in ("ttl_p1_days", "ttl_p2_days"):
+        for name in ("ttl_p1_days", "ttl_p2_days", "grace_hours"):
             value = getattr(self, name)
             if math.isnan(value) or value < 0:
                 raise ValueError(f"{name} must be >= 0 (or math.inf), got {value!r}")
@@ -41,6 +42,7 @@ class Candidate:
     last_access: datetime  # aware: the later of sidecar record and file's lastAccessedAt (caller computes)
     importance: float | None = None
     pinned: bool = False  # e.g. file with conflict markers: never moved by the server
+    written: datetime | None = None  # aware: when it was last written or imported (None: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,13 @@ def _protected(candidate: Candidate, limits: Limits) -> bool:
     return importance is not None and importance >= limits.protect_importance
 
 
+def _fresh(candidate: Candidate, now: datetime, limits: Limits) -> bool:
+    """Written or imported within the grace period: an agent that wrote 200 memories, or a person
+    who imported a folder, must not see most of them archived by the next read."""
+    written = candidate.written
+    return written is not None and (now - written) / timedelta(hours=1) < limits.grace_hours
+
+
 def _require_aware(value: datetime, what: str) -> None:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{what} must be timezone-aware, got naive {value.isoformat()}")
@@ -87,19 +96,24 @@ def plan(candidates: Sequence[Candidate], now: datetime, limits: Limits) -> list
     """Decide which candidates to archive: TTL evictions (oldest first), then capacity evictions.
 
     P0, pinned and important (``importance >= limits.protect_importance``) memories are never
-    evicted, but they do count toward capacity, so capacity may stay exceeded when only they remain.
+    evicted, nor those written or imported within ``limits.grace_hours``; they all count toward
+    capacity, so capacity may stay exceeded when only they remain.
     Raises ``ValueError`` for naive datetimes or duplicate ids (both are caller bugs).
     """
     _require_aware(now, "now")
     seen: set[str] = set()
     for candidate in candidates:
         _require_aware(candidate.last_access, f"last_access of {candidate.id!r}")
+        if candidate.written is not None:
+            _require_aware(candidate.written, f"written of {candidate.id!r}")
         if candidate.id in seen:
             raise ValueError(f"duplicate candidate id {candidate.id!r}")
         seen.add(candidate.id)
 
     ttl_days = {"P1": limits.ttl_p1_days, "P2": limits.ttl_p2_days}
-    evictable = sorted((c for c in candidates if not _protected(c, limits)), key=_lru_key)
+    evictable = sorted(
+        (c for c in candidates if not _protected(c, limits) and not _fresh(c, now, limits)), key=_lru_key
+    )
 
     evictions: list[Eviction] = []
     kept: list[Candidate] = []

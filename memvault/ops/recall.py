@@ -68,6 +68,7 @@ from memvault.disk.markdown import PRIORITIES, Memory, clean_tags
 from memvault.disk.names import key
 from memvault.errors import InvalidArgument, quote
 from memvault.ops.access import flush_records, last_access
+from memvault.ops.sweeps import last_report
 from memvault.search.embedders import Embedder, HashEmbedder, WordLlamaEmbedder, crowds, token_embedder
 from memvault.search.index import NEAR_MISSING
 from memvault.search.order import Layout, creation_order
@@ -298,6 +299,7 @@ class Recall:
     vectors: str | None  # model whose vectors took part, None if lexical only
     considered: int  # memories that matched at all
     worded: bool = True  # some memory holds a word of the query (else results are by meaning only)
+    in_archive: int = 0  # archived memories that match about as well, when the archive was left out
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +317,7 @@ class Stats:
     oldest: Memory | None
     newest: Memory | None
     next_eviction: list[Evicted]
+    last_sweep: tuple[datetime, str] | None = None  # when the last sweep that archived ran, and what
 
 
 def check_priorities(priority: str | Sequence[str] | None) -> frozenset[str] | None:
@@ -456,6 +459,16 @@ class Recaller:
                 )
                 known = at >= 0
                 lexical[at[known]] = found[known]
+            in_archive = 0
+            if not include_archive and state.archive.memories:
+                # Said in the reply, so an agent knows includeArchive=true would find more: those
+                # that match at least half as well as the best hot one (any word of the query alone
+                # would count a whole archive of notes about "the user").
+                _, found = reading.scores(
+                    words, archived=True, limit=LEXICAL_LIMIT, every=False, near=weights.near
+                )
+                best = float(lexical.max()) if n else 0.0
+                in_archive = int(np.count_nonzero(found >= 0.5 * best)) if found.size else 0
             if tags or priorities:
                 for row in np.flatnonzero(eligible).tolist():
                     memory = reading.memory(view.keys[row] or "")
@@ -497,7 +510,7 @@ class Recaller:
         matched = int(np.count_nonzero(score > 0))
         pool_size = max(POOL, 4 * limit)
         if matched == 0:
-            return self._record(state, Recall([], model, 0))
+            return self._record(state, Recall([], model, 0, in_archive=in_archive))
         candidates = np.flatnonzero(score > 0)
         if candidates.size > pool_size:
             candidates = candidates[np.argpartition(-score[candidates], pool_size - 1)[:pool_size]]
@@ -538,7 +551,7 @@ class Recaller:
                 shown = max(value, 0.0)
                 own = shown * (1.0 - lent[row])
                 results.append(Recalled(memory, shown, snippet(memory.content, terms), own))
-        return self._record(state, Recall(results, model, matched, worded))
+        return self._record(state, Recall(results, model, matched, worded, in_archive))
 
     @staticmethod
     def _lengths(
@@ -653,6 +666,7 @@ class Recaller:
             oldest=oldest,
             newest=newest,
             next_eviction=evictions,
+            last_sweep=last_report(state),
         )
 
 

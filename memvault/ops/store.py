@@ -62,6 +62,7 @@ class Found:
     total: int
     matched_all: bool
     missing: tuple[str, ...] = ()  # names asked for by filenames= that do not exist
+    in_archive: tuple[str, ...] = ()  # of those, the ones the archive holds (restore_memory)
 
 
 class Store:
@@ -112,6 +113,14 @@ class Store:
         """The token's state, loaded, and held loaded until the block ends (Tokens.using)."""
         self.recorder.know_loop()
         return self.registry.using(token)
+
+    def take_notice(self, token: str) -> str | None:
+        """What a lazy sweep archived since the last reply for this token, told once."""
+        state = self.registry.states.get(token)
+        if state is None or state.sweep_notice is None:
+            return None
+        notice, state.sweep_notice = state.sweep_notice, None
+        return notice
 
     def fresh(self, state: TokenState, id: str, archived: bool, *, inline: bool = False) -> Memory | None:
         """The memory as it is on disk now (Tokens.fresh)."""
@@ -200,9 +209,14 @@ class Store:
                 missing.append(id)
             else:
                 out.append(memory)
+        in_archive: tuple[str, ...] = ()
+        if missing and not archived:
+            with state.mem_lock:
+                kept = state.archive.memories
+                in_archive = tuple(id for id in missing if id in kept)
         if missing and not out:
-            raise NotFound(missing[0], archived=archived)
-        return Found(out, len(out), True, tuple(missing))
+            raise NotFound(missing[0], archived=archived, in_archive=missing[0] in in_archive)
+        return Found(out, len(out), True, tuple(missing), in_archive)
 
     def _search(
         self, state: TokenState, query: str, limit: int | None, archived: bool, *, inline: bool = False
@@ -383,7 +397,7 @@ class Store:
     ) -> Memory:
         if inline and not files.fsync_is_fast():
             raise NeedsThread
-        state.vault.existing(id)
+        self._hot(state, id)
         now = self.clock()
         with state.file_lock(inline):
             raw, current = state.vault.read_both(id)
@@ -401,6 +415,16 @@ class Store:
             self._accessed(state, id, now)
         return memory
 
+    @staticmethod
+    def _hot(state: TokenState, id: str) -> None:
+        """Refuse a name that is not a hot memory; one the archive holds is pointed there."""
+        try:
+            state.vault.existing(id)
+        except NotFound as exc:
+            if not exc.archived and state.vault.path_of(id, archived=True).is_file():
+                raise NotFound(exc.id, in_archive=True) from None
+            raise
+
     def _accessed(self, state: TokenState, id: str, now: datetime) -> None:
         """A write or update counts as an access: queued like a read's (the file says so already)."""
         state.pending.add([id], now, False)
@@ -413,7 +437,7 @@ class Store:
                 return await anyio.to_thread.run_sync(self._delete_sync, state, id)
 
     def _delete_sync(self, state: TokenState, id: str) -> str:
-        state.vault.existing(id)
+        self._hot(state, id)
         with state.file_lock():
             current = state.vault.read(id)
             if current.conflicted:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import sqlite3
-from collections.abc import Callable, Coroutine
+from collections import Counter
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,6 +31,7 @@ from memvault.registry.tokens import Tokens
 log = logging.getLogger("memvault")
 
 LAST_EVICTION = "last_eviction"  # sidecar state key: when the last sweep ran
+LAST_REPORT = "last_eviction_report"  # sidecar state key: what the last sweep that archived did
 CHUNK = 100  # files moved per turn of the token's lock
 
 
@@ -65,7 +68,10 @@ class Sweeps:
         self.clock = clock
         self.spawn = spawn
         self.limits = eviction.Limits(
-            ttl_p1_days=settings.ttl_p1_days, ttl_p2_days=settings.ttl_p2_days, capacity=settings.capacity
+            ttl_p1_days=settings.ttl_p1_days,
+            ttl_p2_days=settings.ttl_p2_days,
+            capacity=settings.capacity,
+            grace_hours=settings.evict_grace_hours,
         )
 
     async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
@@ -92,6 +98,9 @@ class Sweeps:
                 await asyncio.sleep(0)  # requests waiting for the loop go first
             sidecar = state.ensure_sidecar()
             bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
+            if done:
+                report = json.dumps({"at": now.isoformat(), "summary": summary(done)})
+                bookkeep("remember what the sweep archived", lambda: sidecar.set_state(LAST_REPORT, report))
             state.last_sweep, state.sweep_known = now, True
             return Sweep(done, held)
 
@@ -114,6 +123,7 @@ class Sweeps:
                     importance=m.importance,
                     # A file a person made (no frontmatter, so no priority) is never moved.
                     pinned=m.conflicted or not m.has_frontmatter,
+                    written=_later(m.created_at, m.updated_at),
                 )
                 for m in memories
             ]
@@ -176,10 +186,55 @@ class Sweeps:
             try:
                 evicted = await self.evict(state.token)
                 if evicted:
-                    log.info("archived %d stale memories", len(evicted))
+                    log.info("a lazy sweep archived %s", summary(evicted))
+                    state.sweep_notice = notice(evicted)
             except Exception:
                 log.exception("background eviction failed")
             finally:
                 state.evicting = False
 
         self.spawn(sweep())
+
+
+def last_report(state: TokenState) -> tuple[datetime, str] | None:
+    """When the last sweep that archived anything ran, and what it archived (for memory_stats)."""
+    if state.sidecar is None:
+        return None
+    try:
+        raw = state.sidecar.get_state(LAST_REPORT)
+        if not raw:
+            return None
+        data = json.loads(raw)
+        return datetime.fromisoformat(data["at"]), str(data["summary"])
+    except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
+        note_failure("read the last sweep's report", exc)
+        return None
+
+
+def kind(reason: str) -> str:
+    """A reason's kind: "P2 past their TTL" or "over capacity" (see eviction.plan)."""
+    first = reason.split(",")[0]
+    return f"{first} past their TTL" if first in ("P1", "P2") else "over capacity"
+
+
+def summary(evicted: Sequence[Evicted]) -> str:
+    """ "3 memories (2 over capacity; 1 P2 past their TTL)": counts and reasons, no names."""
+    kinds = Counter(kind(item.reason) for item in evicted)
+    noun = "memory" if len(evicted) == 1 else "memories"
+    return f"{len(evicted)} {noun} ({'; '.join(f'{n} {k}' for k, n in sorted(kinds.items()))})"
+
+
+def notice(evicted: Sequence[Evicted], shown: int = 10) -> str:
+    """What an agent is told once, with its next reply, after a lazy sweep archived memories."""
+    names = ", ".join(item.archived_as or item.id for item in evicted[:shown])
+    more = f" and {len(evicted) - shown} more" if len(evicted) > shown else ""
+    return (
+        f"[The eviction sweep archived {summary(evicted)}: {names}{more}. search_archive finds them; "
+        "restore_memory(filename) brings one back.]"
+    )
+
+
+def _later(a: datetime | None, b: datetime | None) -> datetime | None:
+    if a is None or b is None:
+        return a or b
+    return max(a, b)

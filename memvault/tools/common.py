@@ -16,6 +16,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from memvault.clock import format_time
 from memvault.errors import DiskFull, MemvaultError, is_disk_full
+from memvault.ops.store import Store
 from memvault.records.graph import Entity, Graph
 
 log = logging.getLogger("memvault")
@@ -74,6 +75,12 @@ def read_only_call(ctx: Context) -> bool:
 
 def text(message: str, *, error: bool = False) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=error)
+
+
+def noticed(store: Store, token: str, reply: str) -> str:
+    """The reply, followed by what a lazy sweep archived since the last one (told once)."""
+    notice = store.take_notice(token)
+    return f"{reply}\n{notice}" if notice else reply
 
 
 def handles_errors(fn: Callable[P, Awaitable[CallToolResult]]) -> Callable[P, Awaitable[CallToolResult]]:

@@ -24,6 +24,7 @@ from memvault.tools.common import (
     Reply,
     fit_names,
     handles_errors,
+    noticed,
     read_only_call,
     show_time,
     text,
@@ -140,10 +141,18 @@ def render_found(
             f"[{beyond} more not read: past the limit of {len(found.memories)}. Pass a larger limit "
             "to read more, or narrow the query.]"
         )
-    if found.missing:
+    gone = [id for id in found.missing if id not in found.in_archive]
+    if gone:
         room = settings.max_reply_chars - len(reply.text()) - 60
-        missing = fit_names(found.missing, room)
+        missing = fit_names(gone, room)
         reply.parts.append(f"[Not found: {missing}. Call list_memory_titles for names.]")
+    if found.in_archive:
+        room = settings.max_reply_chars - len(reply.text()) - 120
+        archived = fit_names(list(found.in_archive), room)
+        reply.parts.append(
+            f"[In the archive, not hot: {archived}. restore_memory(filename) brings one back; "
+            "search_archive reads them.]"
+        )
     return reply.text(), shown
 
 
@@ -155,7 +164,8 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     @handles_errors
     async def list_memory_titles(ctx: Context) -> CallToolResult:
         """List hot memories, one per line: filename|title|priority|lastAccessedAt[|problem to fix]."""
-        rows, last_access = await store.list_hot(token_of(ctx))
+        token = token_of(ctx)
+        rows, last_access = await store.list_hot(token)
         if not rows:
             return text("No memories yet. Save one with write_memory.")
         reply = Reply(settings.max_reply_chars)
@@ -181,7 +191,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
                 reply.parts.pop()
                 shown -= 1
             reply.parts.append(note(len(rows) - shown))
-        return text(reply.text())
+        return text(noticed(store, token, reply.text()))
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @handles_errors
@@ -209,7 +219,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
         reply, shown = render_found(found, settings, what="hot", query=query, offset=max(0, offset or 0))
         # Only what the agent actually saw counts as an access.
         await store.touch(token, shown, hit=not filenames, read_only=read_only_call(ctx))
-        return text(reply)
+        return text(noticed(store, token, reply))
 
     @server.tool(annotations=CREATES, structured_output=False)
     @handles_errors
@@ -229,8 +239,9 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
         ] = None,
     ) -> CallToolResult:
         """Save a new memory as a markdown file; returns its filename. Never overwrites."""
+        token = token_of(ctx)
         written = await store.write(
-            token_of(ctx),
+            token,
             title=title,
             content=content,
             priority=priority,
@@ -250,7 +261,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
                 f" NOT superseded: {id}, because {why}; it stays as it is. If it is really outdated, "
                 "change its priority with update_memory first, or delete it."
             )
-        return text(reply)
+        return text(noticed(store, token, reply))
 
     @server.tool(annotations=EDITS, structured_output=False)
     @handles_errors

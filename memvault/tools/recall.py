@@ -18,6 +18,7 @@ from memvault.tools.common import (
     Reply,
     handles_errors,
     joined,
+    noticed,
     read_only_call,
     show_time,
     text,
@@ -35,7 +36,16 @@ def _recall_line(hit: Recalled) -> str:
 
 def render_recall(found: Recall, query: str, budget: int) -> tuple[str, int]:
     """Compact lines, best first, within the budget; returns the text and how many results it shows."""
+    archived = ""
+    if found.in_archive:
+        n = found.in_archive
+        archived = (
+            f" {n} archived memor{'y' if n == 1 else 'ies'} also match{'es' if n == 1 else ''}: "
+            "includeArchive=true shows them."
+        )
     if not found.results:
+        if archived:
+            return f"No hot memory matches {quote(query)}.{archived}", 0
         return (
             f"Nothing matches {quote(query)}. Try other words, includeArchive=true, or list_memory_titles.",
             0,
@@ -48,7 +58,7 @@ def render_recall(found: Recall, query: str, budget: int) -> tuple[str, int]:
             f"No memory holds the words of {quote(query)}; the {count} closest in meaning "
             f"({found.vectors} vectors), best first:"
         )
-    tail = "Read one in full with read_memory(filenames=[...])."
+    tail = "Read one in full with read_memory(filenames=[...])." + archived
     reply = Reply(budget - len(tail) - 80)
     reply.add(head)
     shown = 0
@@ -89,6 +99,9 @@ def render_stats(stats: Stats) -> str:
             f"Oldest: {stats.oldest.id} ({show_time(stats.oldest.created_at)}); "
             f"newest: {stats.newest.id} ({show_time(stats.newest.created_at)})."
         )
+    if stats.last_sweep is not None:
+        at, what = stats.last_sweep
+        lines.append(f"Last sweep that archived ({show_time(at)}): {what}; search_archive finds them.")
     if stats.next_eviction:
         items = [f"{e.id} ({e.reason})" for e in stats.next_eviction]
         lines.append(f"Next eviction would archive {len(items)}: {joined(items, 1500)}.")
@@ -129,11 +142,12 @@ def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -
         used = accessed(found.results[:shown])
         hot = [hit.memory for hit in used if not hit.memory.archived]
         await store.touch(token, hot, read_only=read_only_call(ctx))
-        return text(reply)
+        return text(noticed(store, token, reply))
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @handles_errors
     async def memory_stats(ctx: Context) -> CallToolResult:
         """Vault health: counts, vector coverage, search misses, unused memories, next eviction."""
-        stats = await recaller.stats(token_of(ctx))
-        return text(render_stats(stats))
+        token = token_of(ctx)
+        stats = await recaller.stats(token)
+        return text(noticed(store, token, render_stats(stats)))

@@ -368,3 +368,30 @@ def test_plan_ignores_input_order(candidates: list[Candidate], limits: Limits, r
     shuffled = list(candidates)
     rnd.shuffle(shuffled)
     assert plan(shuffled, NOW, limits) == plan(candidates, NOW, limits)
+
+
+# ---------------------------------------------------------------------------- grace for fresh memories
+
+
+def test_memories_written_within_the_grace_period_are_never_archived() -> None:
+    """Issue 50: 200 memories written seconds ago, capacity 50: a sweep archived 148 of them."""
+    fresh = [Candidate(f"new-{i:03}", "P2", NOW, written=NOW - timedelta(seconds=i)) for i in range(200)]
+    assert plan(fresh, NOW, Limits(capacity=50)) == []
+
+
+def test_a_fresh_import_with_old_access_times_is_kept_from_the_ttl_too() -> None:
+    imported = Candidate("imported.md", "P2", ago(400), written=NOW - timedelta(hours=2))
+    assert plan([imported], NOW, Limits()) == []
+    assert ids(plan([imported], NOW, Limits(grace_hours=1))) == ["imported.md"]
+
+
+def test_past_the_grace_period_capacity_and_ttl_apply_as_before() -> None:
+    old = [Candidate(f"old-{i}", "P2", ago(1), written=NOW - timedelta(hours=25)) for i in range(3)]
+    fresh = [Candidate(f"new-{i}", "P2", NOW, written=NOW) for i in range(3)]
+    evicted = ids(plan(old + fresh, NOW, Limits(capacity=4)))
+    assert sorted(evicted) == ["old-0", "old-1"]  # the fresh ones count, but stay
+
+
+def test_the_grace_period_is_checked() -> None:
+    with pytest.raises(ValueError, match="grace_hours"):
+        Limits(grace_hours=-1)

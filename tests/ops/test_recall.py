@@ -390,7 +390,7 @@ async def test_recall_tool_replies_with_compact_lines_and_counts_hits(server_fac
 @pytest.mark.slow
 async def test_memory_stats_figures_on_a_small_vault(server_factory, vault_root):
     clock = Clock()
-    async with server_factory(clock=clock, capacity=3, embedder="hash") as srv:
+    async with server_factory(clock=clock, capacity=3, embedder="hash", evict_grace_hours=0) as srv:
         async with srv.session("tok") as session:
             await srv.call(
                 session, "write_memory", title="Project", content="Alpha ships in May.", priority="P1"
@@ -530,7 +530,7 @@ async def test_superseding_a_missing_memory_writes_nothing(server_factory, vault
 
 
 async def test_important_memories_are_never_evicted(make_settings: Callable[..., Settings]):
-    store, _ = await make(make_settings(capacity=0))
+    store, _ = await make(make_settings(capacity=0, evict_grace_hours=0))
     try:
         await store.write(
             "t", title="Vital", content="The root password lives in the vault.", importance=0.95

@@ -573,7 +573,7 @@ async def test_content_with_conflict_like_lines_stays_writable(make_settings, va
     """Issue 9, 9: such content turned the memory read-only forever (update, delete, supersede refused)."""
     from memvault.errors import Conflict
 
-    store = Store(make_settings(capacity=1, ttl_p2_days=0))
+    store = Store(make_settings(capacity=1, ttl_p2_days=0, evict_grace_hours=0))
     try:
         memory = (await store.write("alice", title="Git merges", content=MERGE_NOTES)).memory
         assert not memory.conflicted
@@ -636,7 +636,7 @@ async def test_an_archive_that_is_a_file_makes_the_sweep_say_so(make_settings, v
     (folder / "archive").write_text("not a folder", encoding="utf-8")
     for i in range(3):
         _hand_write(folder, f"note-{i}.md", f"memory {i}")
-    store = Store(make_settings(capacity=1))
+    store = Store(make_settings(capacity=1, evict_grace_hours=0))
     try:
         with pytest.raises(InvalidArgument, match="'archive' in this vault is a file"):
             await store.evict("alice")

@@ -148,7 +148,9 @@ async def test_reads_recall_and_sweeps_never_rewrite_or_move_hand_made_notes(
             f"# Note {i}\n\nA hand-written note about topic{i} and otters.\n"
         )
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
-    async with run_server(make_settings(capacity=50, evict_interval_hours=0, ttl_p2_days=0)) as srv:
+    async with run_server(
+        make_settings(capacity=50, evict_interval_hours=0, ttl_p2_days=0, evict_grace_hours=0)
+    ) as srv:
         async with srv.session(TOKEN) as s:
             listed = await call_ok(srv, s, "list_memory_titles")
             assert len([line for line in listed.splitlines() if line.startswith("note-")]) == 120

@@ -294,7 +294,7 @@ async def test_vectors_are_removed_on_delete_and_follow_archive_moves(make_setti
         assert "gone.md" not in state.vectors.snapshot().rows
 
         # Archiving moves the vector to archive/keep.md without embedding the same text again.
-        store.sweeps.limits = dataclasses.replace(store.sweeps.limits, capacity=0)
+        store.sweeps.limits = dataclasses.replace(store.sweeps.limits, capacity=0, grace_hours=0)
         evicted = await store.evict("t")
         assert [e.id for e in evicted] == ["keep.md"]
         await settle(store)

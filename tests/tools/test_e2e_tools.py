@@ -547,7 +547,10 @@ async def test_eviction_by_capacity_archives_least_recent_p2_first(server_factor
     hand_file(folder, "p2-b.md", aged("P2", 3, "P2 b", "b"))
     hand_file(folder, "p1-c.md", aged("P1", 20, "P1 c", "c"))
     hand_file(folder, "p0-d.md", aged("P0", 50, "P0 d", "d"))
-    async with server_factory(clock=lambda: NOW, capacity=2) as srv, srv.session("alice") as s:
+    async with (
+        server_factory(clock=lambda: NOW, capacity=2, evict_grace_hours=0) as srv,
+        srv.session("alice") as s,
+    ):
         err, text = await srv.call(s, "evict_memories")
         assert not err and "Archived 2" in text, text
         assert "capacity" in text
