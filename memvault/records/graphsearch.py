@@ -182,6 +182,7 @@ class Prepared:
     touching: dict[str, list[int]]  # each entity's relations (their places in the relation list)
     name_words: dict[str, list[str]]  # each word of a name -> the entities with it in their name
     kind_words: dict[str, list[str]]  # the same for types
+    named: dict[str, list[str]]  # each case-folded name, its words joined by one space -> entities
 
     @classmethod
     def of(cls, nodes: Sequence[Node], relations: Sequence[Relation]) -> Prepared:
@@ -201,6 +202,9 @@ class Prepared:
                 name_words.setdefault(word, []).append(name)
             for word in dict.fromkeys(_WORDS.findall(f.kind)):
                 kind_words.setdefault(word, []).append(name)
+        named: dict[str, list[str]] = {}
+        for name, f in folded.items():
+            named.setdefault(" ".join(f.name.split()), []).append(name)
         order = sorted(by_name, key=lambda n: (-len(near.get(n, ())), rank[by_name[n].updated], n))
         touching: dict[str, list[int]] = {}
         for i, r in enumerate(relations):
@@ -215,6 +219,7 @@ class Prepared:
             touching,
             name_words,
             kind_words,
+            named,
         )
 
 
@@ -279,7 +284,14 @@ def search(
         best = scores[ranked[0]] if ranked else 0.0
         entries.append([n for n in ranked if scores[n] >= best * ENTRY_RATIO])
 
-    result: dict[str, None] = {}
+    # The query naming an entity comes first whatever the cap (a person's full name whose every
+    # word matches a hundred others was left out), then entities whose name holds every term.
+    result: dict[str, None] = dict.fromkeys(p.named.get(" ".join(terms), ()))
+    if len(terms) > 1:
+        in_name = [n for n in per_term[0] if all(t in p.folded[n].name for t in terms)]
+        if in_name:
+            named_total = {n: sum(scores.get(n, 0.0) for scores in per_term) for n in in_name}
+            result.update(dict.fromkeys(_ranked(in_name, named_total, rank, limits.max_results)))
     for group in entries:
         result.update(dict.fromkeys(group))
 

@@ -205,6 +205,18 @@ def test_search_result_is_capped(sidecar: Sidecar) -> None:
     assert len(graph.entities) == 3
 
 
+def test_an_exact_full_name_comes_first_whatever_the_cap() -> None:
+    """Issue 50: "Jonas Jansen" was left out when each word matched over a hundred entities."""
+    at = "2026-01-01T00:00:00.000Z"
+    nodes = [Node(Entity(f"Jonas Berg {i}", "person", ("friend of jansen",)), at) for i in range(120)]
+    nodes += [Node(Entity(f"Eva Jansen {i}", "person", ("knows jonas",)), at) for i in range(120)]
+    nodes += [Node(Entity("Anna Jonas Jansen", "person"), at), Node(Entity("Jonas  Jansen", "person"), at)]
+    relations = [Relation(f"Jonas Berg {i}", f"Eva Jansen {i}", "knows") for i in range(120)]
+    found = search(nodes, relations, "jonas jansen", SearchLimits(max_results=50))
+    assert [e.name for e in found.entities[:2]] == ["Jonas  Jansen", "Anna Jonas Jansen"]
+    assert len(found.entities) == 50
+
+
 def test_each_term_picks_its_best_entities_by_score_then_degree_then_recency() -> None:
     older, newer = "2026-01-01T00:00:00.000Z", "2026-02-01T00:00:00.000Z"
     nodes = [
