@@ -7,6 +7,7 @@ import contextlib
 import functools
 import hashlib
 import logging
+import os
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.disk import files
 from memvault.disk.markdown import PRIORITIES, Memory, clean_tags
-from memvault.disk.names import check_id, split_key
+from memvault.disk.names import check_id, is_memory_path, split_key
 from memvault.disk.watcher import Watcher
 from memvault.errors import (
     Conflict,
@@ -63,6 +64,9 @@ class Found:
     matched_all: bool
     missing: tuple[str, ...] = ()  # names asked for by filenames= that do not exist
     in_archive: tuple[str, ...] = ()  # of those, the ones the archive holds (restore_memory)
+
+
+SMALL_FOLDER = 500  # hot memories up to which a call looks at the token folder itself
 
 
 class Store:
@@ -173,6 +177,7 @@ class Store:
         """The hot memories by id, and when each was last accessed: asked only for the rows a
         reply shows (working it out for every row was most of a listing's cost under load)."""
         async with self.using(token) as state:
+            await self._caught_up(state)
             memories, recorded = await look(access.listing, state)
         # No lazy sweep here: it would archive memories the agent was just shown (mem-mcp sweeps
         # in read_memory only, and agents list titles, then read).
@@ -192,12 +197,50 @@ class Store:
             raise InvalidArgument("limit must be at least 1.")
         arguments.check_query(query)
         async with self.using(token) as state:
+            if not archived:
+                await self._caught_up(state)
             if filenames:
                 ids = [check_id(name) for name in filenames]
                 return await look(self._by_ids, state, ids, archived)
             if query is not None and query.strip():
                 return await look(self._search, state, query, limit, archived)
             return await anyio.to_thread.run_sync(self._all, state, limit, archived)
+
+    async def _caught_up(self, state: TokenState) -> None:
+        """A file a person saved in the token folder a moment ago is listed and found by the next
+        call, before the watcher's batch arrives (mem-mcp lists the folder on every call): one
+        stat of the folder a call and, when it changed, a look at its entries while that is cheap
+        (at most SMALL_FOLDER memories at the top; beyond, the watcher's batch brings it). Our
+        own writes change the folder too: their names are known, so only a stranger's file costs
+        a worker thread."""
+        try:
+            mtime = os.stat(state.dir).st_mtime_ns
+        except OSError:
+            return
+        if mtime == state.folder_seen or len(state.hot.memories) > SMALL_FOLDER:
+            return
+        names: set[str] = set()
+        try:
+            with os.scandir(state.dir) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if is_memory_path((name,)) and entry.is_file(follow_symlinks=False):
+                        names.add(name)
+        except OSError:
+            return
+
+        def known(inline: bool = False) -> set[str]:
+            with state.looking(inline):  # on the loop only if free at once
+                return {id for id in state.hot.memories if "/" not in id}
+
+        try:
+            held = known(inline=True)
+        except NeedsThread:
+            held = await anyio.to_thread.run_sync(known)
+        strangers = sorted((names - held) | (held - names))
+        if strangers:
+            await anyio.to_thread.run_sync(lambda: [state.fresh(id, False) for id in strangers])
+        state.folder_seen = mtime
 
     def _by_ids(self, state: TokenState, ids: list[str], archived: bool, *, inline: bool = False) -> Found:
         out: list[Memory] = []

@@ -122,6 +122,7 @@ class TokenState:
         self.last_sweep: datetime | None = None  # when the last sweep ran, once read (sweep_known)
         self.sweep_known = False
         self.sweep_notice: str | None = None  # what a lazy sweep archived, for the next reply
+        self.folder_seen: int | None = None  # the token folder's mtime when a call last looked at it
         self.last_used = 0.0
         self.link_checked = 0.0  # when the registry last made sure the folder is not a link
         self.snapshot_stale = False

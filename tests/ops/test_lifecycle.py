@@ -86,3 +86,22 @@ async def test_a_sweep_past_the_grace_period_says_what_it_archived_and_where_it_
         assert not err, text
         err, text = await srv.call(s, "read_memory", filenames=[archived[0]])
         assert not err and "kiwi tree" in text
+
+
+async def test_a_file_saved_by_hand_is_listed_and_found_by_the_next_call(make_settings: Any, vault_root: Any):
+    """Issue 50: mem-mcp lists the folder on every call; a file a person saved was missing from a
+    listing made right after (the watcher's batch comes a moment later; here no watcher runs)."""
+    store = Store(make_settings(), clock=Clock())
+    try:
+        await store.write("alice", title="First", content="written by the agent")
+        hand = vault_root / "alice" / "saved-by-hand.md"
+        hand.write_text("# Saved by hand\n\nThe gazebo key is under the mat.\n", encoding="utf-8")
+        rows, _ = await store.list_hot("alice")
+        assert [m.id for m in rows] == ["first.md", "saved-by-hand.md"]
+        found = await store.find("alice", query="gazebo")
+        assert [m.id for m in found.memories] == ["saved-by-hand.md"]
+        hand.unlink()
+        rows, _ = await store.list_hot("alice")
+        assert [m.id for m in rows] == ["first.md"]
+    finally:
+        await store.close()
