@@ -25,13 +25,17 @@ ANSWER_CHARS = 1200
 _MARKER = re.compile(r"<!-- memvault: captured through (\S{1,40}) (\S{1,80}) -->")
 _SAFE_UUID = re.compile(r"[A-Za-z0-9_.:-]{1,80}")
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)")
-# Claude Code wraps what it injects itself in tags; they are not the user's words.
+# Claude Code wraps what it injects itself in tags; they are not the user's words (a local command's
+# output, a shell command typed with "!" and its output).
 _INJECTED = re.compile(
-    r"<(system-reminder|local-command-stdout|local-command-stderr|command-message|command-args)>"
-    r".*?</\1>",
+    r"<(system-reminder|local-command-stdout|local-command-stderr|command-message|command-args"
+    r"|bash-input|bash-stdout|bash-stderr)>.*?</\1>",
     re.S,
 )
 _COMMAND = re.compile(r"<command-name>(.{1,200}?)</command-name>", re.S)
+_COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.S)
+# What the client writes when the user stops the assistant ("... for tool use" mid tool call).
+_INTERRUPTED = re.compile(r"\[Request interrupted by user[^\]\n]{0,80}\]")
 
 
 class BadTranscript(Exception):
@@ -111,16 +115,22 @@ def _text(content: Any) -> str:
     return "\n".join(parts)
 
 
-def _request(entry: dict[str, Any]) -> str:
+def _request(entry: dict[str, Any]) -> tuple[str, bool]:
+    """The user's words in an entry (empty when they are not: tool results, the client's own notes,
+    an interruption notice, a local command's output) and whether they are a slash command."""
     if entry.get("isMeta") is True or entry.get("isCompactSummary") is True:
-        return ""
+        return "", False
     message = entry.get("message")
     text = _text(message.get("content")) if isinstance(message, dict) else ""
-    text = _COMMAND.sub(lambda m: m.group(1).strip(), text)
-    text = _INJECTED.sub("", text)
+    command = _COMMAND.search(text)
+    if command is not None:
+        args = _COMMAND_ARGS.search(text)
+        said = f"{command.group(1).strip()} {args.group(1) if args else ''}"
+        return " ".join(said.split()), True
+    text = _INTERRUPTED.sub("", _INJECTED.sub("", text))
     if text.lstrip().startswith("Caveat: The messages below were generated"):
-        return ""
-    return " ".join(text.split())
+        return "", False
+    return " ".join(text.split()), False
 
 
 def _answer(entry: dict[str, Any]) -> str:
@@ -148,28 +158,33 @@ def after(entries: Sequence[dict[str, Any]], marker: tuple[str, str] | None) -> 
 
 
 def turns(entries: Iterable[dict[str, Any]]) -> list[Turn]:
-    """Requests and final answers, in order; subagents' side chains are left out."""
+    """Requests and final answers, in order; subagents' side chains are left out. A slash command
+    counts as a request only when the assistant answered it (``/review auth``, a prompt); one the
+    client ran itself (``/model``, ``/cost``) is left out, and so are interruption notices."""
     out: list[Turn] = []
-    request, answer, at, through = "", "", "", None
+    request, answer, at, through, command = "", "", "", None, False
+
+    def close() -> None:
+        if request and through is not None and (answer or not command):
+            out.append(Turn(request, answer, at, through))
+
     for entry in entries:
         if entry.get("isSidechain") is True:
             continue
         kind = entry.get("type")
         stamp = _stamp(entry)
         if kind == "user":
-            text = _request(entry)
+            text, is_command = _request(entry)
             if text:
-                if request and through is not None:
-                    out.append(Turn(request, answer, at, through))
-                request, answer, at = text, "", stamp[0] if stamp else ""
+                close()
+                request, answer, at, command = text, "", stamp[0] if stamp else "", is_command
         elif kind == "assistant" and request:
             text = _answer(entry)
             if text:
                 answer = text
         if stamp is not None and request:
             through = stamp
-    if request and through is not None:
-        out.append(Turn(request, answer, at, through))
+    close()
     return out
 
 
