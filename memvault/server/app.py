@@ -31,6 +31,7 @@ from memvault.errors import InvalidArgument, MemvaultError
 from memvault.logs import OncePer
 from memvault.ops.store import Store
 from memvault.server.keys import KeyRing
+from memvault.server.revocation import Opened
 from memvault.tools import build_server
 
 log = logging.getLogger("memvault")
@@ -175,9 +176,10 @@ class BearerAuth:
     """In front of /mcp when a keys file is set: the bearer key names the vault (put where the
     token of a path would be, so TokenGuard and the tools work unchanged) and its scope."""
 
-    def __init__(self, app: ASGIApp, keyring: KeyRing) -> None:
+    def __init__(self, app: ASGIApp, keyring: KeyRing, opened: Opened | None = None) -> None:
         self.app = app
         self.keyring = keyring
+        self.opened = opened  # what each key opened, ended when it is revoked
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         header = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin-1")
@@ -185,21 +187,28 @@ class BearerAuth:
         key = key.strip()
         grant = self.keyring.find(key) if scheme.lower() == "bearer" and key else None
         if grant is None:
-            why = "none was sent" if not header else "the key sent is unknown or revoked"
-            response = _error(
-                401,
-                f"This server needs a key: send 'Authorization: Bearer <key>' ({why}). Ask its owner "
-                "for one (they make it with 'memvault keys add').",
-            )
-            # RFC 6750, as the MCP authorization spec asks of a resource server.
-            response.headers["WWW-Authenticate"] = 'Bearer realm="memvault"' + (
-                ', error="invalid_token"' if header else ""
-            )
-            await response(scope, receive, send)
+            await _unauthorized(sent=bool(header))(scope, receive, send)
             return
         params = {**scope.get("path_params", {}), "token": grant.token}
         state = {**scope.get("state", {}), READ_ONLY_STATE: grant.read_only}
-        await self.app({**scope, "path_params": params, "state": state}, receive, send)
+        scope = {**scope, "path_params": params, "state": state}
+        if self.opened is None:
+            await self.app(scope, receive, send)
+        else:
+            await self.opened.run(grant, self.app, scope, receive, send)
+
+
+def _unauthorized(*, sent: bool) -> Response:
+    why = "the key sent is unknown or revoked" if sent else "none was sent"
+    response = _error(
+        401,
+        f"This server needs a key: send 'Authorization: Bearer <key>' ({why}). Ask its owner "
+        "for one (they make it with 'memvault keys add').",
+    )
+    # RFC 6750, as the MCP authorization spec asks of a resource server.
+    error = ', error="invalid_token"' if sent else ""
+    response.headers["WWW-Authenticate"] = f'Bearer realm="memvault"{error}'
+    return response
 
 
 async def _whole_body(scope: Scope, receive: Receive, send: Send, limit: int) -> Receive | None:
@@ -493,6 +502,8 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     sessions = SessionOwners()
     watcher = store.watcher()
     started = time.monotonic()
+    keyring = KeyRing(settings.keys_file) if settings.keys_file is not None else None
+    opened = revocations(keyring, manager, sessions) if keyring is not None else None
 
     async def healthz(request: Request) -> Response:
         body: dict[str, Any] = {
@@ -535,7 +546,8 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
             store.embeddings.ready()  # a model loads in the background; nothing waits for it
             log.info("memvault %s serving %s (watcher: %s)", __version__, settings.root, watcher.state())
             try:
-                yield
+                async with opened.watching() if opened is not None else contextlib.nullcontext():
+                    yield
             finally:
                 await watcher.stop()
                 await store.close()
@@ -545,14 +557,13 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     sse_apps = SseApps(server, security, settings.max_body_bytes)
     mcp_sse = TokenGuard(sse_apps, settings, None, warm=warm)
     routes: list[Route | Mount] = [Route("/healthz", healthz, methods=["GET"])]
-    keyring = KeyRing(settings.keys_file) if settings.keys_file is not None else None
     if keyring is not None:
         routes += [
-            Route("/mcp", endpoint=BearerAuth(mcp_http, keyring), methods=["GET", "POST", "DELETE"]),
+            Route("/mcp", endpoint=BearerAuth(mcp_http, keyring, opened), methods=["GET", "POST", "DELETE"]),
             # Legacy SSE with a key: the SDK's app under no prefix announces /messages/, so the
             # vault's name is in no URL there either.
-            Route("/sse", endpoint=BearerAuth(mcp_sse, keyring), methods=["GET"]),
-            Route("/messages/", endpoint=BearerAuth(mcp_sse, keyring), methods=["POST"]),
+            Route("/sse", endpoint=BearerAuth(mcp_sse, keyring, opened), methods=["GET"]),
+            Route("/messages/", endpoint=BearerAuth(mcp_sse, keyring, opened), methods=["POST"]),
         ]
     path_tokens = settings.path_tokens == "on" or (settings.path_tokens == "auto" and keyring is None)
     hint = URL_HINT if path_tokens else KEY_HINT
@@ -581,6 +592,24 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     app.state.watcher = watcher
     app.state.server = server
     return app
+
+
+def revocations(keyring: KeyRing, manager: StreamableHTTPSessionManager, sessions: SessionOwners) -> Opened:
+    """What each key opened, and how a revoked key's streamable HTTP session is ended (as
+    TokenGuard._make_room ends one: through the SDK's session manager)."""
+
+    async def end_session(session: str) -> None:
+        sessions.release(session)
+        transport = manager._server_instances.get(session)
+        if transport is not None:
+            await manager._discard_session(session, transport)
+
+    return Opened(
+        keyring,
+        refused=lambda: _unauthorized(sent=True),
+        end_session=end_session,
+        live_sessions=lambda: manager._server_instances,
+    )
 
 
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]

@@ -146,7 +146,8 @@ class Prompts:
     def days(value: str | None) -> int:
         if not value:
             return DEFAULT_STALE_DAYS
-        if not value.isdigit() or not 1 <= int(value) <= 3650:
+        # ASCII digits only: "²" passes isdigit() but not int(), and "١٢" would be read as 12.
+        if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 3650:
             raise invalid(f"'days' must be a whole number from 1 to 3650, not {quote(value[:40])}.")
         return int(value)
 
