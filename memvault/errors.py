@@ -7,6 +7,7 @@
      ├── TooLarge(what, limit)      content or request over a configured cap
      ├── Conflict(id)               file holds git conflict markers; a person must resolve it
      ├── LinkedFolder()             the token's folder is a symbolic link (never followed)
+     ├── LinkedFile(name)           a vault file, or a folder on its way, is a link (never read through)
      ├── DiskFull()                 the disk (or quota) is full: nothing was written
      ├── UnknownSession(id)         no session summary under that session id
      └── UnknownEntity(name)        no knowledge-graph entity of that name
@@ -115,6 +116,16 @@ class LinkedFolder(MemvaultError):
             "This vault's folder is a symbolic link, which memvault never follows (it could lead into "
             "another vault or out of the memories folder), so nothing was read or written. Ask the user "
             "to replace the link with a real folder."
+        )
+
+
+class LinkedFile(MemvaultError):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"{quote(name)} in this vault is a symbolic link, which memvault never reads through (it "
+            "could lead into another vault or out of the memories folder), so it was not read. Ask the "
+            "user to replace the link with the file or folder itself."
         )
 
 

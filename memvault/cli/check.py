@@ -6,10 +6,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from memvault.disk.files import file_stamp, read_regular
+from memvault.disk import safe
+from memvault.disk.files import file_stamp
 from memvault.disk.markdown import parse_memory
 from memvault.disk.names import key
 from memvault.disk.vault import Vault
+from memvault.errors import MemvaultError
 from memvault.records import sync
 
 
@@ -30,7 +32,13 @@ def check_vault(vault: Vault, progress: Callable[[int], None] | None = None) -> 
             progress(1)
         path_id = key(id, archived)
         try:
-            raw, st = read_regular(vault.area(archived) / id)  # never blocks on a FIFO
+            # Never blocks on a FIFO, never reads through a link that leads out of the vault.
+            raw, st = safe.read_file(vault.target_of(id, archived=archived), vault.dir)
+        except safe.LinkRefused as exc:
+            yield Finding(path_id, f"cannot be read ({exc.error()})")
+            continue
+        except MemvaultError:
+            continue  # a link the scan would not list any more: gone since
         except OSError as exc:
             yield Finding(path_id, f"cannot be read ({exc.strerror or type(exc).__name__})")
             continue

@@ -204,12 +204,12 @@ def read_regular(
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(f"not a regular file: {os.path.basename(path)}")
-        return _read_fd(fd, st.st_size, limit), st
+        return read_fd(fd, st.st_size, limit), st
     finally:
         os.close(fd)
 
 
-def _read_fd(fd: int, size: int, limit: int | None) -> bytes:
+def read_fd(fd: int, size: int, limit: int | None) -> bytes:
     """Up to ``limit`` bytes (None: all), for a file fstat said has ``size``. Plain os.read, one
     call for most files: a load reads 100,000 of them, and a buffered file object cost two more
     system calls each (its own fstat, and a read that finds the end)."""

@@ -15,7 +15,6 @@ from types import MappingProxyType
 from typing import Any
 
 import yaml  # type: ignore[import-untyped]
-from frontmatter.default_handlers import YAMLHandler
 
 from memvault.clock import format_time, parse_time
 from memvault.disk import names
@@ -42,7 +41,7 @@ OWNED_KEYS = (
 )
 LITERAL_MARKERS = "literalMarkers"
 
-_YAML = YAMLHandler()  # python-frontmatter, on PyYAML's C loader when built with libyaml
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # PyYAML's C loader when built with libyaml
 _FM_OPEN = re.compile(r"\A---[ \t]*\r?\n")
 _FM_CLOSE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
 _FOOTER = re.compile(r"\n+---[ \t]*\n+\*Created: [^*\n]*\*[ \t]*\n*\Z")
@@ -156,6 +155,27 @@ def _fast_value(text: str) -> tuple[bool, Any]:
     return False, None
 
 
+class AliasRefused(yaml.YAMLError):
+    """Frontmatter with a YAML alias (``*name``): never expanded. Nine levels of nine aliases are
+    380 bytes that stand for 387 million values; whatever walks them (a repr, a tag list) stalls
+    the server, so no alias is taken, whatever it stands for."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__(f"alias on line {line}")
+        self.line = line
+
+
+def load_yaml(text: str) -> Any:
+    """YAML as the safe loader reads it, but refusing aliases (AliasRefused): what a value expands
+    to is then never more than its own text, which the file size bounds. Other YAMLErrors and the
+    constructor's own (ValueError on ``2026-02-30``, RecursionError) pass through."""
+    if "*" in text:  # no alias without one; the events are read once more only then
+        for event in yaml.parse(text, Loader=_LOADER):
+            if isinstance(event, yaml.AliasEvent):
+                raise AliasRefused(event.start_mark.line + 1)
+    return yaml.load(text, Loader=_LOADER)
+
+
 def _load_frontmatter(fm_text: str) -> Any:
     meta: dict[str, Any] = {}
     for line in fm_text.split("\n"):
@@ -163,10 +183,10 @@ def _load_frontmatter(fm_text: str) -> Any:
             continue  # blank lines, including the one the closing fence leaves, mean nothing to YAML
         match = _FAST_LINE.fullmatch(line)
         if match is None or match.group(1) in meta or match.group(1).lower() in _YAML_SPECIAL:
-            return _YAML.load(fm_text)  # `on:` / `null:` keys are a bool / None to YAML
+            return load_yaml(fm_text)  # `on:` / `null:` keys are a bool / None to YAML
         ok, value = _fast_value(match.group(2))
         if not ok:
-            return _YAML.load(fm_text)
+            return load_yaml(fm_text)
         meta[match.group(1)] = value
     return meta
 
@@ -250,6 +270,12 @@ def parse_memory(
     if split.fm_text is not None:
         try:
             loaded = _load_frontmatter(split.fm_text) if split.fm_text.strip() else {}
+        except AliasRefused as exc:
+            problem = (
+                f"YAML alias in frontmatter (line {exc.line + 1}), which memvault does not expand; "
+                "write the value out in full"
+            )
+            loaded = None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" (line {mark.line + 2})" if mark is not None else ""

@@ -10,6 +10,7 @@ from typing import Any, cast
 
 from filelock import FileLock
 
+from memvault.disk import safe
 from memvault.disk.files import (
     TEMP_MIN_AGE_SECONDS,
     NotRegularFile,
@@ -19,11 +20,10 @@ from memvault.disk.files import (
     is_our_temp,
     move_no_overwrite,
     numbered,
-    read_regular,
 )
 from memvault.disk.markdown import MAX_INDEXED_BYTES, Memory, parse_memory, render_new, rewrite, seal_markers
 from memvault.disk.names import ARCHIVE, LOCK_FILE, SESSIONS_DIR, STATE_DIR, check_id, slugify
-from memvault.errors import Conflict, InvalidArgument, InvalidName, LinkedFolder, NotFound
+from memvault.errors import Conflict, InvalidArgument, InvalidName, LinkedFolder, MemvaultError, NotFound
 
 
 class Vault:
@@ -65,6 +65,22 @@ class Vault:
         if not archived and resolved.is_relative_to(self.archive_dir.resolve()):
             raise InvalidName(id, "it points into the archive; call restore_memory first")
         return path
+
+    def target_of(self, id: str, *, archived: bool = False) -> Path:
+        """The file to open for a memory: ``path_of``, or for a file link the file it leads to, if
+        the scan would list it (inside the token folder, not in a dot-folder, from the hot set not
+        into the archive). Open it with memvault.disk.safe, which follows no link at all, so a link
+        swapped in since this check is refused, not read."""
+        path = self.path_of(id, archived=archived)
+        if not os.path.islink(path):
+            return path
+        root = self.dir.resolve()
+        if not self._link_inside(path, root, archived):
+            raise NotFound(check_id(id), archived=archived)
+        try:
+            return self.dir / path.resolve(strict=True).relative_to(root)
+        except (OSError, RuntimeError, ValueError):
+            raise NotFound(check_id(id), archived=archived) from None
 
     def check_folder(self) -> None:
         """Refuse a token folder that is a link: to another token's folder or out of the root."""
@@ -120,6 +136,8 @@ class Vault:
                     if name.startswith("."):
                         if is_our_temp(name):
                             self.leftovers.append(Path(entry.path))
+                        elif not prefix and not archived and name == STATE_DIR:
+                            self._temps_in(entry)  # a snapshot's or the sidecar's own files
                         continue
                     try:
                         is_dir = entry.is_dir()  # (a stat where the folder gives no file types)
@@ -131,7 +149,8 @@ class Vault:
                         if not prefix and not archived and name == ARCHIVE:
                             yield from self._walk(Path(entry.path), "", True, root, with_stat)
                         elif not prefix and name == SESSIONS_DIR:
-                            continue  # session files (memvault.records.summaryfiles), not memories
+                            if not archived:  # session files (records.summaryfiles), not memories
+                                self._temps_in(entry)
                         else:
                             yield from self._walk(
                                 Path(entry.path), f"{prefix}{name}/", archived, root, with_stat
@@ -148,6 +167,17 @@ class Vault:
                             yield prefix + name, archived, st
         except OSError:
             return  # the folder went away or became unreadable: what was found so far stands
+
+    def _temps_in(self, folder: os.DirEntry[str]) -> None:
+        """Note our temp files in a folder of the token's own files (``sessions/``, ``.memvault/``),
+        which the walk does not enter: a write killed there leaves one as well."""
+        try:
+            if folder.is_symlink() or not folder.is_dir():
+                return
+            with os.scandir(folder.path) as entries:
+                self.leftovers += [Path(e.path) for e in entries if is_our_temp(e.name)]
+        except OSError:
+            return
 
     def remove_leftovers(self, now: float) -> int:
         """Delete the temp files of ours the last scan saw that are older than a minute: left by a
@@ -192,15 +222,25 @@ class Vault:
     def read_scanned(self, id: str, archived: bool) -> tuple[bytes, os.stat_result] | None:
         """Bytes and stat of a file ``scan`` listed (no name checks: the scan made them); None if
         it cannot be read now."""
+        rel = f"{ARCHIVE}/{id}" if archived else id
         try:
-            return read_regular(self.file_name(id, archived), MAX_INDEXED_BYTES)
+            return safe.read_in(self._area_names[0], rel, MAX_INDEXED_BYTES)
+        except safe.LinkRefused as exc:
+            if exc.name != rel:
+                return None  # the token folder or a folder on the way is a link: never read through
         except OSError:
+            return None
+        try:  # a file link, which the scan follows to a file inside the token folder
+            return safe.read_file(self.target_of(id, archived=archived), self.dir, MAX_INDEXED_BYTES)
+        except (OSError, MemvaultError):
             return None
 
     def read_raw(self, id: str, *, archived: bool = False) -> tuple[bytes, os.stat_result]:
-        path = self.path_of(id, archived=archived)
+        path = self.target_of(id, archived=archived)
         try:
-            return read_regular(path)
+            return safe.read_file(path, self.dir)
+        except safe.LinkRefused as exc:
+            raise exc.error() from None
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError, NotRegularFile):
             raise NotFound(check_id(id), archived=archived) from None
 

@@ -25,8 +25,9 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]
 
 from memvault.clock import format_time, require_time
-from memvault.disk.files import NotRegularFile, atomic_write, fsync_dir, read_regular
-from memvault.disk.markdown import clean_tags, has_conflict_markers
+from memvault.disk import safe
+from memvault.disk.files import NotRegularFile, atomic_write, fsync_dir
+from memvault.disk.markdown import clean_tags, has_conflict_markers, load_yaml
 from memvault.disk.names import SESSIONS_DIR, slugify
 from memvault.errors import InvalidArgument
 
@@ -226,11 +227,17 @@ def write_markdown(path: Path, latest: Version, created: str) -> None:
 # ---------------------------------------------------------------------------- reading
 
 
+def token_folder(path: Path) -> Path:
+    """The token folder of a session file (``<token>/sessions/<name>``) or of ``graph.jsonl``."""
+    return path.parent.parent if path.parent.name == SESSIONS_DIR else path.parent
+
+
 def read_text(path: Path) -> str:
-    """A session or graph file's text; "" when it is missing, a link (never followed: it could
-    lead out of the vault) or not a regular file."""
+    """A session or graph file's text; "" when it is missing, not a regular file, or a link, or a
+    folder on its way is (the token folder, ``sessions/``): never followed, it could lead out of the
+    vault (memvault.disk.safe)."""
     try:
-        raw, _ = read_regular(path, follow_links=False)
+        raw, _ = safe.read_file(path, token_folder(path))
     except (OSError, NotRegularFile):
         return ""
     return raw.decode("utf-8", errors="replace")
@@ -370,8 +377,8 @@ def _from_markdown(
     meta: Any = None
     if match is not None:
         try:
-            meta = yaml.safe_load(match.group(1))
-        except yaml.YAMLError:
+            meta = load_yaml(match.group(1))  # no aliases: they could stand for millions of values
+        except (yaml.YAMLError, ValueError, TypeError, RecursionError):
             meta = None
     body = (text[match.end() :] if match is not None else text).strip()
     if not isinstance(meta, dict):
@@ -418,7 +425,7 @@ def _title_and_tags(meta: Mapping[str, Any], latest: Version | None) -> tuple[st
 def last_history_version(history: Path) -> int:
     """The version of the history file's last line (0 if none): read from the end, not whole."""
     try:
-        with open(history, "rb") as handle:
+        with open(safe.open_file(history, token_folder(history)), "rb") as handle:
             handle.seek(0, os.SEEK_END)
             end = handle.tell()
             chunk = 4096
@@ -430,7 +437,7 @@ def last_history_version(history: Path) -> int:
                 if len(lines) >= 2 or start == 0:
                     break
                 chunk *= 4
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError, safe.LinkRefused):
         return 0
     for line in reversed(lines):
         try:

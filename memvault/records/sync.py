@@ -21,7 +21,8 @@ from operator import itemgetter
 from pathlib import Path
 
 from memvault.clock import format_time
-from memvault.disk.files import NotRegularFile, atomic_write, file_change, read_regular
+from memvault.disk import safe
+from memvault.disk.files import NotRegularFile, atomic_write, file_change
 from memvault.disk.names import GRAPH_FILE, SESSIONS_DIR
 from memvault.errors import FileConflict, InvalidArgument
 from memvault.records.graphfile import compose, entity_line, parse, relation_line
@@ -239,7 +240,7 @@ def read_graph_text(path: Path) -> str:
     """graph.jsonl's text, its bytes that are not UTF-8 kept as they are (surrogate escapes), so a
     line holding them is kept and written back byte for byte; "" when it is missing or a link."""
     try:
-        raw, _ = read_regular(path, follow_links=False)
+        raw, _ = safe.read_file(path, path.parent)  # nor through a linked token folder
     except (OSError, NotRegularFile):
         return ""
     return raw.decode("utf-8", "surrogateescape")

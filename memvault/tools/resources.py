@@ -45,7 +45,7 @@ from mcp.types import (
 
 from memvault.clock import format_time
 from memvault.config import Settings
-from memvault.disk import files
+from memvault.disk import files, safe
 from memvault.disk.markdown import Memory
 from memvault.disk.names import GRAPH_FILE, check_id
 from memvault.errors import InvalidArgument, MemvaultError, NotFound, UnknownSession
@@ -57,7 +57,6 @@ from memvault.records import summaryfiles
 from memvault.records.graphfile import parse
 from memvault.records.graphsearch import Graph
 from memvault.records.summaries import SessionInfo, SessionSummaries, check_session_id
-from memvault.records.summaryfiles import read_text
 from memvault.records.sync import SessionFiles
 from memvault.tools.common import request_token
 
@@ -74,6 +73,7 @@ ARCHIVE_TEMPLATE = ARCHIVE + "{+filename}"
 SESSION_TEMPLATE = SESSIONS + "{sessionId}"
 MARKDOWN = "text/markdown"
 PAGE_SIZE = 500  # resources per resources/list page
+MAX_CURSOR_CHARS = 16_384  # a cursor names one memory's id (at most a few hundred characters)
 MAX_READ_BYTES = 8 * 1024 * 1024  # a larger file is refused (read_memory shows part of it)
 RESOURCE_NOT_FOUND = -32002  # the code the MCP specification gives a read of an unknown resource
 
@@ -200,10 +200,13 @@ def decode_cursor(cursor: str | None) -> tuple[int, str] | None:
     if not cursor:
         return None
     try:
-        section, name = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        if isinstance(section, int) and isinstance(name, str):
-            return section, name
-    except (ValueError, TypeError, binascii.Error):
+        # Ours name a memory or session, so they are short: a longer one is refused unread (a
+        # 500 KB nested one made json.loads raise RecursionError, an internal error).
+        if len(cursor) <= MAX_CURSOR_CHARS:
+            section, name = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+            if isinstance(section, int) and isinstance(name, str):
+                return section, name
+    except (ValueError, TypeError, binascii.Error, RecursionError):
         pass
     raise InvalidArgument("This cursor was not given by this server; list again without a cursor.")
 
@@ -254,9 +257,13 @@ FIXED = {
 }
 
 
-def read_limited(path: Path, what: str, advice: str) -> str:
-    """A file's text (worker thread), refused past MAX_READ_BYTES."""
-    raw, _ = files.read_regular(path, MAX_READ_BYTES + 1)
+def read_limited(path: Path, folder: Path, what: str, advice: str) -> str:
+    """A file's text (worker thread), refused past MAX_READ_BYTES or when it, a folder on its way
+    or the token folder ``folder`` is a link (LinkedFile, LinkedFolder: never read through)."""
+    try:
+        raw, _ = safe.read_file(path, folder, MAX_READ_BYTES + 1)
+    except safe.LinkRefused as exc:
+        raise exc.error() from None
     if len(raw) > MAX_READ_BYTES:
         raise InvalidArgument(
             f"{what} is larger than {MAX_READ_BYTES:,} bytes, too large to read whole. {advice}"
@@ -335,9 +342,9 @@ class Resources:
 
             def read() -> str:
                 try:
-                    path = state.vault.path_of(id, archived=archived)
+                    path = state.vault.target_of(id, archived=archived)
                     advice = "Read it with read_memory, or open the file in an editor."
-                    return read_limited(path, f"'{id}'", advice)
+                    return read_limited(path, state.vault.dir, f"'{id}'", advice)
                 except (FileNotFoundError, NotADirectoryError, IsADirectoryError, files.NotRegularFile):
                     raise NotFound(id, archived=archived) from None
 
@@ -349,26 +356,24 @@ class Resources:
         def read() -> str:
             md, _ = summaryfiles.paths(folder, session_id)
             try:
-                return read_limited(md, f"Session {quoted(session_id)}", "Page through it with get_summary.")
+                what, advice = f"Session {quoted(session_id)}", "Page through it with get_summary."
+                return read_limited(md, folder, what, advice)
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError, files.NotRegularFile):
                 raise UnknownSession(session_id) from None
 
         return await anyio.to_thread.run_sync(read)
 
     async def graph(self, token: str) -> str:
-        path = self.settings.root / token / GRAPH_FILE
+        folder = self.settings.root / token
 
         def read() -> str:
+            what, advice = "The knowledge graph", "Use search_nodes or open_nodes."
             try:
-                if path.stat().st_size > MAX_READ_BYTES:
-                    raise InvalidArgument(
-                        f"The knowledge graph is larger than {MAX_READ_BYTES:,} bytes, too large to read "
-                        "whole. Use search_nodes or open_nodes."
-                    )
-            except FileNotFoundError:
+                text = read_limited(folder / GRAPH_FILE, folder, what, advice)
+            except (FileNotFoundError, NotADirectoryError, files.NotRegularFile):
                 return json.dumps(Graph().to_json())
-            text = parse(read_text(path))
-            graph = Graph(tuple(e for e, _ in text.entities), tuple(r for r, _ in text.relations))
+            parsed = parse(text)
+            graph = Graph(tuple(e for e, _ in parsed.entities), tuple(r for r, _ in parsed.relations))
             return json.dumps(graph.to_json(), ensure_ascii=False)
 
         return await anyio.to_thread.run_sync(read)

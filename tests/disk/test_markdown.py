@@ -328,7 +328,7 @@ def test_plain_frontmatter_is_read_without_the_yaml_loader(monkeypatch: pytest.M
     def no_yaml(text: str) -> object:
         raise AssertionError(f"YAML loader used for {text!r}")
 
-    monkeypatch.setattr(vault_module._YAML, "load", no_yaml)
+    monkeypatch.setattr(vault_module, "load_yaml", no_yaml)
     m = parse_memory(MEM_MCP.encode(), "note.md")
     assert (m.priority, m.tags, m.importance, m.problem) == ("P1", ("deploy", "postgres"), 0.8, None)
     assert m.last_accessed_at == at("2026-02-10T10:30:00.000Z")
@@ -402,7 +402,7 @@ def test_fast_frontmatter_path_agrees_with_yaml(pairs: list[tuple[str, str]], bl
         lines.insert(1, "")
     fm = "\n".join(lines) + "\n"
     try:
-        expected: object = normalised(vault_module._YAML.load(fm))  # the loader vault uses (C or pure)
+        expected: object = normalised(vault_module.load_yaml(fm))  # the loader vault uses (C or pure)
     except Exception as exc:
         expected = type(exc)
     try:
