@@ -297,6 +297,7 @@ def titled(data: bytes) -> bytes:
 
 
 def _notes(settings: Settings, args: argparse.Namespace) -> int:
+    from memvault.errors import MemvaultError
     from memvault.ops import imports
     from memvault.ops.imports import Note, plan_notes, read_note, write_notes
 
@@ -319,10 +320,11 @@ def _notes(settings: Settings, args: argparse.Namespace) -> int:
         with Progress("import (writing)") as progress:
             try:
                 done = write_notes(folder, planned, progress)
-            except OSError as exc:
+            except (OSError, MemvaultError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) else str(exc)
                 print(
-                    f"memvault: writing the memories failed ({exc.strerror or type(exc).__name__}); "
-                    "the vault is as it was.",
+                    f"memvault: writing the memories failed ({why or type(exc).__name__}); "
+                    "what this import wrote was taken back.",
                     file=sys.stderr,
                 )
                 return 1
