@@ -336,6 +336,7 @@ def _notes(settings: Settings, args: argparse.Namespace) -> int:
 _SAID = {
     "new": "new",
     "refresh": "refresh (the source changed)",
+    "priority": "refresh (to the priority asked for)",
     "skip": "skip (already there)",
     "kept": "kept (the copy changed since its import)",
     "changed": "skip (the source changed; --refresh brings it in)",
@@ -351,11 +352,11 @@ def _report(settings: Settings, args: argparse.Namespace, done: Any, hot: int) -
     from memvault.ops import imports
 
     dry = args.dry_run
-    added, refreshed = done.added, done.named(imports.REFRESH)
+    added, refreshed = done.added, done.named(imports.REFRESH) + done.named(imports.PRIORITY)
     line = f"{args.token}: {'would add' if dry else 'added'} {len(added)} memories "
     line += f"({len(done.unchanged)} already there"
     if refreshed:
-        line += f"; {'would refresh' if dry else 'refreshed'} {len(refreshed)} from changed sources"
+        line += f"; {'would refresh' if dry else 'refreshed'} {len(refreshed)}"
     if done.kept:
         line += f"; kept {len(done.kept)} changed since their import: {_listed(done.kept)}"
     archived = done.named(imports.ARCHIVED)

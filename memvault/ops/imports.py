@@ -27,7 +27,7 @@ import yaml  # type: ignore[import-untyped]
 
 from memvault.clock import format_time
 from memvault.disk.files import atomic_write, fsync_dir
-from memvault.disk.markdown import edit_frontmatter
+from memvault.disk.markdown import edit_frontmatter, parse_memory
 from memvault.disk.names import check_id
 from memvault.disk.vault import Vault, folder_lock
 from memvault.errors import MemvaultError
@@ -71,6 +71,8 @@ class Note:
 
 # What a re-import does with one note.
 NEW, REFRESH, SKIP, KEPT, CHANGED, ARCHIVED = "new", "refresh", "skip", "kept", "changed", "archived"
+PRIORITY = "priority"  # an untouched copy given the priority asked for (its source unchanged)
+WRITES = (NEW, REFRESH, PRIORITY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,7 @@ class Step:
     action: str
     copy: bytes = b""  # what the import writes (new, refresh)
     present: bytes | None = None  # the copy in the vault as planned against
+    priority: str | None = None  # the priority asked for
 
 
 @dataclass(slots=True)
@@ -237,7 +240,7 @@ def copy_of(note: Note, now: datetime, priority: str | None = None) -> bytes:
 # ---------------------------------------------------------------------------- planning and writing
 
 
-def _decide(note: Note, present: bytes, refresh: bool) -> str:
+def _decide(note: Note, present: bytes, refresh: bool, priority: str | None) -> str:
     """What a re-import does with a note whose name is taken by ``present``."""
     stored = provenance(present)
     digest = copy_digest(present)
@@ -248,6 +251,10 @@ def _decide(note: Note, present: bytes, refresh: bool) -> str:
     if digest != stored.copy_hash:
         return KEPT  # changed since the import, by hand or by an agent
     if stored.source_hash == note.source_hash:
+        if priority is not None:
+            memory = parse_memory(present, note.id)
+            if memory.problem is None and memory.priority != priority:
+                return PRIORITY
         return SKIP
     return REFRESH if refresh else CHANGED
 
@@ -283,9 +290,9 @@ def plan_notes(
         if present is None:
             action = ARCHIVED if archived else NEW
         else:
-            action = _decide(note, present, refresh)
-        copy = copy_of(note, at, priority) if action in (NEW, REFRESH) else b""
-        done.steps.append(Step(note, action, copy, present))
+            action = _decide(note, present, refresh, priority)
+        copy = copy_of(note, at, priority) if action in WRITES else b""
+        done.steps.append(Step(note, action, copy, present, priority))
     return done
 
 
@@ -311,7 +318,7 @@ def write_notes(
     vault.check_folder()
     folder.mkdir(parents=True, exist_ok=True)
     steps = list(done.steps)
-    writes = [i for i, step in enumerate(steps) if step.action in (NEW, REFRESH)]
+    writes = [i for i, step in enumerate(steps) if step.action in WRITES]
     progress(len(steps) - len(writes))
     written: list[_Written] = []
     at = 0
@@ -336,7 +343,7 @@ def write_notes(
 
 
 def _apply(vault: Vault, step: Step, written: list[_Written], folders: set[Path]) -> Step:
-    if step.action not in (NEW, REFRESH):
+    if step.action not in WRITES:
         return step
     path = vault.path_of(step.note.id)
     folders.add(path.parent)
@@ -353,7 +360,7 @@ def _apply(vault: Vault, step: Step, written: list[_Written], folders: set[Path]
         present = path.read_bytes()
     except FileNotFoundError:
         return replace(step, action=SKIP)  # deleted or archived since the plan: left so
-    if present != step.present and _decide(step.note, present, True) != REFRESH:
+    if present != step.present and _decide(step.note, present, True, step.priority) != step.action:
         return replace(step, action=KEPT)
     written.append(_Written(path, present, step.copy))
     atomic_write(path, step.copy, sync_folder=False)

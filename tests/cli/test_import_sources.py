@@ -139,7 +139,7 @@ def test_a_reimport_refreshes_changed_sources_keeps_edited_copies_and_ignores_re
     code, out, _ = run(root, capsys, "notes", "--refresh", str(notes))
     assert (code, out) == (
         0,
-        "alice: added 0 memories (58 already there; refreshed 1 from changed sources; "
+        "alice: added 0 memories (58 already there; refreshed 1; "
         "kept 1 changed since their import: notes/n2.md)\n",
     )
     assert b"A new route by the river." in (copies / "n1.md").read_bytes()
@@ -167,7 +167,7 @@ def test_a_dry_run_lists_each_file_and_what_it_would_do(
         f"  {notes / 'n1.md'} -> notes/n1.md: skip (already there)",
         f"  {notes / 'n2.md'} -> notes/n2.md: kept (the copy changed since its import)",
         f"  {notes / 'n3.md'} -> notes/n3.md: new",
-        "alice: would add 1 memories (1 already there; would refresh 1 from changed sources; "
+        "alice: would add 1 memories (1 already there; would refresh 1; "
         "kept 1 changed since their import: notes/n2.md)",
     ]
     assert sorted((p.name, p.read_bytes()) for p in (root / "alice" / "notes").iterdir()) == before
@@ -184,6 +184,17 @@ def test_an_import_past_the_capacity_warns_naming_priority_and_the_setting(
     code, _, err = run(root, capsys, "notes", "--priority", "P0", str(notes))
     assert code == 0 and "MEMVAULT_CAPACITY" in err
     assert all(b"priority: P0\n" in p.read_bytes() for p in (root / "alice" / "notes").glob("*.md"))
+    # Asked again for another priority: the copies as imported take it; one edited since is kept.
+    (root / "alice" / "notes" / "n0.md").write_text("# Mine\n")
+    code, out, _ = run(root, capsys, "notes", str(notes), "--priority", "P1")
+    assert out == (
+        "alice: added 0 memories (0 already there; refreshed 7; "
+        "kept 1 changed since their import: notes/n0.md)\n"
+    )
+    assert all(b"priority: P1\n" in p.read_bytes() for p in (root / "alice" / "notes").glob("n[1-7].md"))
+    assert run(root, capsys, "notes", str(notes), "--priority", "P1")[1].startswith(
+        "alice: added 0 memories (7 already"
+    )
     small = tmp_path / "small"
     small.mkdir()
     (small / "one.md").write_text("# One\n")
