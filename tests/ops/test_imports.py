@@ -1,0 +1,73 @@
+"""memvault.ops.imports: a copy's hash of itself holds through what the server writes on a read, and
+moves with any edit a person makes."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+import pytest
+
+from memvault.disk.markdown import parse_memory, rewrite
+from memvault.ops.imports import Note, copy_digest, copy_of, provenance
+
+SOURCES = {
+    "frontmatter": b"---\ntags: [run]\n---\n# Run\n\nLong run on Sunday.\n",
+    "blank line after the fence": b"---\ntype: person\n---\n\n- [role] Designer\n",
+    "no frontmatter": b"# Storefront\n\nSee [[Alice]].\n",
+    "no heading, leading blank lines": b"\n\nplain text\n",
+    "crlf": b"---\r\ntags: [a]\r\n---\r\n# T\r\n\r\nbody\r\n",
+    "bom": "\ufeff---\ntitle: B\n---\nbody\n".encode(),
+    "broken yaml": b"---\ntags: [a\n---\n# Broken\n\nstill text\n",
+    "no closing fence": b"---\ntitle: open\n\nbody\n",
+    "own times": b"---\nupdatedAt: 2026-01-01T00:00:00.000Z\n"
+    b"lastAccessedAt: 2026-01-02T00:00:00.000Z\n---\nx\n",
+}
+AT = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+
+
+def note(data: bytes) -> Note:
+    return Note("notes/a.md", data, "a.md", "notes:notes/a.md", hashlib.sha256(data).hexdigest())
+
+
+def read_back(data: bytes, when: datetime) -> bytes:
+    """The file after the server wrote a read's access time into it."""
+    text = data.decode("utf-8")
+    return rewrite(text, {"lastAccessedAt": when}, title=None, content=None).encode("utf-8")
+
+
+@pytest.mark.parametrize("kind", sorted(SOURCES))
+def test_reads_written_back_leave_the_copy_as_the_import_wrote_it(kind: str) -> None:
+    copy = copy_of(note(SOURCES[kind]), AT)
+    stored = provenance(copy)
+    assert stored.source_hash == hashlib.sha256(SOURCES[kind]).hexdigest()
+    assert stored.copy_hash == copy_digest(copy)
+    once = read_back(copy, datetime(2026, 11, 29, tzinfo=UTC))
+    twice = read_back(once, datetime(2026, 12, 1, tzinfo=UTC))
+    assert once != copy and copy_digest(twice) == stored.copy_hash
+
+
+@pytest.mark.parametrize("kind", sorted(SOURCES))
+def test_an_edit_of_the_body_or_title_changes_the_copys_hash(kind: str) -> None:
+    copy = copy_of(note(SOURCES[kind]), AT)
+    text = copy.decode("utf-8")
+    assert copy_digest((text + "one more line\n").encode()) != provenance(copy).copy_hash
+    retitled = rewrite(text, {}, title="Another title", content=None).encode("utf-8")
+    assert copy_digest(retitled) != provenance(copy).copy_hash
+
+
+@pytest.mark.parametrize("kind", sorted(SOURCES))
+def test_a_copy_reads_as_its_source_does(kind: str) -> None:
+    source = parse_memory(SOURCES[kind], "notes/a.md")
+    copy = parse_memory(copy_of(note(SOURCES[kind]), AT), "notes/a.md")
+    if source.problem is None:
+        assert (copy.title, copy.content, copy.tags, copy.problem) == (
+            source.title,
+            source.content,
+            source.tags,
+            None,
+        )
+        assert copy.meta["importedAt"] == AT
+    else:  # what a person must fix stays visible; where it came from is still read from its lines
+        assert copy.problem is not None or kind == "no closing fence"
+        assert provenance(copy_of(note(SOURCES[kind]), AT)).source_hash is not None
