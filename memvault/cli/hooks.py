@@ -1,25 +1,30 @@
 """memvault hook <event>: Claude Code's hooks, which never hold the client up.
 
 Session start prints a short context; pre-compact and stop record the session from its
-transcript. A hook never holds the client up: its work runs
-against a deadline, it talks to a running server when there is one (else to the vault's files, under
-the same locks), and whatever goes wrong it exits 0 with one line on stderr."""
+transcript. A hook never holds the client up: its work runs against a deadline counted from the
+process's start (the interpreter's start and the imports included), it talks to a running server
+when there is one (else to the vault's files, under the same locks), and whatever goes wrong it
+exits 0 with one line on stderr. Claude Code runs hooks concurrently (panes, subagents): the hooks
+of one session record it one at a time, under a lock on its transcript."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import sys
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memvault.config import Settings
+from memvault.config import SETTINGS, Settings
 from memvault.disk.names import valid_token
+from memvault.errors import MemvaultError
 
 if TYPE_CHECKING:
     from memvault.ops.capture import VaultAccess
@@ -30,6 +35,21 @@ MAX_INPUT_BYTES = 1024 * 1024
 TRANSCRIPT_TAIL_BYTES = 8 * 1024 * 1024  # a long session's older part was captured by earlier hooks
 CAPTURE_CHARS = 8000
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_IMPORTED = time.monotonic()  # when /proc cannot tell the process's start: the next best thing
+
+
+def started() -> float:
+    """When this process started, on time.monotonic()'s clock: the hook's deadline counts the
+    interpreter's start and the imports, which take a good part of it on a busy machine."""
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()  # the name before ")" may hold spaces
+        ticks = int(fields[19])  # field 22, starttime: clock ticks after boot
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):  # not Linux
+        return _IMPORTED
+    return now - age if 0 <= age < 600 else _IMPORTED
 
 
 class Skip(Exception):
@@ -45,37 +65,65 @@ class HookArgs:
     transcripts: Path | None
 
 
+class Watch:
+    """The hook's deadline, counted from the process's start. When it passes, whatever the hook is
+    doing (importing on a busy machine, waiting for a lock, reading a socket that never answers),
+    the watch prints one line and ends the process with status 0."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.deadline = started() + seconds
+        self._end = threading.Lock()  # taken by whichever ends the process: the hook or the watch
+        threading.Thread(target=self._watch, name="memvault-hook-deadline", daemon=True).start()
+
+    def _watch(self) -> None:
+        while (left := self.deadline - time.monotonic()) > 0:
+            time.sleep(left)
+        if self._end.acquire(blocking=False):
+            _say(
+                f"gave up after {self.seconds:g}s (MEMVAULT_HOOK_TIMEOUT_SECONDS) so as not to hold "
+                "Claude Code up; is the machine busy, the vault very large, or its lock held?"
+            )
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)  # the hook may be inside a lock or a socket read: leave it, never wait for it
+
+    def finish(self) -> None:
+        """Claim the process's end for the hook; when the watch has claimed it, wait for its exit."""
+        if not self._end.acquire(blocking=False):
+            threading.Event().wait()
+
+
+_watch: Watch | None = None
+
+
+def watch(environ: Mapping[str, str]) -> None:
+    """Start the hook's watch before the rest of the command line is even imported."""
+    global _watch
+    try:
+        seconds = Settings.from_env(environ).hook_timeout_seconds
+    except MemvaultError:  # main says what is wrong with the setting; the default bounds the wait
+        seconds = float(SETTINGS["hook_timeout_seconds"].default)
+    _watch = Watch(seconds)
+
+
 def run(settings: Settings, args: HookArgs) -> int:
-    """Run one hook within settings.hook_timeout_seconds; always exit status 0."""
-    deadline = time.monotonic() + settings.hook_timeout_seconds
-    out: list[str] = []
-    problems: list[str] = []
+    """Run one hook within settings.hook_timeout_seconds of the process's start; always exit status 0."""
+    guard = _watch or Watch(settings.hook_timeout_seconds)
+    from memvault.cli.remote import Unreachable
 
-    def work() -> None:
-        from memvault.cli.remote import Unreachable
-
-        try:
-            out.append(_hook(settings, args, deadline))
-        except (Skip, Unreachable) as exc:  # Unreachable: the server went away during the hook
-            problems.append(str(exc))
-        except Exception as exc:  # a hook must never fail the client: one line, exit 0
-            problems.append(f"failed ({type(exc).__name__}); the session goes on without memvault")
-
-    worker = threading.Thread(target=work, name="memvault-hook", daemon=True)
-    worker.start()
-    worker.join(max(0.0, deadline - time.monotonic()))
-    if worker.is_alive():
-        _say(
-            f"gave up after {settings.hook_timeout_seconds:g}s (MEMVAULT_HOOK_TIMEOUT_SECONDS) so as "
-            "not to hold Claude Code up; is the vault very large, or its lock held?"
-        )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)  # the worker may be inside a lock or a socket read: leave it, never wait for it
-    if problems:
-        _say(problems[0])
-    elif out and out[0]:
-        sys.stdout.write(out[0] + "\n")
+    out, problem = "", ""
+    try:
+        out = _hook(settings, args, guard.deadline)
+    except (Skip, Unreachable) as exc:  # Unreachable: the server went away during the hook
+        problem = str(exc)
+    except Exception as exc:  # a hook must never fail the client: one line, exit 0
+        problem = f"failed ({type(exc).__name__}); the session goes on without memvault"
+    guard.finish()
+    if problem:
+        _say(problem)
+    elif out:
+        sys.stdout.write(out + "\n")
     return 0
 
 
@@ -132,6 +180,39 @@ def transcript_path(data: dict[str, Any], allowed: Path) -> Path:
             "(--transcripts); nothing recorded"
         )
     return real
+
+
+@contextlib.contextmanager
+def one_capture_at_a_time(transcript: Path, deadline: float) -> Iterator[None]:
+    """Held while a hook records the session of this transcript, so hooks run at once (Claude Code
+    starts them concurrently) never read the same capture marker and append the same turns twice.
+    The lock is the transcript's own (flock is advisory: Claude Code's appends go on), so it needs
+    no file of its own and is released when the process ends, however it ends."""
+    try:
+        import fcntl
+    except ImportError:  # no flock here (Windows): captures are not serialised
+        yield
+        return
+    try:
+        fd = os.open(transcript, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        raise Skip("cannot read the transcript; nothing recorded") from None
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise Skip(
+                        "another hook of this session was still recording it; nothing recorded"
+                    ) from None
+                time.sleep(0.01)
+            except OSError:  # a file system without flock (some network ones): go on unserialised
+                break
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _key(key_file: Path | None) -> str | None:
@@ -196,19 +277,21 @@ def _hook(settings: Settings, args: HookArgs, deadline: float) -> str:
     assert session_id is not None
     allowed = args.transcripts or Path.home() / ".claude" / "projects"
     path = transcript_path(data, allowed)
-    try:
-        transcript = transcripts.read(path, limit_bytes=TRANSCRIPT_TAIL_BYTES)
-    except OSError:
-        raise Skip("cannot read the transcript; nothing recorded") from None
-    vault = _vault(settings, args, deadline)
-    try:
-        project = Path(cwd).name if cwd else None
-        budget = min(CAPTURE_CHARS, settings.max_content_chars // 2)
-        capture.capture(vault, session_id, transcript, budget=budget, project=project)
-    except capture.Refused as exc:
-        raise Skip(f"the vault refused the session's summary: {exc}") from None
-    finally:
-        vault.close()
+    with one_capture_at_a_time(path, deadline):
+        # Read under the lock: a hook that waited sees what the one before it recorded.
+        try:
+            transcript = transcripts.read(path, limit_bytes=TRANSCRIPT_TAIL_BYTES)
+        except OSError:
+            raise Skip("cannot read the transcript; nothing recorded") from None
+        vault = _vault(settings, args, deadline)
+        try:
+            project = Path(cwd).name if cwd else None
+            budget = min(CAPTURE_CHARS, settings.max_content_chars // 2)
+            capture.capture(vault, session_id, transcript, budget=budget, project=project)
+        except capture.Refused as exc:
+            raise Skip(f"the vault refused the session's summary: {exc}") from None
+        finally:
+            vault.close()
     return ""
 
 

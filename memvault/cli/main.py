@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -141,6 +140,10 @@ DESCRIPTIONS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else list(argv))[:1] == ["hook"]:
+        from memvault.cli import hooks
+
+        hooks.watch(os.environ)  # a hook's deadline holds from here on, even while the rest imports
     args = _parser().parse_args(argv)
     try:
         overrides = {k: getattr(args, k, None) for k in ("root", "host", "port")}
@@ -181,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "export":
             return transfer.export(settings, args.token, args.out)
         return transfer.import_(settings, args.token, args.file)
+    import asyncio  # here, not at the top: a hook starts without it (its deadline counts imports)
+
     from memvault.cli import maintenance
 
     if args.command == "evict":

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,8 +240,55 @@ def test_a_server_that_never_answers_cannot_hold_the_hook(setup: Setup) -> None:
             done = setup.run(event, setup.payload("Stop", source="startup"), "--url", url)
             assert (done.returncode, done.stdout) == (0, "")
             line = one_line(done.stderr)
-            assert "did not answer in time" in line or "gave up" in line
+            assert any(why in line for why in ("did not answer in time", "gave up", "time ran out"))
     assert not (setup.root / "alice" / "sessions").exists()
+
+
+def _timed(setup: Setup, count: int, *args: str) -> list[tuple[float, str]]:
+    """``count`` session-start hooks spawned at once: each one's seconds from its spawn to its exit."""
+    payload = json.dumps(setup.payload("SessionStart", source="startup")).encode()
+    argv = [str(MEMVAULT), "hook", "session-start", "--root", str(setup.root), "--token", "alice", *args]
+    procs = []
+    for _ in range(count):
+        spawned = time.monotonic()
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=setup.env
+        )
+        procs.append((spawned, proc))
+    for _, proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(payload)
+        proc.stdin.close()
+    ended: dict[int, float] = {}
+    give_up = time.monotonic() + 60
+    while len(ended) < count and time.monotonic() < give_up:
+        for i, (_, proc) in enumerate(procs):
+            if i not in ended and proc.poll() is not None:
+                ended[i] = time.monotonic()
+        time.sleep(0.002)  # polling for each exit's moment, not waiting for a result
+    out = []
+    for i, (spawned, proc) in enumerate(procs):
+        if i not in ended:
+            proc.kill()
+        assert proc.wait() == 0 and proc.stderr is not None
+        out.append((ended.get(i, math.inf) - spawned, proc.stderr.read().decode()))
+        proc.stderr.close()
+    return out
+
+
+@pytest.mark.slow
+def test_the_hooks_deadline_is_wall_time_from_the_process_start(setup: Setup) -> None:
+    """The issue's bound: the default deadline holds from spawn to exit, the interpreter's start and
+    the imports included, for one hook and for ten at once (within the 5 s setup gives Claude Code)."""
+    del setup.env["MEMVAULT_HOOK_TIMEOUT_SECONDS"]  # the default
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog), never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        url = ("--url", f"http://127.0.0.1:{silent.getsockname()[1]}/mcp/alice")
+        [(seconds, stderr)] = _timed(setup, 1, *url)
+        assert seconds < 1.0 and "gave up" in one_line(stderr)
+        for seconds, stderr in _timed(setup, 10, *url):
+            assert seconds < 5.0 and "gave up" in one_line(stderr)
 
 
 def test_a_held_vault_lock_cannot_hold_the_hook(setup: Setup) -> None:
@@ -323,3 +372,62 @@ def test_a_hostile_working_folder_name_never_reaches_the_title(setup: Setup) -> 
     done = setup.run("stop", {**setup.payload("Stop"), "cwd": "/tmp/evil\nname: x"})
     assert (done.returncode, done.stderr) == (0, "")
     assert "Hi." in setup.summary()[0]
+
+
+# ---------------------------------------------------------------------------- hooks racing
+
+
+def _together(setup: Setup, runs: list[tuple[str, dict[str, Any]]], *args: str) -> list[tuple[int, str]]:
+    """Start every hook at once (as Claude Code does across panes and subagents); their exits."""
+    procs = []
+    for event, _ in runs:
+        argv = [str(MEMVAULT), "hook", event, "--root", str(setup.root), "--token", "alice", *args]
+        procs.append(
+            subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=setup.env,
+                text=True,
+            )
+        )
+    for proc, (_, payload) in zip(procs, runs, strict=True):
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(payload))
+        proc.stdin.close()
+    out = []
+    for proc in procs:
+        assert proc.stderr is not None
+        out.append((proc.wait(timeout=120), proc.stderr.read()))
+        proc.stderr.close()
+    return out
+
+
+def _racing_hooks_record_each_request_once(setup: Setup, *args: str) -> str:
+    runs = [("stop", setup.payload("Stop")) for _ in range(7)]
+    runs += [("pre-compact", setup.payload("PreCompact", trigger="auto")) for _ in range(3)]
+    for trial in range(3):
+        setup.transcript.turn(f"Request number {trial} please", f"Answer number {trial}.")
+        for status, stderr in _together(setup, runs, *args):
+            assert (status, stderr) == (0, "")
+    latest = setup.summary()[-1]
+    for trial in range(3):
+        assert latest.count(f"Request number {trial} please") == 1, latest
+        assert latest.count(f"Answer number {trial}.") == 1, latest
+    return latest
+
+
+@pytest.mark.slow
+def test_ten_hooks_at_once_on_the_vaults_files_record_each_request_once(setup: Setup) -> None:
+    _racing_hooks_record_each_request_once(setup)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_ten_hooks_at_once_through_the_server_record_each_request_once(
+    setup: Setup, anyio_backend: str
+) -> None:
+    async with run_server(Settings(root=setup.root, path_tokens="on")) as server:
+        url = ("--url", f"{server.url}/mcp/alice")
+        await anyio.to_thread.run_sync(lambda: _racing_hooks_record_each_request_once(setup, *url))
