@@ -101,7 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     load.add_argument("file", type=Path, help="the file written by memvault export ('-' for stdin)")
     from memvault.cli import hooks, importers, setup
+    from memvault.cli import sync as sync_cli
 
+    sync_cli.add_parser(sub)
     hooks.add_parser(sub, _vault_options("the vault (token) the hooks use"))
     setup.add_parser(sub, _vault_options("the vault (token) Claude Code uses"))
     importers.add_parser(sub, _vault_options("the vault (token) to import into"))
@@ -175,6 +177,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return {"hook": hooks.command, "setup": setup.command, "import-from": importers.command}[
             args.command
         ](settings, args)
+    if args.command == "sync":
+        from memvault.cli import sync as sync_cli
+
+        return sync_cli.command(settings, args)
     if args.command in ("export", "import"):
         from memvault.cli import transfer
 

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from memvault.config import Settings
 from memvault.errors import quote
+from memvault.git.loop import stale_note
 from memvault.ops.arguments import check_query
 from memvault.ops.recall import DEFAULT_WEIGHTS, STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
 from memvault.ops.store import Store
@@ -136,4 +137,5 @@ def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -
     async def memory_stats(ctx: Context) -> CallToolResult:
         """Vault health: counts, vector coverage, search misses, unused memories, next eviction."""
         stats = await recaller.stats(token_of(ctx))
-        return text(render_stats(stats))
+        note = stale_note(settings.root)  # git sync failing for a while (MEMVAULT_SYNC=git)
+        return text(render_stats(stats) + (f"\n{note}" if note else ""))
