@@ -1,0 +1,133 @@
+"""memvault setup git with a real git: a bare remote, two clones, a person's own git pull."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from commands import MEMVAULT, clean_env, run
+from gitrepo import GIT, git_sync
+
+from memvault.disk.markdown import has_conflict_markers
+
+pytestmark = [pytest.mark.skipif(GIT is None, reason="git is not installed"), pytest.mark.slow]
+
+VAULT = "vaults/team"  # a folder inside the repository, as a vault usually is
+
+
+def entity(name: str, *observations: str) -> str:
+    row = {"type": "entity", "name": name, "entityType": "person", "observations": list(observations)}
+    return json.dumps(row, separators=(",", ":"))
+
+
+def relation(source: str, target: str) -> str:
+    return json.dumps(
+        {"type": "relation", "from": source, "to": target, "relationType": "knows"}, separators=(",", ":")
+    )
+
+
+def setup_git(vault: Path, *more: str) -> str:
+    done = run([str(MEMVAULT), "setup", "git", "--root", str(vault), *more], env=clean_env())
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def two_clones(tmp_path: Path, files: dict[str, str]) -> tuple[Path, Path]:
+    """A bare remote holding ``files`` in the vault with the driver's .gitattributes, and two
+    clones of it, each set up as its user would: ``memvault setup git``."""
+    remote = tmp_path / "remote.git"
+    git_sync(tmp_path, "init", "--bare", "-b", "main", str(remote))
+    a, b = tmp_path / "a", tmp_path / "b"
+    git_sync(tmp_path, "clone", str(remote), str(a))
+    for name, text in files.items():
+        (a / VAULT / name).parent.mkdir(parents=True, exist_ok=True)
+        (a / VAULT / name).write_text(text, encoding="utf-8")
+    setup_git(a / VAULT)
+    git_sync(a, "add", "-A")
+    git_sync(a, "commit", "-m", "the vault")
+    git_sync(a, "push", "origin", "HEAD:main")
+    git_sync(tmp_path, "clone", str(remote), str(b))
+    setup_git(b / VAULT)
+    return a, b
+
+
+def concurrently(
+    a: Path, b: Path, change_a: Callable[[Path], None], change_b: Callable[[Path], None]
+) -> None:
+    """Each clone changes and commits; a pushes first; b pulls (a merge) and pushes; a pulls."""
+    change_a(a / VAULT)
+    git_sync(a, "commit", "-am", "a's change")
+    change_b(b / VAULT)
+    git_sync(b, "commit", "-am", "b's change")
+    git_sync(a, "push", "origin", "HEAD:main")
+    pulled = git_sync(b, "pull", "--no-rebase", "origin", "main", check=False)
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    git_sync(b, "push", "origin", "HEAD:main")
+    git_sync(a, "pull", "--no-rebase", "origin", "main")
+    assert git_sync(b, "status", "--porcelain").stdout.strip() == ""
+
+
+def append(path: Path, line: str) -> None:
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+
+
+def test_a_git_pull_merges_graph_lines_both_clones_appended(tmp_path: Path) -> None:
+    graph = entity("ada", "writes code") + "\n" + relation("ada", "ada") + "\n"
+    a, b = two_clones(tmp_path, {"graph.jsonl": graph})
+
+    def change_a(vault: Path) -> None:
+        append(vault / "graph.jsonl", entity("grace", "wrote a compiler"))
+
+    def change_b(vault: Path) -> None:
+        text = (vault / "graph.jsonl").read_text(encoding="utf-8")
+        text = text.replace('"writes code"]', '"writes code","likes tea"]')
+        (vault / "graph.jsonl").write_text(text + entity("linus", "wrote a kernel") + "\n", encoding="utf-8")
+
+    concurrently(a, b, change_a, change_b)
+    for clone in (a, b):
+        text = (clone / VAULT / "graph.jsonl").read_text(encoding="utf-8")
+        assert not has_conflict_markers(text)
+        rows = [json.loads(line) for line in text.splitlines()]
+        entities = {r["name"]: r["observations"] for r in rows if r["type"] == "entity"}
+        assert entities == {
+            "ada": ["writes code", "likes tea"],
+            "grace": ["wrote a compiler"],
+            "linus": ["wrote a kernel"],
+        }
+        assert relation("ada", "ada") in text.splitlines()
+
+
+def test_setup_git_is_idempotent_and_remove_undoes_it(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    git_sync(tmp_path, "init", "-b", "main", str(repo))
+    vault = repo / "team"
+    vault.mkdir()
+    (vault / ".gitattributes").write_text("*.png binary\n", encoding="utf-8")
+    config_before = (repo / ".git" / "config").read_text(encoding="utf-8")
+
+    assert "gitattributes" in setup_git(vault)
+    attributes = (vault / ".gitattributes").read_text(encoding="utf-8")
+    assert attributes.startswith("*.png binary\n") and "graph.jsonl merge=memvault" in attributes
+    config = (repo / ".git" / "config").read_text(encoding="utf-8")
+    assert '[merge "memvault"]' in config and "merge-file %O %A %B %P" in config
+    assert "python" not in attributes  # the interpreter's path stays in .git/config, never committed
+
+    assert "already" in setup_git(vault)
+    assert (vault / ".gitattributes").read_text(encoding="utf-8") == attributes
+
+    setup_git(vault, "--remove")
+    assert (vault / ".gitattributes").read_text(encoding="utf-8") == "*.png binary\n"
+    assert (repo / ".git" / "config").read_text(encoding="utf-8").strip() == config_before.strip()
+
+
+def test_setup_git_outside_a_repository_says_what_to_do(tmp_path: Path) -> None:
+    done = run(
+        [str(MEMVAULT), "setup", "git", "--root", str(tmp_path)],
+        env=clean_env(GIT_CEILING_DIRECTORIES=str(tmp_path)),
+    )
+    assert done.returncode == 1
+    assert "not inside a git repository" in done.stderr and "git init" in done.stderr
+    assert "Traceback" not in done.stderr and str(tmp_path) not in done.stderr
