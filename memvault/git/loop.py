@@ -35,6 +35,7 @@ DEBOUNCE_SECONDS = 2.0  # a write is committed and pushed this long after it, wi
 PUSH_TRIES = 4  # a push the remote rejects (it moved meanwhile): fetch, merge, push again
 BACKOFF_SECONDS = 0.5  # doubled after each rejected push
 STALE_INTERVALS = 3  # tools say the vault is not syncing once it failed this many intervals
+MOVED = ("[rejected]", "non-fast-forward", "fetch first", "cannot lock ref")
 MAX_LISTED = 40  # paths named in a commit message's body
 MAX_VAULTS_NAMED = 3  # more vaults in one commit are summed up in its subject
 
@@ -132,7 +133,7 @@ def describe(changes: list[Change]) -> str:
     else:
         parts += [f"{key}: {_phrase(_counts(by_vault[key]))}" for key in named]
     if "" in by_vault:
-        parts.append(_plural(len(by_vault[""]), "setting file"))
+        parts.append(", ".join(sorted(c.path for c in by_vault[""])[:3]))
     subject = "memvault: " + "; ".join(parts)
     listed = [f"{c.status} {c.path}" for c in sorted(changes, key=lambda c: c.path)[:MAX_LISTED]]
     if len(changes) > MAX_LISTED:
@@ -206,9 +207,10 @@ def _tokens_touched(repo: Repo, root: Path, ref: str) -> list[Path]:
     state, so a server or the CLI may write there): their locks are held during the merge."""
     if repo.head() is None:
         return []
-    paths = split_z(
-        repo.run("diff", "--name-only", "--no-renames", "-z", f"HEAD...{ref}", "--", repo.vault).stdout
-    )
+    # What the remote changed since the histories met (or all it differs in, when they never met).
+    related = repo.run("merge-base", "HEAD", ref, check=False).returncode == 0
+    span = [f"HEAD...{ref}"] if related else ["HEAD", ref]
+    paths = split_z(repo.run("diff", "--name-only", "--no-renames", "-z", *span, "--", repo.vault).stdout)
     tokens = set()
     for path in paths:
         inside = repo.vault_relative(path)
@@ -275,7 +277,18 @@ def merge(repo: Repo, root: Path, target: Target) -> tuple[int, tuple[str, ...]]
     with _holding(_tokens_touched(repo, root, target.ref)):
         commit(repo, target)  # what was written since the last commit, so the merge starts clean
         done = repo.run(
-            *target.identity, "merge", "--no-edit", "--quiet", "--no-stat", target.ref, check=False
+            *target.identity,
+            "merge",
+            "--no-edit",
+            "--quiet",
+            "--no-stat",
+            # Two clones of an empty remote that both wrote first share no history; their vaults
+            # still merge (nothing is replaced by a merge).
+            "--allow-unrelated-histories",
+            "-m",
+            f"memvault: merge {target.remote}/{target.remote_branch}",
+            target.ref,
+            check=False,
         )
         if done.returncode == 0:
             commit(repo, target)  # what the driver set beside a file (both bodies of a conflict)
@@ -313,7 +326,9 @@ def _push(repo: Repo, target: Target) -> bool:
     if done.returncode == 0:
         return True
     said = done.stdout + "\n" + done.stderr
-    if "[rejected]" in said or "non-fast-forward" in said or "fetch first" in said:
+    # The remote moved since the fetch: before the push began (rejected, non-fast-forward), or
+    # while it ran (the remote could not move its branch from the commit it had announced).
+    if any(why in said for why in MOVED):
         return False
     raise SyncFailed(f"git push failed: {git_repo.clean(done.stderr or done.stdout)}")
 

@@ -33,7 +33,6 @@ _REDIRECTS = (
     "GIT_ALTERNATE_OBJECT_DIRECTORIES",
     "GIT_NAMESPACE",
     "GIT_PREFIX",
-    "GIT_CEILING_DIRECTORIES",
 )
 _FIXED = {
     "GIT_TERMINAL_PROMPT": "0",  # a remote asking for a password fails at once instead of waiting

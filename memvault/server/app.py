@@ -497,7 +497,11 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     started = time.monotonic()
     # MEMVAULT_SYNC=git: commit, fetch, merge, push on a thread of its own; every write's batch
     # from the watcher asks for a sync a moment later.
-    sync = SyncLoop(settings.root, settings.sync_interval_seconds) if settings.sync == "git" else None
+    sync = (
+        SyncLoop(settings.root, settings.sync_interval_seconds, clock=clock)
+        if settings.sync == "git"
+        else None
+    )
     if sync is not None:
         store.changes.on_batch = lambda token: sync.soon()
 

@@ -1,0 +1,253 @@
+"""The git sync loop with a real git: a bare remote on disk, clones of it, the loop's own syncs, and
+servers that sync through the remote while agents write."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from gitrepo import GIT, git_sync
+
+from memvault.disk.markdown import has_conflict_markers
+from memvault.errors import SyncFailed
+from memvault.git import repo as git_repo
+from memvault.git.loop import Change, describe, sync_vault
+
+pytestmark = [pytest.mark.skipif(GIT is None, reason="git is not installed"), pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def no_git_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user with no git identity of their own (as on a fresh server), whatever this machine has."""
+    config = tmp_path / "gitconfig"
+    config.write_text("[init]\n\tdefaultBranch = main\n[commit]\n\tgpgsign = false\n", encoding="utf-8")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+def clones(tmp_path: Path, *names: str, vault: str = "") -> tuple[Path, list[Path]]:
+    """A bare remote and clones of it; each clone's vault folder (the clone itself, or ``vault`` in it)."""
+    remote = tmp_path / "remote.git"
+    git_sync(tmp_path, "init", "--bare", "-b", "main", str(remote))
+    roots = []
+    for name in names:
+        git_sync(tmp_path, "clone", str(remote), str(tmp_path / name))
+        root = tmp_path / name / vault if vault else tmp_path / name
+        root.mkdir(parents=True, exist_ok=True)
+        roots.append(root)
+    return remote, roots
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def entity(name: str, *observations: str) -> str:
+    row = {"type": "entity", "name": name, "entityType": "person", "observations": list(observations)}
+    return json.dumps(row)
+
+
+def head(repo: Path, ref: str = "HEAD") -> str:
+    return git_sync(repo, "rev-parse", ref).stdout.strip()
+
+
+def tracked(repo: Path) -> list[str]:
+    """The files HEAD holds."""
+    return git_sync(repo, "ls-tree", "-r", "--name-only", "HEAD").stdout.split()
+
+
+# ---------------------------------------------------------------- what a commit says
+
+
+def test_a_commit_message_says_what_changed_in_which_vault() -> None:
+    message = describe(
+        [
+            Change("A", "team/deploy.md"),
+            Change("M", "team/notes/db.md"),
+            Change("A", "team/setup.md"),
+            Change("M", "team/graph.jsonl", added=1, removed=0),
+            Change("M", "team/sessions/standup.md"),
+            Change("M", "team/sessions/standup.history.jsonl"),
+            Change("D", "alice/old.md"),
+            Change("A", "alice/archive/stale.md"),
+            Change("D", "alice/stale.md"),
+        ]
+    )
+    subject, _, body = message.partition("\n\n")
+    assert subject == (
+        "memvault: alice: 1 memory deleted, 1 memory archived; "
+        "team: 3 memories written, 1 graph change, 1 session summary"
+    )
+    assert "A team/deploy.md" in body.splitlines()
+
+
+def test_a_commit_of_many_vaults_sums_them_up() -> None:
+    changes = [Change("A", f"v{i}/note.md") for i in range(5)]
+    assert describe(changes).startswith("memvault: 5 vaults: 5 memories written\n")
+
+
+# ---------------------------------------------------------------- one sync
+
+
+def test_two_clones_converge_and_concurrent_graph_lines_merge(tmp_path: Path) -> None:
+    remote, (a, b) = clones(tmp_path, "a", "b")
+    write(a / "team" / "one.md", "# One\n\nfrom a\n")
+    write(a / "team" / "graph.jsonl", entity("ada", "from a") + "\n")
+    first = sync_vault(a)
+    assert first.pushed and first.committed and first.committed.startswith("memvault: team: 1 memory written")
+    write(b / "team" / "two.md", "# Two\n\nfrom b\n")
+    write(b / "team" / "graph.jsonl", entity("grace", "from b") + "\n")
+    assert sync_vault(b).pushed  # its own history met a's at the merge: nothing replaced
+    sync_vault(a)
+
+    assert head(a) == head(b) == head(remote)
+    for clone in (a, b):
+        assert (clone / "team" / "one.md").exists() and (clone / "team" / "two.md").exists()
+        graph = (clone / "team" / "graph.jsonl").read_text(encoding="utf-8")
+        assert not has_conflict_markers(graph)
+        assert {json.loads(line)["name"] for line in graph.splitlines()} == {"ada", "grace"}
+        assert git_sync(clone, "status", "--porcelain").stdout == ""
+
+
+def test_a_sync_commits_only_the_vault_and_never_its_derived_state(tmp_path: Path) -> None:
+    _, (root,) = clones(tmp_path, "a", vault="vaults")
+    clone = root.parent
+    write(root / "team" / "note.md", "# Note\n")
+    write(root / "team" / ".memvault" / "sidecar.sqlite3", "derived")
+    write(root / "team" / ".note.md.1234.tmp", "a write in flight")
+    write(clone / "README.md", "a person's file outside the vault\n")
+    git_sync(clone, "add", "README.md")  # staged by the person, for their own commit
+
+    sync_vault(root)
+
+    assert sorted(tracked(clone)) == ["vaults/.gitattributes", "vaults/team/note.md"]
+    assert git_sync(clone, "diff", "--cached", "--name-only").stdout.split() == ["README.md"]
+
+
+def test_commits_go_through_under_a_default_identity_or_the_configured_one(tmp_path: Path) -> None:
+    _, (a,) = clones(tmp_path, "a")
+    write(a / "team" / "note.md", "# Note\n")
+    sync_vault(a)
+    assert git_sync(a, "log", "-1", "--format=%an <%ae>").stdout.strip() == "memvault <memvault@localhost>"
+
+    git_sync(a, "config", "user.name", "Ada Lovelace")
+    git_sync(a, "config", "user.email", "ada@example.invalid")
+    write(a / "team" / "second.md", "# Second\n")
+    sync_vault(a)
+    author = git_sync(a, "log", "-1", "--format=%an <%ae>").stdout.strip()
+    assert author == "Ada Lovelace <ada@example.invalid>"
+
+
+def test_a_deletion_against_an_edit_keeps_the_edit(tmp_path: Path) -> None:
+    remote, (a, b) = clones(tmp_path, "a", "b")
+    write(a / "team" / "note.txt", "first\n")
+    sync_vault(a)
+    sync_vault(b)
+    (a / "team" / "note.txt").unlink()
+    sync_vault(a)
+    write(b / "team" / "note.txt", "first\nand an edit\n")
+
+    outcome = sync_vault(b)
+
+    assert outcome.kept == ("team/note.txt",) and outcome.pushed
+    sync_vault(a)
+    for clone in (a, b):
+        assert (clone / "team" / "note.txt").read_text(encoding="utf-8") == "first\nand an edit\n"
+    assert head(a) == head(b) == head(remote)
+
+
+def test_a_conflict_memvault_cannot_settle_aborts_the_merge_and_names_the_file(tmp_path: Path) -> None:
+    remote, (a, b) = clones(tmp_path, "a", "b", vault="vaults")
+    write(a / "team" / "table.csv", "x,1\n")
+    sync_vault(a)
+    sync_vault(b)
+    write(a / "team" / "table.csv", "x,2\n")
+    sync_vault(a)
+    write(b / "team" / "table.csv", "x,3\n")
+
+    with pytest.raises(SyncFailed) as failed:
+        sync_vault(b)
+
+    assert "team/table.csv" in failed.value.message and "aborted" in failed.value.message
+    assert str(tmp_path) not in failed.value.message
+    clone = b.parent
+    assert not (clone / ".git" / "MERGE_HEAD").exists()
+    assert (b / "team" / "table.csv").read_text(encoding="utf-8") == "x,3\n"  # nothing lost
+    assert git_sync(clone, "show", "HEAD:vaults/team/table.csv").stdout == "x,3\n"  # committed, kept
+    assert git_sync(clone, "status", "--porcelain").stdout == ""
+    assert head(remote) == head(a.parent)  # the remote was left as it was
+
+
+def test_a_rejected_push_fetches_merges_and_tries_again_never_forcing(tmp_path: Path) -> None:
+    remote, (a, b) = clones(tmp_path, "a", "b")
+    write(a / "team" / "base.md", "# Base\n")
+    sync_vault(a)
+    sync_vault(b)
+    write(b / "team" / "from-b.md", "# From b\n")
+    git_sync(b, "add", "-A")
+    git_sync(b, "commit", "-m", "b's own commit")
+    # a's first push meets a remote that moved after a fetched: b pushes just before it.
+    hook = a / ".git" / "hooks" / "pre-push"
+    once = tmp_path / "pushed-once"
+    hook.write_text(
+        f'#!/bin/sh\n[ -e "{once}" ] && exit 0\ntouch "{once}"\n'
+        f'cd "{b}" && env -u GIT_DIR git push -q origin HEAD:main\n',
+        encoding="utf-8",
+    )
+    hook.chmod(hook.stat().st_mode | stat.S_IXUSR)
+    b_commit = head(b)
+    write(a / "team" / "from-a.md", "# From a\n")
+
+    outcome = sync_vault(a)
+
+    assert outcome.pushed and outcome.merged >= 1
+    assert head(remote) == head(a)
+    assert git_sync(a, "merge-base", "--is-ancestor", b_commit, head(remote), check=False).returncode == 0
+    assert (a / "team" / "from-b.md").exists()
+
+
+def test_a_half_done_merge_of_a_person_is_left_alone(tmp_path: Path) -> None:
+    _, (a,) = clones(tmp_path, "a")
+    write(a / "team" / "note.md", "# Note\n")
+    sync_vault(a)
+    (a / ".git" / "MERGE_HEAD").write_text(head(a) + "\n", encoding="utf-8")
+    write(a / "team" / "later.md", "# Later\n")
+
+    with pytest.raises(SyncFailed, match="a merge is in progress"):
+        sync_vault(a)
+    assert "team/later.md" not in tracked(a)
+
+
+def test_a_remote_that_is_gone_fails_without_paths_or_credentials(tmp_path: Path) -> None:
+    remote, (a,) = clones(tmp_path, "a")
+    write(a / "team" / "note.md", "# Note\n")
+    remote.rename(tmp_path / "elsewhere.git")
+
+    with pytest.raises(SyncFailed) as failed:
+        sync_vault(a)
+
+    assert "git fetch failed" in failed.value.message and str(tmp_path) not in failed.value.message
+    assert "team/note.md" in tracked(a)  # committed locally all the same
+
+
+def test_git_words_lose_credentials_and_absolute_paths() -> None:
+    said = git_repo.clean(
+        "fatal: unable to access 'https://ada:s3cret@git.example.invalid/team.git/': 403\n"
+        "fatal: '/home/ada/vaults/remote.git' does not appear to be a git repository\n"
+        "hint: see git help"
+    )
+    assert "s3cret" not in said and "ada:" not in said and "/home/ada" not in said
+    assert "https://git.example.invalid/team.git/" in said and ".../remote.git" in said
+    assert "hint" not in said
+
+
+def test_git_runs_without_prompts_pagers_or_a_borrowed_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GIT_DIR", "/elsewhere/.git")
+    env = git_repo.child_env()
+    assert "GIT_DIR" not in env
+    assert env["GIT_TERMINAL_PROMPT"] == "0" and env["LC_ALL"] == "C" and env["GIT_PAGER"] == "cat"
+    assert env["HOME"] == os.environ["HOME"]
