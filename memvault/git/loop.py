@@ -1,9 +1,9 @@
-"""The git sync loop: commit what changed in the vault, fetch, merge with memvault's driver, push;
-every interval and soon after a write, on a thread of its own; its state for /healthz and the tools.
+"""The git sync loop: commit what changed in the vault, fetch, merge with memvault's driver, push.
 
-A sync never loses anything: it never force-pushes (a rejected push fetches, merges and tries again),
-a modify/delete conflict keeps the edit, and a merge that still leaves a conflict memvault cannot
-settle is aborted, the local commits kept and the file named in the error.
+It runs every interval and soon after a write, on a thread of its own, and keeps its state for
+/healthz and the tools. A sync never loses anything: it never force-pushes (a rejected push
+fetches, merges and tries again), a modify/delete conflict keeps the edit, and a merge that still
+leaves a conflict memvault cannot settle is aborted, the local commits kept, the file named.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Running git safely (a fixed environment, a timeout, arguments of our own only), and the repository
-around a vault: where it starts, its remote and branch, how far ahead and behind it is.
+"""Running git safely, and the repository around a vault: its top, remote, branch, ahead and behind.
+
+Every git command runs with a fixed environment (no prompt, no pager, one language) and a timeout.
 
 No argument given to git here ever comes from a client: paths are the vault's own, refs are read
 from the repository's configuration, and every pathspec follows ``--``.
