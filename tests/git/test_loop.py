@@ -3,20 +3,32 @@ servers that sync through the remote while agents write."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import anyio.to_thread
+import httpx2
 import pytest
-from gitrepo import GIT, git_sync
+from conftest import Running, run_server, wait_for
+from gitrepo import GIT, call_ok, git_sync
 
+from memvault.config import Settings
 from memvault.disk.markdown import has_conflict_markers
 from memvault.errors import SyncFailed
 from memvault.git import repo as git_repo
 from memvault.git.loop import Change, describe, sync_vault
 
-pytestmark = [pytest.mark.skipif(GIT is None, reason="git is not installed"), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.skipif(GIT is None, reason="git is not installed"),
+    pytest.mark.slow,
+    pytest.mark.anyio,
+]
 
 
 @pytest.fixture(autouse=True)
@@ -251,3 +263,180 @@ def test_git_runs_without_prompts_pagers_or_a_borrowed_repository(monkeypatch: p
     assert "GIT_DIR" not in env
     assert env["GIT_TERMINAL_PROMPT"] == "0" and env["LC_ALL"] == "C" and env["GIT_PAGER"] == "cat"
     assert env["HOME"] == os.environ["HOME"]
+
+
+# ---------------------------------------------------------------- servers syncing through a remote
+
+INTERVAL = 1.0  # seconds: MEMVAULT_SYNC_INTERVAL_SECONDS of the served clones
+
+
+@contextlib.asynccontextmanager
+async def served(root: Path) -> AsyncIterator[Running]:
+    """``MEMVAULT_SYNC=git memvault serve`` on ``root``, syncing every second."""
+    settings = Settings(root=root, sync="git", sync_interval_seconds=INTERVAL, embedder="hash")
+    async with run_server(settings) as srv:
+        yield srv
+
+
+async def sync_state(srv: Running) -> dict[str, Any]:
+    async with httpx2.AsyncClient() as client:
+        body = (await client.get(f"{srv.url}/healthz")).json()
+    return dict(body["sync"])
+
+
+async def git_out(repo: Path, *args: str) -> str:
+    done = await anyio.to_thread.run_sync(lambda: git_sync(repo, *args, check=False))
+    return str(done.stdout).strip() if done.returncode == 0 else ""
+
+
+def files_with_markers(clone: Path) -> list[str]:
+    found = []
+    for path in clone.rglob("*"):
+        rel = path.relative_to(clone)
+        if path.is_file() and not any(part in (".git", ".memvault") for part in rel.parts):
+            if has_conflict_markers(path.read_text(encoding="utf-8", errors="replace")):
+                found.append(rel.as_posix())
+    return found
+
+
+async def test_a_write_succeeds_locally_whatever_the_remote_does(tmp_path: Path) -> None:
+    remote, (a,) = clones(tmp_path, "a")
+    remote.rename(tmp_path / "gone.git")
+    async with served(a) as srv, srv.session("team") as agent:
+        assert "Saved as first.md" in await call_ok(srv, agent, "write_memory", title="First", content="kept")
+        state = await wait_for(lambda: _failing(srv), timeout=10 * INTERVAL + 10, interval=0.1)
+        assert "git fetch failed" in state["error"] and str(tmp_path) not in state["error"]
+        assert state["last_ok"] is None
+
+        replies: list[str] = []
+
+        async def warned() -> bool:
+            replies.append(
+                await call_ok(srv, agent, "write_memory", title=f"Note {len(replies)}", content="more")
+            )
+            return "has not synced with git" in replies[-1]
+
+        await wait_for(warned, timeout=10 * INTERVAL + 10, interval=0.2)
+        assert all(reply.startswith("Saved as ") for reply in replies)  # every write went through
+        assert str(tmp_path) not in replies[-1]
+        again = await call_ok(srv, agent, "write_memory", title="After the note", content="quiet")
+        assert "has not synced" not in again  # said once, not with every write
+        stats = await call_ok(srv, agent, "memory_stats")
+        assert "has not synced with git" in stats and "git fetch failed" in stats
+    written = {p.name for p in (a / "team").glob("*.md")}
+    assert {"first.md", "after-the-note.md"} <= written and len(written) == len(replies) + 2
+    assert "team/after-the-note.md" in tracked(a)  # committed locally all the same
+
+
+async def _failing(srv: Running) -> dict[str, Any] | None:
+    state = await sync_state(srv)
+    return state if state["state"] == "failing" else None
+
+
+async def _converged(remote: Path, clones: list[Path], seen: set[str]) -> bool:
+    """Both clones and the remote at one commit, with clean trees; every remote HEAD seen is noted."""
+    heads = [await git_out(remote, "rev-parse", "HEAD")]
+    seen.add(heads[0])
+    for clone in clones:
+        heads.append(await git_out(clone, "rev-parse", "HEAD"))
+        if await git_out(clone, "status", "--porcelain") != "":
+            return False
+    return bool(heads[0]) and len(set(heads)) == 1
+
+
+async def test_two_served_clones_converge_without_losing_a_write(tmp_path: Path) -> None:
+    remote, (a, b) = clones(tmp_path, "a", "b")
+    seen: set[str] = set()
+    async with served(a) as srv_a, served(b) as srv_b:
+        async with srv_a.session("team") as agent_a, srv_b.session("team") as agent_b:
+
+            async def work(srv: Running, agent: Any, side: str) -> list[str]:
+                saved = []
+                for n in range(3):
+                    reply = await call_ok(
+                        srv, agent, "write_memory", title=f"{side} note {n}", content=f"written on {side}"
+                    )
+                    saved.append(reply.removeprefix("Saved as ").split(" ", 1)[0])
+                entities = [{"name": "Ada", "entityType": "person", "observations": [f"met on {side}"]}]
+                entities.append({"name": f"Host {side}", "entityType": "machine", "observations": []})
+                await call_ok(srv, agent, "create_entities", entities=entities)
+                await call_ok(
+                    srv,
+                    agent,
+                    "add_observations",
+                    observations=[{"entityName": "Ada", "contents": [f"likes {side}"]}],
+                )
+                await call_ok(srv, agent, "upsert_summary", sessionId="standup", summary=f"{side} says hi")
+                return saved
+
+            saved_a, saved_b = await asyncio.gather(work(srv_a, agent_a, "a"), work(srv_b, agent_b, "b"))
+            write(a / "team" / "by-hand.md", "# By hand\n\nA person's note.\n")
+
+            await wait_for(lambda: _converged(remote, [a, b], seen), timeout=90, interval=0.5)
+            for clone in (a, b):
+                assert files_with_markers(clone) == []
+                names = {p.relative_to(clone / "team").as_posix() for p in (clone / "team").rglob("*.md")}
+                assert set(saved_a) | set(saved_b) | {"by-hand.md"} <= names
+                lines = (clone / "team" / "graph.jsonl").read_text(encoding="utf-8").splitlines()
+                graph = [json.loads(line) for line in lines]
+                ada = next(row for row in graph if row.get("name") == "Ada")
+                assert {"met on a", "met on b", "likes a", "likes b"} <= set(ada["observations"])
+            # What a pull brought reached each server's index, as any outside edit does.
+            for srv, agent, other in ((srv_a, agent_a, saved_b), (srv_b, agent_b, saved_a)):
+                titles = await call_ok(srv, agent, "list_memory_titles")
+                assert all(name in titles for name in other)
+                graph_text = await call_ok(srv, agent, "open_nodes", names=["Ada"])
+                assert "likes a" in graph_text and "likes b" in graph_text
+                history = await call_ok(srv, agent, "get_session_history", sessionId="standup")
+                assert "a says hi" in history and "b says hi" in history
+            assert (await sync_state(srv_a))["state"] == (await sync_state(srv_b))["state"] == "ok"
+    final = await git_out(remote, "rev-parse", "HEAD")
+    for commit in seen:  # the remote's history was never rewritten
+        assert git_sync(remote, "merge-base", "--is-ancestor", commit, final, check=False).returncode == 0
+
+
+async def test_a_remote_that_goes_away_shows_failing_and_catches_up_when_back(tmp_path: Path) -> None:
+    remote, (a, b) = clones(tmp_path, "a", "b")
+    async with served(a) as srv_a, served(b) as srv_b:
+        async with srv_a.session("team") as agent_a, srv_b.session("team") as agent_b:
+            await call_ok(srv_a, agent_a, "write_memory", title="Before", content="the remote went away")
+            await wait_for(lambda: (b / "team" / "before.md").exists(), timeout=30, interval=0.2)
+
+            away = tmp_path / "away.git"
+            await anyio.to_thread.run_sync(remote.rename, away)
+            state = await wait_for(lambda: _failing(srv_a), timeout=10 * INTERVAL + 10, interval=0.2)
+            assert state["error"] and str(tmp_path) not in state["error"]
+            await call_ok(srv_a, agent_a, "write_memory", title="Meanwhile", content="written while away")
+
+            await anyio.to_thread.run_sync(away.rename, remote)
+
+            async def ok_again() -> bool:
+                return (await sync_state(srv_a))["state"] == "ok"
+
+            await wait_for(ok_again, timeout=10 * INTERVAL + 10, interval=0.2)
+            await wait_for(lambda: (b / "team" / "meanwhile.md").exists(), timeout=30, interval=0.2)
+
+            async def found() -> bool:
+                said = await call_ok(srv_b, agent_b, "read_memory", query="written while away")
+                return "meanwhile.md" in said
+
+            await wait_for(found, timeout=10, interval=0.2)
+
+
+async def test_a_big_pull_reaches_the_other_servers_search(tmp_path: Path) -> None:
+    _, (a, b) = clones(tmp_path, "a", "b")
+    count = 1000
+    async with served(b) as srv_b, srv_b.session("team") as agent_b:
+        await call_ok(srv_b, agent_b, "write_memory", title="Already here", content="loaded first")
+        for n in range(count):  # another machine, its memories copied in by a person, synced once
+            write(a / "team" / "bulk" / f"note-{n:04d}.md", f"# Bulk {n}\n\nbulkword{n:04d}\n")
+        await anyio.to_thread.run_sync(sync_vault, a)
+
+        async def all_there() -> bool:
+            stats = await call_ok(srv_b, agent_b, "memory_stats")
+            return stats.startswith(f"Memories: {count + 1} hot")
+
+        await wait_for(all_there, timeout=60, interval=0.5)
+        for n in (0, count // 2, count - 1):
+            found = await call_ok(srv_b, agent_b, "read_memory", query=f"bulkword{n:04d}")
+            assert f"bulk/note-{n:04d}.md" in found
