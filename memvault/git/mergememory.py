@@ -34,6 +34,7 @@ LATER = ("updatedAt", "lastAccessedAt")  # both sides changed it: the later time
 _MISSING = object()
 _OPEN = re.compile(r"\A---[ \t]*\r?\n")
 _CLOSE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
+_KEY = re.compile(r"""^(["']?)([^\s"'#:][^"':]*?)\1[ \t]*:(?:[ \t]|$)""")
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +229,10 @@ def merge_memory(base: bytes, ours: bytes, theirs: bytes, *, path: str, memory_i
     older, newer = sorted((_side(ours, name), _side(theirs, name)), key=lambda s: s.order)
     if older.meta is None or newer.meta is None:
         return _merge_whole(b, older, newer, path, memory_id)
-    body, conflicts = merge_sequences(_body_lines(b.body), _body_lines(newer.body), _body_lines(older.body))
+    base_lines = _body_lines(b.body)
+    body, conflicts = merge_sequences(
+        base_lines, _body_lines(newer.body), _body_lines(older.body), insertions=bool(base_lines)
+    )
     meta = merge_fields(b.meta or {}, older.meta, newer.meta)
     kept_body = "".join(body) if not conflicts else newer.body
     text = _with_frontmatter(newer, meta, kept_body)
@@ -240,7 +244,10 @@ def merge_memory(base: bytes, ours: bytes, theirs: bytes, *, path: str, memory_i
 def _merge_whole(b: _Side, first: _Side, second: _Side, path: str, memory_id: str) -> Merged:
     """A file without frontmatter memvault can read: its whole text by lines."""
     first, second = sorted((first, second), key=lambda s: s.raw)
-    lines, conflicts = merge_sequences(_body_lines(b.text), _body_lines(second.text), _body_lines(first.text))
+    base_lines = _body_lines(b.text)
+    lines, conflicts = merge_sequences(
+        base_lines, _body_lines(second.text), _body_lines(first.text), insertions=bool(base_lines)
+    )
     if not conflicts:
         return Merged(_encode("".join(lines)))
     return Merged(second.raw, clean=False, extra=(_sibling(first, path, memory_id),))
@@ -249,8 +256,9 @@ def _merge_whole(b: _Side, first: _Side, second: _Side, path: str, memory_id: st
 def merge_fields(
     base: Mapping[str, Any], older: Mapping[str, Any], newer: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Frontmatter merged key by key: one side's change holds; both changed, the later time for
-    ``updatedAt`` and ``lastAccessedAt``, tags as sets, any other key the newer side's value."""
+    """Frontmatter merged key by key: one side's change holds; both changed, a change beats a
+    deletion, the later time for ``updatedAt`` and ``lastAccessedAt``, tags as sets, any other key
+    the newer side's value."""
     merged: dict[str, Any] = {}
     for key in [*newer, *(k for k in older if k not in newer)]:
         b, o, n = (side.get(key, _MISSING) for side in (base, older, newer))
@@ -258,6 +266,8 @@ def merge_fields(
             value = n
         elif n == b:
             value = o
+        elif o is _MISSING or n is _MISSING:  # a change beats a deletion
+            value = n if o is _MISSING else o
         elif key in LATER:
             value = max((v for v in (o, n) if v is not _MISSING), key=lambda v: _when(v) or datetime.min)
         elif key == "tags" and all(isinstance(v, list) or v is _MISSING for v in (b, o, n)):
@@ -270,20 +280,49 @@ def merge_fields(
 
 
 def _with_frontmatter(template: _Side, meta: Mapping[str, Any], body: str) -> str:
-    """``template``'s file with ``meta`` as its frontmatter (only changed keys rewritten, when
-    memvault owns them all) and ``body`` after it."""
+    """``template``'s file with ``meta`` as its frontmatter (only the lines of changed keys
+    rewritten) and ``body`` after it."""
     assert template.fences is not None and template.meta is not None
     start, end, body_at = template.fences
     old = template.meta
-    changed = {k: meta.get(k) for k in {*meta, *old} if meta.get(k, _MISSING) != old.get(k, _MISSING)}
+    changed = {
+        k: meta.get(k, _MISSING) for k in [*meta, *old] if meta.get(k, _MISSING) != old.get(k, _MISSING)
+    }
     fm = template.text[start:end]
-    if all(k in OWNED_KEYS for k in changed):
-        fm = edit_frontmatter(fm, changed) if changed else fm
+    owned = {k: None if v is _MISSING else v for k, v in changed.items() if k in OWNED_KEYS}
+    if owned:
+        fm = edit_frontmatter(fm, owned)
         fm = fm + "\n" if fm and not fm.endswith("\n") else fm
-    else:
-        plain = {k: format_time(v) if isinstance(v, datetime) else v for k, v in meta.items()}
-        fm = yaml.safe_dump(plain, allow_unicode=True, sort_keys=False, width=10_000)
+    for key, value in changed.items():
+        if key not in OWNED_KEYS:
+            fm = _edit_key(fm, key, value)
     return template.text[:start] + fm + template.text[end:body_at] + body
+
+
+def _edit_key(fm: str, key: str, value: Any) -> str:
+    """One key of a frontmatter block set to ``value`` (gone when _MISSING), every other line kept:
+    its line and any continuation lines (a block list, an indented mapping) replaced."""
+    if value is _MISSING:
+        new: list[str] = []
+    else:
+        plain = format_time(value) if isinstance(value, datetime) else value
+        dumped = yaml.safe_dump({key: plain}, default_flow_style=True, allow_unicode=True, width=10_000)
+        new = [dumped.strip().removeprefix("{").removesuffix("}").strip()]
+    lines = fm.split("\n")
+    for i, line in enumerate(lines):
+        match = _KEY.match(line)
+        if match is None or match.group(2) != key:
+            continue
+        j = i + 1
+        while j < len(lines) and (
+            lines[j][:1] in (" ", "\t") or lines[j].startswith("- ") or lines[j].rstrip() == "-"
+        ):
+            j += 1
+        return "\n".join([*lines[:i], *new, *lines[j:]])
+    tail = len(lines)
+    while tail and not lines[tail - 1].strip():
+        tail -= 1
+    return "\n".join([*lines[:tail], *new, *lines[tail:]])
 
 
 def _sibling(side: _Side, path: str, memory_id: str) -> tuple[str, bytes]:

@@ -440,3 +440,27 @@ def test_a_file_without_frontmatter_keeps_both_versions_on_a_conflict() -> None:
     }
     appended = merge_file(base, base + b"- eggs\n", base + b"- tea\n", "list.md")
     assert appended.clean and appended.data == b"# Shopping\n\n- milk\n- eggs\n- tea\n"
+
+
+def test_frontmatter_keys_memvault_does_not_own_merge_line_by_line() -> None:
+    base = (
+        b"---\npriority: P1\nowner: ada\nteam:\n  - x\n  - y\nupdatedAt: 2026-02-01T08:00:00.000Z\n---\n"
+        b"# T\n\nbody\n"
+    )
+    ours = base.replace(b"owner: ada", b"owner: grace")
+    theirs = base.replace(b"  - y\n", b"  - y\n  - z\n").replace(b"P1", b"P0")
+    merged = merge_file(base, ours, theirs, "a.md").data
+    assert merged == base.replace(b"owner: ada", b"owner: grace").replace(b"P1", b"P0").replace(
+        b"team:\n  - x\n  - y\n", b"team: [x, y, z]\n"
+    )
+    gone = merge_file(base, ours.replace(b"body", b"body 2"), base.replace(b"owner: ada\n", b""), "a.md").data
+    assert b"owner: grace\n" in gone and b"body 2" in gone  # a change beats a deletion
+
+
+def test_two_new_memories_of_one_name_are_both_kept_never_glued_together() -> None:
+    one = b"---\nupdatedAt: 2026-01-01T00:00:00.000Z\n---\n# A\n\none\n"
+    two = b"---\nupdatedAt: 2026-01-02T00:00:00.000Z\n---\n# B\n\ntwo\n"
+    merged = merge_file(b"", one, two, "notes/a.md")
+    assert merged.data == two
+    ((where, sibling),) = merged.extra
+    assert where.startswith("notes/a.conflict-") and sibling.endswith(b"# A\n\none\n")
