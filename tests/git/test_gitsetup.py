@@ -216,3 +216,31 @@ def test_a_git_pull_keeps_both_bodies_of_a_true_conflict_and_no_marker(tmp_path:
     assert not any(has_conflict_markers(p.read_text(encoding="utf-8")) for p in notes.iterdir())
     # The sibling is a new file in the work tree: the next commit (or the sync loop's) takes it.
     assert git_sync(b, "status", "--porcelain").stdout.strip() == f"?? {VAULT}/notes/{sibling.name}"
+
+
+def test_merge_file_run_by_hand_writes_into_ours_and_keeps_a_conflict_beside_it(tmp_path: Path) -> None:
+    sides = {
+        "base": NOTE,
+        "ours": NOTE.replace("make prod", "make prod-1"),
+        "theirs": NOTE.replace("make prod", "make prod-2"),
+    }
+    for name, text in sides.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    args = [str(MEMVAULT), "merge-file", "base", "ours", "theirs", "notes/deploy.md"]
+    done = run(args, env=clean_env(GIT_CEILING_DIRECTORIES=str(tmp_path)), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    merged = (tmp_path / "ours").read_text(encoding="utf-8")
+    (sibling,) = (tmp_path / "notes").glob("deploy.conflict-*.md")
+    assert {merged, sibling.read_text(encoding="utf-8").replace('conflictOf: "deploy.md"\n', "")} == {
+        sides["ours"],
+        sides["theirs"],
+    }
+
+    (tmp_path / "a.txt").write_text("1\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("2\n", encoding="utf-8")
+    (tmp_path / "o.txt").write_text("0\n", encoding="utf-8")
+    done = run(
+        [str(MEMVAULT), "merge-file", "o.txt", "a.txt", "b.txt", "x.txt"], env=clean_env(), cwd=tmp_path
+    )
+    assert done.returncode == 1  # not a file memvault owns: git's markers, and a conflict
+    assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "<<<<<<< ours\n1\n=======\n2\n>>>>>>> theirs\n"
