@@ -85,9 +85,7 @@ def merge_file(base: Path, ours: Path, theirs: Path, path: str) -> int:
         return 1
     ours.write_bytes(merged.data)
     for extra, data in merged.extra:
-        if top is None:
-            continue
-        target = top / extra
+        target = (top or Path.cwd()) / extra  # outside a work tree, PATH is taken from here
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)

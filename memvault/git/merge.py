@@ -8,26 +8,16 @@ kept whole beside it as a sibling memory. Any other file merges as ``git merge-f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from memvault.disk.names import SESSIONS_DIR
 from memvault.git.mergegraph import merge_graph
+from memvault.git.mergememory import Merged, merge_lines, merge_memory
+from memvault.git.mergesessions import merge_history, merge_session_markdown
 from memvault.records.summaryfiles import HISTORY_SUFFIX
 
 GRAPH_FILE = "graph.jsonl"
-
-
-@dataclass(frozen=True, slots=True)
-class Merged:
-    """A merge's result: the bytes for the path merged, and any file to write beside it (a path in
-    the same form as the merged one, and its bytes). ``clean`` is False when both sides changed the
-    same text: a file memvault owns then keeps both versions (no marker); any other file holds
-    git's markers."""
-
-    data: bytes
-    clean: bool = True
-    extra: tuple[tuple[str, bytes], ...] = ()
+__all__ = ["Merged", "kind_of", "merge_file", "resolve_modify_delete"]
 
 
 def kind_of(path: str) -> str | None:
@@ -49,12 +39,17 @@ def merge_file(base: bytes, ours: bytes, theirs: bytes, path: str, *, memory_id:
     common base. ``memory_id`` names the memory in a sibling's ``conflictOf`` (default: the file's
     name)."""
     kind = kind_of(path)
+    memory_id = memory_id or PurePosixPath(path).name
     if kind == "graph":
         return Merged(merge_graph(base, ours, theirs))
-    from memvault.git.mergememory import merge_lines
-
-    text, clean = merge_lines(base, ours, theirs)
-    return Merged(text, clean)
+    if kind == "history":
+        return Merged(merge_history(base, ours, theirs))
+    if kind == "session":
+        return merge_session_markdown(base, ours, theirs, path=path, memory_id=memory_id)
+    if kind == "memory":
+        return merge_memory(base, ours, theirs, path=path, memory_id=memory_id)
+    data, clean = merge_lines(base, ours, theirs)
+    return Merged(data, clean)
 
 
 def resolve_modify_delete(base: bytes | None, ours: bytes | None, theirs: bytes | None) -> bytes | None:

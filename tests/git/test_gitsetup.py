@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from commands import MEMVAULT, clean_env, run
 from gitrepo import GIT, git_sync
 
 from memvault.disk.markdown import has_conflict_markers
+from memvault.records.summaryfiles import Version, history_line, paths, read, render_markdown, stored_as
 
 pytestmark = [pytest.mark.skipif(GIT is None, reason="git is not installed"), pytest.mark.slow]
 
@@ -131,3 +133,114 @@ def test_setup_git_outside_a_repository_says_what_to_do(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "not inside a git repository" in done.stderr and "git init" in done.stderr
     assert "Traceback" not in done.stderr and str(tmp_path) not in done.stderr
+
+
+def test_a_git_pull_merges_a_session_summary_appended_on_both_clones(tmp_path: Path) -> None:
+    first = Version("standup", 1, "2026-03-01T09:00:00.000Z", "Standup", (), "Monday: planned the week.")
+    md, history = paths(Path(), "standup")
+    files = {
+        str(history): history_line(stored_as(first, None)) + "\n",
+        str(md): render_markdown(first, first.ts).decode(),
+    }
+    a, b = two_clones(tmp_path, files)
+
+    def appender(who: str, minute: int) -> Callable[[Path], None]:
+        def change(vault: Path) -> None:
+            new = replace(
+                first,
+                version=2,
+                ts=f"2026-03-01T09:{minute:02d}:00.000Z",
+                summary=f"{first.summary}\n\n{who}",
+            )
+            append(vault / history, history_line(stored_as(new, first.summary)))
+            (vault / md).write_bytes(render_markdown(new, first.ts))
+
+        return change
+
+    concurrently(a, b, appender("Ada: fixed the build.", 5), appender("Grace: wrote docs.", 9))
+    for clone in (a, b):
+        found = read(clone / VAULT / md, clone / VAULT / history, mtime_ts=first.ts, stem="standup")
+        assert not found.conflicted and not found.unrecorded and not found.stale
+        assert found.latest is not None and found.latest.version == 3
+        assert (
+            found.latest.summary == "Monday: planned the week.\n\nAda: fixed the build.\n\nGrace: wrote docs."
+        )
+
+
+NOTE = (
+    "---\npriority: P1\nupdatedAt: 2026-02-01T08:00:00.000Z\ntags: [deploy]\n---\n"
+    "# Deploy\n\n## Staging\nmake stage\n\n## Production\nmake prod\n"
+)
+
+
+def test_a_git_pull_merges_a_memory_edited_in_two_sections(tmp_path: Path) -> None:
+    a, b = two_clones(tmp_path, {"notes/deploy.md": NOTE})
+
+    def edit(old: str, new: str, updated: str) -> Callable[[Path], None]:
+        def change(vault: Path) -> None:
+            path = vault / "notes/deploy.md"
+            text = path.read_text(encoding="utf-8").replace(old, new)
+            path.write_text(text.replace("2026-02-01T08:00:00.000Z", updated), encoding="utf-8")
+
+        return change
+
+    concurrently(
+        a,
+        b,
+        edit("make stage\n", "make stage ENV=staging\n", "2026-02-02T08:00:00.000Z"),
+        edit("make prod\n", "make prod\nthen check the dashboards\n", "2026-02-03T08:00:00.000Z"),
+    )
+    for clone in (a, b):
+        text = (clone / VAULT / "notes/deploy.md").read_text(encoding="utf-8")
+        assert "make stage ENV=staging\n" in text and "then check the dashboards\n" in text
+        assert "updatedAt: 2026-02-03T08:00:00.000Z" in text and not has_conflict_markers(text)
+
+
+def test_a_git_pull_keeps_both_bodies_of_a_true_conflict_and_no_marker(tmp_path: Path) -> None:
+    a, b = two_clones(tmp_path, {"notes/deploy.md": NOTE})
+    (a / VAULT / "notes/deploy.md").write_text(NOTE.replace("make stage", "make stage-a"), encoding="utf-8")
+    git_sync(a, "commit", "-am", "a's change")
+    git_sync(a, "push", "origin", "HEAD:main")
+    theirs = NOTE.replace("make stage", "make stage-b").replace("2026-02-01", "2026-02-09")
+    (b / VAULT / "notes/deploy.md").write_text(theirs, encoding="utf-8")
+    git_sync(b, "commit", "-am", "b's change")
+
+    pulled = git_sync(b, "pull", "--no-rebase", "origin", "main", check=False)
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert "kept whole as deploy.conflict-" in pulled.stderr
+    notes = b / VAULT / "notes"
+    assert (notes / "deploy.md").read_text(encoding="utf-8") == theirs  # updated last: in place
+    (sibling,) = notes.glob("deploy.conflict-*.md")
+    text = sibling.read_text(encoding="utf-8")
+    assert "make stage-a" in text and 'conflictOf: "notes/deploy.md"' in text
+    assert not any(has_conflict_markers(p.read_text(encoding="utf-8")) for p in notes.iterdir())
+    # The sibling is a new file in the work tree: the next commit (or the sync loop's) takes it.
+    assert git_sync(b, "status", "--porcelain").stdout.strip() == f"?? {VAULT}/notes/{sibling.name}"
+
+
+def test_merge_file_run_by_hand_writes_into_ours_and_keeps_a_conflict_beside_it(tmp_path: Path) -> None:
+    sides = {
+        "base": NOTE,
+        "ours": NOTE.replace("make prod", "make prod-1"),
+        "theirs": NOTE.replace("make prod", "make prod-2"),
+    }
+    for name, text in sides.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    args = [str(MEMVAULT), "merge-file", "base", "ours", "theirs", "notes/deploy.md"]
+    done = run(args, env=clean_env(GIT_CEILING_DIRECTORIES=str(tmp_path)), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    merged = (tmp_path / "ours").read_text(encoding="utf-8")
+    (sibling,) = (tmp_path / "notes").glob("deploy.conflict-*.md")
+    assert {merged, sibling.read_text(encoding="utf-8").replace('conflictOf: "deploy.md"\n', "")} == {
+        sides["ours"],
+        sides["theirs"],
+    }
+
+    (tmp_path / "a.txt").write_text("1\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("2\n", encoding="utf-8")
+    (tmp_path / "o.txt").write_text("0\n", encoding="utf-8")
+    done = run(
+        [str(MEMVAULT), "merge-file", "o.txt", "a.txt", "b.txt", "x.txt"], env=clean_env(), cwd=tmp_path
+    )
+    assert done.returncode == 1  # not a file memvault owns: git's markers, and a conflict
+    assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "<<<<<<< ours\n1\n=======\n2\n>>>>>>> theirs\n"
