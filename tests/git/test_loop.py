@@ -369,6 +369,9 @@ async def test_two_served_clones_converge_without_losing_a_write(tmp_path: Path)
                 await call_ok(srv, agent, "upsert_summary", sessionId="standup", summary=f"{side} says hi")
                 return saved
 
+            sections = "## One\n\nfirst\n\n## Two\n\nsecond\n"
+            await call_ok(srv_a, agent_a, "write_memory", title="Shared", content=sections)
+            await call_ok(srv_a, agent_a, "write_memory", title="Contested", content="the first words")
             saved_a, saved_b = await asyncio.gather(work(srv_a, agent_a, "a"), work(srv_b, agent_b, "b"))
             write(a / "team" / "by-hand.md", "# By hand\n\nA person's note.\n")
 
@@ -390,6 +393,23 @@ async def test_two_served_clones_converge_without_losing_a_write(tmp_path: Path)
                 history = await call_ok(srv, agent, "get_session_history", sessionId="standup")
                 assert "a says hi" in history and "b says hi" in history
             assert (await sync_state(srv_a))["state"] == (await sync_state(srv_b))["state"] == "ok"
+
+            # Two sections of one memory, and both bodies of another, changed on both sides at once.
+            async def edit(srv: Running, agent: Any, side: str, section: str) -> None:
+                shared = {"filename": "shared.md", "section": section, "content": side}
+                await call_ok(srv, agent, "update_memory", **shared)
+                await call_ok(srv, agent, "update_memory", filename="contested.md", content=f"by {side}")
+
+            await asyncio.gather(edit(srv_a, agent_a, "a", "## One"), edit(srv_b, agent_b, "b", "## Two"))
+            await wait_for(lambda: _converged(remote, [a, b], seen), timeout=90, interval=0.5)
+            for clone in (a, b):
+                assert files_with_markers(clone) == []
+                shared = (clone / "team" / "shared.md").read_text(encoding="utf-8")
+                assert "## One\n\na\n" in shared and "## Two\n\nb\n" in shared
+                both = [p.read_text(encoding="utf-8") for p in (clone / "team").glob("contested*.md")]
+                assert any("by a" in text for text in both) and any("by b" in text for text in both)
+            # The memory stays writable, on either side.
+            await call_ok(srv_b, agent_b, "update_memory", filename="contested.md", append="settled")
     final = await git_out(remote, "rev-parse", "HEAD")
     for commit in seen:  # the remote's history was never rewritten
         assert git_sync(remote, "merge-base", "--is-ancestor", commit, final, check=False).returncode == 0
