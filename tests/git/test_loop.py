@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import stat
 from collections.abc import AsyncIterator
@@ -22,7 +23,7 @@ from memvault.config import Settings
 from memvault.disk.markdown import has_conflict_markers
 from memvault.errors import SyncFailed
 from memvault.git import repo as git_repo
-from memvault.git.loop import Change, describe, sync_vault
+from memvault.git.loop import Change, SyncLoop, describe, sync_vault
 
 pytestmark = [
     pytest.mark.skipif(GIT is None, reason="git is not installed"),
@@ -265,6 +266,47 @@ def test_git_runs_without_prompts_pagers_or_a_borrowed_repository(monkeypatch: p
     assert env["HOME"] == os.environ["HOME"]
 
 
+# ---------------------------------------------------------------- the loop
+
+
+async def test_the_loop_logs_a_change_of_state_once_not_every_attempt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    remote, (a,) = clones(tmp_path, "a")
+    write(a / "team" / "note.md", "# Note\n")
+    away = tmp_path / "away.git"
+    remote.rename(away)
+    loop = SyncLoop(a, 0.1, debounce=0.1)
+    caplog.set_level(logging.INFO, logger="memvault")
+    loop.start()
+    try:
+        await wait_for(lambda: loop.syncs >= 4, timeout=30)
+        assert loop.status().state == "failing"
+        away.rename(remote)
+        await wait_for(lambda: loop.status().state == "ok", timeout=30)
+        synced = loop.syncs
+        await wait_for(lambda: loop.syncs >= synced + 3, timeout=30)
+    finally:
+        await anyio.to_thread.run_sync(loop.stop)
+    said = [r.getMessage() for r in caplog.records if r.name == "memvault" and "git sync" in r.getMessage()]
+    assert len([m for m in said if m.startswith("git sync failing")]) == 1
+    assert len([m for m in said if m == "git sync works again"]) == 1
+    assert head(a) == head(remote)
+
+
+async def test_a_change_is_synced_soon_without_waiting_for_the_interval(tmp_path: Path) -> None:
+    remote, (a,) = clones(tmp_path, "a")
+    loop = SyncLoop(a, 3600, debounce=0.1)
+    loop.start()
+    try:
+        await wait_for(lambda: loop.status().state == "ok", timeout=30)  # the first sync, at start
+        write(a / "team" / "note.md", "# Note\n")
+        loop.soon()
+        await wait_for(lambda: "team/note.md" in tracked(remote), timeout=30, interval=0.1)
+    finally:
+        await anyio.to_thread.run_sync(loop.stop)
+
+
 # ---------------------------------------------------------------- servers syncing through a remote
 
 INTERVAL = 1.0  # seconds: MEMVAULT_SYNC_INTERVAL_SECONDS of the served clones
@@ -460,3 +502,18 @@ async def test_a_big_pull_reaches_the_other_servers_search(tmp_path: Path) -> No
         for n in (0, count // 2, count - 1):
             found = await call_ok(srv_b, agent_b, "read_memory", query=f"bulkword{n:04d}")
             assert f"bulk/note-{n:04d}.md" in found
+
+
+async def test_a_served_write_reaches_the_remote_long_before_the_interval(tmp_path: Path) -> None:
+    remote, (a,) = clones(tmp_path, "a")
+    settings = Settings(root=a, sync="git", sync_interval_seconds=3600, embedder="hash")
+    async with run_server(settings) as srv, srv.session("team") as agent:
+        await wait_for(lambda: _synced(srv), timeout=30, interval=0.1)
+        await call_ok(srv, agent, "write_memory", title="Soon", content="pushed a moment after the write")
+        await wait_for(lambda: "team/soon.md" in tracked(remote), timeout=30, interval=0.2)
+        state = await sync_state(srv)
+        assert (state["state"], state["ahead"], state["behind"], state["error"]) == ("ok", 0, 0, None)
+
+
+async def _synced(srv: Running) -> bool:
+    return (await sync_state(srv))["state"] == "ok"
