@@ -464,3 +464,14 @@ def test_two_new_memories_of_one_name_are_both_kept_never_glued_together() -> No
     assert merged.data == two
     ((where, sibling),) = merged.extra
     assert where.startswith("notes/a.conflict-") and sibling.endswith(b"# A\n\none\n")
+
+
+def test_a_memory_with_crlf_lines_merges_and_keeps_them() -> None:
+    base = MEM_MCP.replace("\n", "\r\n").encode()
+    ours = base.replace(b"# Memory Title\r\n", b"# Memory Title\r\n\r\nIntro.\r\n")
+    theirs = base.replace(b"tags: [deploy, postgres]", b"tags: [deploy, postgres, infra]").replace(
+        b"Memory content here.", b"Memory content here, and more."
+    )
+    merged = merge_file(base, ours, theirs, "mem.md")
+    assert merged.clean
+    assert merged.data == theirs.replace(b"# Memory Title\r\n", b"# Memory Title\r\n\r\nIntro.\r\n")
