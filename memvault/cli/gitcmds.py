@@ -49,12 +49,22 @@ def command(settings: Settings, args: argparse.Namespace) -> int:
 
     root = args.root or settings.root
     try:
-        done = setup.remove(root) if args.remove else setup.install(root)
+        change = setup.remove if args.remove else setup.install
+        done = change(root, dry_run=args.dry_run)
     except MemvaultError as exc:
         print(f"memvault: {exc}", file=sys.stderr)
         return 1
-    for line in done or ["nothing to change: memvault's merge driver is already set up here"]:
-        print(line)
+    if not done:
+        done = [
+            "nothing to change: "
+            + (
+                "memvault's merge driver is not set up here"
+                if args.remove
+                else "memvault's merge driver is already set up here"
+            )
+        ]
+    for line in done:
+        print(f"dry run, not done: {line}" if args.dry_run and not line.startswith("nothing") else line)
     return 0
 
 

@@ -179,6 +179,7 @@ def _fences(text: str) -> tuple[int, int, int] | None:
 @dataclass(frozen=True, slots=True)
 class _Side:
     raw: bytes
+    crlf: bool  # its lines end in CRLF (merged as LF, written back as they were)
     text: str
     fences: tuple[int, int, int] | None
     meta: Mapping[str, Any] | None  # None: no frontmatter memvault can read
@@ -194,14 +195,15 @@ class _Side:
 
 
 def _side(raw: bytes, name: str) -> _Side:
-    text = raw.decode("utf-8", "surrogateescape")
+    crlf = b"\r\n" in raw
+    text = raw.decode("utf-8", "surrogateescape").replace("\r\n", "\n")
     fences = _fences(text)
     meta: Mapping[str, Any] | None = None
     if fences is not None:
-        parsed = parse_memory(raw, name)
+        parsed = parse_memory(raw, name)  # (which reads CRLF as LF too)
         meta = parsed.meta if parsed.problem is None or "UTF-8" in parsed.problem else None
     when = _when(meta.get("updatedAt")) if meta is not None else None
-    return _Side(raw, text, fences, meta, when)
+    return _Side(raw, crlf, text, fences, meta, when)
 
 
 def _when(value: Any) -> datetime | None:
@@ -237,8 +239,10 @@ def merge_memory(base: bytes, ours: bytes, theirs: bytes, *, path: str, memory_i
     kept_body = "".join(body) if not conflicts else newer.body
     text = _with_frontmatter(newer, meta, kept_body)
     if not conflicts:
-        return Merged(_encode(seal_markers(text)))
-    return Merged(_encode(seal_markers(text)), clean=False, extra=(_sibling(older, path, memory_id),))
+        return Merged(_encode(seal_markers(text), newer.crlf))
+    return Merged(
+        _encode(seal_markers(text), newer.crlf), clean=False, extra=(_sibling(older, path, memory_id),)
+    )
 
 
 def _merge_whole(b: _Side, first: _Side, second: _Side, path: str, memory_id: str) -> Merged:
@@ -249,7 +253,7 @@ def _merge_whole(b: _Side, first: _Side, second: _Side, path: str, memory_id: st
         base_lines, _body_lines(second.text), _body_lines(first.text), insertions=bool(base_lines)
     )
     if not conflicts:
-        return Merged(_encode("".join(lines)))
+        return Merged(_encode("".join(lines), second.crlf))
     return Merged(second.raw, clean=False, extra=(_sibling(first, path, memory_id),))
 
 
@@ -333,11 +337,11 @@ def _sibling(side: _Side, path: str, memory_id: str) -> tuple[str, bytes]:
         text = side.text[:end] + line + side.text[end:]
     else:
         text = f"---\n{line}---\n{side.text}"
-    data = _encode(seal_markers(text))
+    data = _encode(seal_markers(text), side.crlf)
     digest = hashlib.blake2b(side.raw, digest_size=4).hexdigest()
     where = PurePosixPath(path)
     return str(where.with_name(f"{where.stem}.conflict-{digest}.md")), data
 
 
-def _encode(text: str) -> bytes:
-    return text.encode("utf-8", "surrogateescape")
+def _encode(text: str, crlf: bool) -> bytes:
+    return (text.replace("\n", "\r\n") if crlf else text).encode("utf-8", "surrogateescape")

@@ -81,9 +81,9 @@ def _read_lines(path: Path) -> list[str]:
         return []
 
 
-def install(root: Path) -> list[str]:
-    """Register the driver for the vault at ``root``; what changed, one line each (none: it
-    already was)."""
+def install(root: Path, *, dry_run: bool = False) -> list[str]:
+    """Register the driver for the vault at ``root``; what changed (or, with ``dry_run``, would),
+    one line each (none: it already was)."""
     root = root.resolve()
     repository_of(root)
     done: list[str] = []
@@ -92,17 +92,19 @@ def install(root: Path) -> list[str]:
     kept = _without_block(old)
     new = [*kept, *([""] if kept and kept[-1].strip() else []), *block()] if kept else block()
     if new != old:
-        atomic_write(path, ("\n".join(new) + "\n").encode("utf-8"), mode=0o644)
+        if not dry_run:
+            atomic_write(path, ("\n".join(new) + "\n").encode("utf-8"), mode=0o644)
         done.append(f"wrote {ATTRIBUTES} in the vault (commit it: every clone then merges the same way)")
     for key, value in (("name", NAME), ("driver", driver_command())):
         current = _git(root, "config", "--local", "--get", f"merge.{DRIVER}.{key}", check=False)
         if current.returncode != 0 or current.stdout.rstrip("\n") != value:
-            _git(root, "config", "--local", f"merge.{DRIVER}.{key}", value)
+            if not dry_run:
+                _git(root, "config", "--local", f"merge.{DRIVER}.{key}", value)
             done.append(f"set merge.{DRIVER}.{key} in the repository's .git/config")
     return done
 
 
-def remove(root: Path) -> list[str]:
+def remove(root: Path, *, dry_run: bool = False) -> list[str]:
     """Undo :func:`install`: memvault's lines out of .gitattributes (the file goes when nothing
     else is left in it) and merge.memvault out of the repository's config."""
     root = root.resolve()
@@ -114,14 +116,17 @@ def remove(root: Path) -> list[str]:
     if kept != old:
         while kept and not kept[-1].strip():
             kept.pop()
-        if kept:
+        if dry_run:
+            pass
+        elif kept:
             atomic_write(path, ("\n".join(kept) + "\n").encode("utf-8"), mode=0o644)
         else:
             path.unlink()
         done.append(f"took memvault's lines out of {ATTRIBUTES}")
     present = _git(root, "config", "--local", "--get-regexp", rf"^merge\.{DRIVER}\.", check=False)
     if present.returncode == 0 and present.stdout.strip():
-        _git(root, "config", "--local", "--remove-section", f"merge.{DRIVER}")
+        if not dry_run:
+            _git(root, "config", "--local", "--remove-section", f"merge.{DRIVER}")
         done.append(f"removed merge.{DRIVER} from the repository's .git/config")
     return done
 

@@ -110,6 +110,9 @@ def test_setup_git_is_idempotent_and_remove_undoes_it(tmp_path: Path) -> None:
     (vault / ".gitattributes").write_text("*.png binary\n", encoding="utf-8")
     config_before = (repo / ".git" / "config").read_text(encoding="utf-8")
 
+    assert "dry run, not done: wrote .gitattributes" in setup_git(vault, "--dry-run")
+    assert (vault / ".gitattributes").read_text(encoding="utf-8") == "*.png binary\n"
+    assert (repo / ".git" / "config").read_text(encoding="utf-8") == config_before
     assert "gitattributes" in setup_git(vault)
     attributes = (vault / ".gitattributes").read_text(encoding="utf-8")
     assert attributes.startswith("*.png binary\n") and "graph.jsonl merge=memvault" in attributes

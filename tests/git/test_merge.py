@@ -464,3 +464,58 @@ def test_two_new_memories_of_one_name_are_both_kept_never_glued_together() -> No
     assert merged.data == two
     ((where, sibling),) = merged.extra
     assert where.startswith("notes/a.conflict-") and sibling.endswith(b"# A\n\none\n")
+
+
+def test_a_memory_with_crlf_lines_merges_and_keeps_them() -> None:
+    base = MEM_MCP.replace("\n", "\r\n").encode()
+    ours = base.replace(b"# Memory Title\r\n", b"# Memory Title\r\n\r\nIntro.\r\n")
+    theirs = base.replace(b"tags: [deploy, postgres]", b"tags: [deploy, postgres, infra]").replace(
+        b"Memory content here.", b"Memory content here, and more."
+    )
+    merged = merge_file(base, ours, theirs, "mem.md")
+    assert merged.clean
+    assert merged.data == theirs.replace(b"# Memory Title\r\n", b"# Memory Title\r\n\r\nIntro.\r\n")
+
+
+def version_key(row: tuple[tuple[int, bool, str], str | None]) -> tuple[int, str]:
+    return row[0][0], row[0][2]
+
+
+@PROPS
+@given(
+    st.lists(version_st, min_size=1, max_size=3),
+    st.lists(
+        st.tuples(version_st, st.sampled_from([None, "Retitled", "Other"])), max_size=4, unique_by=version_key
+    ),
+    st.lists(
+        st.tuples(version_st, st.sampled_from([None, "Retitled", "Other"])), max_size=4, unique_by=version_key
+    ),
+)
+def test_history_title_changes_follow_their_versions_when_numbers_change(
+    made: list[tuple[int, bool, str]],
+    mine: list[tuple[tuple[int, bool, str], str | None]],
+    yours: list[tuple[tuple[int, bool, str], str | None]],
+) -> None:
+    base_lines = history_of(sorted(made))
+
+    def side(rows: list[tuple[tuple[int, bool, str], str | None]]) -> list[str]:
+        lines = list(base_lines)
+        rows = sorted(rows, key=lambda r: r[0])
+        for number, ((minutes, appended, text), title) in enumerate(rows, start=len(made) + 1):
+            lines += history_of([(minutes + 60, appended, text)], number)
+            if title is not None:
+                lines.append(history_line(Stored(SESSION, number, "", title, (), "", False, 0), meta=True))
+        return lines
+
+    base, ours, theirs = as_bytes(base_lines), as_bytes(side(mine)), as_bytes(side(yours))
+    merged = merge_file(base, ours, theirs, "sessions/standup.history.jsonl")
+    assert merged == merge_file(base, theirs, ours, "sessions/standup.history.jsonl")
+    files = read_session(merged.data)
+    assert not files.conflicted
+    titled: dict[tuple[str, str], set[str | None]] = {}
+    for version in files.versions:
+        titled.setdefault((version.ts, version.text), set()).add(version.title)
+    for rows in (mine, yours):
+        for (minutes, _, text), title in rows:
+            if title is not None:
+                assert title in titled[(stamp(minutes + 60), text)]
