@@ -16,6 +16,7 @@ from typing import Any
 import anyio.to_thread
 import httpx2
 import pytest
+from commands import MEMVAULT, clean_env, run
 from conftest import Running, run_server, wait_for
 from gitrepo import GIT, call_ok, git_sync
 
@@ -264,6 +265,21 @@ def test_git_runs_without_prompts_pagers_or_a_borrowed_repository(monkeypatch: p
     assert "GIT_DIR" not in env
     assert env["GIT_TERMINAL_PROMPT"] == "0" and env["LC_ALL"] == "C" and env["GIT_PAGER"] == "cat"
     assert env["HOME"] == os.environ["HOME"]
+
+
+def test_memvault_sync_once_says_what_it_did_and_why_it_failed(tmp_path: Path) -> None:
+    remote, (a, b) = clones(tmp_path, "a", "b", vault="memories")
+    write(a / "team" / "note.md", "# Note\n\nfrom a\n")
+    done = run([str(MEMVAULT), "sync", "--once", "--root", str(a)], env=clean_env())
+    assert done.returncode == 0, done.stderr
+    assert "committed (memvault: team: 1 memory written" in done.stdout and "pushed" in done.stdout
+    assert head(a.parent) == head(remote)
+
+    remote.rename(tmp_path / "gone.git")
+    done = run([str(MEMVAULT), "sync", "--once", "--root", str(b)], env=clean_env())
+    assert done.returncode == 1
+    assert done.stderr.startswith("memvault: sync failed: git fetch failed")
+    assert str(tmp_path) not in done.stderr and "Traceback" not in done.stderr
 
 
 # ---------------------------------------------------------------- the loop
