@@ -15,6 +15,7 @@ WRITEBACK_MODES = ("day", "always", "never")
 EMBEDDER_KINDS = ("wordllama", "hash", "model2vec", "sentence-transformers", "openai")
 RERANKER_KINDS = ("off", "maxsim", "cross-encoder")
 TOOL_GROUPS = ("memories", "recall", "sessions", "graph")
+SYNC_MODES = ("off", "git")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -68,6 +69,8 @@ class Settings:
     log_level: str = "info"
     hook_context_chars: int = 2000
     hook_timeout_seconds: float = 0.8
+    sync: str = "off"
+    sync_interval_seconds: float = 30.0
 
     def token_dir(self, token: str) -> Path:
         return self.root / token
@@ -141,6 +144,10 @@ class Settings:
                 "MEMVAULT_RECALL_FLOOR must be a share of the best score from 0 (no floor) up to, "
                 f"not including, 1; not {self.recall_floor!r}."
             )
+        if self.sync not in SYNC_MODES:
+            raise InvalidArgument(f"MEMVAULT_SYNC must be off or git, not {self.sync!r}.")
+        if not 0 < self.sync_interval_seconds < math.inf:
+            raise InvalidArgument("MEMVAULT_SYNC_INTERVAL_SECONDS must be a positive number of seconds.")
         if self.log_level not in LOG_LEVELS:  # uvicorn looks the name up as given and fails late
             raise InvalidArgument(
                 f"MEMVAULT_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}."
@@ -343,6 +350,17 @@ SETTINGS: dict[str, Setting] = {
         "0.8",
         "Longest a `memvault hook` works before it gives up (exit status 0, one line on stderr), so it "
         "never holds Claude Code up.",
+    ),
+    "sync": Setting(
+        "MEMVAULT_SYNC",
+        "off",
+        "`git`: `memvault serve` commits what changed in the vault, fetches, merges with memvault's "
+        "merge driver and pushes, every interval and soon after a write (see Sync with git); `off`.",
+    ),
+    "sync_interval_seconds": Setting(
+        "MEMVAULT_SYNC_INTERVAL_SECONDS",
+        "30",
+        "With `MEMVAULT_SYNC=git`: seconds between two syncs when nothing is written.",
     ),
 }
 

@@ -10,7 +10,8 @@
      ├── LinkedFile(name)           a vault file, or a folder on its way, is a link (never read through)
      ├── DiskFull()                 the disk (or quota) is full: nothing was written
      ├── UnknownSession(id)         no session summary under that session id
-     └── UnknownEntity(name)        no knowledge-graph entity of that name
+     ├── UnknownEntity(name)        no knowledge-graph entity of that name
+     └── SyncFailed(why)            git sync could not commit, fetch, merge or push (the vault is fine)
 
 Messages never hold absolute paths, stack traces or another token. They are mapped to
 tool errors in one place (``tools/common.py``) and to HTTP responses in one place (``app.py``).
@@ -162,3 +163,12 @@ class UnknownEntity(MemvaultError):
             f"No entity named {quote(name)}; nothing was changed. Create it with create_entities first, "
             "or call search_nodes to find the exact name."
         )
+
+
+class SyncFailed(MemvaultError):
+    """Git sync could not run a step; the message is git's own words, cleaned of paths and credentials."""
+
+    def __init__(self, why: str, command: str = "") -> None:
+        self.why = why
+        self.command = command
+        super().__init__(why)

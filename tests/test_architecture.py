@@ -15,10 +15,10 @@ PACKAGE = Path(__file__).parents[1] / "memvault"
 # The folders from the bottom up: a module may import its own folder and the folders below it,
 # never one above. The basics (config, clock, errors, heap, threads) are the modules at the top of
 # the package; ``__main__`` stands with the command line.
-LAYERS = ("", "disk", "records", "search", "load", "registry", "ops", "tools", "server", "cli")
+LAYERS = ("", "disk", "records", "search", "load", "registry", "git", "ops", "tools", "server", "cli")
 # Below the tools nothing knows of MCP or HTTP.
 PROTOCOL = ("mcp", "starlette", "sse_starlette", "uvicorn")
-PROTOCOL_FREE = ("", "disk", "records", "search", "load", "registry", "ops")
+PROTOCOL_FREE = ("", "disk", "records", "search", "load", "registry", "git", "ops")
 # Helper processes import these; whatever they pull in, every helper start pays for.
 HELPERS = {
     "load.loader": ("mcp", "starlette", "memvault.ops", "memvault.registry", "memvault.search.embeddings"),

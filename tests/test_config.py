@@ -83,6 +83,7 @@ SAMPLES = {
     "reranker": ("cross-encoder:/models/ce", "cross-encoder:/models/ce"),
     "load_processes": (" 3 ", 3),
     "path_tokens": ("on", "on"),
+    "sync": ("git", "git"),
 }
 
 

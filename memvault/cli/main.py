@@ -99,10 +99,13 @@ def _parser() -> argparse.ArgumentParser:
         help="load an export back (idempotent: what is there already stays)",
     )
     load.add_argument("file", type=Path, help="the file written by memvault export ('-' for stdin)")
-    from memvault.cli import hooks, importers, setup
+    from memvault.cli import gitcmds, hooks, importers, setup
+    from memvault.cli import sync as sync_cli
 
+    sync_cli.add_parser(sub)
     hooks.add_parser(sub, _vault_options("the vault (token) the hooks use"))
     setup.add_parser(sub, _vault_options("the vault (token) Claude Code uses"))
+    gitcmds.add_parser(sub)
     importers.add_parser(sub, _vault_options("the vault (token) to import into"))
     for name, command in sub.choices.items():
         command.description = command.description or DESCRIPTIONS[name]
@@ -172,12 +175,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             "keys": lambda: serve.keys_command(settings, args),
             "nginx": lambda: serve.nginx_config(args.backends, args.listen, args.standalone, args.out),
         }[args.command]()
+    if args.command == "merge-file" or (args.command == "setup" and args.client == "git"):
+        from memvault.cli import gitcmds
+
+        return gitcmds.command(settings, args)
     if args.command in ("hook", "setup", "import-from"):
         from memvault.cli import hooks, importers, setup
 
         return {"hook": hooks.command, "setup": setup.command, "import-from": importers.command}[
             args.command
         ](settings, args)
+    if args.command == "sync":
+        from memvault.cli import sync as sync_cli
+
+        return sync_cli.command(settings, args)
     if args.command in ("export", "import"):
         from memvault.cli import transfer
 

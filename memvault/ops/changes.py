@@ -69,6 +69,8 @@ class Changes:
         # Told (token, True) when a token's first listener comes, before listen returns, and
         # (token, False) when its last one goes: the store watches the folders of listened tokens.
         self.on_listened: Callable[[str, bool], None] | None = None
+        # Told the token of every batch, listened to or not (the git sync loop commits soon after).
+        self.on_batch: Callable[[str], None] | None = None
 
     def listen(self, token: str, listener: Listener) -> Callable[[], None]:
         """Register ``listener`` for ``token``'s changes; returns an idempotent unsubscribe."""
@@ -93,6 +95,8 @@ class Changes:
     def announce(self, token: str, paths: Iterable[Path], listing: bool, everything: bool) -> None:
         """A watcher batch for ``token``: the paths it saw change, whether some were added, removed or
         renamed, whether the token folder was rescanned."""
+        if self.on_batch is not None:
+            self.on_batch(token)
         mine = self._listeners.get(token)
         if not mine:
             return  # nobody listens: not even the paths are looked at

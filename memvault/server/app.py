@@ -28,6 +28,8 @@ from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.disk.names import valid_token
 from memvault.errors import InvalidArgument, MemvaultError
+from memvault.git.loop import OFF as SYNC_OFF
+from memvault.git.loop import SyncLoop
 from memvault.logs import OncePer
 from memvault.ops.store import Store
 from memvault.server.keys import KeyRing
@@ -504,6 +506,15 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     started = time.monotonic()
     keyring = KeyRing(settings.keys_file) if settings.keys_file is not None else None
     opened = revocations(keyring, manager, sessions) if keyring is not None else None
+    # MEMVAULT_SYNC=git: commit, fetch, merge, push on a thread of its own; every write's batch
+    # from the watcher asks for a sync a moment later.
+    sync = (
+        SyncLoop(settings.root, settings.sync_interval_seconds, clock=clock)
+        if settings.sync == "git"
+        else None
+    )
+    if sync is not None:
+        store.changes.on_batch = lambda token: sync.soon()
 
     async def healthz(request: Request) -> Response:
         body: dict[str, Any] = {
@@ -534,6 +545,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
         body["reranker"] = {"name": reranker.name}
         if reranker.fallback:
             body["reranker"]["fallback"] = reranker.fallback
+        body["sync"] = (sync.status() if sync is not None else SYNC_OFF).as_json()
         # 503 when degraded, so a container health check notices a server serving stale results.
         status = 200 if body["status"] == "ok" else 503
         return Response(json.dumps(body), status_code=status, media_type="application/json")
@@ -544,11 +556,15 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
         async with manager.run():
             await watcher.start(force_polling=force_polling)
             store.embeddings.ready()  # a model loads in the background; nothing waits for it
+            if sync is not None:
+                sync.start()
             log.info("memvault %s serving %s (watcher: %s)", __version__, settings.root, watcher.state())
             try:
                 async with opened.watching() if opened is not None else contextlib.nullcontext():
                     yield
             finally:
+                if sync is not None:
+                    await anyio.to_thread.run_sync(sync.stop)  # a write just acknowledged is pushed
                 await watcher.stop()
                 await store.close()
 

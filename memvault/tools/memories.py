@@ -12,6 +12,7 @@ from pydantic import Field
 from memvault.config import Settings
 from memvault.disk.markdown import Memory
 from memvault.errors import InvalidArgument, quote
+from memvault.git.loop import stale_note_once
 from memvault.ops.edits import Edit, version_of
 from memvault.ops.store import Found, Store
 from memvault.tools.common import (
@@ -261,7 +262,8 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
                 f" NOT superseded: {id}, because {why}; it stays as it is. If it is really outdated, "
                 "change its priority with update_memory first, or delete it."
             )
-        return text(noticed(store, token, reply))
+        note = stale_note_once(settings.root, token)  # said once while git sync keeps failing
+        return text(noticed(store, token, f"{reply}\n{note}" if note else reply))
 
     @server.tool(annotations=EDITS, structured_output=False)
     @handles_errors
@@ -296,7 +298,9 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
             importance=importance,
             edit=edit,
         )
-        return text(f"Updated {memory.id} (version {version_of(memory)}).")
+        reply = f"Updated {memory.id} (version {version_of(memory)})."
+        note = stale_note_once(settings.root, token_of(ctx))
+        return text(f"{reply}\n{note}" if note else reply)
 
     @server.tool(annotations=CHANGES, structured_output=False)
     @handles_errors

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from memvault.config import Settings
 from memvault.errors import quote
+from memvault.git.loop import stale_note
 from memvault.ops.arguments import check_query
 from memvault.ops.recall import DEFAULT_WEIGHTS, STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
 from memvault.ops.store import Store
@@ -150,4 +151,5 @@ def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -
         """Vault health: counts, vector coverage, search misses, unused memories, next eviction."""
         token = token_of(ctx)
         stats = await recaller.stats(token)
-        return text(noticed(store, token, render_stats(stats)))
+        note = stale_note(settings.root)  # git sync failing for a while (MEMVAULT_SYNC=git)
+        return text(noticed(store, token, render_stats(stats) + (f"\n{note}" if note else "")))

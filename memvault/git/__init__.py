@@ -1,0 +1,1 @@
+"""Git and the vault: merging the files memvault owns, registering the merge driver, syncing."""

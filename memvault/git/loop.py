@@ -1,0 +1,604 @@
+"""The git sync loop: commit what changed in the vault, fetch, merge with memvault's driver, push.
+
+It runs every interval and soon after a write, on a thread of its own, and keeps its state for
+/healthz and the tools. A sync never loses anything: it never force-pushes (a rejected push
+fetches, merges and tries again), a modify/delete conflict keeps the edit, and a merge that still
+leaves a conflict memvault cannot settle is aborted, the local commits kept, the file named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from memvault.clock import Clock, format_time, utcnow
+from memvault.disk.names import ARCHIVE, GRAPH_FILE, SESSIONS_DIR, STATE_DIR
+from memvault.disk.vault import LOCK_TIMEOUT, folder_lock
+from memvault.errors import MemvaultError, SyncFailed
+from memvault.git import repo as git_repo
+from memvault.git.repo import NETWORK_TIMEOUT, Repo, split_z
+
+log = logging.getLogger("memvault")
+
+DEBOUNCE_SECONDS = 2.0  # a write is committed and pushed this long after it, with what followed it
+PUSH_TRIES = 4  # a push the remote rejects (it moved meanwhile): fetch, merge, push again
+BACKOFF_SECONDS = 0.5  # doubled after each rejected push
+STALE_INTERVALS = 3  # tools say the vault is not syncing once it failed this many intervals
+MOVED = ("[rejected]", "non-fast-forward", "fetch first", "cannot lock ref")
+MAX_LISTED = 40  # paths named in a commit message's body
+MAX_VAULTS_NAMED = 3  # more vaults in one commit are summed up in its subject
+
+
+# ---------------------------------------------------------------- what a commit says
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One path the commit changes: git's status letter (A, M, D), the path inside the vault, and the
+    lines added and removed (for the graph)."""
+
+    status: str
+    path: str
+    added: int = 0
+    removed: int = 0
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def _counts(changes: list[Change]) -> Counter[str]:
+    """What changed in one vault (token folder), by kind."""
+    counts: Counter[str] = Counter()
+    hot_gone = {c.path for c in changes if c.status == "D" and not c.path.startswith(ARCHIVE + "/")}
+    archived = {
+        c.path.removeprefix(ARCHIVE + "/")
+        for c in changes
+        if c.status == "A" and c.path.startswith(ARCHIVE + "/")
+    }
+    sessions = set()
+    for c in changes:
+        parts = c.path.split("/")
+        if c.path == GRAPH_FILE:
+            counts["graph"] += max(c.added, c.removed, 1)
+        elif parts[0] == SESSIONS_DIR and len(parts) == 2:
+            sessions.add(parts[1].split(".", 1)[0])
+        elif not c.path.endswith(".md"):
+            counts["other"] += 1
+        elif parts[0] == ARCHIVE:
+            inner = "/".join(parts[1:])
+            if c.status == "A" and inner in hot_gone:
+                counts["archived"] += 1
+            elif c.status == "D":
+                counts[
+                    "restored" if any(x.path == inner and x.status == "A" for x in changes) else "dropped"
+                ] += 1
+            else:
+                counts["archive"] += 1
+        elif c.status == "D":
+            if c.path not in archived:
+                counts["deleted"] += 1
+        elif c.status == "A" and any(x.path == f"{ARCHIVE}/{c.path}" and x.status == "D" for x in changes):
+            pass  # counted as restored
+        else:
+            counts["written"] += 1
+    if sessions:
+        counts["sessions"] = len(sessions)
+    return counts
+
+
+_PHRASES = (
+    ("written", lambda n: _plural(n, "memory", "memories") + " written"),
+    ("deleted", lambda n: _plural(n, "memory", "memories") + " deleted"),
+    ("archived", lambda n: _plural(n, "memory", "memories") + " archived"),
+    ("restored", lambda n: _plural(n, "memory", "memories") + " restored"),
+    ("archive", lambda n: _plural(n, "archived memory", "archived memories") + " changed"),
+    ("dropped", lambda n: _plural(n, "archived memory", "archived memories") + " deleted"),
+    ("graph", lambda n: _plural(n, "graph change")),
+    ("sessions", lambda n: _plural(n, "session summary", "session summaries")),
+    ("other", lambda n: _plural(n, "other file")),
+)
+
+
+def _phrase(counts: Counter[str]) -> str:
+    return ", ".join(say(counts[kind]) for kind, say in _PHRASES if counts[kind])
+
+
+def describe(changes: list[Change]) -> str:
+    """The commit message for ``changes``: a subject saying what changed in which vault
+    (``memvault: team: 3 memories written, 1 graph change``), then the paths."""
+    by_vault: dict[str, list[Change]] = {}
+    for c in changes:
+        token, _, rest = c.path.partition("/")
+        key, inner = (token, rest) if rest else ("", token)  # a file at the root: the vault's own settings
+        by_vault.setdefault(key, []).append(Change(c.status, inner, c.added, c.removed))
+    parts = []
+    named = sorted(k for k in by_vault if k)
+    if len(named) > MAX_VAULTS_NAMED:
+        total: Counter[str] = Counter()
+        for key in named:
+            total.update(_counts(by_vault[key]))
+        parts.append(f"{len(named)} vaults: {_phrase(total)}")
+    else:
+        parts += [f"{key}: {_phrase(_counts(by_vault[key]))}" for key in named]
+    if "" in by_vault:
+        parts.append(", ".join(sorted(c.path for c in by_vault[""])[:3]))
+    subject = "memvault: " + "; ".join(parts)
+    listed = [f"{c.status} {c.path}" for c in sorted(changes, key=lambda c: c.path)[:MAX_LISTED]]
+    if len(changes) > MAX_LISTED:
+        listed.append(f"... and {len(changes) - MAX_LISTED} more")
+    return subject + "\n\n" + "\n".join(listed) + "\n"
+
+
+# ---------------------------------------------------------------- one sync
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one sync did."""
+
+    committed: str | None = None  # the new commit's subject
+    merged: int = 0  # commits the remote brought
+    pushed: bool = False
+    ahead: int = 0
+    behind: int = 0
+    kept: tuple[str, ...] = ()  # files deleted on one side and edited on the other: the edit kept
+    fetched: bool = False  # the remote was reached
+
+
+@dataclass(slots=True)
+class Target:
+    """Where a repository's branch syncs to, read from its configuration once per loop."""
+
+    branch: str
+    remote: str
+    remote_branch: str
+    identity: list[str] = field(default_factory=list)
+
+    @property
+    def ref(self) -> str:
+        return f"refs/remotes/{self.remote}/{self.remote_branch}"
+
+    @classmethod
+    def of(cls, repo: Repo) -> Target:
+        branch = repo.branch()
+        remote, remote_branch = repo.upstream(branch)
+        return cls(branch, remote, remote_branch, repo.identity())
+
+
+def commit(repo: Repo, target: Target) -> str | None:
+    """Commit everything that changed in the vault (its own writes, a person's edits), nothing
+    outside it and nothing under .memvault/; the subject, or None when nothing changed."""
+    specs = repo.pathspecs()
+    repo.run("add", "-A", "--", *specs)
+    names = split_z(repo.run("diff", "--cached", "--no-renames", "--name-status", "-z", "--", *specs).stdout)
+    if not names:
+        return None
+    numbers: dict[str, tuple[int, int]] = {}
+    for line in repo.run("diff", "--cached", "--no-renames", "--numstat", "--", *specs).stdout.splitlines():
+        added, removed, path = [*line.split("\t", 2), "", ""][:3]
+        numbers[path] = (int(added) if added.isdigit() else 0, int(removed) if removed.isdigit() else 0)
+    changes = []
+    for status, path in zip(names[::2], names[1::2], strict=False):
+        inside = repo.vault_relative(path)
+        if inside is not None:
+            changes.append(Change(status[:1], inside, *numbers.get(path, (0, 0))))
+    if not changes:
+        return None
+    message = describe(changes)
+    # `commit -- paths` commits only the vault, whatever else a person has staged.
+    repo.run(*target.identity, "commit", "--quiet", "--no-edit", "-m", message, "--", *specs)
+    return message.split("\n", 1)[0]
+
+
+def _tokens_touched(repo: Repo, root: Path, ref: str) -> list[Path]:
+    """The token folders a merge of ``ref`` writes into that this machine uses (they have derived
+    state, so a server or the CLI may write there): their locks are held during the merge."""
+    if repo.head() is None:
+        return []
+    # What the remote changed since the histories met (or all it differs in, when they never met).
+    related = repo.run("merge-base", "HEAD", ref, check=False).returncode == 0
+    span = [f"HEAD...{ref}"] if related else ["HEAD", ref]
+    paths = split_z(repo.run("diff", "--name-only", "--no-renames", "-z", *span, "--", repo.vault).stdout)
+    tokens = set()
+    for path in paths:
+        inside = repo.vault_relative(path)
+        if inside is not None and "/" in inside:
+            tokens.add(inside.split("/", 1)[0])
+    return [root / t for t in sorted(tokens) if (root / t / STATE_DIR).is_dir()]
+
+
+@contextlib.contextmanager
+def _holding(folders: list[Path]) -> Iterator[None]:
+    """The cross-process locks of these token folders, in name order (writes wait meanwhile)."""
+    with contextlib.ExitStack() as stack:
+        for folder in folders:
+            try:
+                stack.enter_context(folder_lock(folder))
+            except Timeout:
+                raise SyncFailed(
+                    f"a write held a vault's lock for {LOCK_TIMEOUT:.0f} s, so the merge waits for the "
+                    "next sync."
+                ) from None
+        yield
+
+
+def _keep_edits(repo: Repo) -> tuple[str, ...]:
+    """Settle the conflicts where one side deleted a file and the other changed it: the change is
+    kept (memvault.git.merge.resolve_modify_delete). Other conflicts are left as they are."""
+    from memvault.git.merge import resolve_modify_delete
+
+    stages: dict[str, set[int]] = {}
+    for entry in split_z(repo.run("ls-files", "-u", "-z").stdout):
+        info, _, path = entry.partition("\t")
+        stages.setdefault(path, set()).add(int(info.split()[2]))
+    kept = []
+    for path, present in sorted(stages.items()):
+        if 1 not in present or len(present) != 2:
+            continue  # both sides changed it (the driver's case), or both added it
+
+        def blob(stage: int, path: str = path, present: set[int] = present) -> bytes | None:
+            if stage not in present:
+                return None
+            return repo.blob(f":{stage}:{path}")
+
+        result = resolve_modify_delete(blob(1), blob(2), blob(3))
+        target = repo.top / path
+        if result is None:
+            repo.run("rm", "--quiet", "--cached", "--ignore-unmatch", "--", path)
+            target.unlink(missing_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(result)
+            repo.run("add", "--", path)
+            kept.append(repo.vault_relative(path) or path)
+    return tuple(kept)
+
+
+def merge(repo: Repo, root: Path, target: Target) -> tuple[int, tuple[str, ...]]:
+    """Merge what the remote has (already fetched) with memvault's driver; (commits brought, files
+    whose edit was kept against a deletion). A conflict that still remains aborts the merge."""
+    if not repo.has(target.ref):
+        return 0, ()
+    _, behind = repo.ahead_behind(target.ref)
+    if not behind:
+        return 0, ()
+    with _holding(_tokens_touched(repo, root, target.ref)):
+        commit(repo, target)  # what was written since the last commit, so the merge starts clean
+        done = repo.run(
+            *target.identity,
+            "merge",
+            "--no-edit",
+            "--quiet",
+            "--no-stat",
+            # Two clones of an empty remote that both wrote first share no history; their vaults
+            # still merge (nothing is replaced by a merge).
+            "--allow-unrelated-histories",
+            "-m",
+            f"memvault: merge {target.remote}/{target.remote_branch}",
+            target.ref,
+            check=False,
+        )
+        if done.returncode == 0:
+            commit(repo, target)  # what the driver set beside a file (both bodies of a conflict)
+            return behind, ()
+        if not (repo.git_dir / "MERGE_HEAD").exists():
+            # The merge never began (a file it would change has edits not yet committed, outside
+            # the vault or made a moment ago): nothing changed, the next sync tries again.
+            raise SyncFailed(f"git merge did not start: {git_repo.clean(done.stderr or done.stdout)}")
+        kept = _keep_edits(repo)
+        left = split_z(repo.run("diff", "--name-only", "--diff-filter=U", "-z").stdout)
+        if left:
+            repo.run("merge", "--abort", check=False)
+            shown = ", ".join(repo.vault_relative(p) or p for p in left[:5])
+            more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+            raise SyncFailed(
+                f"git merge stopped at {shown}{more}: a conflict memvault cannot settle (a file it does "
+                "not merge itself). The merge was aborted and nothing was lost: local commits stay and "
+                "are pushed once a person merges (git pull, settle the file, git commit)."
+            )
+        repo.run(*target.identity, "commit", "--quiet", "--no-edit")
+        commit(repo, target)  # what the driver set beside a file (both bodies of a conflict)
+        return behind, kept
+
+
+def _push(repo: Repo, target: Target) -> bool:
+    """Push HEAD to the remote branch, never forced; False when the remote refused it because it moved."""
+    done = repo.run(
+        "push",
+        "--porcelain",
+        target.remote,
+        f"HEAD:refs/heads/{target.remote_branch}",
+        timeout=NETWORK_TIMEOUT,
+        check=False,
+    )
+    if done.returncode == 0:
+        return True
+    said = done.stdout + "\n" + done.stderr
+    # The remote moved since the fetch: before the push began (rejected, non-fast-forward), or
+    # while it ran (the remote could not move its branch from the commit it had announced).
+    if any(why in said for why in MOVED):
+        return False
+    raise SyncFailed(f"git push failed: {git_repo.clean(done.stderr or done.stdout)}")
+
+
+def sync(
+    repo: Repo,
+    root: Path,
+    target: Target,
+    *,
+    network: bool | None = True,
+    wait: Callable[[float], bool] = lambda seconds: (time.sleep(seconds), False)[1],
+) -> Outcome:
+    """One sync: commit, then fetch, merge and push until the remote takes the push. ``network``:
+    True always, False never, None only when there is something to push. ``wait(seconds)`` sleeps
+    between tries and says whether to give up (the loop is stopping)."""
+    busy = repo.busy()
+    if busy:
+        raise SyncFailed(
+            f"{busy} is in progress in the repository; a person finishes or aborts it (git status says "
+            "how), then syncing resumes."
+        )
+    committed = commit(repo, target)
+    if not network:
+        ahead, behind = repo.ahead_behind(target.ref)
+        if network is False or not (committed or ahead):
+            return Outcome(committed, ahead=ahead, behind=behind)
+    merged, kept, pushed = 0, (), False
+    for attempt in range(PUSH_TRIES):
+        repo.run("fetch", "--quiet", target.remote, timeout=NETWORK_TIMEOUT)
+        brought, settled = merge(repo, root, target)
+        merged, kept = merged + brought, kept + settled
+        ahead, _ = repo.ahead_behind(target.ref)
+        if not ahead or repo.head() is None:
+            break
+        if _push(repo, target):
+            pushed = True
+            repo.run("fetch", "--quiet", target.remote, timeout=NETWORK_TIMEOUT)
+            break
+        if attempt == PUSH_TRIES - 1 or wait(BACKOFF_SECONDS * 2**attempt):
+            raise SyncFailed(
+                f"git push was refused {attempt + 1} times because the remote kept moving; the next "
+                "sync tries again (never forced)."
+            )
+    ahead, behind = repo.ahead_behind(target.ref)
+    return Outcome(committed, merged, pushed, ahead, behind, kept, fetched=True)
+
+
+@contextlib.contextmanager
+def one_at_a_time(repo: Repo) -> Iterator[None]:
+    """One sync of a repository at a time, across processes (a server's loop, memvault sync)."""
+    try:
+        with FileLock(str(repo.lock_file()), timeout=NETWORK_TIMEOUT):
+            yield
+    except Timeout:
+        raise SyncFailed(
+            "another memvault sync of this repository has not finished; trying again later."
+        ) from None
+
+
+def sync_vault(root: Path) -> Outcome:
+    """One whole sync of the vault at ``root`` (memvault sync --once)."""
+    repo = git_repo.find(root)
+    ensure_driver(root)
+    with one_at_a_time(repo):
+        return sync(repo, root, Target.of(repo))
+
+
+def ensure_driver(root: Path) -> None:
+    """Register memvault's merge driver for the vault (idempotent): a merge without it would stop
+    at every concurrent graph or session line."""
+    from memvault.git import setup
+
+    setup.install(root)
+
+
+# ---------------------------------------------------------------- the loop
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What /healthz shows: ``ok``, ``failing`` or ``off`` (``starting`` until the first sync)."""
+
+    state: str
+    last_ok: datetime | None = None
+    error: str | None = None
+    ahead: int = 0
+    behind: int = 0
+    failing_since: datetime | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "last_ok": format_time(self.last_ok) if self.last_ok else None,
+            "error": self.error,
+            "ahead": self.ahead,
+            "behind": self.behind,
+        }
+
+
+OFF = Status("off")
+_RUNNING: dict[Path, SyncLoop] = {}  # the loops this process runs, by resolved vault root
+_RUNNING_LOCK = threading.Lock()
+
+
+def running(root: Path) -> SyncLoop | None:
+    """The sync loop this process runs for the vault at ``root``, if any."""
+    with _RUNNING_LOCK:
+        return _RUNNING.get(root.resolve())
+
+
+def stale_note(root: Path) -> str | None:
+    """A sentence for an agent when the vault has not synced for a while, else None (memory_stats)."""
+    loop = running(root)
+    return loop.stale_note() if loop is not None else None
+
+
+def stale_note_once(root: Path, token: str) -> str | None:
+    """stale_note, said once per vault (token) while the sync keeps failing (a write's reply)."""
+    loop = running(root)
+    return loop.stale_note(once_for=token) if loop is not None else None
+
+
+class SyncLoop:
+    """Syncs one vault root on its own thread: a full sync every ``interval`` seconds, and one
+    ``DEBOUNCE_SECONDS`` after a change (:meth:`soon`); one sync at a time per repository, across
+    processes too (a lock file in the git folder)."""
+
+    def __init__(
+        self,
+        root: Path,
+        interval: float,
+        *,
+        clock: Clock = utcnow,
+        debounce: float = DEBOUNCE_SECONDS,
+    ) -> None:
+        self.root = root
+        self.interval = interval
+        self.debounce = min(debounce, interval)
+        self.clock = clock
+        self._status = Status("starting")
+        self._started = clock()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._due: float | None = None  # monotonic time of a sync asked for by a change
+        self._thread: threading.Thread | None = None
+        self._repo: Repo | None = None
+        self._target: Target | None = None
+        self._told: set[str] = set()  # vaults told that syncing fails, this failing spell
+        self.syncs = 0  # finished syncs, ok or not (tests wait on it)
+
+    # -- life
+
+    def start(self) -> None:
+        with _RUNNING_LOCK:
+            _RUNNING[self.root.resolve()] = self
+        self._thread = threading.Thread(target=self._run, name="memvault-git-sync", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the sync in flight; a change not yet synced gets one last sync (blocking)."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with _RUNNING_LOCK:
+            if _RUNNING.get(self.root.resolve()) is self:
+                del _RUNNING[self.root.resolve()]
+
+    def soon(self) -> None:
+        """Something in the vault changed: sync it shortly (changes that follow join the same sync).
+        Any thread; returns at once."""
+        with self._lock:
+            if self._due is None:
+                self._due = time.monotonic() + self.debounce
+        self._wake.set()
+
+    def status(self) -> Status:
+        return self._status
+
+    def stale_note(self, *, once_for: str | None = None) -> str | None:
+        status = self._status
+        if status.state != "failing":
+            return None
+        since = status.last_ok or self._started
+        if (self.clock() - since).total_seconds() < STALE_INTERVALS * self.interval:
+            return None
+        with self._lock:
+            if once_for is not None:
+                if once_for in self._told:
+                    return None
+                self._told.add(once_for)
+        when = "since " + format_time(status.last_ok) if status.last_ok else "since the server started"
+        return (
+            f"Note: this vault has not synced with git {when} ({status.error}). Writes are saved here "
+            "and sync once it works again; tell the user, who can see it in /healthz."
+        )
+
+    # -- the thread
+
+    def _run(self) -> None:
+        next_full = time.monotonic()  # the first sync at once: what changed while no server ran
+        while True:
+            now = time.monotonic()
+            due = self._due
+            if self._stopping.is_set():
+                if due is not None:
+                    self._once(network=None)  # a write acknowledged just before the stop
+                return
+            wake_at = min(next_full, due if due is not None else math.inf)
+            if wake_at > now:
+                self._wake.wait(wake_at - now)
+                self._wake.clear()
+                continue
+            full = now >= next_full
+            with self._lock:
+                self._due = None
+            # After a change, the remote is only asked when there is something to push: the change a
+            # pull itself brings (the watcher announces it too) costs one look at the files.
+            outcome = self._once(network=True if full else None)
+            if full or outcome is None or outcome.fetched:
+                next_full = time.monotonic() + self.interval
+
+    def _once(self, *, network: bool | None) -> Outcome | None:
+        """One sync, its outcome recorded in the status; None when it failed."""
+        try:
+            repo = self._repo or git_repo.find(self.root)
+            if self._repo is None:
+                ensure_driver(self.root)
+                self._repo = repo
+            if self._target is None or network:  # a full sync reads branch, remote and identity anew
+                self._target = Target.of(repo)
+            target = self._target
+            with one_at_a_time(repo):
+                outcome = sync(repo, self.root, target, network=network, wait=self._stopping.wait)
+        except MemvaultError as exc:
+            self._repo = self._target = None  # read the repository afresh next time
+            self._failed(exc.message)
+            return None
+        except Exception as exc:  # a bug must not end the loop: it is reported as a failing sync
+            self._repo = self._target = None
+            log.debug("git sync failed", exc_info=True)
+            self._failed(f"unexpected error ({type(exc).__name__}); see the server's log")
+            return None
+        finally:
+            self.syncs += 1
+        if outcome.kept:
+            log.info("git sync kept edits of files deleted on the other side: %s", ", ".join(outcome.kept))
+        if outcome.fetched:
+            self._ok(outcome)
+        elif self._status.state == "ok":
+            self._status = Status("ok", self._status.last_ok, None, outcome.ahead, outcome.behind)
+        return outcome
+
+    def _ok(self, outcome: Outcome) -> None:
+        before = self._status
+        self._status = Status("ok", self.clock(), None, outcome.ahead, outcome.behind)
+        with self._lock:
+            self._told.clear()
+        if before.state == "failing":
+            log.info("git sync works again")
+        elif before.state == "starting":
+            log.info("git sync: on (every %g s)", self.interval)
+
+    def _failed(self, error: str) -> None:
+        before = self._status
+        since = before.failing_since if before.state == "failing" else self.clock()
+        self._status = Status("failing", before.last_ok, error, before.ahead, before.behind, since)
+        if before.state != "failing":
+            log.warning("git sync failing: %s", error)
+        elif before.error != error:
+            log.debug("git sync still failing: %s", error)
