@@ -571,6 +571,45 @@ async def test_one_relevant_memory_of_five_comes_first_and_alone_counts_as_used(
 
 
 @pytest.mark.slow
+async def test_beside_a_clear_match_the_unrelated_memories_are_not_listed(server_factory):
+    # Issue 50: the editor note holds every word of the question; the deploy notes, written just
+    # after it, were listed on the score they borrowed from it, the others on faint cosines.
+    async with server_factory() as srv:
+        async with srv.session("tok") as session:
+            for title, content in EDITOR_VAULT:
+                await srv.call(session, "write_memory", title=title, content=content)
+            await settle(srv.app.state.store)
+            for query in ("which editor does the user like", "what editor does the user like?"):
+                is_error, reply = await srv.call(session, "recall", query=query)
+                assert not is_error, reply
+                lines = [LINE.match(line) for line in reply.splitlines() if LINE.match(line)]
+                assert [m["name"] for m in lines] == ["editor-preference.md"], reply  # type: ignore[index]
+                assert reply.startswith("1 memory for")
+
+
+async def test_memories_that_all_match_are_all_listed_beside_a_clear_match(
+    make_settings: Callable[..., Settings],
+):
+    store, recaller = await make(make_settings())
+    try:
+        editors = (
+            ("Editor preference", "The user likes Neovim with the gruvbox theme; never suggest VS Code."),
+            ("Editor font", "In any editor the user likes JetBrains Mono at 13 points."),
+            ("Editor at work", "At work the user likes the editor the team shares: IntelliJ."),
+        )
+        for title, content in (*editors, *EDITOR_VAULT[1:]):
+            await store.write("t", title=title, content=content)
+        await settle(store)
+        found = await recaller.recall("t", "which editor does the user like")
+        assert sorted(names(found)) == ["editor-at-work.md", "editor-font.md", "editor-preference.md"]
+        # What is asked for only in part is no clear match: the floor alone applies, as before.
+        found = await recaller.recall("t", "which editor does the user like for python")
+        assert len(found.results) > 3
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow
 async def test_the_floor_is_a_setting_and_zero_shows_every_match(server_factory):
     async with server_factory(recall_floor=0.0) as srv:
         async with srv.session("tok") as session:
@@ -578,7 +617,7 @@ async def test_the_floor_is_a_setting_and_zero_shows_every_match(server_factory)
                 await srv.call(session, "write_memory", title=title, content=content)
             await settle(srv.app.state.store)
             _, reply = await srv.call(session, "recall", query="what editor does the user like?")
-            assert len([line for line in reply.splitlines() if LINE.match(line)]) > 1
+            assert len([line for line in reply.splitlines() if LINE.match(line)]) == len(EDITOR_VAULT)
 
 
 def test_the_floor_setting_is_checked():
