@@ -336,7 +336,7 @@ def parse_memory(
         content=content,
         priority=priority,
         created_at=created,
-        updated_at=parse_time(meta.get("updatedAt")) or created,
+        updated_at=_later(parse_time(meta.get("updatedAt")) or created, parse_time(meta.get("importedAt"))),
         last_accessed_at=parse_time(meta.get("lastAccessedAt")),
         tags=_tags(meta.get("tags")),
         importance=importance_value,
@@ -350,6 +350,14 @@ def parse_memory(
         change=change,
         hash=content_hash(raw),
     )
+
+
+def _later(a: datetime | None, b: datetime | None) -> datetime | None:
+    """An imported copy was written when it was imported (``importedAt``), whatever its source's
+    ``updatedAt`` says: eviction's grace for fresh memories counts from then."""
+    if a is None or b is None:
+        return a or b
+    return max(a, b)
 
 
 def _tags(value: Any) -> tuple[str, ...]:

@@ -40,7 +40,7 @@ VERSION = 5
 MIN_MEMORIES = 500  # smaller vaults load from their files fast enough (and keep the parse cache)
 
 # Bump when parse_memory's result for the same bytes changes: older cache entries are parsed again.
-PARSER_VERSION = 4
+PARSER_VERSION = 5
 
 
 def memory_row(memory: Memory) -> list[Any]:

@@ -105,3 +105,36 @@ async def test_a_file_saved_by_hand_is_listed_and_found_by_the_next_call(make_se
         assert [m.id for m in rows] == ["first.md"]
     finally:
         await store.close()
+
+
+async def test_an_import_of_old_notes_is_not_archived_by_the_next_reads(make_settings: Any, vault_root: Any):
+    """Issue 50: 52 imported notes and one recall: the sweep archived the user's notes at once."""
+    import anyio
+
+    from memvault.cli.main import main
+
+    notes = vault_root.parent / "notes"
+    notes.mkdir()
+    old = "2020-01-01T00:00:00.000Z"
+    for i in range(60):
+        (notes / f"n{i}.md").write_text(
+            f"---\npriority: P2\ncreatedAt: {old}\nupdatedAt: {old}\nlastAccessedAt: {old}\n---\n"
+            f"# Run {i}\n\nLong run number {i}.\n",
+            encoding="utf-8",
+        )
+    args = ["import-from", "notes", str(notes), "--root", str(vault_root), "--token", "alice"]
+    assert await anyio.to_thread.run_sync(main, args) == 0
+    clock = Clock()
+    clock.now = datetime.now(UTC)
+    store = Store(make_settings(), clock=clock)
+    try:
+        for _ in range(3):
+            found = await store.find("alice", query="run")
+            await store.touch("alice", found.memories)
+            await store.idle()
+        assert not list((vault_root / "alice").glob("archive/**/*.md"))
+        clock.now += timedelta(days=2)  # past the grace: the TTL of notes untouched since 2020 applies
+        evicted = await store.evict("alice", dry_run=True)
+        assert len(evicted) >= 10
+    finally:
+        await store.close()
