@@ -165,7 +165,4 @@ class Service:
             if state.loaded and state.large:
                 await anyio.to_thread.run_sync(state.save_snapshot)
         await anyio.to_thread.run_sync(self.embeddings.close)
-        for state in states.values():
-            if state.sidecar is not None:
-                state.sidecar.close()
-                state.sidecar = None
+        self.registry.close()

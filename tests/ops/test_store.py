@@ -588,6 +588,7 @@ async def test_unloaded_tokens_give_their_descriptors_back(make_settings):
         before = open_fds()
         for i in range(60):
             await store.write(f"t{i}", title="Note", content="one memory each")
+        await service.idle()  # an unloaded token's sidecar is closed in a worker thread
         assert open_fds() - before < 20  # two loaded tokens' sidecars, not sixty
         found = await store.find("t0", query="memory")  # an unloaded token reopens on use
         assert [m.id for m in found.memories] == ["note.md"]
