@@ -16,6 +16,7 @@ from strategies import MEM_MCP, PROPS
 from memvault.clock import format_time, parse_time
 from memvault.disk.markdown import has_conflict_markers, parse_memory
 from memvault.git.merge import kind_of, merge_file, resolve_modify_delete
+from memvault.git.mergememory import conflict_copy_of
 from memvault.records.graphfile import compact, parse
 from memvault.records.summaryfiles import (
     SessionFiles,
@@ -450,6 +451,19 @@ def test_a_true_body_conflict_keeps_both_versions_whole_without_markers() -> Non
     ((where, sibling),) = merged.extra
     assert where.startswith("team/mem.conflict-")
     assert sibling == ours.replace(b"importance: 0.8\n", b'importance: 0.8\nconflictOf: "mem.md"\n')
+    assert conflict_copy_of(where.removeprefix("team/")) == "mem.md"  # the name says whose copy it is
+
+
+def test_only_a_conflict_copys_name_names_the_memory_it_was_kept_beside() -> None:
+    assert conflict_copy_of("notes/deploy.conflict-0a1b2c3d.md") == "notes/deploy.md"
+    assert conflict_copy_of("deploy.conflict-0a1b2c3d.conflict-99aa88bb.md") == "deploy.conflict-0a1b2c3d.md"
+    for name in (
+        "deploy.md",
+        "deploy.conflict-notes.md",
+        "deploy.conflict-0a1b2c3d.md.bak",
+        ".conflict-0a1b2c3d.md",
+    ):
+        assert conflict_copy_of(name) is None
 
 
 def test_a_file_without_frontmatter_keeps_both_versions_on_a_conflict() -> None:
