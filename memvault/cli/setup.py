@@ -80,9 +80,12 @@ def add_parser(sub: Any, vault: argparse.ArgumentParser) -> None:
         "user scope), write memvault's hooks into Claude Code's settings (kept atomic, mode 0600, "
         "everything else in the file kept) and install a short skill telling the agent when to recall "
         "and when to save. --remove undoes exactly what setup added; --plugin writes the same as a "
-        "Claude Code plugin folder instead.",
+        "Claude Code plugin folder instead. `memvault setup git --root R` instead registers memvault's "
+        "merge driver for the vault at R (its .gitattributes and the repository's merge.memvault "
+        "config), so a git pull merges the graph, session summaries and memories without conflict "
+        "markers; --dry-run and --remove apply to it too.",
     )
-    setup.add_argument("client", choices=("claude-code",))
+    setup.add_argument("client", choices=("claude-code", "git"), help="what to set up")
     how = setup.add_mutually_exclusive_group()
     how.add_argument(
         "--url", help="the server's MCP URL (default http://HOST:PORT/mcp/TOKEN, /mcp with a key)"

@@ -130,6 +130,25 @@ def test_setup_git_is_idempotent_and_remove_undoes_it(tmp_path: Path) -> None:
     assert (repo / ".git" / "config").read_text(encoding="utf-8").strip() == config_before.strip()
 
 
+def test_setup_git_is_a_client_of_setup_and_takes_a_token_not_claude_codes_options(tmp_path: Path) -> None:
+    helped = run([str(MEMVAULT), "setup", "--help"], env=clean_env())
+    assert "{claude-code,git}" in helped.stdout and "memvault setup git --root R" in helped.stdout
+    repo = tmp_path / "repo"
+    git_sync(tmp_path, "init", "-b", "main", str(repo))
+    (repo / "team").mkdir()
+
+    assert "gitattributes" in setup_git(repo, "--token", "team")
+    assert "graph.jsonl merge=memvault" in (repo / "team" / ".gitattributes").read_text(encoding="utf-8")
+    assert not (repo / ".gitattributes").exists()
+    for bad in (["--token", "../team"], ["--token", "nobody"]):
+        done = run([str(MEMVAULT), "setup", "git", "--root", str(repo), *bad], env=clean_env())
+        assert done.returncode == 2 and "token" in done.stderr and str(tmp_path) not in done.stderr
+    done = run([str(MEMVAULT), "setup", "git", "--root", str(repo), "--stdio", "--key", "k"], env=clean_env())
+    assert done.returncode == 2
+    assert "setup git does not take --stdio, --key" in done.stderr
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "team"]  # nothing else written
+
+
 def test_setup_git_outside_a_repository_says_what_to_do(tmp_path: Path) -> None:
     done = run(
         [str(MEMVAULT), "setup", "git", "--root", str(tmp_path)],
