@@ -13,6 +13,7 @@ from memvault.config import Settings
 from memvault.disk.markdown import Memory
 from memvault.errors import InvalidArgument, quote
 from memvault.git.loop import stale_note_once
+from memvault.git.mergememory import conflict_copy_of
 from memvault.ops.edits import Edit, version_of
 from memvault.ops.store import Found, Store
 from memvault.tools.common import (
@@ -178,6 +179,11 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
                 line += "|CONFLICT: git conflict markers, read-only until a person resolves them"
             elif memory.problem:
                 line += f"|NEEDS FIXING: {memory.problem}"
+            elif (copy_of := conflict_copy_of(memory.id)) is not None:
+                line += (
+                    f"|CONFLICT COPY of {copy_of}, kept by a git merge: move what to keep "
+                    "into that memory with update_memory, then delete_memory this one"
+                )
             if not reply.add(line):
                 break
             shown += 1

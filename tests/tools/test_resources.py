@@ -93,6 +93,8 @@ async def test_a_vault_lists_its_memories_graph_and_sessions_as_resources(server
         assert listed["memvault://memories/projects/alpha%20plan.md"].title == "Alpha plan"
         assert listed["memvault://sessions/standup"].title == "Standup"
         assert listed["memory://knowledge-graph"].mime_type == "application/json"
+        # Titled as the official memory server titles it, so clients show one name for both.
+        assert listed["memory://knowledge-graph"].title == "Knowledge Graph"
         assert "memvault://vault" in listed
         templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
         assert templates == {MEMORY_TEMPLATE, ARCHIVE_TEMPLATE, SESSION_TEMPLATE}
