@@ -42,13 +42,14 @@ How a memory is scored for a query, and why:
    attend?") finds more of them, while the best matches, often neighbours, stay first.
 8. Floor: a result below ``Weights.floor`` of the best is left out (MEMVAULT_RECALL_FLOOR).
    Beside a clear match (the best result holds every word of the query that is not a question
-   word), a result that earns less than ``Weights.own_floor`` of the best by itself is left out
-   too: in a small vault every memory has some score, from its cosine or from the words of the
-   memory written before it, and "which editor does the user like" listed the deploy notes
-   written after the editor note. The benchmarks' answers (LoCoMo, LongMemEval) never sit that
-   low beside a clear match, so their figures do not move (bench/RESULTS.md); a memory that holds
-   some of the words on its own (the user's lunch, for "user") earns more and stays. A floor of 0
-   shows every match.
+   word, and is not itself a question), a result that earns less than ``Weights.own_floor`` of
+   the best by itself is left out too: in a small vault every memory has some score, from its
+   cosine or from the words of the memory written before it, and "which editor does the user
+   like" listed the deploy notes written after the editor note. A question that holds the words
+   ("Which flavour of ice cream did you make?") is no clear match: its answer is the terse turn
+   after it, which earns its place by what it borrows (step 3). A memory that holds some of the
+   words on its own (the user's lunch, for "user") earns more and stays. A floor of 0 shows every
+   match.
 
 The weights were chosen by cross-validation over LoCoMo and LongMemEval, each loaded one memory
 per turn and one per session (bench/recall_bench.py --grid, bench/recall_cv.py --package). A
@@ -108,7 +109,7 @@ VECTOR_FLOOR = 0.1  # a hash-embedder cosine below this is noise (its chance col
 VECTOR_CENTRE = 25.0  # a transformer's crowded cosines count from this percentile of the vault's...
 CROWDED = 0.8  # ...when it is at least this share of the best cosine (fuse)
 FLOOR = 0.05  # results whose shown score (the value that ranked them) is below this are left out
-OWN_FLOOR = 0.15  # beside a clear match, results that earn less than this of the best by themselves
+OWN_FLOOR = 0.1  # beside a clear match, results that earn less than this of the best by themselves
 ACCESS_TOP = 3  # the first results shown count as an access if they score ACCESS_MIN of the best...
 ACCESS_MIN = 0.25
 ACCESS_SHARE = 0.5  # ...the others only when they score at least this share of the best
@@ -213,8 +214,14 @@ def fuse(
 
 def explains(memory: Memory, terms: set[str]) -> bool:
     """Whether ``memory`` (title and content) holds every one of ``terms``, the query's words
-    beside its question words: a clear match, beside which what earns little by itself is noise."""
-    return bool(terms) and terms <= set(terms_of(f"{memory.title}\n{memory.content}"))
+    beside its question words, and says something rather than asks it: a clear match, beside which
+    what earns little by itself is noise. A question that holds the words is no answer: the answer
+    is a neighbour, which earns its place by what it borrows from the question."""
+    return (
+        bool(terms)
+        and not memory.content.rstrip().endswith("?")
+        and terms <= set(terms_of(f"{memory.title}\n{memory.content}"))
+    )
 
 
 def factor(memory: Memory, *, last_access: datetime | None, now: datetime) -> float:
