@@ -48,16 +48,19 @@ __all__ = ["build_server"]
 class Server(MCPServer):
     """The SDK's server, with lean tool schemas and argument errors worded for the agent."""
 
-    _listed: dict[str, MCPTool] | None = None
+    _listed: list[MCPTool] | None = None
+    _by_name: dict[str, MCPTool] | None = None
 
     async def list_tools(self) -> list[MCPTool]:
-        return list((await self._lean_tools()).values())
-
-    async def _lean_tools(self) -> dict[str, MCPTool]:
         # Tools are registered once, before serving: compact their schemas once.
         if self._listed is None:
-            self._listed = {tool.name: lean(tool) for tool in await super().list_tools()}
+            self._listed = [lean(tool) for tool in await super().list_tools()]
+            self._by_name = {tool.name: tool for tool in self._listed}
         return self._listed
+
+    async def _tool(self, name: str) -> MCPTool | None:
+        await self.list_tools()
+        return self._by_name.get(name) if self._by_name is not None else None
 
     async def list_tools_for(
         self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
@@ -72,7 +75,7 @@ class Server(MCPServer):
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
         if context is not None and read_only(context.request_context.request):
-            tool = (await self._lean_tools()).get(name)
+            tool = await self._tool(name)
             if tool is not None and not _read_only_tool(tool):
                 # Refused before the tool runs: nothing is read for it, nothing written.
                 raise ToolError(f"This key is read-only, so {name} is refused; nothing was changed.")
