@@ -673,10 +673,11 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
     """The one place that knows memvault's import paths: a Store, a recall function over it, and the
     grid of ranking weights that ``--grid`` scores (for bench/recall_cv.py --package)."""
     from memvault.config import Settings
-    from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller
+    from memvault.ops.recall import Recaller
     from memvault.ops.store import Store
     from memvault.search import embeddings
     from memvault.search.index import NEAR_ALL, NEAR_MISSING, NEAR_MODES
+    from memvault.search.ranking import DEFAULT_WEIGHTS
 
     # The embedding worker rests as long as each batch took (half a core at most) so that a server
     # stays responsive; here nothing else waits for the CPU, and the vectors are what is waited for.
@@ -697,7 +698,7 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         embed_model=os.environ.get("MEMVAULT_EMBED_MODEL") or None,
     )
     settings.validate()
-    from memvault.ops import recall as recall_module
+    from memvault.search import ranking as recall_module
     from memvault.search.rerankers import Reranking
 
     store = Store(settings, clock=clock)

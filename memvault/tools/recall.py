@@ -12,8 +12,9 @@ from memvault.config import Settings
 from memvault.errors import quote
 from memvault.git.loop import stale_note
 from memvault.ops.arguments import check_query
-from memvault.ops.recall import DEFAULT_WEIGHTS, STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
+from memvault.ops.recall import STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
 from memvault.ops.store import Store
+from memvault.search.ranking import DEFAULT_WEIGHTS
 from memvault.tools.common import (
     READ_ONLY,
     Reply,
