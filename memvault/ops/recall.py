@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from memvault.ops.store import Store
     from memvault.ops.sweeps import Evicted
     from memvault.registry.state import Reading, TokenState
+    from memvault.registry.tokens import Tokens
+    from memvault.search.embeddings import Embeddings
 
 ACCESS_TOP = 3  # the first results shown count as an access if they score ACCESS_MIN of the best...
 ACCESS_MIN = 0.25
@@ -160,12 +162,20 @@ class _Kept:
 
 
 class Recaller:
-    """The recall and stats operations over a :class:`Store`'s tokens."""
+    """The recall and stats operations over a :class:`Store`'s tokens, with the registry (which
+    settles a restored token) and the embeddings (a query's vector) that the store's tokens use."""
 
     def __init__(
-        self, store: Store, weights: Weights = DEFAULT_WEIGHTS, reranking: Reranking | None = None
+        self,
+        store: Store,
+        registry: Tokens,
+        embeddings: Embeddings,
+        weights: Weights = DEFAULT_WEIGHTS,
+        reranking: Reranking | None = None,
     ) -> None:
         self.store = store
+        self.registry = registry
+        self.embeddings = embeddings
         self.weights = weights
         self.reranking = reranking
         # By token state, weakly: what is kept of a token goes with its state when the registry
@@ -223,9 +233,9 @@ class Recaller:
         if not state.settled:  # restored moments ago: the vectors' rows, recall's candidates, come next
             if inline:
                 raise NeedsThread
-            store.registry.settle(state)
+            self.registry.settle(state)
         reranker = self.reranking.get() if self.reranking is not None else None
-        embedder = store.embeddings.ready()
+        embedder = self.embeddings.ready()
         if isinstance(reranker, MaxSim) and token_embedder(embedder) is None:
             reranker = None  # MaxSim needs WordLlama's tokens: with another embedder it is off
         if inline and (reranker is not None or not (embedder is None or _static(embedder))):
@@ -290,7 +300,7 @@ class Recaller:
         vector = None
         model = None
         if view.matrix is not None and embedder is not None and embedder.name == view.name:
-            q = store.embeddings.embed_query(words)
+            q = self.embeddings.embed_query(words)
             if q is not None and q.any():
                 vector = view.similarity(q, n)
                 model = view.name if vector is not None else None
@@ -436,7 +446,7 @@ class Recaller:
         for memory in hot:
             by_priority[memory.priority] = by_priority.get(memory.priority, 0) + 1
         embedded, rows = state.vectors.counts()
-        status = store.embeddings.status()
+        status = self.embeddings.status()
         flush_records(state)
         searches, misses = state.sidecar.search_counts() if state.sidecar else (0, 0)
         recorded = state.sidecar.last_access() if state.sidecar else {}

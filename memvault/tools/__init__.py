@@ -26,7 +26,11 @@ from pydantic import ValidationError
 
 from memvault import __version__
 from memvault.config import Settings
+from memvault.ops.changes import Changes
+from memvault.ops.recall import Recaller
+from memvault.ops.service import Service
 from memvault.ops.store import Store
+from memvault.search.ranking import DEFAULT_WEIGHTS
 from memvault.tools.common import read_only
 from memvault.tools.completion import Completer
 from memvault.tools.graph import OUTPUT_SCHEMAS, register_graph_tools
@@ -109,12 +113,13 @@ def argument_errors(tool: str, error: ValidationError) -> str:
     )
 
 
-def build_server(store: Store, settings: Settings) -> MCPServer:
+def build_server(service: Service, settings: Settings) -> MCPServer:
     # subscriptions=False: the SDK's own subscriptions/listen tells every stream of every event, of
     # whatever vault; ours (tools.subscriptions) tells each client of its own vault's changes only.
     server = Server(
         name="memvault", version=__version__, instructions=instructions(settings.tools), subscriptions=False
     )
+    store = service.store
     if "memories" in settings.tools:
         register_memory_tools(server, store, settings)
     if "sessions" in settings.tools:
@@ -122,17 +127,24 @@ def build_server(store: Store, settings: Settings) -> MCPServer:
     if "graph" in settings.tools:
         register_graph_tools(server, store, settings)
     if "recall" in settings.tools:
-        register_recall_tools(server, store, settings)
-    serve_resources(server, store, settings)
+        recaller = Recaller(
+            store,
+            service.registry,
+            service.embeddings,
+            DEFAULT_WEIGHTS.replace(floor=settings.recall_floor),
+            service.reranking,
+        )
+        register_recall_tools(server, store, recaller, settings)
+    serve_resources(server, store, service.changes, settings)
     return server
 
 
-def serve_resources(server: Server, store: Store, settings: Settings) -> None:
+def serve_resources(server: Server, store: Store, changes: Changes, settings: Settings) -> None:
     """Resources, their subscriptions, prompts and completion, in place of the SDK's handlers (which
     serve what is registered once for all; a vault's resources are its own and change)."""
     low = server._lowlevel_server  # the SDK offers no other way to give a handler the request context
     resources = Resources(store, settings)
-    subscriptions = Subscriptions(store.changes)
+    subscriptions = Subscriptions(changes)
     prompts = Prompts(store, settings)
     completer = Completer(store, settings)
     handlers: list[tuple[str, Any, Any]] = [

@@ -14,7 +14,6 @@ from memvault.git.loop import stale_note
 from memvault.ops.arguments import check_query
 from memvault.ops.recall import STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
 from memvault.ops.store import Store
-from memvault.search.ranking import DEFAULT_WEIGHTS
 from memvault.tools.common import (
     READ_ONLY,
     Reply,
@@ -112,8 +111,7 @@ def render_stats(stats: Stats) -> str:
     return "\n".join(lines)
 
 
-def register_recall_tools(server: MCPServer, store: Store, settings: Settings) -> None:
-    recaller = Recaller(store, DEFAULT_WEIGHTS.replace(floor=settings.recall_floor), store.reranking)
+def register_recall_tools(server: MCPServer, store: Store, recaller: Recaller, settings: Settings) -> None:
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @handles_errors
