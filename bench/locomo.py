@@ -56,8 +56,9 @@ from harness import machine_line, pct, serve, update_results
 from memvault.config import Settings
 from memvault.disk.markdown import render_new
 from memvault.disk.names import slugify
-from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller, Weights
+from memvault.ops.recall import Recaller
 from memvault.search.index import NEAR_MODES
+from memvault.search.ranking import DEFAULT_WEIGHTS, Weights
 
 CATEGORIES = (1, 2, 3, 4)
 LIMIT = 10
@@ -261,7 +262,7 @@ def ranked_turns(reply: str, names: dict[str, str]) -> list[str]:
 # ---------------------------------------------------------------------------- the run
 
 
-# Each step turns on one more part of the ranking (memvault.ops.recall.Weights), from plain BM25 scores
+# Each step turns on one more part of the ranking (memvault.search.ranking.Weights), from plain BM25 scores
 # to the default; measured through the tool's body on the same tokens.
 OFF: dict[str, Any] = {
     "context": (0.0, 0.0),
@@ -357,7 +358,7 @@ def tried_lines(tried: list[tuple[Weights, dict[str, Scores]]]) -> list[str]:
 
 # ---------------------------------------------------------------------------- cross-validation
 
-# What cross-validation chooses is a Setting: the ranking's weights (memvault.ops.recall.Weights).
+# What cross-validation chooses is a Setting: the ranking's weights (memvault.search.ranking.Weights).
 # A Procedure is how a Setting is chosen on some conversations: coordinate ascent from the default
 # over a grid (each round tries every value of one axis with the others fixed, keeping the best on
 # those conversations), where a move must gain at least ``min_gain`` of the objective. Which

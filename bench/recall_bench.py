@@ -675,9 +675,9 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
     from opening import open_store
 
     from memvault.config import Settings
-    from memvault.ops.recall import DEFAULT_WEIGHTS
     from memvault.search import embeddings
     from memvault.search.index import NEAR_ALL, NEAR_MISSING, NEAR_MODES
+    from memvault.search.ranking import DEFAULT_WEIGHTS
 
     # The embedding worker rests as long as each batch took (half a core at most) so that a server
     # stays responsive; here nothing else waits for the CPU, and the vectors are what is waited for.
@@ -698,7 +698,7 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         embed_model=os.environ.get("MEMVAULT_EMBED_MODEL") or None,
     )
     settings.validate()
-    from memvault.ops import recall as recall_module
+    from memvault.search import ranking as recall_module
     from memvault.search.rerankers import Reranking
 
     opened = open_store(settings, clock=clock)

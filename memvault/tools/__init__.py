@@ -25,9 +25,10 @@ from pydantic import ValidationError
 from memvault import __version__
 from memvault.config import Settings
 from memvault.ops.changes import Changes
-from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller
+from memvault.ops.recall import Recaller
 from memvault.ops.service import Service
 from memvault.ops.store import Store
+from memvault.search.ranking import DEFAULT_WEIGHTS
 from memvault.tools import sdk
 from memvault.tools.common import read_only
 from memvault.tools.completion import Completer
