@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -202,21 +203,22 @@ def commit(repo: Repo, target: Target) -> str | None:
     return message.split("\n", 1)[0]
 
 
-def _tokens_touched(repo: Repo, root: Path, ref: str) -> list[Path]:
-    """The token folders a merge of ``ref`` writes into that this machine uses (they have derived
-    state, so a server or the CLI may write there): their locks are held during the merge."""
-    if repo.head() is None:
-        return []
+def _incoming(repo: Repo, root: Path, ref: str) -> tuple[set[str], list[Path]]:
+    """What a merge of ``ref`` changes: the paths (as git names them), and the token folders among
+    them that this machine uses (they have derived state, so a server or the CLI may write there):
+    their locks are held during the merge."""
     # What the remote changed since the histories met (or all it differs in, when they never met).
     related = repo.run("merge-base", "HEAD", ref, check=False).returncode == 0
     span = [f"HEAD...{ref}"] if related else ["HEAD", ref]
-    paths = split_z(repo.run("diff", "--name-only", "--no-renames", "-z", *span, "--", repo.vault).stdout)
+    paths = set(
+        split_z(repo.run("diff", "--name-only", "--no-renames", "-z", *span, "--", repo.vault).stdout)
+    )
     tokens = set()
     for path in paths:
         inside = repo.vault_relative(path)
         if inside is not None and "/" in inside:
             tokens.add(inside.split("/", 1)[0])
-    return [root / t for t in sorted(tokens) if (root / t / STATE_DIR).is_dir()]
+    return paths, [root / t for t in sorted(tokens) if (root / t / STATE_DIR).is_dir()]
 
 
 @contextlib.contextmanager
@@ -274,8 +276,14 @@ def merge(repo: Repo, root: Path, target: Target) -> tuple[int, tuple[str, ...]]
     _, behind = repo.ahead_behind(target.ref)
     if not behind:
         return 0, ()
-    with _holding(_tokens_touched(repo, root, target.ref)):
-        commit(repo, target)  # what was written since the last commit, so the merge starts clean
+    unborn = repo.head() is None
+    incoming, tokens = _incoming(repo, root, target.ref) if not unborn else (set(), [])
+    with _holding(tokens):
+        # Writes go on until the lock is held. The merge leaves alone what it does not change, so
+        # a write since the sync's commit waits in the work tree for the next commit, unless the
+        # merge changes that very file: only then is it committed first, while writes wait.
+        if unborn or repo.changed(incoming):
+            commit(repo, target)
         done = repo.run(
             *target.identity,
             "merge",
@@ -290,27 +298,35 @@ def merge(repo: Repo, root: Path, target: Target) -> tuple[int, tuple[str, ...]]
             target.ref,
             check=False,
         )
-        if done.returncode == 0:
-            commit(repo, target)  # what the driver set beside a file (both bodies of a conflict)
-            return behind, ()
-        if not (repo.git_dir / "MERGE_HEAD").exists():
-            # The merge never began (a file it would change has edits not yet committed, outside
-            # the vault or made a moment ago): nothing changed, the next sync tries again.
-            raise SyncFailed(f"git merge did not start: {git_repo.clean(done.stderr or done.stdout)}")
-        kept = _keep_edits(repo)
-        left = split_z(repo.run("diff", "--name-only", "--diff-filter=U", "-z").stdout)
-        if left:
-            repo.run("merge", "--abort", check=False)
-            shown = ", ".join(repo.vault_relative(p) or p for p in left[:5])
-            more = f" and {len(left) - 5} more" if len(left) > 5 else ""
-            raise SyncFailed(
-                f"git merge stopped at {shown}{more}: a conflict memvault cannot settle (a file it does "
-                "not merge itself). The merge was aborted and nothing was lost: local commits stay and "
-                "are pushed once a person merges (git pull, settle the file, git commit)."
-            )
-        repo.run(*target.identity, "commit", "--quiet", "--no-edit")
-        commit(repo, target)  # what the driver set beside a file (both bodies of a conflict)
-        return behind, kept
+        kept: tuple[str, ...] = ()
+        if done.returncode != 0:
+            kept = _settle(repo, target, done)
+    # What the driver set beside a file (both bodies of a conflict), and writes since: committing
+    # changes no file, so writes need not wait for it.
+    commit(repo, target)
+    return behind, kept
+
+
+def _settle(repo: Repo, target: Target, done: subprocess.CompletedProcess[str]) -> tuple[str, ...]:
+    """A merge git stopped: the files deleted on one side and edited on the other keep the edit and
+    the merge is committed; any other conflict aborts it (SyncFailed)."""
+    if not (repo.git_dir / "MERGE_HEAD").exists():
+        # The merge never began (a file it would change has edits not yet committed, outside
+        # the vault or made a moment ago): nothing changed, the next sync tries again.
+        raise SyncFailed(f"git merge did not start: {git_repo.clean(done.stderr or done.stdout)}")
+    kept = _keep_edits(repo)
+    left = split_z(repo.run("diff", "--name-only", "--diff-filter=U", "-z").stdout)
+    if left:
+        repo.run("merge", "--abort", check=False)
+        shown = ", ".join(repo.vault_relative(p) or p for p in left[:5])
+        more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+        raise SyncFailed(
+            f"git merge stopped at {shown}{more}: a conflict memvault cannot settle (a file it does "
+            "not merge itself). The merge was aborted and nothing was lost: local commits stay and "
+            "are pushed once a person merges (git pull, settle the file, git commit)."
+        )
+    repo.run(*target.identity, "commit", "--quiet", "--no-edit")
+    return kept
 
 
 def _push(repo: Repo, target: Target) -> bool:

@@ -128,6 +128,16 @@ class Repo:
         prefix = self.vault + "/"
         return path[len(prefix) :] if path.startswith(prefix) else None
 
+    def changed(self, paths: set[str]) -> bool:
+        """Whether any of ``paths`` (as git names them) differs in the work tree or index from HEAD,
+        a new file included."""
+        if not paths:
+            return False
+        listed = self.run(
+            "status", "--porcelain", "-z", "--no-renames", "--untracked-files=all", "--", *self.pathspecs()
+        ).stdout
+        return any(entry[3:] in paths for entry in split_z(listed))
+
     def blob(self, spec: str) -> bytes:
         """The bytes of a blob (``:2:path``: our side of a conflicted file), as git holds them."""
         try:

@@ -24,7 +24,7 @@ from memvault.config import Settings
 from memvault.disk.markdown import has_conflict_markers
 from memvault.errors import SyncFailed
 from memvault.git import repo as git_repo
-from memvault.git.loop import Change, SyncLoop, describe, sync_vault
+from memvault.git.loop import Change, SyncLoop, Target, describe, merge, sync_vault
 
 pytestmark = [
     pytest.mark.skipif(GIT is None, reason="git is not installed"),
@@ -172,6 +172,32 @@ def test_a_deletion_against_an_edit_keeps_the_edit(tmp_path: Path) -> None:
     for clone in (a, b):
         assert (clone / "team" / "note.txt").read_text(encoding="utf-8") == "first\nand an edit\n"
     assert head(a) == head(b) == head(remote)
+
+
+def test_writes_between_a_syncs_commit_and_its_merge_are_merged_or_left_then_committed(
+    tmp_path: Path,
+) -> None:
+    _, (a, b) = clones(tmp_path, "a", "b")
+    write(a / "team" / "graph.jsonl", entity("ada", "base") + "\n")
+    sync_vault(a)
+    sync_vault(b)
+    write(a / "team" / "graph.jsonl", entity("ada", "base", "from a") + "\n")
+    sync_vault(a)
+    # b's sync has committed and fetched; its server writes on before the merge begins.
+    repo = git_repo.find(b)
+    target = Target.of(repo)
+    repo.run("fetch", "--quiet", target.remote)
+    write(b / "team" / "graph.jsonl", entity("ada", "base", "from b") + "\n")  # a file the merge changes
+    write(b / "team" / "new.md", "# New\n\nwritten during the sync\n")  # one it leaves alone
+
+    brought, kept = merge(repo, b, target)
+    assert brought and not kept
+
+    graph = json.loads((b / "team" / "graph.jsonl").read_text(encoding="utf-8"))
+    assert set(graph["observations"]) == {"base", "from a", "from b"}
+    assert (b / "team" / "new.md").read_text(encoding="utf-8") == "# New\n\nwritten during the sync\n"
+    assert git_sync(b, "status", "--porcelain").stdout == ""  # both committed
+    assert {"team/graph.jsonl", "team/new.md"} <= set(tracked(b))
 
 
 def test_a_conflict_memvault_cannot_settle_aborts_the_merge_and_names_the_file(tmp_path: Path) -> None:
