@@ -181,6 +181,8 @@ class Target:
 def commit(repo: Repo, target: Target) -> str | None:
     """Commit everything that changed in the vault (its own writes, a person's edits), nothing
     outside it and nothing under .memvault/; the subject, or None when nothing changed."""
+    if not repo.changes():  # nothing changed: one git call, as an idle vault's sync mostly is
+        return None
     specs = repo.pathspecs()
     repo.run("add", "-A", "--", *specs)
     names = split_z(repo.run("diff", "--cached", "--no-renames", "--name-status", "-z", "--", *specs).stdout)
@@ -268,12 +270,12 @@ def _keep_edits(repo: Repo) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def merge(repo: Repo, root: Path, target: Target) -> tuple[int, tuple[str, ...]]:
+def merge(repo: Repo, root: Path, target: Target, behind: int | None = None) -> tuple[int, tuple[str, ...]]:
     """Merge what the remote has (already fetched) with memvault's driver; (commits brought, files
-    whose edit was kept against a deletion). A conflict that still remains aborts the merge."""
-    if not repo.has(target.ref):
-        return 0, ()
-    _, behind = repo.ahead_behind(target.ref)
+    whose edit was kept against a deletion). A conflict that still remains aborts the merge.
+    ``behind``: the commits the remote has that HEAD lacks, when the caller has counted them."""
+    if behind is None:
+        _, behind = repo.ahead_behind(target.ref)
     if not behind:
         return 0, ()
     unborn = repo.head() is None
@@ -374,21 +376,23 @@ def sync(
     merged, kept, pushed = 0, (), False
     for attempt in range(PUSH_TRIES):
         repo.run("fetch", "--quiet", target.remote, timeout=NETWORK_TIMEOUT)
-        brought, settled = merge(repo, root, target)
-        merged, kept = merged + brought, kept + settled
-        ahead, _ = repo.ahead_behind(target.ref)
-        if not ahead or repo.head() is None:
+        ahead, behind = repo.ahead_behind(target.ref)
+        if behind:
+            brought, settled = merge(repo, root, target, behind)
+            merged, kept = merged + brought, kept + settled
+            ahead, behind = repo.ahead_behind(target.ref)
+        if not ahead:  # (an unborn HEAD is never ahead)
             break
         if _push(repo, target):
             pushed = True
             repo.run("fetch", "--quiet", target.remote, timeout=NETWORK_TIMEOUT)
+            ahead, behind = repo.ahead_behind(target.ref)
             break
         if attempt == PUSH_TRIES - 1 or wait(BACKOFF_SECONDS * 2**attempt):
             raise SyncFailed(
                 f"git push was refused {attempt + 1} times because the remote kept moving; the next "
                 "sync tries again (never forced)."
             )
-    ahead, behind = repo.ahead_behind(target.ref)
     return Outcome(committed, merged, pushed, ahead, behind, kept, fetched=True)
 
 
@@ -493,6 +497,7 @@ class SyncLoop:
         self._thread: threading.Thread | None = None
         self._repo: Repo | None = None
         self._target: Target | None = None
+        self._stamp: tuple[object, ...] = ()  # the repository's config_stamp when _target was read
         self._told: set[str] = set()  # vaults told that syncing fails, this failing spell
         self.syncs = 0  # finished syncs, ok or not (tests wait on it)
 
@@ -576,8 +581,9 @@ class SyncLoop:
             if self._repo is None:
                 ensure_driver(self.root)
                 self._repo = repo
-            if self._target is None or network:  # a full sync reads branch, remote and identity anew
-                self._target = Target.of(repo)
+            stamp = repo.config_stamp()
+            if self._target is None or stamp != self._stamp:  # branch, remote or identity may differ
+                self._target, self._stamp = Target.of(repo), stamp
             target = self._target
             with one_at_a_time(repo):
                 outcome = sync(repo, self.root, target, network=network, wait=self._stopping.wait)

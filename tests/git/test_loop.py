@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -333,6 +334,50 @@ async def test_the_loop_logs_a_change_of_state_once_not_every_attempt(
     said = [r.getMessage() for r in caplog.records if r.name == "memvault" and "git sync" in r.getMessage()]
     assert len([m for m in said if m.startswith("git sync failing")]) == 1
     assert len([m for m in said if m == "git sync works again"]) == 1
+    assert head(a) == head(remote)
+
+
+def command_of(argv: list[str]) -> str:
+    """git's command in its arguments: the first word that is no option (nor an option's value)."""
+    words = iter(argv)
+    for word in words:
+        if word in ("-c", "-C"):
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return ""
+
+
+async def test_an_idle_vaults_sync_is_three_git_calls_one_of_them_to_the_remote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    remote, (a,) = clones(tmp_path, "a")
+    write(a / "team" / "note.md", "# Note\n")
+    sync_vault(a)
+    calls = tmp_path / "git-calls"
+    shim = tmp_path / "bin" / "git"
+    shim.parent.mkdir()
+    assert GIT is not None
+    log, real = shlex.quote(str(calls)), shlex.quote(GIT)
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n', encoding="utf-8")
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
+    loop = SyncLoop(a, 0.2)
+    loop.start()
+    try:
+        await wait_for(lambda: loop.syncs >= 2, timeout=30)  # the first reads the repository
+        calls.write_text("", encoding="utf-8")
+        synced = loop.syncs
+        await wait_for(lambda: loop.syncs >= synced + 5, timeout=30)
+        done = loop.syncs - synced
+        made = [command_of(line.split()) for line in calls.read_text(encoding="utf-8").splitlines()]
+    finally:
+        await anyio.to_thread.run_sync(loop.stop)
+    assert loop.status().state == "ok"
+    # A sync may be under way when counting starts or ends: at most one more sync's calls.
+    assert len(made) <= 3 * (done + 1), made
+    assert 0 < made.count("fetch") <= done + 1  # the remote is asked once a sync
+    assert not {"push", "add", "commit", "config"} & set(made)
     assert head(a) == head(remote)
 
 
