@@ -604,3 +604,35 @@ async def test_a_served_write_reaches_the_remote_long_before_the_interval(tmp_pa
 
 async def _synced(srv: Running) -> bool:
     return (await sync_state(srv))["state"] == "ok"
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+async def test_what_a_pull_brings_reaches_a_subscribed_client(tmp_path: Path) -> None:
+    from mcp.client.client import Client
+    from mcp.types import ResourceUpdatedNotification
+
+    remote, (a, b) = clones(tmp_path, "a", "b")
+    write(a / "team" / "deploy.md", "# Deploy\n\nPostgres on Fridays.\n")
+    write(a / "team" / "graph.jsonl", entity("ada", "from a") + "\n")
+    sync_vault(a)
+    sync_vault(b)
+    heard: list[str] = []
+
+    async def handler(message: Any) -> None:
+        if isinstance(message, ResourceUpdatedNotification):
+            heard.append(message.params.uri)
+
+    async with served(a) as srv:
+        async with Client(srv.mcp_url("team"), mode="legacy", message_handler=handler) as client:
+            for uri in ("memvault://memories/deploy.md", "memory://knowledge-graph"):
+                await client.subscribe_resource(uri)
+            await wait_for(lambda: _synced(srv), timeout=30, interval=0.1)
+            write(b / "team" / "deploy.md", "# Deploy\n\nPostgres on Mondays.\n")
+            write(b / "team" / "graph.jsonl", entity("ada", "from a", "from b") + "\n")
+            await anyio.to_thread.run_sync(sync_vault, b)  # another machine pushes
+
+            wanted = {"memvault://memories/deploy.md", "memory://knowledge-graph"}
+            await wait_for(lambda: wanted <= set(heard), timeout=10 * INTERVAL + 10, interval=0.1)
+            read = await client.read_resource("memvault://memories/deploy.md")
+            assert "Mondays" in str(read.contents)
+    assert head(a) == head(remote)
