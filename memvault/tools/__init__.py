@@ -32,15 +32,15 @@ from memvault.ops.service import Service
 from memvault.ops.store import Store
 from memvault.tools.common import read_only
 from memvault.tools.completion import Completer
-from memvault.tools.graph import OUTPUT_SCHEMAS, register_graph_tools
+from memvault.tools.graph import OUTPUT_SCHEMAS, GraphTools
 from memvault.tools.guide import instructions
-from memvault.tools.memories import register_memory_tools
+from memvault.tools.memories import MemoryTools
 from memvault.tools.prompts import Prompts
-from memvault.tools.recall import register_recall_tools
+from memvault.tools.recall import RecallTools
 from memvault.tools.resources import Resources, guarded
 from memvault.tools.schema import compact
 from memvault.tools.subscriptions import Subscriptions
-from memvault.tools.summaries import register_session_tools
+from memvault.tools.summaries import SessionTools
 from memvault.tools.titles import TITLES
 
 __all__ = ["build_server"]
@@ -120,11 +120,11 @@ def build_server(service: Service, settings: Settings) -> MCPServer:
     )
     store = service.store
     if "memories" in settings.tools:
-        register_memory_tools(server, store, settings)
+        MemoryTools(store, settings).register(server)
     if "sessions" in settings.tools:
-        register_session_tools(server, store, settings)
+        SessionTools(store, settings).register(server)
     if "graph" in settings.tools:
-        register_graph_tools(server, store, settings)
+        GraphTools(store, settings).register(server)
     if "recall" in settings.tools:
         recaller = Recaller(
             store,
@@ -133,7 +133,7 @@ def build_server(service: Service, settings: Settings) -> MCPServer:
             DEFAULT_WEIGHTS.replace(floor=settings.recall_floor),
             service.reranking,
         )
-        register_recall_tools(server, store, recaller, settings)
+        RecallTools(store, recaller, settings).register(server)
     serve_resources(server, store, service.changes, settings)
     return server
 
