@@ -41,7 +41,6 @@ from memvault.tools.resources import Resources, guarded
 from memvault.tools.schema import compact
 from memvault.tools.subscriptions import Subscriptions
 from memvault.tools.summaries import SessionTools
-from memvault.tools.titles import TITLES
 
 __all__ = ["build_server"]
 
@@ -86,13 +85,12 @@ def lean(tool: MCPTool) -> MCPTool:
 
     Every tool that sends structured content lists an output schema (the graph tools): a short one
     of their own (tools.graph.OUTPUT_SCHEMAS), since the derived ones would cost every session
-    about 3,000 characters for nothing an agent reads. Every tool has a title (tools.titles)."""
+    about 3,000 characters for nothing an agent reads. Every tool has its title from its @tool."""
     output = OUTPUT_SCHEMAS.get(tool.name) if tool.output_schema is not None else None
     return tool.model_copy(
         update={
             "input_schema": compact(tool.input_schema),
             "output_schema": output,
-            "title": tool.title or TITLES.get(tool.name),
         }
     )
 
