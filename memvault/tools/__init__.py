@@ -32,16 +32,15 @@ from memvault.search.ranking import DEFAULT_WEIGHTS
 from memvault.tools import sdk
 from memvault.tools.common import read_only
 from memvault.tools.completion import Completer
-from memvault.tools.graph import OUTPUT_SCHEMAS, register_graph_tools
+from memvault.tools.graph import OUTPUT_SCHEMAS, GraphTools
 from memvault.tools.guide import instructions
-from memvault.tools.memories import register_memory_tools
+from memvault.tools.memories import MemoryTools
 from memvault.tools.prompts import Prompts
-from memvault.tools.recall import register_recall_tools
+from memvault.tools.recall import RecallTools
 from memvault.tools.resources import Resources, guarded
 from memvault.tools.schema import compact
 from memvault.tools.subscriptions import Subscriptions
-from memvault.tools.summaries import register_session_tools
-from memvault.tools.titles import TITLES
+from memvault.tools.summaries import SessionTools
 
 __all__ = ["build_server"]
 
@@ -97,13 +96,12 @@ def lean(tool: MCPTool) -> MCPTool:
 
     Every tool that sends structured content lists an output schema (the graph tools): a short one
     of their own (tools.graph.OUTPUT_SCHEMAS), since the derived ones would cost every session
-    about 3,000 characters for nothing an agent reads. Every tool has a title (tools.titles)."""
+    about 3,000 characters for nothing an agent reads. Every tool has its title from its @tool."""
     output = OUTPUT_SCHEMAS.get(tool.name) if tool.output_schema is not None else None
     return tool.model_copy(
         update={
             "input_schema": compact(tool.input_schema),
             "output_schema": output,
-            "title": tool.title or TITLES.get(tool.name),
         }
     )
 
@@ -131,11 +129,11 @@ def build_server(service: Service, settings: Settings) -> MCPServer:
     )
     store = service.store
     if "memories" in settings.tools:
-        register_memory_tools(server, store, settings)
+        MemoryTools(store, settings).register(server)
     if "sessions" in settings.tools:
-        register_session_tools(server, store, settings)
+        SessionTools(store, settings).register(server)
     if "graph" in settings.tools:
-        register_graph_tools(server, store, settings)
+        GraphTools(store, settings).register(server)
     if "recall" in settings.tools:
         recaller = Recaller(
             store,
@@ -144,7 +142,7 @@ def build_server(service: Service, settings: Settings) -> MCPServer:
             DEFAULT_WEIGHTS.replace(floor=settings.recall_floor),
             service.reranking,
         )
-        register_recall_tools(server, store, recaller, settings)
+        RecallTools(store, recaller, settings).register(server)
     sdk.serve(server, "tools/list", PaginatedRequestParams, server.list_tools_for)
     serve_resources(server, store, service.changes, settings)
     return server
