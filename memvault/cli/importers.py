@@ -341,6 +341,7 @@ _SAID = {
     "kept": "kept (the copy changed since its import)",
     "changed": "skip (the source changed; --refresh brings it in)",
     "archived": "skip (archived; restore_memory brings it back)",
+    "linked": "skip (a symbolic link stands there; memvault never writes through one)",
 }
 
 
@@ -362,6 +363,9 @@ def _report(settings: Settings, args: argparse.Namespace, done: Any, hot: int) -
     archived = done.named(imports.ARCHIVED)
     if archived:
         line += f"; {len(archived)} archived, left there"
+    linked = done.named(imports.LINKED)
+    if linked:
+        line += f"; left {len(linked)} symbolic links alone: {_listed(linked)}"
     print(line + ")")
     changed = done.named(imports.CHANGED)
     if changed:

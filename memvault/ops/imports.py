@@ -29,6 +29,7 @@ from memvault.clock import format_time
 from memvault.disk.files import atomic_write, fsync_dir
 from memvault.disk.markdown import edit_frontmatter, parse_memory
 from memvault.disk.names import check_id
+from memvault.disk.safe import LinkRefused, read_file
 from memvault.disk.vault import Vault, folder_lock
 from memvault.errors import MemvaultError
 from memvault.records import sync
@@ -71,6 +72,7 @@ class Note:
 
 # What a re-import does with one note.
 NEW, REFRESH, SKIP, KEPT, CHANGED, ARCHIVED = "new", "refresh", "skip", "kept", "changed", "archived"
+LINKED = "linked"  # a link stands at the copy's name: never read or written through, left alone
 PRIORITY = "priority"  # an untouched copy given the priority asked for (its source unchanged)
 WRITES = (NEW, REFRESH, PRIORITY)
 
@@ -279,21 +281,35 @@ def plan_notes(
         if note.id in seen:
             raise ImportRefused(f"{note.source} and {seen[note.id]} would both become {note.id}")
         seen[note.id] = note.source
+        linked = False
         try:
-            path = vault.path_of(note.id)
-            present = path.read_bytes() if path.is_file() else None
+            present = _present(vault, vault.path_of(note.id))
             archived = present is None and vault.path_of(note.id, archived=True).is_file()
         except MemvaultError as exc:
             raise ImportRefused(f"{note.source} cannot be written as {note.id}: {exc}") from None
+        except LinkRefused:
+            present, archived, linked = None, False, True
         except OSError:
             present, archived = b"", False  # unreadable: treated as a different file, never overwritten
-        if present is None:
+        if linked:
+            action = LINKED
+        elif present is None:
             action = ARCHIVED if archived else NEW
         else:
             action = _decide(note, present, refresh, priority)
         copy = copy_of(note, at, priority) if action in WRITES else b""
         done.steps.append(Step(note, action, copy, present, priority))
     return done
+
+
+def _present(vault: Vault, path: Path) -> bytes | None:
+    """The file at ``path`` in the vault, opened as every vault read is (disk.safe: a link, be it
+    the file or a folder on the way, raises LinkRefused and is never read through); None when
+    there is none."""
+    try:
+        return read_file(path, vault.dir)[0]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,8 +373,10 @@ def _apply(vault: Vault, step: Step, written: list[_Written], folders: set[Path]
             return replace(step, action=KEPT)  # written by someone else since the plan
         return step
     try:
-        present = path.read_bytes()
-    except FileNotFoundError:
+        present = _present(vault, path)
+    except LinkRefused:
+        return replace(step, action=LINKED)  # a link put there since the plan: left alone
+    if present is None:
         return replace(step, action=SKIP)  # deleted or archived since the plan: left so
     if present != step.present and _decide(step.note, present, True, step.priority) != step.action:
         return replace(step, action=KEPT)
@@ -375,7 +393,8 @@ def _take_back(vault: Vault, written: Sequence[_Written]) -> None:
     with folder_lock(vault.dir):
         for item in reversed(written):
             try:
-                if copy_digest(item.path.read_bytes()) != copy_digest(item.data):
+                present = _present(vault, item.path)
+                if present is None or copy_digest(present) != copy_digest(item.data):
                     continue
                 if item.before is None:
                     item.path.unlink()
