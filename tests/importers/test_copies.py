@@ -1,4 +1,4 @@
-"""memvault.ops.imports: a copy's hash of itself holds through what the server writes on a read, and
+"""memvault.importers.copies: a copy's hash of itself holds through what the server writes on a read, and
 moves with any edit a person makes."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from memvault.disk.markdown import parse_memory, rewrite
-from memvault.ops import imports
-from memvault.ops.imports import Note, copy_digest, copy_of, plan_notes, provenance, write_notes
+from memvault.importers import copies as imports
+from memvault.importers.copies import Note, copy_digest, copy_of, plan_notes, provenance, write_notes
 
 SOURCES = {
     "frontmatter": b"---\ntags: [run]\n---\n# Run\n\nLong run on Sunday.\n",
