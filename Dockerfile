@@ -7,6 +7,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     MEMVAULT_ROOT=/data
 
+# git for MEMVAULT_SYNC=git and `memvault sync` (ssh for remotes over ssh; CA certificates for https).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends git openssh-client ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+
 # A fixed, non-root user, so files written to a bind-mounted vault have a known owner (10001:10001).
 RUN groupadd --system --gid 10001 memvault \
  && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/memvault \

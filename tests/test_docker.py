@@ -28,6 +28,7 @@ from commands import (
     http,
     run,
     serving,
+    wait_until,
 )
 
 from memvault import __version__
@@ -371,4 +372,87 @@ def test_package_installed_from_the_image_files_into_a_fresh_venv_serves(tmp_pat
     with serving(tmp_path, argv, image_env_for(tmp_path / "vault"), port) as server:
         health = server.wait_healthy()
         assert health["status"] == "ok" and health["version"] == __version__
+        assert server.stop() in (0, -signal.SIGTERM), server.logs()
+
+
+# ---------------------------------------------------------------------------- syncing with git
+
+
+def test_the_image_has_git_for_sync() -> None:
+    installs = " ".join(args for args in instruction("RUN") if "apt-get install" in args)
+    assert re.search(r"\bgit\b", installs) and "openssh-client" in installs
+    assert "rm -rf /var/lib/apt/lists/*" in installs  # no package lists left in the image
+
+
+def synced_replicas() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    document = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    services = document["services"]
+    return document, [services["memvault-sync-a"], services["memvault-sync-b"]]
+
+
+def test_compose_synced_profile_runs_two_replicas_on_their_own_clones_behind_nginx() -> None:
+    from memvault.server import nginx
+
+    document, replicas = synced_replicas()
+    plain = compose_service()
+    sources = []
+    for replica in replicas:
+        assert replica["profiles"] == ["synced"]
+        # Every setting passed through as for the plain service, and sync switched on.
+        assert replica["environment"] == {**plain["environment"], "MEMVAULT_SYNC": "git"}
+        (data,) = [v for v in replica["volumes"] if str(v).endswith(":/data")]
+        sources.append(data.rsplit(":", 1)[0])
+        assert replica["healthcheck"] == plain["healthcheck"] and replica["user"] == plain["user"]
+        shell = replica["command"]
+        assert shell[:2] == ["sh", "-c"] and shell[2].endswith("exec " + shlex.join(image_cmd()))
+    assert len(set(sources)) == 2, "each replica needs a clone of its own"
+    front = document["services"]["nginx-synced"]
+    assert front["profiles"] == ["synced"] and set(front["depends_on"]) == {
+        "memvault-sync-a",
+        "memvault-sync-b",
+    }
+    (conf,) = front["configs"]
+    content = document["configs"][conf["source"]]["content"].replace("$$", "$")
+    assert content == nginx.http_block(["memvault-sync-a:3000", "memvault-sync-b:3000"], listen="3000")
+
+
+@pytest.mark.slow
+def test_the_synced_replicas_command_clones_its_remote_then_serves_and_syncs(tmp_path: Path) -> None:
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed")
+    quiet_git = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    remote = tmp_path / "vault.git"
+    made = run([git, "init", "-q", "--bare", "-b", "main", str(remote)], clean_env(**quiet_git))
+    assert made.returncode == 0, made.stderr
+    _, (replica, _) = synced_replicas()
+    port = free_port()
+    clone = tmp_path / "clone"  # in the image, /data: an empty volume on the first start
+    clone.mkdir()
+    script = (
+        replica["command"][2]
+        .replace('"${SYNC_REMOTE:-/remote}"', shlex.quote(str(remote)))
+        .replace("/data", shlex.quote(str(clone)))
+        .replace("exec memvault", f"exec {shlex.quote(str(MEMVAULT))}")
+        .replace("--host 0.0.0.0 --port 3000", f"--host 127.0.0.1 --port {port}")
+    )
+    env = image_env_for(clone, **quiet_git, MEMVAULT_SYNC="git", MEMVAULT_SYNC_INTERVAL_SECONDS="1")
+    with serving(tmp_path, ["sh", "-c", script], env, port) as server:
+        server.wait_healthy()
+        assert (clone / ".git").is_dir()  # cloned on the first start
+        (clone / "team").mkdir()
+        (clone / "team" / "note.md").write_text("# Note\n\nwritten beside the server\n", encoding="utf-8")
+
+        def pushed() -> bool:
+            shown = run(
+                [git, "--git-dir", str(remote), "log", "--name-only", "--format=", "main"], clean_env()
+            )
+            return "team/note.md" in shown.stdout
+
+        wait_until(pushed, 60, "the replica pushes what changed in its clone")
+
+        def synced() -> bool:
+            return json.loads(http(f"{server.url}/healthz", timeout=2)[1])["sync"]["state"] == "ok"
+
+        wait_until(synced, 30, "/healthz says the sync is ok")
         assert server.stop() in (0, -signal.SIGTERM), server.logs()

@@ -12,6 +12,7 @@ from memvault.disk.markdown import parse_memory
 from memvault.disk.names import key
 from memvault.disk.vault import Vault
 from memvault.errors import MemvaultError
+from memvault.git.mergememory import CONFLICT_KEY
 from memvault.records import sync
 
 
@@ -22,6 +23,14 @@ class Finding:
     # An error is a file a person must fix (memvault serves it read-only or not at all); a note is
     # worth a look but normal (agents write standup.md and standup-2.md), so it never fails a check.
     error: bool = True
+
+
+def conflict_copy_note(copy_of: str) -> str:
+    """What a conflict copy is and how to settle it, in words."""
+    return (
+        f"the other side's version of {copy_of}, kept whole by a git merge because both sides changed "
+        f"the same lines; move what you want to keep into {copy_of}, then delete this file"
+    )
 
 
 def check_vault(vault: Vault, progress: Callable[[int], None] | None = None) -> Iterator[Finding]:
@@ -51,7 +60,10 @@ def check_vault(vault: Vault, progress: Callable[[int], None] | None = None) -> 
             yield Finding(path_id, "holds git conflict markers; resolve them, then commit")
         if memory.problem:
             yield Finding(path_id, f"broken frontmatter: {memory.problem}")
-        if not archived:
+        copy_of = memory.meta.get(CONFLICT_KEY)
+        if isinstance(copy_of, str) and copy_of.strip():
+            yield Finding(path_id, conflict_copy_note(copy_of), error=False)
+        elif not archived:  # a conflict copy's title is its memory's: the note above says why
             titles[memory.title.strip().casefold()].append(path_id)
     for ids in titles.values():
         if len(ids) > 1:

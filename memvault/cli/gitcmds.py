@@ -11,21 +11,12 @@ from typing import Any
 from memvault.config import Settings
 from memvault.errors import MemvaultError
 
-SETUP_GIT = (
-    " `memvault setup git --root R` instead registers memvault's merge driver for the vault at R "
-    "(its .gitattributes and the repository's merge.memvault config), so a git pull merges the "
-    "graph, session summaries and memories without conflict markers; --remove undoes it."
-)
+# What only Claude Code's setup takes: refused with setup git rather than ignored.
+CLAUDE_ONLY = ("url", "stdio", "key", "claude_dir", "plugin")
 
 
 def add_parser(sub: Any) -> None:
-    """``merge-file``, and ``git`` as one more client of ``setup`` (whose parser cli.setup makes)."""
-    setup = sub.choices["setup"]
-    # argparse has no public way to widen a positional's choices after the fact.
-    for action in setup._actions:
-        if action.dest == "client" and action.choices is not None:
-            action.choices = (*action.choices, "git")
-    setup.description = (setup.description or "") + SETUP_GIT
+    """``merge-file`` (``setup git`` is a choice of cli.setup's parser, run by :func:`command`)."""
     merge = sub.add_parser(
         "merge-file",
         help="git's merge driver for a vault's files (memvault setup git registers it)",
@@ -47,7 +38,21 @@ def command(settings: Settings, args: argparse.Namespace) -> int:
         return merge_file(args.base, args.ours, args.theirs, args.path)
     from memvault.git import setup
 
-    root = args.root or settings.root
+    given = [f"--{name.replace('_', '-')}" for name in CLAUDE_ONLY if getattr(args, name, None)]
+    if given:
+        print(
+            f"memvault: setup git does not take {', '.join(given)} (options of setup claude-code); "
+            "it takes --root, --token, --dry-run and --remove.",
+            file=sys.stderr,
+        )
+        return 2
+    root = settings.root  # --root is in the settings already
+    if args.token is not None:
+        from memvault.cli.maintenance import tokens_of
+
+        if tokens_of(settings, args.token) is None:
+            return 2
+        root = settings.token_dir(args.token)
     try:
         change = setup.remove if args.remove else setup.install
         done = change(root, dry_run=args.dry_run)

@@ -83,9 +83,12 @@ def add_parser(sub: Any, vault: argparse.ArgumentParser) -> None:
         "user scope), write memvault's hooks into Claude Code's settings (kept atomic, mode 0600, "
         "everything else in the file kept) and install a short skill telling the agent when to recall "
         "and when to save. --remove undoes exactly what setup added; --plugin writes the same as a "
-        "Claude Code plugin folder instead.",
+        "Claude Code plugin folder instead. `memvault setup git --root R` instead registers memvault's "
+        "merge driver for the vault at R (its .gitattributes and the repository's merge.memvault "
+        "config), so a git pull merges the graph, session summaries and memories without conflict "
+        "markers; --dry-run and --remove apply to it too.",
     )
-    setup.add_argument("client", choices=("claude-code",))
+    setup.add_argument("client", choices=("claude-code", "git"), help="what to set up")
     how = setup.add_mutually_exclusive_group()
     how.add_argument(
         "--url", help="the server's MCP URL (default http://HOST:PORT/mcp/TOKEN, /mcp with a key)"
@@ -108,6 +111,16 @@ def command(settings: Settings, args: argparse.Namespace) -> int:
         if args.plugin is not None:
             return plan.write_plugin(args.plugin, dry_run=args.dry_run)
         with _setup_lock(claude_dir):
+            if (claude_dir / "memvault" / "setup.json").exists():
+                # Set up already (say over HTTP, now --stdio or --key): one command switches, by
+                # undoing exactly what the earlier setup added before writing the new one.
+                if args.dry_run:
+                    print("memvault is set up here already; would first undo that (what --remove does):")
+                    remove(claude_dir, dry_run=True)
+                    print("then:")
+                    return plan.install(dry_run=True)
+                print("memvault is set up here already; undoing that first (what --remove does)")
+                remove(claude_dir, dry_run=False)
             return plan.install(dry_run=args.dry_run)
     except SetupRefused as exc:
         print(f"memvault: {exc}", file=sys.stderr)
@@ -340,7 +353,7 @@ class Plan:
         settings_file = self.claude_dir / "settings.json"
         before, data = _read_settings(settings_file)
         state_file = self.state_dir / "setup.json"
-        if state_file.exists():
+        if state_file.exists() and not dry_run:
             raise SetupRefused(
                 "memvault is set up in this Claude Code already; run memvault setup claude-code --remove "
                 "first, then set it up again"

@@ -35,6 +35,7 @@ _MISSING = object()
 _OPEN = re.compile(r"\A---[ \t]*\r?\n")
 _CLOSE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
 _KEY = re.compile(r"""^(["']?)([^\s"'#:][^"':]*?)\1[ \t]*:(?:[ \t]|$)""")
+_COPY = re.compile(r"\.conflict-[0-9a-f]{8}\.md\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +48,6 @@ class Merged:
     data: bytes
     clean: bool = True
     extra: tuple[tuple[str, bytes], ...] = ()
-
-
-CONFLICT_KEY = "conflictOf"
-LATER = ("updatedAt", "lastAccessedAt")  # both changed: the later time
-_MISSING = object()
-_OPEN = re.compile(r"\A---[ \t]*\r?\n")
-_CLOSE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
 
 
 # ---------------------------------------------------------------------------- diff3
@@ -341,6 +335,13 @@ def _sibling(side: _Side, path: str, memory_id: str) -> tuple[str, bytes]:
     digest = hashlib.blake2b(side.raw, digest_size=4).hexdigest()
     where = PurePosixPath(path)
     return str(where.with_name(f"{where.stem}.conflict-{digest}.md")), data
+
+
+def conflict_copy_of(memory_id: str) -> str | None:
+    """The memory a conflict copy was kept beside, by the name a merge gives the copy
+    (``<name>.conflict-<hash>.md`` beside ``<name>.md``); None for any other name."""
+    match = _COPY.search(memory_id)
+    return memory_id[: match.start()] + ".md" if match and match.start() else None
 
 
 def _encode(text: str, crlf: bool) -> bytes:

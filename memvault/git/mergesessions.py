@@ -4,7 +4,8 @@
 the base held stays, and each side's new versions (a version line with the title and tag changes
 that follow it) are interleaved by their time, then numbered on from the base's last version, so
 the numbers are unique again and each side's appends build on whatever came before them. A version
-both sides hold (the same line but for its number) is kept once.
+both sides hold (the same line but for its number) is kept once, and what a side added after it
+stays after it: an append never comes before the version it appends to.
 
 ``sessions/<id>.md`` shows the newest version. When each side added one version, its text is the
 base's with the older side's change, then the newer side's, as the merged history builds it; when a
@@ -19,6 +20,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from difflib import SequenceMatcher
 from typing import Any
 
 import yaml  # type: ignore[import-untyped]
@@ -95,6 +97,33 @@ def _new_units(base: list[str], side: list[str]) -> list[_Unit]:
     return units
 
 
+def _version_of(unit: _Unit) -> int | None:
+    """The number of the version a unit adds (None when it adds none: damaged lines only)."""
+    for row in unit.rows:
+        if row is not None and not row.get("meta") and "ts" in row:
+            return _number(row)
+    return None
+
+
+def _align(first: list[_Unit], second: list[_Unit]) -> tuple[dict[int, int], list[int]]:
+    """The second side's units that the first also holds (the same text at the same time, numbers
+    aside), matched in order, so each such version is kept as often as the side holding it more often
+    holds it: ``shared`` maps each to the first
+    side's copy; ``after[j]`` is the first side's unit that the second side's unit ``j`` must follow
+    (-1: none), the copy of the last shared unit before it."""
+    matcher = SequenceMatcher(None, [u.identity for u in first], [u.identity for u in second], autojunk=False)
+    shared: dict[int, int] = {}
+    for block in matcher.get_matching_blocks():
+        for n in range(block.size):
+            shared[block.b + n] = block.a + n
+    after: list[int] = []
+    last = -1
+    for j in range(len(second)):
+        last = shared.get(j, last)
+        after.append(last)
+    return shared, after
+
+
 def merge_history(base: bytes, ours: bytes, theirs: bytes) -> bytes:
     """The merged history: the base's lines, then both sides' new versions by time, renumbered."""
     if ours == theirs or theirs == base:
@@ -105,20 +134,26 @@ def merge_history(base: bytes, ours: bytes, theirs: bytes) -> bytes:
     b, f, s = (_history_lines(raw) for raw in (base, first_raw, second_raw))
     out = list(b)  # a base line a side lost stays: the history is append-only
     units_f, units_s = _new_units(b, f), _new_units(b, s)
-    seen = {unit.identity for unit in units_f}
-    units_s = [unit for unit in units_s if unit.identity not in seen]
-    ordered: list[tuple[int, _Unit]] = []
-    i = j = 0
-    while i < len(units_f) or j < len(units_s):
-        take_f = j >= len(units_s) or (
+    shared, after = _align(units_f, units_s)
+    kept = [j for j in range(len(units_s)) if j not in shared]
+    ordered: list[tuple[int, int]] = []
+    i = k = 0
+    while i < len(units_f) or k < len(kept):
+        j = kept[k] if k < len(kept) else -1
+        take_f = k >= len(kept) or (
             i < len(units_f)
-            and (units_f[i].when, units_f[i].identity) <= (units_s[j].when, units_s[j].identity)
+            and (
+                i <= after[j]  # a unit follows what it followed on its side: an append, its text
+                or (units_f[i].when, units_f[i].identity) <= (units_s[j].when, units_s[j].identity)
+            )
         )
-        ordered.append((0, units_f[i]) if take_f else (1, units_s[j]))
-        i, j = (i + 1, j) if take_f else (i, j + 1)
+        ordered.append((0, i) if take_f else (1, j))
+        i, k = (i + 1, k) if take_f else (i, k + 1)
     last = max((n for n in (_number(_row(line)) for line in b) if n is not None), default=0)
     renumbered: list[dict[int, int]] = [{}, {}]
-    for side, unit in ordered:
+    copies = {a: _version_of(units_s[j]) for j, a in shared.items()}
+    for side, index in ordered:
+        unit = (units_f, units_s)[side][index]
         for line, row in zip(unit.lines, unit.rows, strict=True):
             number = _number(row)
             if row is None or number is None:
@@ -127,6 +162,9 @@ def merge_history(base: bytes, ours: bytes, theirs: bytes) -> bytes:
             if not row.get("meta"):
                 last += 1
                 renumbered[side][number] = last
+                copy = copies.get(index) if side == 0 else None
+                if copy is not None:  # the other side's copy of this version: its later lines follow
+                    renumbered[1][copy] = last
             new = renumbered[side].get(number, number)
             out.append(line if new == number else json_line({**row, "version": new}))
     return "".join(line + "\n" for line in out).encode("utf-8", "surrogateescape")

@@ -250,7 +250,7 @@ FIXED = {
     _GRAPH: Resource(
         uri=GRAPH_URI,
         name="knowledge-graph",
-        title="Knowledge graph",
+        title="Knowledge Graph",
         description="Entities and relations, as read_graph returns them.",
         mime_type="application/json",
     ),

@@ -281,3 +281,27 @@ def test_removes_at_once_all_end_cleanly(home: Path) -> None:
         assert "nothing to remove" in refused and "Traceback" not in refused
         assert settings_file.read_bytes() == ORIGINAL
         assert not (home / ".claude" / "memvault").exists()
+
+
+def test_setup_again_switches_from_http_to_stdio_in_one_command(home: Path, tmp_path: Path) -> None:
+    settings_file = home / ".claude" / "settings.json"
+    settings_file.write_bytes(ORIGINAL)
+    assert memvault(home, "--token", "alice", with_claude=False).returncode == 0
+    first = commands(settings_of(home), "Stop")
+    root = tmp_path / "memories"
+    root.mkdir()
+    # A dry run of the switch says both steps and changes nothing.
+    before = settings_file.read_bytes()
+    dry = memvault(home, "--stdio", "--token", "alice", "--root", str(root), "--dry-run", with_claude=False)
+    assert dry.returncode == 0, dry.stderr
+    assert "undo" in dry.stdout and "would add" in dry.stdout
+    assert settings_file.read_bytes() == before
+    done = memvault(home, "--stdio", "--token", "alice", "--root", str(root), with_claude=False)
+    assert done.returncode == 0, done.stderr
+    assert "set up here already" in done.stdout
+    stop = commands(settings_of(home), "Stop")
+    # The user's own hook kept once, memvault's hook once (now naming the new root), none doubled.
+    assert stop.count("echo mine") == 1 and len(stop) == 2 and stop != first
+    assert any(str(root) in command for command in stop)
+    assert memvault(home, "--remove", with_claude=False).returncode == 0
+    assert settings_file.read_bytes() == ORIGINAL

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 from commands import MEMVAULT, clean_env, run
-from gitrepo import GIT, git_sync
+from conftest import run_server
+from gitrepo import GIT, call_ok, git_sync
 
+from memvault.config import Settings
 from memvault.disk.markdown import has_conflict_markers
 from memvault.records.summaryfiles import Version, history_line, paths, read, render_markdown, stored_as
 
@@ -128,6 +130,25 @@ def test_setup_git_is_idempotent_and_remove_undoes_it(tmp_path: Path) -> None:
     assert (repo / ".git" / "config").read_text(encoding="utf-8").strip() == config_before.strip()
 
 
+def test_setup_git_is_a_client_of_setup_and_takes_a_token_not_claude_codes_options(tmp_path: Path) -> None:
+    helped = run([str(MEMVAULT), "setup", "--help"], env=clean_env())
+    assert "{claude-code,git}" in helped.stdout and "memvault setup git --root R" in helped.stdout
+    repo = tmp_path / "repo"
+    git_sync(tmp_path, "init", "-b", "main", str(repo))
+    (repo / "team").mkdir()
+
+    assert "gitattributes" in setup_git(repo, "--token", "team")
+    assert "graph.jsonl merge=memvault" in (repo / "team" / ".gitattributes").read_text(encoding="utf-8")
+    assert not (repo / ".gitattributes").exists()
+    for bad in (["--token", "../team"], ["--token", "nobody"]):
+        done = run([str(MEMVAULT), "setup", "git", "--root", str(repo), *bad], env=clean_env())
+        assert done.returncode == 2 and "token" in done.stderr and str(tmp_path) not in done.stderr
+    done = run([str(MEMVAULT), "setup", "git", "--root", str(repo), "--stdio", "--key", "k"], env=clean_env())
+    assert done.returncode == 2
+    assert "setup git does not take --stdio, --key" in done.stderr
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "team"]  # nothing else written
+
+
 def test_setup_git_outside_a_repository_says_what_to_do(tmp_path: Path) -> None:
     done = run(
         [str(MEMVAULT), "setup", "git", "--root", str(tmp_path)],
@@ -199,7 +220,8 @@ def test_a_git_pull_merges_a_memory_edited_in_two_sections(tmp_path: Path) -> No
         assert "updatedAt: 2026-02-03T08:00:00.000Z" in text and not has_conflict_markers(text)
 
 
-def test_a_git_pull_keeps_both_bodies_of_a_true_conflict_and_no_marker(tmp_path: Path) -> None:
+def true_conflict(tmp_path: Path) -> tuple[Path, str]:
+    """Both clones rewrite the same lines of a memory, b (updated last) pulls: b, and git's stderr."""
     a, b = two_clones(tmp_path, {"notes/deploy.md": NOTE})
     (a / VAULT / "notes/deploy.md").write_text(NOTE.replace("make stage", "make stage-a"), encoding="utf-8")
     git_sync(a, "commit", "-am", "a's change")
@@ -210,8 +232,14 @@ def test_a_git_pull_keeps_both_bodies_of_a_true_conflict_and_no_marker(tmp_path:
 
     pulled = git_sync(b, "pull", "--no-rebase", "origin", "main", check=False)
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
-    assert "kept whole as deploy.conflict-" in pulled.stderr
+    return b, pulled.stderr
+
+
+def test_a_git_pull_keeps_both_bodies_of_a_true_conflict_and_no_marker(tmp_path: Path) -> None:
+    b, said = true_conflict(tmp_path)
+    assert "kept whole as deploy.conflict-" in said
     notes = b / VAULT / "notes"
+    theirs = NOTE.replace("make stage", "make stage-b").replace("2026-02-01", "2026-02-09")
     assert (notes / "deploy.md").read_text(encoding="utf-8") == theirs  # updated last: in place
     (sibling,) = notes.glob("deploy.conflict-*.md")
     text = sibling.read_text(encoding="utf-8")
@@ -219,6 +247,33 @@ def test_a_git_pull_keeps_both_bodies_of_a_true_conflict_and_no_marker(tmp_path:
     assert not any(has_conflict_markers(p.read_text(encoding="utf-8")) for p in notes.iterdir())
     # The sibling is a new file in the work tree: the next commit (or the sync loop's) takes it.
     assert git_sync(b, "status", "--porcelain").stdout.strip() == f"?? {VAULT}/notes/{sibling.name}"
+
+
+@pytest.mark.anyio
+async def test_a_conflict_copy_is_flagged_by_check_and_list_memory_titles_with_what_to_do(
+    tmp_path: Path,
+) -> None:
+    b, _ = true_conflict(tmp_path)
+    (sibling,) = (b / VAULT / "notes").glob("deploy.conflict-*.md")
+    vaults, token = (b / VAULT).parent, (b / VAULT).name
+
+    done = run([str(MEMVAULT), "check", "--root", str(vaults)], env=clean_env())
+    assert done.returncode == 0, done.stdout + done.stderr  # a note, not an error: both files are fine
+    (note,) = [line for line in done.stdout.splitlines() if sibling.name in line]
+    assert note.startswith(f"note: {token}/notes/{sibling.name}: the other side's version of notes/deploy.md")
+    assert "move what you want to keep into notes/deploy.md, then delete this file" in note
+    assert "duplicate title" not in done.stdout  # the copy's title is its memory's, and that is said
+
+    async with run_server(Settings(root=vaults, embedder="hash")) as srv, srv.session(token) as agent:
+        rows = {
+            line.split("|", 1)[0]: line
+            for line in (await call_ok(srv, agent, "list_memory_titles")).splitlines()
+        }
+    assert "CONFLICT COPY of notes/deploy.md" in rows[f"notes/{sibling.name}"]
+    assert (
+        "update_memory" in rows[f"notes/{sibling.name}"] and "delete_memory" in rows[f"notes/{sibling.name}"]
+    )
+    assert "CONFLICT" not in rows["notes/deploy.md"]
 
 
 def test_merge_file_run_by_hand_writes_into_ours_and_keeps_a_conflict_beside_it(tmp_path: Path) -> None:

@@ -9,16 +9,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from strategies import MEM_MCP, PROPS
 
 from memvault.clock import format_time, parse_time
 from memvault.disk.markdown import has_conflict_markers, parse_memory
 from memvault.git.merge import kind_of, merge_file, resolve_modify_delete
+from memvault.git.mergememory import conflict_copy_of
 from memvault.records.graphfile import compact, parse
 from memvault.records.summaryfiles import (
-    SessionFiles,
+    SessionOnDisk,
     Stored,
     Version,
     history_line,
@@ -211,7 +212,7 @@ def history_of(rows: list[tuple[int, bool, str]], start: int = 1) -> list[str]:
     return lines
 
 
-def read_session(history: bytes, md: bytes = b"") -> SessionFiles:
+def read_session(history: bytes, md: bytes = b"") -> SessionOnDisk:
     with tempfile.TemporaryDirectory() as folder:
         md_path, history_path = paths(Path(folder), SESSION)
         md_path.parent.mkdir()
@@ -230,6 +231,14 @@ def as_bytes(lines: list[str]) -> bytes:
     st.lists(version_st, max_size=4),
     st.lists(version_st, max_size=4),
     st.lists(version_st, max_size=4),
+)
+# Found by CI: a side's append came first in the merge, before the version it appends to.
+@example(made=[], mine=[(0, False, "done a")], yours=[(0, False, "done a"), (0, True, "done a")])
+# A side holding the other's versions and one more append alike: the last append is kept.
+@example(
+    made=[],
+    mine=[(0, False, "ok"), (0, True, "ok")],
+    yours=[(0, False, "ok"), (0, True, "ok"), (0, True, "ok")],
 )
 def test_history_keeps_both_sides_versions_in_time_order_numbered_again(
     made: list[tuple[int, bool, str]], mine: list[tuple[int, bool, str]], yours: list[tuple[int, bool, str]]
@@ -251,10 +260,25 @@ def test_history_keeps_both_sides_versions_in_time_order_numbered_again(
     assert numbers == list(range(1, len(numbers) + 1))
     times = [v.ts for v in files.versions[len(made) :]]
     assert times == sorted(times)
-    # Every version either side added is there (one both added alike, once).
-    added = Counter(history_line_key(x) for x in [*mine, *yours])
-    for key in added:
-        assert any(history_line_key((v.ts, v.delta, v.text)) == key for v in files.versions)
+    # Every version either side added is there, as often as the side that holds it more often
+    # holds it (one both added alike, once).
+    merged_keys = Counter(history_line_key((v.ts, v.delta, v.text)) for v in files.versions)
+    for side in (mine, yours):
+        for key, count in Counter(history_line_key(x) for x in side).items():
+            assert merged_keys[key] >= count
+
+
+def test_an_append_both_sides_hold_follows_the_version_it_appends_to() -> None:
+    first = history_of([(60, False, "done a")])
+    ours = as_bytes(first)
+    theirs = as_bytes(first + history_of([(60, True, "done a")], 2))
+
+    merged = merge_file(b"", ours, theirs, "sessions/standup.history.jsonl")
+    assert merged == merge_file(b"", theirs, ours, "sessions/standup.history.jsonl")
+    files = read_session(merged.data)
+    assert not files.conflicted
+    assert [(v.version, v.delta) for v in files.versions] == [(1, False), (2, True)]
+    assert files.latest is not None and files.latest.summary == "done a\n\ndone a"
 
 
 def history_line_key(row: tuple[Any, bool, str]) -> tuple[str, str]:
@@ -427,6 +451,19 @@ def test_a_true_body_conflict_keeps_both_versions_whole_without_markers() -> Non
     ((where, sibling),) = merged.extra
     assert where.startswith("team/mem.conflict-")
     assert sibling == ours.replace(b"importance: 0.8\n", b'importance: 0.8\nconflictOf: "mem.md"\n')
+    assert conflict_copy_of(where.removeprefix("team/")) == "mem.md"  # the name says whose copy it is
+
+
+def test_only_a_conflict_copys_name_names_the_memory_it_was_kept_beside() -> None:
+    assert conflict_copy_of("notes/deploy.conflict-0a1b2c3d.md") == "notes/deploy.md"
+    assert conflict_copy_of("deploy.conflict-0a1b2c3d.conflict-99aa88bb.md") == "deploy.conflict-0a1b2c3d.md"
+    for name in (
+        "deploy.md",
+        "deploy.conflict-notes.md",
+        "deploy.conflict-0a1b2c3d.md.bak",
+        ".conflict-0a1b2c3d.md",
+    ):
+        assert conflict_copy_of(name) is None
 
 
 def test_a_file_without_frontmatter_keeps_both_versions_on_a_conflict() -> None:

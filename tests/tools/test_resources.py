@@ -93,6 +93,8 @@ async def test_a_vault_lists_its_memories_graph_and_sessions_as_resources(server
         assert listed["memvault://memories/projects/alpha%20plan.md"].title == "Alpha plan"
         assert listed["memvault://sessions/standup"].title == "Standup"
         assert listed["memory://knowledge-graph"].mime_type == "application/json"
+        # Titled as the official memory server titles it, so clients show one name for both.
+        assert listed["memory://knowledge-graph"].title == "Knowledge Graph"
         assert "memvault://vault" in listed
         templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
         assert templates == {MEMORY_TEMPLATE, ARCHIVE_TEMPLATE, SESSION_TEMPLATE}
@@ -127,7 +129,7 @@ async def test_reading_resources_gives_the_files_and_records_no_access(server_fa
 
         text = await wait_for(overview)  # once the watcher has seen the hand-made file
         assert "- 1 memory:" in text and "- 1 session summary:" in text
-        await srv.app.state.store.idle()
+        await srv.app.state.service.idle()
         assert (folder / "deploy-notes.md").read_bytes() == before  # no lastAccessedAt written back
 
 
@@ -300,11 +302,11 @@ async def test_completion_is_bounded_in_a_large_vault(server_factory, vault_root
 def test_every_tool_has_a_title_and_all_four_hints(make_settings: Callable[..., Any]) -> None:
     import anyio
 
-    from memvault.ops.store import Store
+    from memvault.ops.service import Service
     from memvault.tools import build_server
 
     settings = make_settings()
-    server = build_server(Store(settings), settings)
+    server = build_server(Service(settings), settings)
     tools = anyio.run(server.list_tools)
     assert len(tools) >= 25
     for tool in tools:
