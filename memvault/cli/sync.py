@@ -51,8 +51,8 @@ def command(settings: Settings, args: argparse.Namespace) -> int:
         finally:
             loop.stop()
         status = loop.status()
-        said = f"last sync failed: {status.error}" if status.state == "failing" else "in sync"
-        print(f"memvault: sync stopped ({said}).", file=sys.stderr)
+        how = f"last sync failed: {status.error}" if status.state == "failing" else "in sync"
+        print(f"memvault: sync stopped ({how}).", file=sys.stderr)
         return 0
     try:
         outcome = sync_vault(settings.root)
