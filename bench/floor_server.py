@@ -2,6 +2,7 @@
 """The throughput floor: a bare MCP SDK server with one trivial tool, served like memvault.
 
     python bench/floor_server.py --port 3100
+    python bench/floor_server.py --stdio
 
 Same SDK, same transport settings (streamable HTTP at /mcp/{token}, JSON responses), same uvicorn;
 only memvault is missing. bench_load.py drives it with the same client and load as memvault.
@@ -17,7 +18,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 
-def build() -> Starlette:
+def mcp_server() -> MCPServer:
     server = MCPServer("floor")
 
     @server.tool()
@@ -25,6 +26,11 @@ def build() -> Starlette:
         """Return the text."""
         return text
 
+    return server
+
+
+def build() -> Starlette:
+    server = mcp_server()
     inner = server.streamable_http_app(json_response=True)
     manager = server.session_manager
 
@@ -36,8 +42,16 @@ def build() -> Starlette:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int)
+    parser.add_argument(
+        "--stdio", action="store_true", help="serve on stdin/stdout instead (bench_coldstart)"
+    )
     args = parser.parse_args()
+    if args.stdio:
+        mcp_server().run("stdio")
+        return
+    if args.port is None:
+        parser.error("--port or --stdio")
     uvicorn.run(build(), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
 
 

@@ -74,7 +74,7 @@ async def wait_for(condition: Callable[[], Any], timeout: float = 5.0, interval:
 
 @dataclass
 class Running:
-    """A live server: its base URL, app (for app.state.store / watcher) and settings."""
+    """A live server: its base URL, app (for app.state.service / watcher) and settings."""
 
     url: str
     app: Starlette

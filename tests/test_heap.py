@@ -58,13 +58,14 @@ async def test_a_loaded_token_is_kept_from_the_cyclic_collector_until_it_unloads
     an unload hands everything back to the collector, so nothing stays frozen for good."""
     import gc
 
-    from memvault.ops.store import Store
+    from memvault.ops.service import Service
 
     gc.unfreeze()
-    store = Store(make_settings(max_loaded_tokens=1))
+    service = Service(make_settings(max_loaded_tokens=1))
+    store = service.store
     try:
         await store.write("alice", title="One", content="kept")
-        await store.idle()  # alice's access is recorded: nothing holds it loaded any more
+        await service.idle()  # alice's access is recorded: nothing holds it loaded any more
         assert gc.get_freeze_count() > 0
         kept = gc.get_freeze_count()
         gc.unfreeze()
@@ -84,7 +85,7 @@ async def test_a_loaded_token_is_kept_from_the_cyclic_collector_until_it_unloads
         assert unkept and unkept[0] >= kept // 2  # alice's unload let go of the frozen objects...
         assert gc.get_freeze_count() > 0  # ...and bob's load froze again
     finally:
-        await store.close()
+        await service.close()
         gc.unfreeze()
 
 
@@ -149,7 +150,7 @@ def test_uncollected_leaves_a_collector_that_was_off_off():
 async def test_a_token_loads_with_the_collector_paused(make_settings, monkeypatch):
     import gc
 
-    from memvault.ops.store import Store
+    from memvault.ops.service import Service
     from memvault.registry.tokens import Tokens
 
     seen = []
@@ -160,11 +161,12 @@ async def test_a_token_loads_with_the_collector_paused(make_settings, monkeypatc
         original(self, state, progress)
 
     monkeypatch.setattr(Tokens, "_load_files", spy)
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         await store.write("alice", title="One", content="loaded")
     finally:
-        await store.close()
+        await service.close()
     assert seen == [False]
     assert gc.isenabled()
 

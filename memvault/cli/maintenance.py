@@ -13,7 +13,7 @@ from memvault.disk.names import valid_token
 from memvault.errors import MemvaultError
 
 if TYPE_CHECKING:
-    from memvault.ops.store import Store
+    from memvault.ops.service import Service
 
 
 def tokens_of(settings: Settings, token: str | None) -> list[str] | None:
@@ -66,9 +66,9 @@ def check(settings: Settings, token: str | None) -> int:
 
 
 async def reindex(settings: Settings, token: str | None) -> int:
-    async def one(store: Store, name: str) -> list[str]:
+    async def one(service: Service, name: str) -> list[str]:
         with Progress(name) as progress:  # the CLI's own loop: nothing else waits on it
-            count = store.reindex(name, progress)
+            count = service.registry.reindex(name, progress)
         return [f"{name}: reindexed {count} memories"]
 
     return await _each_token(settings, token, one, load=False)
@@ -77,37 +77,38 @@ async def reindex(settings: Settings, token: str | None) -> int:
 async def _each_token(
     settings: Settings,
     token: str | None,
-    work: Callable[[Store, str], Awaitable[list[str]]],
+    work: Callable[[Service, str], Awaitable[list[str]]],
     *,
     load: bool = True,
 ) -> int:
     """Run an operation of the store on one token or every token, printing what it reports. Each
     token is loaded first (unless ``load`` is false: reindex reads the files itself), with a progress
     bar: a cold load of 100,000 files takes seconds."""
-    from memvault.ops.store import Store
+    from memvault.ops.service import Service
 
     tokens = tokens_of(settings, token)
     if tokens is None:
         return 2
-    store = Store(settings)
+    service = Service(settings)
+    registry = service.registry
     try:
         for name in tokens:
             if load:
                 with Progress(f"load {name}") as progress:
-                    await store.registry.ensure_loaded(store.registry.register(name), progress)
-            for line in await work(store, name):
+                    await registry.ensure_loaded(registry.register(name), progress)
+            for line in await work(service, name):
                 print(line)
     except MemvaultError as exc:
         print(f"memvault: {exc}", file=sys.stderr)
         return 1
     finally:
-        await store.close()
+        await service.close()
     return 0
 
 
 async def migrate(settings: Settings, token: str | None, dry_run: bool) -> int:
-    async def one(store: Store, name: str) -> list[str]:
-        done = await store.migrate(name, dry_run=dry_run)
+    async def one(service: Service, name: str) -> list[str]:
+        done = await service.store.migrate(name, dry_run=dry_run)
         verb = "would give" if dry_run else "gave"
         return [f"{name}: {verb} {len(done)} file(s) frontmatter", *(f"  {id}" for id in done)]
 
@@ -117,8 +118,8 @@ async def migrate(settings: Settings, token: str | None, dry_run: bool) -> int:
 async def evict(settings: Settings, token: str | None, dry_run: bool, listed: bool) -> int:
     from memvault.ops.sweeps import kind as reason_kind
 
-    async def one(store: Store, name: str) -> list[str]:
-        swept = await store.sweep(name, dry_run=dry_run)
+    async def one(service: Service, name: str) -> list[str]:
+        swept = await service.store.sweep(name, dry_run=dry_run)
         evicted = swept.evicted
         verb = "would archive" if dry_run else "archived"
         kinds = Counter(reason_kind(item.reason) for item in evicted)

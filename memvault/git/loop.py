@@ -45,7 +45,7 @@ MAX_VAULTS_NAMED = 3  # more vaults in one commit are summed up in its subject
 
 
 @dataclass(frozen=True, slots=True)
-class Change:
+class ChangedPath:
     """One path the commit changes: git's status letter (A, M, D), the path inside the vault, and the
     lines added and removed (for the graph)."""
 
@@ -59,7 +59,7 @@ def _plural(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
-def _counts(changes: list[Change]) -> Counter[str]:
+def _counts(changes: list[ChangedPath]) -> Counter[str]:
     """What changed in one vault (token folder), by kind."""
     counts: Counter[str] = Counter()
     hot_gone = {c.path for c in changes if c.status == "D" and not c.path.startswith(ARCHIVE + "/")}
@@ -116,14 +116,14 @@ def _phrase(counts: Counter[str]) -> str:
     return ", ".join(say(counts[kind]) for kind, say in _PHRASES if counts[kind])
 
 
-def describe(changes: list[Change]) -> str:
+def describe(changes: list[ChangedPath]) -> str:
     """The commit message for ``changes``: a subject saying what changed in which vault
     (``memvault: team: 3 memories written, 1 graph change``), then the paths."""
-    by_vault: dict[str, list[Change]] = {}
+    by_vault: dict[str, list[ChangedPath]] = {}
     for c in changes:
         token, _, rest = c.path.partition("/")
         key, inner = (token, rest) if rest else ("", token)  # a file at the root: the vault's own settings
-        by_vault.setdefault(key, []).append(Change(c.status, inner, c.added, c.removed))
+        by_vault.setdefault(key, []).append(ChangedPath(c.status, inner, c.added, c.removed))
     parts = []
     named = sorted(k for k in by_vault if k)
     if len(named) > MAX_VAULTS_NAMED:
@@ -159,7 +159,7 @@ class Outcome:
 
 
 @dataclass(slots=True)
-class Target:
+class SyncTarget:
     """Where a repository's branch syncs to, read from its configuration once per loop."""
 
     branch: str
@@ -172,13 +172,13 @@ class Target:
         return f"refs/remotes/{self.remote}/{self.remote_branch}"
 
     @classmethod
-    def of(cls, repo: Repo) -> Target:
+    def of(cls, repo: Repo) -> SyncTarget:
         branch = repo.branch()
         remote, remote_branch = repo.upstream(branch)
         return cls(branch, remote, remote_branch, repo.identity())
 
 
-def commit(repo: Repo, target: Target) -> str | None:
+def commit(repo: Repo, target: SyncTarget) -> str | None:
     """Commit everything that changed in the vault (its own writes, a person's edits), nothing
     outside it and nothing under .memvault/; the subject, or None when nothing changed."""
     if not repo.changes():  # nothing changed: one git call, as an idle vault's sync mostly is
@@ -196,7 +196,7 @@ def commit(repo: Repo, target: Target) -> str | None:
     for status, path in zip(names[::2], names[1::2], strict=False):
         inside = repo.vault_relative(path)
         if inside is not None:
-            changes.append(Change(status[:1], inside, *numbers.get(path, (0, 0))))
+            changes.append(ChangedPath(status[:1], inside, *numbers.get(path, (0, 0))))
     if not changes:
         return None
     message = describe(changes)
@@ -270,7 +270,9 @@ def _keep_edits(repo: Repo) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def merge(repo: Repo, root: Path, target: Target, behind: int | None = None) -> tuple[int, tuple[str, ...]]:
+def merge(
+    repo: Repo, root: Path, target: SyncTarget, behind: int | None = None
+) -> tuple[int, tuple[str, ...]]:
     """Merge what the remote has (already fetched) with memvault's driver; (commits brought, files
     whose edit was kept against a deletion). A conflict that still remains aborts the merge.
     ``behind``: the commits the remote has that HEAD lacks, when the caller has counted them."""
@@ -309,7 +311,7 @@ def merge(repo: Repo, root: Path, target: Target, behind: int | None = None) -> 
     return behind, kept
 
 
-def _settle(repo: Repo, target: Target, done: subprocess.CompletedProcess[str]) -> tuple[str, ...]:
+def _settle(repo: Repo, target: SyncTarget, done: subprocess.CompletedProcess[str]) -> tuple[str, ...]:
     """A merge git stopped: the files deleted on one side and edited on the other keep the edit and
     the merge is committed; any other conflict aborts it (SyncFailed)."""
     if not (repo.git_dir / "MERGE_HEAD").exists():
@@ -331,7 +333,7 @@ def _settle(repo: Repo, target: Target, done: subprocess.CompletedProcess[str]) 
     return kept
 
 
-def _push(repo: Repo, target: Target) -> bool:
+def _push(repo: Repo, target: SyncTarget) -> bool:
     """Push HEAD to the remote branch, never forced; False when the remote refused it because it moved."""
     done = repo.run(
         "push",
@@ -354,7 +356,7 @@ def _push(repo: Repo, target: Target) -> bool:
 def sync(
     repo: Repo,
     root: Path,
-    target: Target,
+    target: SyncTarget,
     *,
     network: bool | None = True,
     wait: Callable[[float], bool] | None = None,
@@ -419,7 +421,7 @@ def sync_vault(root: Path) -> Outcome:
     repo = git_repo.find(root)
     ensure_driver(root)
     with one_at_a_time(repo):
-        return sync(repo, root, Target.of(repo))
+        return sync(repo, root, SyncTarget.of(repo))
 
 
 def ensure_driver(root: Path) -> None:
@@ -502,7 +504,7 @@ class SyncLoop:
         self._due: float | None = None  # monotonic time of a sync asked for by a change
         self._thread: threading.Thread | None = None
         self._repo: Repo | None = None
-        self._target: Target | None = None
+        self._target: SyncTarget | None = None
         self._stamp: tuple[object, ...] = ()  # the repository's config_stamp when _target was read
         self._told: set[str] = set()  # vaults told that syncing fails, this failing spell
         self.syncs = 0  # finished syncs, ok or not (tests wait on it)
@@ -589,7 +591,7 @@ class SyncLoop:
                 self._repo = repo
             stamp = repo.config_stamp()
             if self._target is None or stamp != self._stamp:  # branch, remote or identity may differ
-                self._target, self._stamp = Target.of(repo), stamp
+                self._target, self._stamp = SyncTarget.of(repo), stamp
             target = self._target
             with one_at_a_time(repo):
                 outcome = sync(repo, self.root, target, network=network, wait=self._stopping.wait)

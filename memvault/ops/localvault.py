@@ -13,7 +13,7 @@ from memvault.config import Settings
 from memvault.disk.vault import folder_lock
 from memvault.errors import MemvaultError, UnknownSession
 from memvault.ops.capture import Refused
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 from memvault.records import sync
 from memvault.records.sidecar import Sidecar, sidecar_path
 from memvault.records.summaries import SessionSummaries
@@ -31,7 +31,7 @@ class LocalVault:
         self.token = token
         self.folder = settings.token_dir(token)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._store: Store | None = None
+        self._service: Service | None = None
 
     # ------------------------------------------------------------------ sessions
 
@@ -89,9 +89,9 @@ class LocalVault:
         loop = self._loop
 
         async def find() -> list[tuple[str, str, str]]:
-            if self._store is None:
-                self._store = Store(self.settings)
-            found = await self._store.find(self.token, query=query, limit=limit)
+            if self._service is None:
+                self._service = Service(self.settings)
+            found = await self._service.store.find(self.token, query=query, limit=limit)
             return [(m.id, m.title, m.priority) for m in found.memories]
 
         return loop.run_until_complete(find())
@@ -105,7 +105,7 @@ class LocalVault:
     def close(self) -> None:
         if self._loop is None:
             return
-        if self._store is not None:
-            self._loop.run_until_complete(self._store.close())
+        if self._service is not None:
+            self._loop.run_until_complete(self._service.close())
         self._loop.close()
         self._loop = None

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -21,7 +18,6 @@ from memvault.config import Settings
 from memvault.disk import files
 from memvault.disk.markdown import PRIORITIES, Memory, clean_tags
 from memvault.disk.names import check_id, is_memory_path, split_key
-from memvault.disk.watcher import Watcher
 from memvault.errors import (
     Conflict,
     InvalidArgument,
@@ -30,15 +26,10 @@ from memvault.errors import (
 )
 from memvault.logs import bookkeep
 from memvault.ops import access, arguments, supersede
-from memvault.ops.changes import Changes
 from memvault.ops.edits import Edit, apply_edit, check_version
 from memvault.ops.sweeps import Evicted, Sweep, Sweeps
-from memvault.registry import reconcile
 from memvault.registry.state import TokenState
 from memvault.registry.tokens import Tokens
-from memvault.search.embeddings import Embeddings
-from memvault.search.embeddings import from_settings as embeddings_from_settings
-from memvault.search.rerankers import Reranking
 from memvault.threads import NeedsThread, look
 
 log = logging.getLogger("memvault")
@@ -70,100 +61,40 @@ SMALL_FOLDER = 500  # hot memories up to which a call looks at the token folder 
 
 
 class Store:
-    """The tokens this process has loaded, and the operations on their memories."""
+    """The operations on the memories of the registry's tokens (the parts come from
+    memvault.ops.service, which builds them)."""
 
-    def __init__(self, settings: Settings, *, clock: Clock = utcnow) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Tokens,
+        recorder: access.Recorder,
+        sweeps: Sweeps,
+        *,
+        clock: Clock = utcnow,
+    ) -> None:
         self.settings = settings
         self.clock = clock
-        self._background: set[asyncio.Task[Any]] = set()
-        self.registry = Tokens(settings, embeddings_from_settings(settings), self._in_background)
-        self.sweeps = Sweeps(self.registry, settings, clock, self._in_background)
-        self.recorder = access.Recorder(self.registry, self._in_background)
-        # Recall's reranker, loaded on first use; /healthz says which is in effect.
-        self.reranking = Reranking(settings.reranker if "recall" in settings.tools else "off")
-        # Who listens to which vault's changes; the watcher announces them (see memvault.ops.changes).
-        self.changes = Changes(settings.root)
-        # The watcher watches a token's folder only while it is loaded or listened to.
-        self._watcher: Watcher | None = None
-        # Told before a load reads the folder (its thread) or after an unload (the loop); a
-        # listener still hears of hand edits after an unload.
-        self.registry.on_loaded = functools.partial(self._watch, still=self.changes.listening)
-        # Told when a token's first listener came (before listen returns) or its last one went.
-        self.changes.on_listened = functools.partial(self._watch, still=self.registry.loaded_or_loading)
-
-    # ------------------------------------------------------------------ tokens (see memvault.registry.tokens)
-
-    @property
-    def embeddings(self) -> Embeddings:
-        return self.registry.embeddings
-
-    @embeddings.setter
-    def embeddings(self, embeddings: Embeddings) -> None:  # tests swap in their own embedder
-        self.registry.embeddings = embeddings
-
-    @property
-    def tokens(self) -> dict[str, TokenState]:
-        return self.registry.states
-
-    @property
-    def parses(self) -> int:
-        return self.registry.parses
-
-    @property
-    def unloads(self) -> int:
-        return self.registry.unloads
+        self._registry = registry
+        self._recorder = recorder
+        self._sweeps = sweeps
 
     def using(self, token: str) -> contextlib.AbstractAsyncContextManager[TokenState]:
         """The token's state, loaded, and held loaded until the block ends (Tokens.using)."""
-        self.recorder.know_loop()
-        return self.registry.using(token)
+        self._recorder.know_loop()
+        return self._registry.using(token)
 
     def take_notice(self, token: str) -> str | None:
         """What a lazy sweep archived since the last reply for this token, told once."""
-        state = self.registry.states.get(token)
+        state = self._registry.states.get(token)
         if state is None or state.sweep_notice is None:
             return None
         notice, state.sweep_notice = state.sweep_notice, None
         return notice
 
     def fresh(self, state: TokenState, id: str, archived: bool, *, inline: bool = False) -> Memory | None:
-        """The memory as it is on disk now (Tokens.fresh)."""
+        """The memory as it is on disk now (TokenState.fresh)."""
         return state.fresh(id, archived, inline=inline)
-
-    def reindex(self, token: str, progress: Callable[[int], None] | None = None) -> int:
-        return self.registry.reindex(token, progress)
-
-    def apply_changes(self, token: str, paths: Iterable[Path], rescan: bool) -> int:
-        """Outside changes to a loaded token (worker thread; see memvault.registry.reconcile)."""
-        state = self.registry.states.get(token)
-        return 0 if state is None else reconcile.apply_changes(state, paths, rescan)
-
-    def watcher(self) -> Watcher:
-        """The watcher that brings outside edits of this store's vault to its loaded tokens and
-        announces them (the HTTP server and stdio each start one)."""
-        settings = self.settings
-        self._watcher = Watcher(
-            settings.root,
-            self.apply_changes,
-            enabled=settings.watch,
-            poll_interval=settings.poll_interval_seconds,
-            announce=self.changes.announce,
-        )
-        for token in list(self.registry.states):
-            if self.registry.loaded_or_loading(token) or self.changes.listening(token):
-                self._watcher.want(token)
-        return self._watcher
-
-    def _watch(self, token: str, wanted: bool, *, still: Callable[[str], object]) -> None:
-        """A token became wanted by one of its two users (loaded, listened to), or one stopped
-        wanting it: its folder is unwatched only if the other (``still``) does not want it."""
-        watcher = self._watcher
-        if watcher is None:
-            return
-        if wanted:
-            watcher.want(token)
-        elif not still(token):
-            watcher.unwant(token)
 
     async def state(self, token: str) -> TokenState:
         """The loaded state of a token, not held: for tests and tools that only look. Operations use
@@ -301,12 +232,12 @@ class Store:
             mode = "never" if read_only else self.settings.access_writeback
             due = [m for m in hot if access.needs_file_write(m, now, mode)]
             state.pending.add([m.id for m in hot], now, hit, due)
-            self.recorder.noted(state)
+            self._recorder.noted(state)
             if not read_only:
-                self.sweeps.maybe_sweep(state)
+                self._sweeps.maybe_sweep(state)
 
     def note_search(self, state: TokenState, found: bool) -> None:
-        self.recorder.searched(state, found)
+        self._recorder.searched(state, found)
 
     # ------------------------------------------------------------------ writing
 
@@ -471,7 +402,7 @@ class Store:
     def _accessed(self, state: TokenState, id: str, now: datetime) -> None:
         """A write or update counts as an access: queued like a read's (the file says so already)."""
         state.pending.add([id], now, False)
-        self.recorder.noted(state)
+        self._recorder.noted(state)
 
     async def delete(self, token: str, filename: str) -> str:
         id = check_id(filename)
@@ -526,38 +457,11 @@ class Store:
 
     async def evict(self, token: str, *, dry_run: bool = False) -> list[Evicted]:
         """Archive what the eviction policy says is stale (memvault.ops.sweeps)."""
-        return await self.sweeps.evict(token, dry_run=dry_run)
+        return await self._sweeps.evict(token, dry_run=dry_run)
 
     async def sweep(self, token: str, *, dry_run: bool = False) -> Sweep:
         """Archive what is stale, and say what stays that would have gone (memvault.ops.sweeps)."""
-        return await self.sweeps.sweep(token, dry_run=dry_run)
-
-    def _in_background(self, work: Coroutine[Any, Any, Any]) -> None:
-        """Run work after the current request; close() cancels or awaits what is left."""
-        task = asyncio.get_running_loop().create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def idle(self) -> None:
-        """Wait for background work (eviction sweeps) to finish; used by tests and shutdown."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
-
-    async def close(self) -> None:
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*list(self._background), return_exceptions=True)
-        for state in self.tokens.values():  # accesses still queued: recorded, not lost
-            if state.loaded:
-                await anyio.to_thread.run_sync(self.recorder.drain_now, state)
-        for state in self.tokens.values():
-            if state.loaded and state.large:
-                await anyio.to_thread.run_sync(state.save_snapshot)
-        await anyio.to_thread.run_sync(self.embeddings.close)
-        for state in self.tokens.values():
-            if state.sidecar is not None:
-                state.sidecar.close()
-                state.sidecar = None
+        return await self._sweeps.sweep(token, dry_run=dry_run)
 
 
 _EPOCH = datetime.fromtimestamp(0, UTC)

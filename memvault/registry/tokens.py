@@ -90,6 +90,7 @@ class Tokens:
         # Told (token, True) before a load reads the token's folder (in the load's thread), and
         # (token, False) once it is unloaded: the store watches the folders of loaded tokens only.
         self.on_loaded: Callable[[str, bool], None] | None = None
+        self.closing: set[Sidecar] = set()  # unloaded tokens' sidecars, being closed in a worker thread
 
     def warm(self, token: str) -> None:
         """Begin loading a token a request just addressed, without waiting for it. A client's
@@ -187,7 +188,9 @@ class Tokens:
             state.vectors.clear()
             if state.sidecar is not None:
                 sidecar, state.sidecar = state.sidecar, None
-                sidecar.close()
+                # Off the loop: closing runs PRAGMA optimize and checkpoints, which touch the disk.
+                self.closing.add(sidecar)
+                self.spawn(self._close(sidecar))
             if self.on_loaded is not None:
                 self.on_loaded(state.token, False)
             if self._idle(state):
@@ -195,6 +198,23 @@ class Tokens:
             self.unloads += 1
             heap.unkeep()  # its objects go back to the collector (the others are kept at the next load)
             self.spawn(anyio.to_thread.run_sync(heap.release))
+
+    async def _close(self, sidecar: Sidecar) -> None:
+        try:
+            await anyio.to_thread.run_sync(sidecar.close)
+        finally:
+            self.closing.discard(sidecar)
+
+    def close(self) -> None:
+        """Close every sidecar: the loaded tokens' and any an unload left closing (at shutdown,
+        when the background work that would have closed it was cancelled)."""
+        for sidecar in list(self.closing):
+            sidecar.close()
+        self.closing.clear()
+        for state in self.states.values():
+            if state.sidecar is not None:
+                state.sidecar.close()
+                state.sidecar = None
 
     def loaded_or_loading(self, token: str) -> bool:
         """Whether the token is loaded, or a load of it has begun."""
@@ -250,6 +270,10 @@ class Tokens:
             state.phase = Phase.LOADING
         if self.on_loaded is not None:
             self.on_loaded(state.token, True)  # before the read: an edit made after it is seen
+        # The folder as the load is about to read it: the first call after the load need not look
+        # at it again (ops.store's _caught_up looks when the folder's mtime moved since).
+        with contextlib.suppress(OSError):
+            state.folder_seen = os.stat(state.dir).st_mtime_ns
         try:
             with heap.uncollected():
                 self._load_files(state, progress)

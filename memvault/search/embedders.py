@@ -181,7 +181,7 @@ class TokenEmbedder(Protocol):
 def crowds(embedder: object) -> bool:
     """Whether ``embedder`` is a transformer (sentence-transformers, openai), whose cosines may
     crowd together: E5 puts any two texts at 0.7-0.9. Recall checks each query's cosines and
-    measures crowded ones from the vault's lower quartile (memvault.ops.recall.fuse). A static
+    measures crowded ones from the vault's lower quartile (memvault.search.ranking.fuse). A static
     table's (WordLlama, model2vec, hash) are left as they are: they lost by it even where they
     crowd (bench/RESULTS.md)."""
     return bool(getattr(embedder, "crowds", False))

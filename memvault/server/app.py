@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import re
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Container
 from pathlib import Path
@@ -31,7 +30,7 @@ from memvault.errors import InvalidArgument, MemvaultError
 from memvault.git.loop import OFF as SYNC_OFF
 from memvault.git.loop import SyncLoop
 from memvault.logs import OncePer
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 from memvault.server.keys import KeyRing
 from memvault.server.revocation import Opened
 from memvault.tools import build_server
@@ -486,8 +485,8 @@ class SseApps:
 
 def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool = False) -> Starlette:
     """The whole server. Build a new one per test: the SDK's session manager runs only once."""
-    store = Store(settings, clock=clock)
-    server = build_server(store, settings)
+    service = Service(settings, clock=clock)
+    server = build_server(service, settings)
     security = transport_security(settings)
     # JSON responses to POSTs: our tools stream nothing mid-call, and a plain JSON body saves the
     # SDK's per-request SSE stream and task group, a large share of a call (bench/RESULTS.md).
@@ -502,8 +501,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     # One filter for the process (addFilter adds it once however many apps are built).
     logging.getLogger("mcp.server.streamable_http").addFilter(_SESSION_END_FILTER)
     sessions = SessionOwners()
-    watcher = store.watcher()
-    started = time.monotonic()
+    watcher = service.watcher()
     keyring = KeyRing(settings.keys_file) if settings.keys_file is not None else None
     opened = revocations(keyring, manager, sessions) if keyring is not None else None
     # MEMVAULT_SYNC=git: commit, fetch, merge, push on a thread of its own; every write's batch
@@ -514,37 +512,10 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
         else None
     )
     if sync is not None:
-        store.changes.on_batch = lambda token: sync.soon()
+        service.changes.on_batch = lambda token: sync.soon()
 
     async def healthz(request: Request) -> Response:
-        body: dict[str, Any] = {
-            "status": "ok" if watcher.state() in ("inotify", "polling") else "degraded",
-            "version": __version__,
-            "uptime_seconds": round(time.monotonic() - started, 1),
-            "tokens_loaded": sum(1 for s in store.tokens.values() if s.loaded),
-            # What the server's memory follows: the loaded tokens and their memories (hot and archived).
-            "memories_loaded": sum(
-                len(s.hot.memories) + len(s.archive.memories) for s in list(store.tokens.values()) if s.loaded
-            ),
-            "watcher": watcher.state(),
-            # Folders being read again after lost file events (a queue overflow): catching up, not degraded.
-            "rescanning": watcher.rescanning + len(watcher.rescan),
-            "event_overflows": watcher.overflows,
-            "tools": list(settings.tools),
-        }
-        embedder = store.embeddings.status()
-        body["embeddings"] = {
-            "name": embedder.name or f"{embedder.requested} (loading)",
-            "dim": embedder.dim,
-            "pending": store.embeddings.pending(),
-            "cpu_seconds": round(store.embeddings.cpu_seconds, 2),
-        }
-        if embedder.fallback:
-            body["embeddings"]["fallback"] = embedder.fallback
-        reranker = store.reranking.status(embedder.tokens)
-        body["reranker"] = {"name": reranker.name}
-        if reranker.fallback:
-            body["reranker"]["fallback"] = reranker.fallback
+        body = service.health()
         body["sync"] = (sync.status() if sync is not None else SYNC_OFF).as_json()
         # 503 when degraded, so a container health check notices a server serving stale results.
         status = 200 if body["status"] == "ok" else 503
@@ -554,8 +525,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         settings.root.mkdir(parents=True, exist_ok=True)
         async with manager.run():
-            await watcher.start(force_polling=force_polling)
-            store.embeddings.ready()  # a model loads in the background; nothing waits for it
+            await service.start(force_polling=force_polling)  # the watcher, the embedding model's load
             if sync is not None:
                 sync.start()
             log.info("memvault %s serving %s (watcher: %s)", __version__, settings.root, watcher.state())
@@ -565,10 +535,9 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
             finally:
                 if sync is not None:
                     await anyio.to_thread.run_sync(sync.stop)  # a write just acknowledged is pushed
-                await watcher.stop()
-                await store.close()
+                await service.close()  # the watcher first
 
-    warm = store.registry.warm
+    warm = service.registry.warm
     mcp_http = TokenGuard(StreamableHTTPASGIApp(manager), settings, sessions, manager, warm=warm)
     sse_apps = SseApps(server, security, settings.max_body_bytes)
     mcp_sse = TokenGuard(sse_apps, settings, None, warm=warm)
@@ -602,7 +571,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
         lifespan=lifespan,
         exception_handlers={MemvaultError: _memvault_error, 404: not_found},
     )
-    app.state.store = store
+    app.state.service = service
     app.state.sessions = sessions
     app.state.sse_apps = sse_apps
     app.state.watcher = watcher

@@ -22,7 +22,7 @@ from transcripts import Transcript
 
 from memvault.cli.main import main
 from memvault.config import Settings
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 
 MEMVAULT = Path(sys.executable).parent / "memvault"
 
@@ -62,14 +62,15 @@ def settings(root: Path) -> Settings:
 
 async def read_everything(root: Path, times: int) -> None:
     """Reads as an agent's: each one writes the access time back into the files it found."""
-    store = Store(settings(root))
+    service = Service(settings(root))
+    store = service.store
     try:
         for _ in range(times):
             found = await store.find("alice")
             await store.touch("alice", found.memories)
-            await store.idle()
+            await service.idle()
     finally:
-        await store.close()
+        await service.close()
 
 
 def notes_folder(tmp_path: Path, count: int) -> Path:
@@ -365,7 +366,8 @@ async def test_an_agents_write_during_a_large_import_waits_for_one_batch_only(tm
     notes = notes_folder(tmp_path, total)
     vault = tmp_path / "m" / "alice"
     process = _start_import(tmp_path, notes)
-    store = Store(settings(tmp_path / "m"))
+    service = Service(settings(tmp_path / "m"))
+    store = service.store
     try:
         await wait_for(
             lambda: (vault / "notes").is_dir() and any((vault / "notes").glob("n*.md")), timeout=60
@@ -375,7 +377,7 @@ async def test_an_agents_write_during_a_large_import_waits_for_one_batch_only(tm
         running = process.poll() is None
         await anyio.to_thread.run_sync(lambda: process.communicate(timeout=120))
     finally:
-        await store.close()
+        await service.close()
         if process.poll() is None:
             process.kill()
     assert running and imported < total

@@ -16,7 +16,7 @@ from transcripts import SESSION, Transcript
 
 from memvault.cli.main import main
 from memvault.config import Settings
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 from memvault.records import sync
 from memvault.records.graph import Entity, KnowledgeGraph, Relation
 from memvault.records.sidecar import Sidecar
@@ -47,12 +47,13 @@ def titles(root: Path) -> dict[str, str]:
     """The memories as the server sees them: id -> title."""
 
     async def find() -> dict[str, str]:
-        store = Store(Settings(root=root, watch=False, load_processes=0, tools=("memories",)))
+        service = Service(Settings(root=root, watch=False, load_processes=0, tools=("memories",)))
+        store = service.store
         try:
             found = await store.find("alice")
             return {m.id: m.title for m in found.memories}
         finally:
-            await store.close()
+            await service.close()
 
     return asyncio.run(find())
 

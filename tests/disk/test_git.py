@@ -51,7 +51,7 @@ async def porcelain(repo: Path) -> str:
 
 
 def state_of(srv: Running, token: str = TOKEN) -> Any:
-    return srv.app.state.store.tokens[token]
+    return srv.app.state.service.registry.states[token]
 
 
 def hot_hits(srv: Running, query: str, token: str = TOKEN) -> set[str]:
@@ -70,7 +70,7 @@ def hot_ids(srv: Running, token: str = TOKEN) -> set[str]:
 async def settle(srv: Running) -> None:
     """Let the watcher apply what it has seen and any background sweep finish."""
     await wait_for(lambda: srv.app.state.watcher.idle, DEADLINE)
-    await srv.app.state.store.idle()
+    await srv.app.state.service.idle()
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

@@ -56,12 +56,12 @@ def put_atomic(path: Path, text: str) -> Path:
     return path
 
 
-def store_of(srv: Running) -> Any:
-    return srv.app.state.store
+def tokens_of(srv: Running) -> Any:
+    return srv.app.state.service.registry
 
 
 def state_of(srv: Running) -> Any:
-    return store_of(srv).tokens[TOKEN]
+    return tokens_of(srv).states[TOKEN]
 
 
 def hot_hits(srv: Running, query: str) -> set[str]:
@@ -126,7 +126,7 @@ async def live(
             put(folder / "seed.md", note("Seed", "seed memory so the folder exists"))
         err, text = await srv.call(session, "list_memory_titles")  # loads the token
         assert not err, text
-        assert TOKEN in store_of(srv).tokens and state_of(srv).loaded
+        assert TOKEN in tokens_of(srv).states and state_of(srv).loaded
         yield srv, session, folder
 
 
@@ -391,13 +391,13 @@ class Clock:
 async def test_own_writes_are_not_reparsed(server_factory):
     clock = Clock()
     async with live(server_factory, clock=clock) as (srv, s, folder):
-        store = store_of(srv)
+        store = srv.app.state.service.store
         watcher = srv.app.state.watcher
         # A legacy file by hand, indexed (one parse) before counting starts.
         put(folder / "legacy.md", "# Legacy\n\nno frontmatter yet: koudouorgan\n")
         await wait_for(lambda: hot_hits(srv, "koudouorgan") == {"legacy.md"}, DEADLINE)
         await wait_for(lambda: watcher.idle, DEADLINE)
-        parses = store.parses
+        parses = tokens_of(srv).parses
 
         err, text = await srv.call(
             s, "write_memory", title="Own write", content="written by the server: yakbassoon"
@@ -422,17 +422,17 @@ async def test_own_writes_are_not_reparsed(server_factory):
         before = (folder / "own-write.md").read_bytes()
         err, text = await srv.call(s, "read_memory", query="okapiharp")
         assert not err and "own-write.md" in text, text
-        await store.idle()  # the access write-back runs after the reply
+        await srv.app.state.service.idle()  # the access write-back runs after the reply
         assert (folder / "own-write.md").read_bytes() != before
-        await store.idle()
-        assert store.parses == parses
+        await srv.app.state.service.idle()
+        assert tokens_of(srv).parses == parses
 
         # The events of those writes arrive before the sentinel's; once the sentinel is indexed and
         # the watcher is idle, all of them have been handled.
         put_atomic(folder / "sentinel.md", note("Sentinel", "hand written: dingoukulele"))
         await wait_for(lambda: hot_hits(srv, "dingoukulele") == {"sentinel.md"}, DEADLINE)
         await wait_for(lambda: watcher.idle, DEADLINE)
-        assert store.parses == parses + 1, (
+        assert tokens_of(srv).parses == parses + 1, (
             "the server's own writes were parsed again when their events arrived"
         )
         assert hot_hits(srv, "okapiharp") == {"own-write.md"}
@@ -597,8 +597,8 @@ async def test_links_made_while_serving_never_expose_files_outside_the_token(
             os.symlink(outside, folder / "link.md")
             os.symlink(vault_root / "bob" / "secret.md", folder / "peek.md")
             (folder / "sentinel.md").write_text("# Sentinel\n\nsentinelword\n", encoding="utf-8")
-            store = srv.app.state.store
-            await wait_for(lambda: "sentinel.md" in store.tokens["alice"].hot.memories)
+            states = srv.app.state.service.registry.states
+            await wait_for(lambda: "sentinel.md" in states["alice"].hot.memories)
             for word in ("capybara", "okapi"):
                 err, text = await srv.call(alice, "read_memory", query=word)
                 assert not err and "secret" not in text
@@ -908,12 +908,12 @@ async def test_only_loaded_or_listened_tokens_hold_inotify_watches(server_factor
 
 
 def loaded(srv: Running, token: str) -> bool:
-    state = store_of(srv).tokens.get(token)
+    state = tokens_of(srv).states.get(token)
     return state is not None and state.loaded
 
 
 def hits_of(srv: Running, token: str, query: str) -> set[str]:
-    state = store_of(srv).tokens[token]
+    state = tokens_of(srv).states[token]
     with state.mem_lock:
         hits, _ = state.hot.index.search(query, limit=None)
     return {h.id for h in hits}

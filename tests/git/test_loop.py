@@ -25,7 +25,7 @@ from memvault.config import Settings
 from memvault.disk.markdown import has_conflict_markers
 from memvault.errors import SyncFailed
 from memvault.git import repo as git_repo
-from memvault.git.loop import Change, SyncLoop, Target, describe, merge, sync_vault
+from memvault.git.loop import ChangedPath, SyncLoop, SyncTarget, describe, merge, sync_vault
 
 pytestmark = [
     pytest.mark.skipif(GIT is None, reason="git is not installed"),
@@ -81,15 +81,15 @@ def tracked(repo: Path) -> list[str]:
 def test_a_commit_message_says_what_changed_in_which_vault() -> None:
     message = describe(
         [
-            Change("A", "team/deploy.md"),
-            Change("M", "team/notes/db.md"),
-            Change("A", "team/setup.md"),
-            Change("M", "team/graph.jsonl", added=1, removed=0),
-            Change("M", "team/sessions/standup.md"),
-            Change("M", "team/sessions/standup.history.jsonl"),
-            Change("D", "alice/old.md"),
-            Change("A", "alice/archive/stale.md"),
-            Change("D", "alice/stale.md"),
+            ChangedPath("A", "team/deploy.md"),
+            ChangedPath("M", "team/notes/db.md"),
+            ChangedPath("A", "team/setup.md"),
+            ChangedPath("M", "team/graph.jsonl", added=1, removed=0),
+            ChangedPath("M", "team/sessions/standup.md"),
+            ChangedPath("M", "team/sessions/standup.history.jsonl"),
+            ChangedPath("D", "alice/old.md"),
+            ChangedPath("A", "alice/archive/stale.md"),
+            ChangedPath("D", "alice/stale.md"),
         ]
     )
     subject, _, body = message.partition("\n\n")
@@ -101,7 +101,7 @@ def test_a_commit_message_says_what_changed_in_which_vault() -> None:
 
 
 def test_a_commit_of_many_vaults_sums_them_up() -> None:
-    changes = [Change("A", f"v{i}/note.md") for i in range(5)]
+    changes = [ChangedPath("A", f"v{i}/note.md") for i in range(5)]
     assert describe(changes).startswith("memvault: 5 vaults: 5 memories written\n")
 
 
@@ -186,7 +186,7 @@ def test_writes_between_a_syncs_commit_and_its_merge_are_merged_or_left_then_com
     sync_vault(a)
     # b's sync has committed and fetched; its server writes on before the merge begins.
     repo = git_repo.find(b)
-    target = Target.of(repo)
+    target = SyncTarget.of(repo)
     repo.run("fetch", "--quiet", target.remote)
     write(b / "team" / "graph.jsonl", entity("ada", "base", "from b") + "\n")  # a file the merge changes
     write(b / "team" / "new.md", "# New\n\nwritten during the sync\n")  # one it leaves alone

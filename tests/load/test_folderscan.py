@@ -18,7 +18,7 @@ from memvault.disk.files import TEMP_PREFIX, TEMP_SUFFIX, file_change
 from memvault.disk.names import SNAPSHOT_FILE
 from memvault.disk.vault import Vault
 from memvault.load import folderscan, processes, snapshot
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 from memvault.search.columns import pack_strings
 
 pytestmark = pytest.mark.anyio
@@ -46,11 +46,12 @@ def _fill(folder: Path, n: int) -> None:
 async def _snapshot_of(make_settings, folder: Path, monkeypatch) -> Path:
     """The folder loaded once and the server closed: its snapshot written."""
     monkeypatch.setattr(snapshot, "MIN_MEMORIES", 1)
-    store = Store(make_settings(watch=False))
+    service = Service(make_settings(watch=False))
+    store = service.store
     try:
         await store.state(folder.name)
     finally:
-        await store.close()
+        await service.close()
     path = folder / ".memvault" / SNAPSHOT_FILE
     assert path.is_file()
     return path
@@ -122,7 +123,7 @@ async def test_a_missing_folder_or_snapshot(make_settings, vault_root, monkeypat
     assert len(found.gone) == 12  # every memory the snapshot holds
 
 
-def _answer(tmp_path: Path, arrays: dict[str, np.ndarray], status: int = 0) -> folderscan.Found | None:
+def _answer(tmp_path: Path, arrays: dict[str, np.ndarray], status: int = 0) -> folderscan.FolderDiff | None:
     """What the store makes of a helper that wrote ``arrays`` and exited with ``status``."""
     out = io.BytesIO()
     np.savez(out, **arrays)
@@ -232,12 +233,13 @@ async def _down_after_changes(make_settings, vault_root: Path, monkeypatch, n: i
 @pytest.mark.parametrize("helper", [True, False])
 async def test_a_restart_catches_changes_made_while_down(make_settings, vault_root, monkeypatch, helper):
     folder = await _down_after_changes(make_settings, vault_root, monkeypatch, 40)
-    answers: list[folderscan.Found | None] = []
+    answers: list[folderscan.FolderDiff | None] = []
     real_result = folderscan.Scan.result
     monkeypatch.setattr(
         folderscan.Scan, "result", lambda scan: answers.append(real_result(scan)) or answers[-1]
     )
-    store = Store(make_settings(watch=False, load_processes=None if helper else 0))
+    service = Service(make_settings(watch=False, load_processes=None if helper else 0))
+    store = service.store
     try:
         state = await store.state("alice")
         if helper:  # the helper's answer was used: the files it found changed or gone
@@ -255,7 +257,7 @@ async def test_a_restart_catches_changes_made_while_down(make_settings, vault_ro
         assert not list(folder.glob(f"{TEMP_PREFIX}*"))  # the crash's leftover, removed
         assert folderscan._running == 0  # the store let go of its helper
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_helper_that_cannot_start_means_scanning_in_process(
@@ -263,7 +265,8 @@ async def test_a_helper_that_cannot_start_means_scanning_in_process(
 ):
     await _down_after_changes(make_settings, vault_root, monkeypatch, 30)
     monkeypatch.setattr(folderscan.sys, "executable", sys.executable + "-missing")
-    store = Store(make_settings(watch=False))
+    service = Service(make_settings(watch=False))
+    store = service.store
     try:
         with caplog.at_level(logging.WARNING, logger="memvault"):
             state = await store.state("alice")
@@ -273,4 +276,4 @@ async def test_a_helper_that_cannot_start_means_scanning_in_process(
         assert "tidX" in state.hot.memories["note-3.md"].content
         assert folderscan._running == 0
     finally:
-        await store.close()
+        await service.close()

@@ -14,7 +14,7 @@ import pytest
 from memvault.disk.vault import Vault
 from memvault.load import loader, processes
 from memvault.load.snapshot import areas_from as _areas_from
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 from memvault.search.index import Index
 
 pytestmark = pytest.mark.anyio
@@ -122,38 +122,42 @@ async def test_a_cold_load_with_helpers_equals_one_without(make_settings, vault_
     _fill(vault_root / "alice", 80)
     copy = vault_root.parent / "copy"
     shutil.copytree(vault_root, copy)  # keeps mtimes
-    serial = Store(make_settings(root=copy, load_processes=0))
+    serial_service = Service(make_settings(root=copy, load_processes=0))
+    serial = serial_service.store
     monkeypatch.setattr(loader, "PARALLEL_MIN", 8)
     monkeypatch.setattr("memvault.load.snapshot.MIN_MEMORIES", 0)
-    parallel = Store(make_settings(load_processes=2))
+    parallel_service = Service(make_settings(load_processes=2))
+    parallel = parallel_service.store
     try:
         one = await serial.state("alice")
         two = await parallel.state("alice")
-        assert parallel.parses == serial.parses == 82
+        assert parallel_service.registry.parses == serial_service.registry.parses == 82
         _same_areas((one.hot, one.archive), (two.hot, two.archive))
         assert two.snapshot_parts is not None  # written as the snapshot, not encoded again
-        await parallel.idle()
+        await parallel_service.idle()
         assert (vault_root / "alice" / ".memvault" / "snapshot.npz").is_file()
         assert two.snapshot_parts is None
     finally:
-        await serial.close()
-        await parallel.close()
-    restarted = Store(make_settings())
+        await serial_service.close()
+        await parallel_service.close()
+    restarted_service = Service(make_settings())
+    restarted = restarted_service.store
     try:
         again = await restarted.state("alice")
-        assert restarted.parses == 0  # from the snapshot the helpers' parts made
+        assert restarted_service.registry.parses == 0  # from the snapshot the helpers' parts made
         _same_areas((one.hot, one.archive), (again.hot, again.archive))
         found = await restarted.find("alice", query="nordic", limit=100)
         assert found.total == 16 - 3  # every fifth file, less those in the archive
     finally:
-        await restarted.close()
+        await restarted_service.close()
 
 
 async def test_a_failing_helper_means_loading_in_process(make_settings, vault_root, monkeypatch, caplog):
     _fill(vault_root / "alice", 30)
     monkeypatch.setattr(loader, "PARALLEL_MIN", 8)
     monkeypatch.setattr(loader.sys, "executable", sys.executable + "-missing")
-    store = Store(make_settings(load_processes=2))
+    service = Service(make_settings(load_processes=2))
+    store = service.store
     try:
         with caplog.at_level(logging.WARNING, logger="memvault"):
             state = await store.state("alice")
@@ -161,7 +165,7 @@ async def test_a_failing_helper_means_loading_in_process(make_settings, vault_ro
         assert "could not start a loader process" in caplog.text
         assert str(vault_root) not in caplog.text
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -206,24 +210,26 @@ async def test_helpers_start_while_the_scan_goes_on_and_stop_if_it_fails(
 
     monkeypatch.setattr(Vault, "_files", counting_walk)
     monkeypatch.setattr(loader.Helpers, "start", recording_start)
-    store = Store(make_settings(load_processes=2))
+    service = Service(make_settings(load_processes=2))
+    store = service.store
     try:
         state = await store.state("alice")
         assert len(state.hot.memories) + len(state.archive.memories) == 32
         assert started_at[0] == 8 < listed  # when the scan had listed PARALLEL_MIN files
-        assert store.parses == 32 and len(spawned) == 2
+        assert service.registry.parses == 32 and len(spawned) == 2
     finally:
-        await store.close()
+        await service.close()
 
     fail, listed = True, 0
     started_at.clear()
     spawned.clear()
     (vault_root / "alice" / ".memvault" / "snapshot.npz").unlink(missing_ok=True)
-    store = Store(make_settings(load_processes=2))
+    service = Service(make_settings(load_processes=2))
+    store = service.store
     try:
         with pytest.raises(OSError):
             await store.state("alice")
         assert started_at == [8] and len(spawned) == 2
         assert all(p.returncode is not None for p in spawned)  # stopped and reaped, not left behind
     finally:
-        await store.close()
+        await service.close()

@@ -39,13 +39,13 @@ def note(i: int, body: str) -> str:
 
 
 def hot_ids(srv: Running) -> set[str]:
-    state = srv.app.state.store.tokens[TOKEN]
+    state = srv.app.state.service.registry.states[TOKEN]
     with state.mem_lock:
         return set(state.hot.memories)
 
 
 def hits(srv: Running, query: str) -> set[str]:
-    state = srv.app.state.store.tokens[TOKEN]
+    state = srv.app.state.service.registry.states[TOKEN]
     with state.mem_lock:
         found, _ = state.hot.index.search(query, limit=None)
     return {h.id for h in found}
@@ -56,7 +56,7 @@ async def load(srv: Running) -> None:
     async with srv.session(TOKEN) as session:
         err, text = await srv.call(session, "list_memory_titles")
         assert not err, text
-    await srv.app.state.store.idle()
+    await srv.app.state.service.idle()
 
 
 @pytest.mark.slow
@@ -72,7 +72,7 @@ async def test_restart_reparses_only_changed_files(server_factory, vault_root: P
     # 1. Cold start: everything is parsed once.
     async with server_factory(**SERVER) as srv:
         await load(srv)
-        assert srv.app.state.store.parses == 200
+        assert srv.app.state.service.registry.parses == 200
         assert hot_ids(srv) == set(names)
         assert len(hits(srv, "grebeviola")) == 200
 
@@ -94,7 +94,9 @@ async def test_restart_reparses_only_changed_files(server_factory, vault_root: P
 
     async with server_factory(**SERVER) as srv:
         await load(srv)
-        assert srv.app.state.store.parses == 4, "only the 3 edited files and the new one should be parsed"
+        assert srv.app.state.service.registry.parses == 4, (
+            "only the 3 edited files and the new one should be parsed"
+        )
         assert hot_ids(srv) == expected
         assert hits(srv, "mongooseceleste") == set(modified)
         assert hits(srv, "pelicanhurdy") == {"added.md"}
@@ -117,7 +119,7 @@ async def test_restart_reparses_only_changed_files(server_factory, vault_root: P
     # 3. Nothing changed: nothing is parsed.
     async with server_factory(**SERVER) as srv:
         await load(srv)
-        assert srv.app.state.store.parses == 0
+        assert srv.app.state.service.registry.parses == 0
         assert hot_ids(srv) == expected
         assert hits(srv, "mongooseceleste") == set(modified)
 
@@ -125,7 +127,7 @@ async def test_restart_reparses_only_changed_files(server_factory, vault_root: P
     shutil.rmtree(folder / ".memvault")
     async with server_factory(**SERVER) as srv:
         await load(srv)
-        assert srv.app.state.store.parses == len(expected)
+        assert srv.app.state.service.registry.parses == len(expected)
         assert hot_ids(srv) == expected
         assert hits(srv, "grebeviola") == expected - set(modified) - {"added.md"}
         assert hits(srv, "mongooseceleste") == set(modified)

@@ -11,7 +11,7 @@ import pytest
 
 from memvault.ops import access
 from memvault.ops.access import flush_records, recorded
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 from memvault.records.sidecar import Sidecar
 from memvault.registry.state import Pending
 
@@ -58,7 +58,8 @@ async def test_access_write_backs_make_way_while_requests_come_in(make_settings,
     assert access.rest_after(0.01, busy=False) == 0.01
     assert access.rest_after(0.01, busy=True) == pytest.approx(0.19)
     assert access.rest_after(10.0, busy=True) == access.MAX_PAUSE
-    store = Store(make_settings(access_writeback="always"))
+    service = Service(make_settings(access_writeback="always"))
+    store = service.store
     rests: list[tuple[float, bool]] = []
     rest_after = access.rest_after
 
@@ -72,18 +73,18 @@ async def test_access_write_backs_make_way_while_requests_come_in(make_settings,
         state = await store.state("t")
         monkeypatch.setattr(access, "rest_after", noted)
         for busy in (False, True):
-            await store.idle()  # nothing of the writes' own left in the background
+            await service.idle()  # nothing of the writes' own left in the background
             memories = state.hot.in_order()
             state.pending.add([m.id for m in memories], T0 + timedelta(days=1), hit=True, due=memories)
-            store.embeddings.last_request = time.monotonic() if busy else 0.0
-            await store.recorder._write_some(state)
+            service.embeddings.last_request = time.monotonic() if busy else 0.0
+            await service.recorder._write_some(state)
             assert not state.pending.files
             assert rests[-1][1] is busy and rests[-1][0] > 0
         assert [busy for _, busy in rests] == [False, True]
         text = (state.dir / "note-0.md").read_text(encoding="utf-8")
         assert "lastAccessedAt: 2026-02-11" in text
     finally:
-        await store.close()
+        await service.close()
 
 
 def test_last_access_is_the_later_record_else_the_last_change() -> None:

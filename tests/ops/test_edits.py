@@ -10,7 +10,7 @@ import pytest
 from memvault.disk.markdown import parse_memory
 from memvault.errors import InvalidArgument
 from memvault.ops.edits import Edit, apply_edit, replace_section, version_of
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 
 NOTES = """Intro line.
 
@@ -96,7 +96,8 @@ def test_versions_are_kept_per_file_and_the_kept_ones_stay_bounded() -> None:
 
 @pytest.mark.anyio
 async def test_a_stale_version_is_refused_and_the_file_left_as_it_is(make_settings, vault_root: Path) -> None:
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         memory = (await store.write("alice", title="Plan", content="Step one.")).memory
         seen = version_of(memory)
@@ -111,18 +112,19 @@ async def test_a_stale_version_is_refused_and_the_file_left_as_it_is(make_settin
         updated = await store.update("alice", memory.id, edit=Edit(append="Step two.", expected=fresh))
         assert updated.content == "Step one, by hand.\n\nStep two."
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.anyio
 async def test_an_update_of_nothing_says_so(make_settings) -> None:
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         memory = (await store.write("alice", title="Plan", content="Step one.")).memory
         with pytest.raises(InvalidArgument, match="Nothing to change"):
             await store.update("alice", memory.id)
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -178,7 +180,8 @@ async def test_agents_edit_safely_and_page_through_long_memories(server_factory,
 
 @pytest.mark.anyio
 async def test_a_restored_memory_is_no_longer_listed_as_superseded(make_settings, vault_root: Path) -> None:
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         old = (await store.write("alice", title="Old plan", content="Plan A.")).memory
         new = await store.write("alice", title="New plan", content="Plan B.", supersedes=[old.id])
@@ -188,7 +191,7 @@ async def test_a_restored_memory_is_no_longer_listed_as_superseded(make_settings
         text = (vault_root / "alice" / new.memory.id).read_text()
         assert "supersedes" not in text and "Plan B." in text
     finally:
-        await store.close()
+        await service.close()
 
 
 def test_a_section_edit_adds_no_blank_line_the_section_did_not_have() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 
 pytestmark = pytest.mark.anyio
 
@@ -24,20 +24,21 @@ class Clock:
 
 
 async def test_two_hundred_fresh_writes_then_a_read_archive_nothing(make_settings: Any, vault_root: Any):
-    store = Store(make_settings(), clock=Clock())
+    service = Service(make_settings(), clock=Clock())
+    store = service.store
     try:
         for i in range(200):
             await store.write("alice", title=f"Fact {i}", content=f"kiwi fact number {i}")
         found = await store.find("alice", query="kiwi")
         await store.touch("alice", found.memories)
-        await store.idle()
+        await service.idle()
         assert (await store.evict("alice", dry_run=True)) == []
         assert not (vault_root / "alice" / "archive").exists() or not any(
             (vault_root / "alice" / "archive").glob("*.md")
         )
         assert len(list((vault_root / "alice").glob("*.md"))) == 200
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -49,16 +50,16 @@ async def test_a_sweep_past_the_grace_period_says_what_it_archived_and_where_it_
         for i in range(55):
             err, text = await srv.call(s, "write_memory", title=f"Orchard {i}", content=f"kiwi tree {i}")
             assert not err, text
-        store: Store = srv.app.state.store
+        service: Service = srv.app.state.service
         err, text = await srv.call(s, "read_memory", query="kiwi")
         assert not err, text
-        await store.idle()
+        await service.idle()
         assert not list((vault_root / "alice").glob("archive/*.md"))  # written moments ago: kept
 
         clock.now = T0 + timedelta(days=2)  # past the grace period and the sweep's interval
         err, text = await srv.call(s, "read_memory", filenames=["orchard-54.md"])
         assert not err, text
-        await store.idle()
+        await service.idle()
         archived = sorted(p.name for p in (vault_root / "alice" / "archive").glob("*.md"))
         assert len(archived) == 5, archived
 
@@ -91,7 +92,8 @@ async def test_a_sweep_past_the_grace_period_says_what_it_archived_and_where_it_
 async def test_a_file_saved_by_hand_is_listed_and_found_by_the_next_call(make_settings: Any, vault_root: Any):
     """Issue 50: mem-mcp lists the folder on every call; a file a person saved was missing from a
     listing made right after (the watcher's batch comes a moment later; here no watcher runs)."""
-    store = Store(make_settings(), clock=Clock())
+    service = Service(make_settings(), clock=Clock())
+    store = service.store
     try:
         await store.write("alice", title="First", content="written by the agent")
         hand = vault_root / "alice" / "saved-by-hand.md"
@@ -104,7 +106,7 @@ async def test_a_file_saved_by_hand_is_listed_and_found_by_the_next_call(make_se
         rows, _ = await store.list_hot("alice")
         assert [m.id for m in rows] == ["first.md"]
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_an_import_of_old_notes_is_not_archived_by_the_next_reads(make_settings: Any, vault_root: Any):
@@ -126,15 +128,16 @@ async def test_an_import_of_old_notes_is_not_archived_by_the_next_reads(make_set
     assert await anyio.to_thread.run_sync(main, args) == 0
     clock = Clock()
     clock.now = datetime.now(UTC)
-    store = Store(make_settings(), clock=clock)
+    service = Service(make_settings(), clock=clock)
+    store = service.store
     try:
         for _ in range(3):
             found = await store.find("alice", query="run")
             await store.touch("alice", found.memories)
-            await store.idle()
+            await service.idle()
         assert not list((vault_root / "alice").glob("archive/**/*.md"))
         clock.now += timedelta(days=2)  # past the grace: the TTL of notes untouched since 2020 applies
         evicted = await store.evict("alice", dry_run=True)
         assert len(evicted) >= 10
     finally:
-        await store.close()
+        await service.close()

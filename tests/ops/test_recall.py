@@ -19,16 +19,16 @@ from conftest import wait_for
 
 from memvault.config import Settings
 from memvault.disk.markdown import Memory
-from memvault.errors import InvalidArgument
-from memvault.ops import recall as ranking
-from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller, layout, snippet
+from memvault.errors import InvalidArgument, TooLarge
+from memvault.ops import recall
+from memvault.ops.recall import Recaller
+from memvault.ops.service import Service
 from memvault.ops.store import Store
 from memvault.search.embedders import EmbedderUnavailable, FloatMatrix, HashEmbedder
 from memvault.search.embeddings import Embeddings
-from memvault.search.order import creation_order
+from memvault.search.ranking import DEFAULT_WEIGHTS, FLOOR
 from memvault.search.rerankers import RerankerUnavailable, Reranking
-from memvault.search.snippets import SNIPPET_CHARS
-from memvault.search.vectors import VectorView
+from memvault.search.snippets import SNIPPET_CHARS, snippet
 
 pytestmark = [
     pytest.mark.anyio,
@@ -71,18 +71,21 @@ class Clock:
 
 async def make(
     settings: Settings, embedder: object | None = None, clock: Clock | None = None
-) -> tuple[Store, Recaller]:
-    store = Store(settings, clock=clock or Clock())
-    if embedder is not None:
-        store.embeddings = Embeddings(loader=lambda: embedder)  # type: ignore[arg-type, return-value]
-    return store, Recaller(store)
+) -> tuple[Service, Store, Recaller]:
+    embeddings = Embeddings(loader=lambda: embedder) if embedder is not None else None  # type: ignore[arg-type, return-value]
+    service = Service(settings, clock=clock or Clock(), embeddings=embeddings)
+    return service, service.store, recaller_of(service)
 
 
-async def settle(store: Store) -> None:
-    assert await asyncio.to_thread(store.embeddings.wait_idle, 20)
+def recaller_of(service: Service, reranking: Reranking | None = None) -> Recaller:
+    return Recaller(service.store, service.registry, service.embeddings, reranking=reranking)
 
 
-def names(found: ranking.Recall) -> list[str]:
+async def settle(service: Service) -> None:
+    assert await asyncio.to_thread(service.embeddings.wait_idle, 20)
+
+
+def names(found: recall.Recall) -> list[str]:
     return [("archive/" if r.memory.archived else "") + r.memory.id for r in found.results]
 
 
@@ -90,11 +93,11 @@ def names(found: ranking.Recall) -> list[str]:
 
 
 async def test_a_paraphrase_is_found_by_vectors(make_settings: Callable[..., Settings]):
-    store, recaller = await make(make_settings(), Synonyms())
+    service, store, recaller = await make(make_settings(), Synonyms())
     try:
         await store.write("t", title="Garage", content="The car is painted red.")
         await store.write("t", title="Pets", content="The kitten eats salmon.")
-        await settle(store)
+        await settle(service)
         lexical = await store.find("t", query="automobile colour")
         assert lexical.memories == []  # no word in common
         found = await recaller.recall("t", "automobile colour")
@@ -102,7 +105,7 @@ async def test_a_paraphrase_is_found_by_vectors(make_settings: Callable[..., Set
         assert found.vectors == "synonyms-v1"
         assert names(await recaller.recall("t", "feline meal"))[0] == "pets.md"
     finally:
-        await store.close()
+        await service.close()
 
 
 class Crowded(Synonyms):
@@ -122,7 +125,7 @@ async def test_meaning_still_ranks_with_a_model_whose_cosines_crowd_together(
     make_settings: Callable[..., Settings],
 ):
     clock = Clock()
-    store, recaller = await make(make_settings(), Crowded(), clock)
+    service, store, recaller = await make(make_settings(), Crowded(), clock)
     try:
         for title, content in (
             ("Build status", "Repair status of the build server: green again."),
@@ -134,28 +137,28 @@ async def test_meaning_still_ranks_with_a_model_whose_cosines_crowd_together(
         ):
             await store.write("t", title=title, content=content)
             clock.now += timedelta(hours=2)  # apart: no memory reads another as its context
-        await settle(store)
+        await settle(service)
         found = await recaller.recall("t", "automobile repair status")
         # The build note holds two of the words, the garage note one, and the meaning: dividing
         # crowded cosines by the best added about the same to every note, so words alone ranked.
         assert names(found)[:2] == ["garage.md", "build-status.md"]
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_an_exact_rare_term_is_found_lexically(make_settings: Callable[..., Settings]):
-    store, recaller = await make(make_settings())
+    service, store, recaller = await make(make_settings())
     try:
         for i in range(30):
             await store.write("t", title=f"Deploy note {i}", content=f"Deploy step {i}: restart the service.")
         await store.write("t", title="Token rotation", content="Rotate the key ZX81-QR7 every quarter.")
-        await settle(store)
+        await settle(service)
         found = await recaller.recall("t", "ZX81-QR7")
         assert names(found)[0] == "token-rotation.md"
         assert "ZX81-QR7" in found.results[0].snippet
         assert found.results[0].score == 1.0
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_word_the_vault_holds_matches_itself_and_a_misspelt_one_its_near_words(
@@ -164,7 +167,7 @@ async def test_a_word_the_vault_holds_matches_itself_and_a_misspelt_one_its_near
     # Search lets a typed word match its prefixes and typos; recall asks in whole words, where
     # "role" finding "roll" and "rule" (rare words, high idf) pushes the answer down.
     clock = Clock()
-    store, recaller = await make(make_settings(), Synonyms(), clock)
+    service, store, recaller = await make(make_settings(), Synonyms(), clock)
     try:
         for title, content in (
             ("Exact", "the matric was lost"),
@@ -173,29 +176,29 @@ async def test_a_word_the_vault_holds_matches_itself_and_a_misspelt_one_its_near
         ):
             await store.write("t", title=title, content=content)
             clock.now += timedelta(hours=2)  # no neighbours' words lent
-        await settle(store)
+        await settle(service)
         assert names(await recaller.recall("t", "matric")) == ["exact.md"]
         assert names(await recaller.recall("t", "metrik")) == ["typo.md"]  # not in the vault: near words
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_importance_breaks_a_tie(make_settings: Callable[..., Settings]):
-    store, recaller = await make(make_settings())
+    service, store, recaller = await make(make_settings())
     try:
         await store.write("t", title="Alpha", content="The build uses gradle caches.", importance=0.2)
         await store.write("t", title="Beta", content="The build uses gradle caches.", importance=0.9)
-        await settle(store)
+        await settle(service)
         found = await recaller.recall("t", "gradle caches")
         assert names(found)[:2] == ["beta.md", "alpha.md"]
         assert found.results[1].score < 1.0
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_recent_access_breaks_a_tie(make_settings: Callable[..., Settings]):
     clock = Clock()
-    store, recaller = await make(make_settings(ttl_p2_days=1000), clock=clock)
+    service, store, recaller = await make(make_settings(ttl_p2_days=1000), clock=clock)
     try:
         # Written 60 days apart (so they are not neighbours), identical otherwise.
         await store.write("t", title="Alpha", content="The build uses gradle caches.")
@@ -204,15 +207,15 @@ async def test_recent_access_breaks_a_tie(make_settings: Callable[..., Settings]
         clock.now += timedelta(days=60)
         alpha = (await store.find("t", filenames=["alpha.md"])).memories
         await store.touch("t", alpha)  # alpha was just used; beta not for 60 days
-        await settle(store)
+        await settle(service)
         assert names(await recaller.recall("t", "gradle caches"))[:2] == ["alpha.md", "beta.md"]
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_terse_memory_is_found_through_its_neighbours(make_settings: Callable[..., Settings]):
     clock = Clock()
-    store, recaller = await make(make_settings(), clock=clock)
+    service, store, recaller = await make(make_settings(), clock=clock)
     try:
         # A conversation saved turn by turn: the answer alone never names what it is about.
         await store.write(
@@ -226,17 +229,17 @@ async def test_a_terse_memory_is_found_through_its_neighbours(make_settings: Cal
                 "chat", title=f"Other {i}", content=f"Unrelated chatter number {i} about the weather."
             )
             clock.now += timedelta(seconds=5)
-        await settle(store)
+        await settle(service)
         found = names(await recaller.recall("chat", "party ice cream"))
         assert found[0] == "q1.md"
         assert "a1.md" in found[:3]
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_long_memory_stands_on_its_own_beside_a_hit(make_settings: Callable[..., Settings]):
     clock = Clock()
-    store, recaller = await make(make_settings(), Synonyms(), clock=clock)
+    service, store, recaller = await make(make_settings(), Synonyms(), clock=clock)
     filler = " ".join(f"word{i}" for i in range(200))
     try:
         # Two exchanges days apart, the same question each time: after one a terse answer, after
@@ -249,51 +252,11 @@ async def test_a_long_memory_stands_on_its_own_beside_a_hit(make_settings: Calla
             clock.now += timedelta(seconds=5)
             await store.write("chat", title=after[0], content=after[1])
             clock.now += timedelta(days=3)
-        await settle(store)
+        await settle(service)
         found = names(await recaller.recall("chat", "flavour ice cream"))
         assert found.index("answer.md") < found.index("reply.md")
     finally:
-        await store.close()
-
-
-def test_only_crowded_cosines_are_measured_from_the_lower_quartile():
-    n = 8
-    where = creation_order([f"m{i}.md" for i in range(n)], np.full(n, np.nan), depth=2, gap=3600.0)
-    lexical, eligible = np.zeros(n), np.ones(n, dtype=bool)
-
-    def leg(cosines: list[float], centre: bool) -> np.ndarray:
-        return ranking.fuse(lexical, np.array(cosines), eligible, where, centre=centre)[0]
-
-    crowded = [0.90, 0.91, 0.90, 0.92, 0.95, 0.90, 0.91, 0.99]  # a transformer such as E5
-    spread = [0.1, 0.3, 0.05, 0.2, 0.6, 0.1, 0.15, 0.8]  # MiniLM, WordLlama
-    assert leg(crowded, False).min() > 0.8  # divided by the best alone, every memory near the top
-    centred = leg(crowded, True)
-    assert centred.max() == pytest.approx(ranking.VECTOR_WEIGHT)
-    assert centred[0] == 0.0 and 0.0 < centred[3] < centred[4]  # the quartile and below count 0
-    assert np.allclose(leg(spread, True), leg(spread, False))  # cosines that spread: as they were
-
-
-def test_neighbours_stay_within_an_hour_of_each_other():
-    keys: list[str | None] = ["a", "b", "c", None, "d"]
-    created = np.array([0.0, 10.0, 4000.0, np.nan, 20.0])
-    view = VectorView(
-        keys,
-        {k: i for i, k in enumerate(keys) if k},
-        None,
-        np.zeros(5, np.float32),
-        np.zeros(5, bool),
-        created,
-        None,
-        1,
-    )
-    where = layout(view)
-    order = ["a", "b", "d", "c"]  # by creation time; c is 66 minutes after d
-    assert [keys[int(r)] for r in np.argsort(where.position)[:4]] == order
-    n = where.n
-    assert where.before[0].tolist() == [n, 0, n, n, 1]
-    assert where.after[0].tolist() == [1, 4, n, n, n]
-    assert where.before[1][4] == 0  # two places back
-    assert where.thread[2] != where.thread[0] and where.thread[3] == -1
+        await service.close()
 
 
 def test_snippet_shows_the_part_that_matches():
@@ -309,7 +272,7 @@ def test_snippet_shows_the_part_that_matches():
 
 
 async def test_tags_priority_and_archive_filters(make_settings: Callable[..., Settings]):
-    store, recaller = await make(make_settings())
+    service, store, recaller = await make(make_settings())
     try:
         await store.write(
             "t", title="Pg deploy", content="Postgres deploy steps.", tags=["deploy", "pg"], priority="P1"
@@ -321,8 +284,8 @@ async def test_tags_priority_and_archive_filters(make_settings: Callable[..., Se
         await store.evict("t")  # nothing stale yet
         state = await store.state("t")
         await asyncio.to_thread(state.vault.move, "old-deploy.md", to_archive=True)
-        await asyncio.to_thread(store.apply_changes, "t", [], True)
-        await settle(store)
+        await asyncio.to_thread(service.apply_changes, "t", [], True)
+        await settle(service)
 
         assert set(names(await recaller.recall("t", "deploy"))) == {"pg-deploy.md", "app-deploy.md"}
         assert names(await recaller.recall("t", "deploy", tags=["PG", "deploy"])) == ["pg-deploy.md"]
@@ -337,17 +300,29 @@ async def test_tags_priority_and_archive_filters(make_settings: Callable[..., Se
             await recaller.recall("t", "  ")
         assert (await recaller.recall("t", "deploy", tags=["nope"])).results == []
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_recall_of_an_unknown_token_creates_nothing(make_settings: Callable[..., Settings]):
     settings = make_settings()
-    store, recaller = await make(settings)
+    service, _store, recaller = await make(settings)
     try:
         assert (await recaller.recall("nobody", "anything")).results == []
         assert not (settings.root / "nobody").exists()
     finally:
-        await store.close()
+        await service.close()
+
+
+async def test_a_pasted_document_is_no_query_for_any_caller(make_settings: Callable[..., Settings]):
+    settings = make_settings()
+    service, store, recaller = await make(settings)
+    try:
+        await store.write("t", title="Deploy", content="Blue/green deploys on Fridays.")
+        with pytest.raises(TooLarge, match="query is 3,000 characters"):
+            await recaller.recall("t", ("deploy " * 500)[:3000])
+        assert names(await recaller.recall("t", "deploy")) == ["deploy.md"]
+    finally:
+        await service.close()
 
 
 # ---------------------------------------------------------------------------- through the tools
@@ -361,8 +336,9 @@ async def test_recall_tool_replies_with_compact_lines_and_counts_hits(server_fac
                 session, "write_memory", title="Deploy notes", content="Blue/green deploys on Fridays. " * 40
             )
             await srv.call(session, "write_memory", title="Cat", content="The cat eats salmon.")
-            store: Store = srv.app.state.store
-            await settle(store)
+            service: Service = srv.app.state.service
+            store = service.store
+            await settle(service)
             is_error, reply = await srv.call(session, "recall", query="friday deploys", limit=5)
             assert not is_error, reply
             lines = reply.splitlines()
@@ -374,11 +350,11 @@ async def test_recall_tool_replies_with_compact_lines_and_counts_hits(server_fac
             assert "read_memory(filenames=" in lines[-1]
 
             state = await store.state("tok")
-            await store.idle()  # accesses are recorded after the reply
+            await service.idle()  # accesses are recorded after the reply
             counts = state.sidecar.access_counts()
             assert counts["deploy-notes.md"][1] == 1  # a recall hit
             await srv.call(session, "read_memory", filenames=["deploy-notes.md"])
-            await store.idle()
+            await service.idle()
             assert state.sidecar.access_counts()["deploy-notes.md"] == (counts["deploy-notes.md"][0] + 1, 1)
 
             is_error, reply = await srv.call(session, "recall", query="zzqx")
@@ -404,9 +380,10 @@ async def test_memory_stats_figures_on_a_small_vault(server_factory, vault_root)
             archived = vault_root / "tok" / "archive"
             archived.mkdir()
             (archived / "ancient.md").write_text("# Ancient\n\nLong gone.\n", encoding="utf-8")
-            store: Store = srv.app.state.store
-            await asyncio.to_thread(store.apply_changes, "tok", [], True)
-            await settle(store)
+            service: Service = srv.app.state.service
+            store = service.store
+            await asyncio.to_thread(service.apply_changes, "tok", [], True)
+            await settle(service)
             # No automatic sweep during the test: the stats report what the next one would do.
             (await store.state("tok")).sidecar.set_state("last_eviction", clock.now.isoformat())
             await srv.call(session, "recall", query="force push")
@@ -530,7 +507,7 @@ async def test_superseding_a_missing_memory_writes_nothing(server_factory, vault
 
 
 async def test_important_memories_are_never_evicted(make_settings: Callable[..., Settings]):
-    store, _ = await make(make_settings(capacity=0, evict_grace_hours=0))
+    service, store, _ = await make(make_settings(capacity=0, evict_grace_hours=0))
     try:
         await store.write(
             "t", title="Vital", content="The root password lives in the vault.", importance=0.95
@@ -538,7 +515,7 @@ async def test_important_memories_are_never_evicted(make_settings: Callable[...,
         await store.write("t", title="Trivia", content="Lunch was pasta.", importance=0.5)
         assert [e.id for e in await store.evict("t")] == ["trivia.md"]
     finally:
-        await store.close()
+        await service.close()
 
 
 # ---------------------------------------------------------------------------- floor, order, accesses, dates
@@ -558,14 +535,15 @@ async def test_one_relevant_memory_of_five_comes_first_and_alone_counts_as_used(
         async with srv.session("tok") as session:
             for title, content in EDITOR_VAULT:
                 await srv.call(session, "write_memory", title=title, content=content)
-            store: Store = srv.app.state.store
-            await settle(store)
+            service: Service = srv.app.state.service
+            store = service.store
+            await settle(service)
             is_error, reply = await srv.call(session, "recall", query="what editor does the user like?")
             assert not is_error, reply
             lines = [line for line in reply.splitlines() if LINE.match(line)]
             assert LINE.match(lines[0])["name"] == "editor-preference.md"  # type: ignore[index]
             state = await store.state("tok")
-            await store.idle()
+            await service.idle()
             hits = {name for name, (_, recalled) in state.sidecar.access_counts().items() if recalled}
             assert hits == {"editor-preference.md"}
 
@@ -578,7 +556,7 @@ async def test_beside_a_clear_match_the_unrelated_memories_are_not_listed(server
         async with srv.session("tok") as session:
             for title, content in EDITOR_VAULT:
                 await srv.call(session, "write_memory", title=title, content=content)
-            await settle(srv.app.state.store)
+            await settle(srv.app.state.service)
             for query in ("which editor does the user like", "what editor does the user like?"):
                 is_error, reply = await srv.call(session, "recall", query=query)
                 assert not is_error, reply
@@ -590,7 +568,7 @@ async def test_beside_a_clear_match_the_unrelated_memories_are_not_listed(server
 async def test_memories_that_all_match_are_all_listed_beside_a_clear_match(
     make_settings: Callable[..., Settings],
 ):
-    store, recaller = await make(make_settings())
+    service, store, recaller = await make(make_settings())
     try:
         editors = (
             ("Editor preference", "The user likes Neovim with the gruvbox theme; never suggest VS Code."),
@@ -599,14 +577,14 @@ async def test_memories_that_all_match_are_all_listed_beside_a_clear_match(
         )
         for title, content in (*editors, *EDITOR_VAULT[1:]):
             await store.write("t", title=title, content=content)
-        await settle(store)
+        await settle(service)
         found = await recaller.recall("t", "which editor does the user like")
         assert sorted(names(found)) == ["editor-at-work.md", "editor-font.md", "editor-preference.md"]
         # What is asked for only in part is no clear match: the floor alone applies, as before.
         found = await recaller.recall("t", "which editor does the user like for python")
         assert len(found.results) > 3
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -615,7 +593,7 @@ async def test_the_floor_is_a_setting_and_zero_shows_every_match(server_factory)
         async with srv.session("tok") as session:
             for title, content in EDITOR_VAULT:
                 await srv.call(session, "write_memory", title=title, content=content)
-            await settle(srv.app.state.store)
+            await settle(srv.app.state.service)
             _, reply = await srv.call(session, "recall", query="what editor does the user like?")
             assert len([line for line in reply.splitlines() if LINE.match(line)]) == len(EDITOR_VAULT)
 
@@ -626,12 +604,12 @@ def test_the_floor_setting_is_checked():
     with pytest.raises(InvalidArgument, match="MEMVAULT_RECALL_FLOOR"):
         Settings.from_env({"MEMVAULT_RECALL_FLOOR": "-0.1"})
     assert Settings.from_env({"MEMVAULT_RECALL_FLOOR": "0.3"}).recall_floor == 0.3
-    assert Settings().recall_floor == ranking.FLOOR  # the tool's default is the ranking's
+    assert Settings().recall_floor == FLOOR  # the tool's default is the ranking's
 
 
 async def test_scores_are_shown_in_the_order_they_ranked(make_settings: Callable[..., Settings]):
     clock = Clock()
-    store, recaller = await make(make_settings(), clock=clock)
+    service, store, recaller = await make(make_settings(), clock=clock)
     try:
         # Two copies of one note in one conversation and a different note days later: diversity ranks
         # the copy, a close neighbour of the first pick, below the other note, so the copy's score
@@ -642,7 +620,7 @@ async def test_scores_are_shown_in_the_order_they_ranked(make_settings: Callable
         clock.now += timedelta(days=10)
         other = "Our gradle build cache gets wiped every night by cron."
         await store.write("t", title="Gradle three", content=other)
-        await settle(store)
+        await settle(service)
         penalised = recaller.weights.replace(floor=0, context=(0.0, 0.0), neighbour=0.5, neighbour_after=0.0)
         found = await recaller.recall("t", "gradle build cache", weights=penalised)
         scores = [r.score for r in found.results]
@@ -650,34 +628,34 @@ async def test_scores_are_shown_in_the_order_they_ranked(make_settings: Callable
         assert names(found)[1] == "gradle-three.md", (names(found), scores)
         assert scores == sorted(scores, reverse=True), scores
     finally:
-        await store.close()
+        await service.close()
 
 
 def test_only_the_first_few_and_the_strong_results_count_as_used():
     memory = Memory(id="x.md", title="x", content="")
-    hits = [ranking.Recalled(memory, score, "") for score in (1.0, 0.4, 0.3, 0.2, 0.6, 0.1)]
-    used = ranking.accessed(hits)
+    hits = [recall.Recalled(memory, score, "") for score in (1.0, 0.4, 0.3, 0.2, 0.6, 0.1)]
+    used = recall.accessed(hits)
     assert [h.score for h in used] == [1.0, 0.4, 0.3, 0.6]
 
 
 def test_a_score_lent_by_neighbours_does_not_make_a_result_used():
     memory = Memory(id="x.md", title="x", content="")
     # Second and third by score, but mostly from the words of the memories written beside them.
-    hits = [ranking.Recalled(memory, 1.0, ""), ranking.Recalled(memory, 0.4, "", own=0.1)]
-    hits += [ranking.Recalled(memory, 0.6, "", own=0.3), ranking.Recalled(memory, 0.7, "", own=0.45)]
-    assert [(h.score, h.own) for h in ranking.accessed(hits)] == [(1.0, None), (0.6, 0.3)]
+    hits = [recall.Recalled(memory, 1.0, ""), recall.Recalled(memory, 0.4, "", own=0.1)]
+    hits += [recall.Recalled(memory, 0.6, "", own=0.3), recall.Recalled(memory, 0.7, "", own=0.45)]
+    assert [(h.score, h.own) for h in recall.accessed(hits)] == [(1.0, None), (0.6, 0.3)]
 
 
 async def test_after_and_before_keep_memories_created_in_that_span(make_settings: Callable[..., Settings]):
     clock = Clock()  # 2026-03-01
-    store, recaller = await make(make_settings(ttl_p2_days=1000), clock=clock)
+    service, store, recaller = await make(make_settings(ttl_p2_days=1000), clock=clock)
     try:
         await store.write("t", title="March deploy", content="Deploy the billing service.")
         clock.now += timedelta(days=31)
         await store.write("t", title="April deploy", content="Deploy the billing service again.")
         clock.now += timedelta(days=30)
         await store.write("t", title="May deploy", content="Deploy the billing service once more.")
-        await settle(store)
+        await settle(service)
         every = dict(weights=recaller.weights.replace(floor=0))
         assert set(names(await recaller.recall("t", "deploy billing", **every))) == {
             "march-deploy.md",
@@ -699,7 +677,7 @@ async def test_after_and_before_keep_memories_created_in_that_span(make_settings
         with pytest.raises(InvalidArgument, match="earlier than before"):
             await recaller.recall("t", "deploy", after="2026-05-01", before="2026-04-01")
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -707,7 +685,7 @@ async def test_recall_tool_takes_after_and_before(server_factory):
     async with server_factory() as srv:
         async with srv.session("tok") as session:
             await srv.call(session, "write_memory", title="Deploy", content="Deploy the billing service.")
-            await settle(srv.app.state.store)
+            await settle(srv.app.state.service)
             is_error, reply = await srv.call(session, "recall", query="deploy", after="2000-01-01")
             assert not is_error and "deploy.md" in reply
             is_error, reply = await srv.call(session, "recall", query="deploy", before="2000-01-01")
@@ -735,21 +713,21 @@ class Prefers:
 
 async def test_a_reranker_reorders_the_best_candidates(make_settings: Callable[..., Settings]):
     clock = Clock()
-    store, _ = await make(make_settings(), clock=clock)
+    service, store, _ = await make(make_settings(), clock=clock)
     try:
         for i, city in enumerate(("Lisbon", "Porto", "Madrid")):
             await store.write("t", title=f"Trip {i}", content=f"The team trip goes to {city} in spring.")
             clock.now += timedelta(days=5)
-        await settle(store)
+        await settle(service)
         cities = {"trip-0.md": "Lisbon", "trip-1.md": "Porto", "trip-2.md": "Madrid"}
-        plain = names(await Recaller(store).recall("t", "team trip spring"))
+        plain = names(await recaller_of(service).recall("t", "team trip spring"))
         assert len(plain) == 3
         prefers = Prefers(cities[plain[-1]])  # the reranker prefers the one ranked last without it
-        recaller = Recaller(store, reranking=Reranking(loader=lambda: prefers))
+        recaller = recaller_of(service, reranking=Reranking(loader=lambda: prefers))
         found = await recaller.recall("t", "team trip spring")
         assert names(found)[0] == plain[-1] and prefers.calls == 1
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_reranker_reads_the_query_without_its_relative_time_phrase(
@@ -758,7 +736,7 @@ async def test_a_reranker_reads_the_query_without_its_relative_time_phrase(
     # "10 days ago" names a span of creation times; a reranker reading its "10" would favour
     # memories holding that number, as the words once did (issue 34's dates that matched numbers).
     clock = Clock()
-    store, _ = await make(make_settings(), clock=clock)
+    service, store, _ = await make(make_settings(), clock=clock)
     asked: list[str] = []
 
     class Records(Prefers):
@@ -768,26 +746,26 @@ async def test_a_reranker_reads_the_query_without_its_relative_time_phrase(
 
     try:
         await store.write("t", title="Lamp", content="I went to buy a desk lamp.")
-        await settle(store)
-        recaller = Recaller(store, reranking=Reranking(loader=lambda: Records("lamp")))
+        await settle(service)
+        recaller = recaller_of(service, reranking=Reranking(loader=lambda: Records("lamp")))
         clock.now += timedelta(days=10)
         assert names(await recaller.recall("t", "what did I buy 10 days ago?")) == ["lamp.md"]
         assert asked and not any("10" in q or "ago" in q for q in asked)
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_missing_reranker_leaves_recall_as_it_is_with_one_log_line(
     make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # not installed
-    store, plain = await make(make_settings())
+    service, store, plain = await make(make_settings())
     try:
         await store.write("t", title="Deploy", content="Deploy the billing service.")
         await store.write("t", title="Cat", content="The cat eats salmon.")
-        await settle(store)
+        await settle(service)
         reranking = Reranking("cross-encoder:/nowhere/model")
-        recaller = Recaller(store, reranking=reranking)
+        recaller = recaller_of(service, reranking=reranking)
         with caplog.at_level(logging.WARNING, logger="memvault.search.rerankers"):
             first = await recaller.recall("t", "deploy billing")
             await recaller.recall("t", "cat")
@@ -795,7 +773,7 @@ async def test_a_missing_reranker_leaves_recall_as_it_is_with_one_log_line(
         assert len([r for r in caplog.records if "reranker" in r.getMessage()]) == 1
         assert reranking.fallback is not None and "sentence-transformers" in reranking.fallback
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_reranker_that_fails_is_dropped_and_recall_goes_on(make_settings: Callable[..., Settings]):
@@ -805,15 +783,15 @@ async def test_a_reranker_that_fails_is_dropped_and_recall_goes_on(make_settings
         def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
             raise RerankerUnavailable("it broke")
 
-    store, _ = await make(make_settings())
+    service, store, _ = await make(make_settings())
     try:
         await store.write("t", title="Deploy", content="Deploy the billing service.")
-        await settle(store)
+        await settle(service)
         reranking = Reranking(loader=lambda: Broken())
-        found = await Recaller(store, reranking=reranking).recall("t", "deploy")
+        found = await recaller_of(service, reranking=reranking).recall("t", "deploy")
         assert names(found) == ["deploy.md"] and reranking.fallback == "it broke"
     finally:
-        await store.close()
+        await service.close()
 
 
 def test_the_reranker_setting_is_checked():
@@ -832,7 +810,7 @@ def test_the_reranker_setting_is_checked():
 
 async def test_the_last_results_spread_over_the_conversations(make_settings: Callable[..., Settings]):
     clock = Clock()
-    store, recaller = await make(make_settings(), Synonyms(), clock=clock)
+    service, store, recaller = await make(make_settings(), Synonyms(), clock=clock)
     try:
         # One matching note in an old conversation, then a conversation of a dozen notes matching
         # the same words as well (and more recent): a list of ten holds a reply from the old one.
@@ -841,7 +819,7 @@ async def test_the_last_results_spread_over_the_conversations(make_settings: Cal
         for i in range(12):
             await store.write("chat", title=f"Turn {i}", content=f"The book, part {i}.")
             clock.now += timedelta(seconds=5)
-        await settle(store)
+        await settle(service)
         alone = recaller.weights.replace(context=(0.0, 0.0))  # each note by its own words
         found = names(await recaller.recall("chat", "book", limit=10, weights=alone))
         assert "old.md" in found
@@ -849,7 +827,7 @@ async def test_the_last_results_spread_over_the_conversations(make_settings: Cal
         unspread = alone.replace(neighbour=0.0)
         assert "old.md" not in names(await recaller.recall("chat", "book", limit=10, weights=unspread))
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -858,17 +836,17 @@ async def test_recall_and_listings_run_on_the_event_loop_unless_they_would_wait(
 ):
     """Issue 12: a worker thread's round trip cost more CPU under load than a small recall itself.
     On the loop when the token is small and nothing it needs is held; else in a thread, same answer."""
-    store, recaller = await make(make_settings())
+    service, store, recaller = await make(make_settings())
     try:
         for i in range(30):
             await store.write("t", title=f"Deploy note {i}", content=f"Deploy step {i}: restart the service.")
         await store.write("t", title="Token rotation", content="Rotate the key ZX81-QR7 every quarter.")
-        await settle(store)
+        await settle(service)
         hops = request.getfixturevalue("thread_hops")  # from here on
         await recaller.recall("t", "deploy")  # the first reads the access table, in a thread
         await store.write("t", title="Later", content="Written after: the kept access table stands.")
-        await settle(store)  # the worker, done with it, holds no lock the loop would find taken
-        await store.idle()
+        await settle(service)  # the worker, done with it, holds no lock the loop would find taken
+        await service.idle()
         hops.clear()
         assert names(await recaller.recall("t", "ZX81-QR7"))[0] == "token-rotation.md"
         memories, _ = await store.list_hot("t")  # a listing too
@@ -898,25 +876,25 @@ async def test_recall_and_listings_run_on_the_event_loop_unless_they_would_wait(
 
         # A token larger than the loop's share recalls in a thread.
         hops.clear()
-        monkeypatch.setattr(ranking, "MAX_ROWS", 10)
+        monkeypatch.setattr(recall, "MAX_ROWS", 10)
         assert names(await recaller.recall("t", "ZX81-QR7"))[0] == "token-rotation.md"
         assert hops
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_the_layout_is_kept_while_only_vectors_move(make_settings: Callable[..., Settings]):
     """Issue 12: every embedding batch made each recall work out the creation order again."""
-    store, recaller = await make(make_settings())
+    service, store, recaller = await make(make_settings())
     try:
         for i in range(3):
             await store.write("t", title=f"Note {i}", content=f"Note number {i}.")
-        await settle(store)
+        await settle(service)
         state = await store.state("t")
         first = state.vectors.snapshot()
         where = recaller._layout(state, first)
         await store.update("t", "note-1.md", content="New words: a new vector, the same row.")
-        await settle(store)
+        await settle(service)
         second = state.vectors.snapshot()
         assert second.version != first.version and second.rows_version == first.rows_version
         assert second.keys is first.keys and recaller._layout(state, second) is where
@@ -925,7 +903,7 @@ async def test_the_layout_is_kept_while_only_vectors_move(make_settings: Callabl
         assert third.rows_version != first.rows_version and "note-3.md" in third.keys
         assert recaller._layout(state, third) is not where and recaller._layout(state, third).n == 4
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -941,9 +919,9 @@ async def test_recall_keeps_nothing_of_a_token_the_registry_has_forgotten(
         # Nothing queued to embed (a queue holds its memories), and a load's freeze of what was
         # alive (memvault.heap.keep, handed back at most once a minute) undone here, so what the
         # test measures depends neither on this machine's speed nor on the tests before it.
-        await store.idle()
+        await service.idle()
         deadline = time.monotonic() + 30
-        while store.embeddings.pending() and time.monotonic() < deadline:
+        while service.embeddings.pending() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         gc.unfreeze()
         gc.collect()
@@ -954,8 +932,8 @@ async def test_recall_keeps_nothing_of_a_token_the_registry_has_forgotten(
         folder.mkdir()
         for i in range(300):
             (folder / f"note-{i}.md").write_text(f"# Note {i}\n\nhello number {i}\n", encoding="utf-8")
-    store = Store(make_settings(max_loaded_tokens=3, embedder="hash"))
-    recaller = Recaller(store)
+    service = Service(make_settings(max_loaded_tokens=3, embedder="hash"))
+    recaller = recaller_of(service)
     try:
         for token in names[:10]:
             await recaller.recall(token, "hello number")
@@ -974,7 +952,7 @@ async def test_recall_keeps_nothing_of_a_token_the_registry_has_forgotten(
             tracemalloc.stop()
         assert (second - first) / 30 < 4_000, second - first
     finally:
-        await store.close()
+        await service.close()
 
 
 # ----------------------------------------------------------------------- what recall got wrong (issue 34)
@@ -991,24 +969,24 @@ async def test_long_memories_of_one_subject_are_not_cut_below_the_limit(
     make_settings: Callable[..., Settings],
 ):
     clock = Clock()
-    store, recaller = await make(make_settings(), clock=clock)
+    service, store, recaller = await make(make_settings(), clock=clock)
     try:
         for i in range(14):  # long notes on the garden, a day apart, alike but for one line
             clock.now += timedelta(days=1)
             extra = " The tomatoes harvest was the biggest yet." if i == 0 else ""
             await store.write("t", title=f"Garden week {i}", content=(GARDEN * 8) + f"Week {i}.{extra}")
-        await settle(store)
+        await settle(service)
         found = await recaller.recall("t", "tomatoes harvest")
         assert len(found.results) == 10
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_neighbour_does_not_outrank_the_memories_that_hold_the_words(
     make_settings: Callable[..., Settings],
 ):
     clock = Clock()
-    store, recaller = await make(make_settings(), clock=clock)
+    service, store, recaller = await make(make_settings(), clock=clock)
     reply = (
         "A backyard party sounds great! For the backyard, set up chairs in the shade, string lights "
         "along the fence, and keep drinks cold in a cooler by the back door. Plan the backyard games too."
@@ -1021,11 +999,11 @@ async def test_a_neighbour_does_not_outrank_the_memories_that_hold_the_words(
         ):
             await store.write("t", title=title, content=content)
             clock.now += timedelta(minutes=1)
-        await settle(store)
+        await settle(service)
         found = names(await recaller.recall("t", "smoker backyard"))
         assert found.index("assistant.md") > max(found.index("user.md"), found.index("user-again.md"))
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.parametrize("span", [DEFAULT_WEIGHTS.span, 0.0])
@@ -1034,12 +1012,12 @@ async def test_a_number_in_the_query_does_not_match_a_date(
 ):
     # Whatever the span's boost weighs (0: none), "10 days ago" is not searched for as words.
     clock = Clock()
-    store, recaller = await make(make_settings(), clock=clock)
+    service, store, recaller = await make(make_settings(), clock=clock)
     try:
         await store.write("t", title="Standup 2026/02/10 10:10", content="We talked about the release train.")
         await store.write("t", title="Shopping", content="To buy: apples and a new kettle.")
         clock.now += timedelta(days=10)
-        await settle(store)
+        await settle(service)
         weights = DEFAULT_WEIGHTS.replace(span=span)
         found = await recaller.recall("t", "what did I buy 10 days ago?", weights=weights)
         assert names(found)[0] == "shopping.md"
@@ -1049,38 +1027,38 @@ async def test_a_number_in_the_query_does_not_match_a_date(
             (hit.memory.id, hit.score) for hit in plain.results
         ]
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_time_words_in_the_query_favour_memories_written_then(make_settings: Callable[..., Settings]):
     clock = Clock()
-    store, recaller = await make(make_settings(), clock=clock)
+    service, store, recaller = await make(make_settings(), clock=clock)
     try:
         for week in range(6):  # one call with the bank a week, the same words each time
             await store.write(
                 "t", title=f"Bank call {week}", content=f"Called the bank about the card ({week})."
             )
             clock.now += timedelta(days=7)
-        await settle(store)
+        await settle(service)
         # now is six weeks after the first call: three weeks ago is call 3
         assert (
             names(await recaller.recall("t", "when did I call the bank three weeks ago?"))[0]
             == "bank-call-3.md"
         )
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_paraphrase_is_found_with_the_default_install(make_settings: Callable[..., Settings]):
-    store, recaller = await make(make_settings())
+    service, store, recaller = await make(make_settings())
     try:
         await store.write("t", title="New guitar", content="I bought a Fender Stratocaster and a small amp.")
         for title, content in EDITOR_VAULT:
             await store.write("t", title=title, content=content)
-        await settle(store)
+        await settle(service)
         assert names(await recaller.recall("t", "musical instruments"))[0] == "new-guitar.md"
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -1089,7 +1067,7 @@ async def test_recall_says_when_no_memory_holds_the_words(server_factory):
         async with srv.session("tok") as session:
             for title, content in EDITOR_VAULT:
                 await srv.call(session, "write_memory", title=title, content=content)
-            await settle(srv.app.state.store)
+            await settle(srv.app.state.service)
             _, reply = await srv.call(session, "recall", query="quantum chromodynamics")
             assert reply.startswith("No memory holds the words of")
             _, reply = await srv.call(session, "recall", query="salmon")
@@ -1106,8 +1084,8 @@ async def test_recall_keeps_nothing_of_the_tokens_it_unloaded(make_settings: Cal
     # bytes a token traced, up or down, whatever is kept (270 measured).
     memories = 20
     settings = make_settings(max_loaded_tokens=3, dedupe_window_seconds=0, embedder="hash")
-    store, recaller = await make(settings)
-    by_recall = [tracemalloc.Filter(True, ranking.__file__, all_frames=True)]
+    service, store, recaller = await make(settings)
+    by_recall = [tracemalloc.Filter(True, recall.__file__, all_frames=True)]
     anchors = ["x", "y", "z"]
     for token in anchors:
         await store.write(token, title="Trip notes", content="Kyoto in spring, by train.")
@@ -1122,8 +1100,8 @@ async def test_recall_keeps_nothing_of_the_tokens_it_unloaded(make_settings: Cal
         for token in anchors:  # the same three loaded at each measure: only what was kept differs
             assert (await recaller.recall(token, "trip to Kyoto")).results
         # Nothing queued; a load's freeze of what was alive (memvault.heap.keep) undone.
-        await store.idle()
-        await wait_for(lambda: not store.embeddings.pending(), timeout=30)
+        await service.idle()
+        await wait_for(lambda: not service.embeddings.pending(), timeout=30)
         gc.unfreeze()
         gc.collect()
         if not tracemalloc.is_tracing():
@@ -1139,10 +1117,10 @@ async def test_recall_keeps_nothing_of_the_tokens_it_unloaded(make_settings: Cal
             second = await serve("b", 30)
         finally:
             tracemalloc.stop()
-        assert len(store.tokens) < 10, len(store.tokens)
+        assert len(service.registry.states) < 10, len(service.registry.states)
         assert (second - first) / 30 < 1200, second - first  # bytes kept per token recalled
     finally:
-        await store.close()
+        await service.close()
 
 
 # ---------------------------------------------------------------------------- MaxSim (the default)
@@ -1162,11 +1140,12 @@ PARAPHRASE_VAULT = (
 )
 
 
-async def write_paraphrase_vault(store: Store) -> None:
+async def write_paraphrase_vault(service: Service) -> None:
+    store = service.store
     for title, content in PARAPHRASE_VAULT:
         await store.write("t", title=title, content=content)
     await store.state("t")
-    await settle(store)
+    await settle(service)
 
 
 async def test_the_default_recall_finds_a_paraphrase_the_whole_text_vector_ranks_below_a_distractor(
@@ -1174,46 +1153,47 @@ async def test_the_default_recall_finds_a_paraphrase_the_whole_text_vector_ranks
 ):
     settings = make_settings()
     assert settings.embedder == "wordllama" and settings.reranker == "maxsim"  # the defaults
-    store = Store(settings, clock=Clock())
+    service = Service(settings, clock=Clock())
     try:
-        await write_paraphrase_vault(store)
-        default = Recaller(store, reranking=Reranking(settings.reranker))
-        off = Recaller(store, reranking=Reranking("off"))
+        await write_paraphrase_vault(service)
+        default = recaller_of(service, reranking=Reranking(settings.reranker))
+        off = recaller_of(service, reranking=Reranking("off"))
         assert names(await default.recall("t", "musical instruments"))[0] == "saturday.md"
         assert names(await off.recall("t", "musical instruments"))[0] == "entertainment.md"
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_maxsim_token_ids_survive_a_restart_without_tokenizing_again(
     make_settings: Callable[..., Settings],
 ):
     settings = make_settings()
-    store = Store(settings, clock=Clock())
+    service = Service(settings, clock=Clock())
     try:
-        await write_paraphrase_vault(store)
-        assert store.embeddings.embedded == len(PARAPHRASE_VAULT)
+        await write_paraphrase_vault(service)
+        assert service.embeddings.embedded == len(PARAPHRASE_VAULT)
     finally:
-        await store.close()
-    again = Store(settings, clock=Clock())
+        await service.close()
+    again_service = Service(settings, clock=Clock())
+    again = again_service.store
     try:
         await again.state("t")
-        await settle(again)
-        recaller = Recaller(again, reranking=Reranking(settings.reranker))
+        await settle(again_service)
+        recaller = recaller_of(again_service, reranking=Reranking(settings.reranker))
         assert names(await recaller.recall("t", "musical instruments"))[0] == "saturday.md"
-        assert again.embeddings.embedded == 0  # vectors and token ids came from the sidecar
+        assert again_service.embeddings.embedded == 0  # vectors and token ids came from the sidecar
     finally:
-        await again.close()
+        await again_service.close()
 
 
 async def test_maxsim_is_off_with_another_embedder(make_settings: Callable[..., Settings]):
     settings = make_settings(embedder="hash")
-    store = Store(settings, clock=Clock())
+    service = Service(settings, clock=Clock())
     try:
-        await write_paraphrase_vault(store)
-        maxsim = Recaller(store, reranking=Reranking("maxsim"))
-        off = Recaller(store, reranking=Reranking("off"))
+        await write_paraphrase_vault(service)
+        maxsim = recaller_of(service, reranking=Reranking("maxsim"))
+        off = recaller_of(service, reranking=Reranking("off"))
         for query in ("musical instruments", "evening guitar", "art class"):
             assert names(await maxsim.recall("t", query)) == names(await off.recall("t", query))
     finally:
-        await store.close()
+        await service.close()

@@ -23,44 +23,48 @@ from memvault.disk.names import STATE_DIR
 from memvault.errors import InvalidArgument, InvalidName
 from memvault.load.snapshot import VERSION as SNAPSHOT_VERSION
 from memvault.ops.recall import Recaller
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 from memvault.registry.state import TokenState
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_idle_tokens_unload_and_reload_from_the_parse_cache(make_settings):
-    store = Store(make_settings(max_loaded_tokens=1))
+    service = Service(make_settings(max_loaded_tokens=1))
+    store = service.store
     try:
         await store.write("alice", title="Alpha", content="apples and pears")
-        await store.idle()  # alice's access is recorded (a token being recorded is held loaded)
+        await service.idle()  # alice's access is recorded (a token being recorded is held loaded)
         await store.write("bob", title="Beta", content="bananas")
-        assert store.tokens["bob"].loaded
-        assert "alice" not in store.tokens or not store.tokens["alice"].loaded  # least recently used goes
-        assert store.unloads == 1
-        parses = store.parses
-        await store.idle()
+        assert service.registry.states["bob"].loaded
+        assert (
+            "alice" not in service.registry.states or not service.registry.states["alice"].loaded
+        )  # least recently used goes
+        assert service.registry.unloads == 1
+        parses = service.registry.parses
+        await service.idle()
         found = await store.find("alice", query="pears")
         assert [m.id for m in found.memories] == ["alpha.md"]
-        assert store.parses == parses  # reloaded from the cache, nothing parsed
-        assert "bob" not in store.tokens or not store.tokens["bob"].loaded
+        assert service.registry.parses == parses  # reloaded from the cache, nothing parsed
+        assert "bob" not in service.registry.states or not service.registry.states["bob"].loaded
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_reindex_rebuilds_from_files(make_settings, vault_root):
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         await store.write("alice", title="Alpha", content="apples")
         (vault_root / "alice" / "hand.md").write_text("# Hand\n\nwritten by hand\n", encoding="utf-8")
-        before = store.parses
-        count = store.reindex("alice")
+        before = service.registry.parses
+        count = service.registry.reindex("alice")
         assert count == 2
-        assert store.parses - before == 2  # cache dropped: everything parsed again
+        assert service.registry.parses - before == 2  # cache dropped: everything parsed again
         found = await store.find("alice", query="hand")
         assert [m.id for m in found.memories] == ["hand.md"]
     finally:
-        await store.close()
+        await service.close()
 
 
 def test_check_reports_problems_with_exit_status_1(vault_root, capsys):
@@ -137,10 +141,11 @@ async def _alice_snapshotted(make_settings, vault_root, monkeypatch):
     folder.mkdir()
     for i in range(30):
         _hand_write(folder, f"note-{i}.md", f"ordinary words number{i}")
-    first = Store(make_settings())
+    first_service = Service(make_settings())
+    first = first_service.store
     await first.state("alice")
-    assert first.parses == 30
-    await first.close()  # writes the snapshot
+    assert first_service.registry.parses == 30
+    await first_service.close()  # writes the snapshot
     assert (folder / ".memvault" / "snapshot.npz").is_file()
     return folder
 
@@ -157,10 +162,13 @@ async def test_restart_from_the_index_snapshot_reads_only_what_changed(
     stat = (folder / "note-4.md").stat()
     os.utime(folder / "note-4.md", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # git touches mtimes
 
-    second = Store(make_settings())
+    second_service = Service(make_settings())
+    second = second_service.store
     try:
         state = await second.state("alice")
-        assert second.parses == 3  # two edits and one new file; the touched file is not parsed
+        assert (
+            second_service.registry.parses == 3
+        )  # two edits and one new file; the touched file is not parsed
         assert "note-3.md" not in state.hot.memories
         for word, expected in (("zebra", ["note-1.md"]), ("okapi", ["fresh.md"]), ("number4", ["note-4.md"])):
             found = await second.find("alice", query=word)
@@ -169,7 +177,7 @@ async def test_restart_from_the_index_snapshot_reads_only_what_changed(
         assert "note-1.md" not in [m.id for m in old.memories]  # its old words are gone
         assert len(state.hot.memories) == 30
     finally:
-        await second.close()
+        await second_service.close()
 
 
 @pytest.mark.slow
@@ -181,7 +189,8 @@ async def test_a_restored_token_answers_before_its_memories_are_built(make_setti
     monkeypatch.setattr("memvault.load.processes.usable_cpus", lambda: 2)
     await _alice_snapshotted(make_settings, vault_root, monkeypatch)
 
-    second = Store(make_settings())
+    second_service = Service(make_settings())
+    second = second_service.store
     try:
         state = await second.state("alice")
         # Loaded, and nothing built yet: the settling work was only scheduled.
@@ -190,27 +199,34 @@ async def test_a_restored_token_answers_before_its_memories_are_built(make_setti
         # Written before the vectors are served: it is among them once they are.
         await second.write("alice", title="Fresh", content="a quokka arrived")
         # Recall's candidates are the vectors' rows: it settles the token first, not answer empty.
-        found = await Recaller(second).recall("alice", "number7")
+        found = await Recaller(second, second_service.registry, second_service.embeddings).recall(
+            "alice", "number7"
+        )
         assert found.results[0].memory.id == "note-7.md"
         assert state.settled and state.hot.memories.unbuilt == 0
         assert state.vectors.counts()[1] == 31
-        assert (await Recaller(second).recall("alice", "quokka")).results[0].memory.title == "Fresh"
-        await second.idle()
+        assert (
+            await Recaller(second, second_service.registry, second_service.embeddings).recall(
+                "alice", "quokka"
+            )
+        ).results[0].memory.title == "Fresh"
+        await second_service.idle()
     finally:
-        await second.close()
+        await second_service.close()
 
     # Unloaded before it settled: the settling stops, and serves no vectors for it.
-    third = Store(make_settings())
+    third_service = Service(make_settings())
+    third = third_service.store
     try:
         state = await third.state("alice")
         hot = state.hot
-        third.registry.settings = third.registry.settings.replace(max_loaded_tokens=0)
-        third.registry.unload_idle()
+        third_service.registry.settings = third_service.registry.settings.replace(max_loaded_tokens=0)
+        third_service.registry.unload_idle()
         assert not state.loaded
-        await third.idle()
+        await third_service.idle()
         assert not state.settled and hot.memories.unbuilt == 31 and state.vectors.counts() == (0, 0)
     finally:
-        await third.close()
+        await third_service.close()
 
 
 async def test_a_corrupt_snapshot_is_ignored(make_settings, vault_root, monkeypatch):
@@ -219,17 +235,21 @@ async def test_a_corrupt_snapshot_is_ignored(make_settings, vault_root, monkeypa
     folder.mkdir()
     for i in range(5):
         _hand_write(folder, f"note-{i}.md", f"words number{i}")
-    first = Store(make_settings())
+    first_service = Service(make_settings())
+    first = first_service.store
     await first.state("alice")
-    await first.close()
+    await first_service.close()
     (folder / ".memvault" / "snapshot.npz").write_bytes(b"not a snapshot at all")
-    second = Store(make_settings())
+    second_service = Service(make_settings())
+    second = second_service.store
     try:
         found = await second.find("alice", query="number3")
         assert [m.id for m in found.memories] == ["note-3.md"]
-        assert second.parses == 5  # fell back to the files (vaults with a snapshot skip the parse cache)
+        assert (
+            second_service.registry.parses == 5
+        )  # fell back to the files (vaults with a snapshot skip the parse cache)
     finally:
-        await second.close()
+        await second_service.close()
 
 
 async def test_a_snapshot_in_an_older_format_is_ignored(make_settings, vault_root, monkeypatch, caplog):
@@ -260,41 +280,44 @@ async def test_a_snapshot_in_an_older_format_is_ignored(make_settings, vault_roo
 
 
 async def _found_by_reading_every_file(make_settings, query: str, expected: str) -> None:
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         found = await store.find("alice", query=query)
         assert [m.id for m in found.memories] == [expected]
-        assert store.parses == 4  # the snapshot was not used
+        assert service.registry.parses == 4  # the snapshot was not used
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_restore_accepts_the_archive_path_as_seen_in_the_folder(make_settings, vault_root):
     folder = vault_root / "alice" / "archive"
     folder.mkdir(parents=True)
     _hand_write(folder, "old.md", "archived words")
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         assert await store.restore("alice", "archive/old.md") == "old.md"
         assert (vault_root / "alice" / "old.md").is_file()
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_reads_of_made_up_tokens_do_not_pile_up_state(make_settings, vault_root):
-    store = Store(make_settings(max_loaded_tokens=2))
+    service = Service(make_settings(max_loaded_tokens=2))
+    store = service.store
     try:
         await store.write("alice", title="Alpha", content="apples")
         for i in range(20):
             found = await store.find(f"nobody{i}", query="apples")
             assert found.total == 0
-        assert len(store.tokens) <= 3  # at most alice and the two most recent
-        assert len(store.embeddings._tokens) <= 2  # the worker serves loaded tokens only
+        assert len(service.registry.states) <= 3  # at most alice and the two most recent
+        assert len(service.embeddings._tokens) <= 2  # the worker serves loaded tokens only
         assert not any((vault_root / f"nobody{i}").exists() for i in range(20))
         found = await store.find("alice", query="apples")
         assert [m.id for m in found.memories] == ["alpha.md"]
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_an_outside_change_reported_during_a_load_is_applied_after_it(
@@ -304,7 +327,8 @@ async def test_an_outside_change_reported_during_a_load_is_applied_after_it(
     folder.mkdir()
     for i in range(5):
         _hand_write(folder, f"note-{i}.md", f"ordinary words number{i}")
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     real_read = TokenState.read_file
     edited = []
 
@@ -313,7 +337,7 @@ async def test_an_outside_change_reported_during_a_load_is_applied_after_it(
         if id == "note-2.md" and not edited:
             # A person saves the file just after the load read it; the watcher reports it at once.
             _hand_write(folder, "note-2.md", "fresh zebra words")
-            edited.append(store.apply_changes("alice", [folder / "note-2.md"], False))
+            edited.append(service.apply_changes("alice", [folder / "note-2.md"], False))
         return memory
 
     monkeypatch.setattr(TokenState, "read_file", read_then_edit)
@@ -323,7 +347,7 @@ async def test_an_outside_change_reported_during_a_load_is_applied_after_it(
         assert [m.id for m in found.memories] == ["note-2.md"]
         assert (await store.find("alice", query="number2")).total == 0
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.timeout(20)
@@ -333,7 +357,8 @@ async def test_a_fifo_named_like_a_memory_never_blocks_a_load_or_a_read(make_set
     _hand_write(folder, "real.md", "ordinary words")
     os.mkfifo(folder / "pipe.md")  # no writer: opening it for reading the usual way would block
     os.mkdir(folder / "dir.md")
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         found = await store.find("alice", query="ordinary")
         assert [m.id for m in found.memories] == ["real.md"]
@@ -342,10 +367,10 @@ async def test_a_fifo_named_like_a_memory_never_blocks_a_load_or_a_read(make_set
         found = await store.find("alice", filenames=["pipe.md", "real.md"])
         assert [m.id for m in found.memories] == ["real.md"]
         assert "pipe.md" in found.missing
-        assert store.apply_changes("alice", [folder / "pipe.md"], False) == 0
-        assert store.apply_changes("alice", [folder], True) == 0
+        assert service.apply_changes("alice", [folder / "pipe.md"], False) == 0
+        assert service.apply_changes("alice", [folder], True) == 0
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -359,7 +384,8 @@ async def test_a_huge_hand_placed_file_is_indexed_on_its_start_and_never_rewritt
         + b"quagga at the end\n"
     )
     (folder / "huge.md").write_bytes(big)
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         found = await store.find("alice", query="okapi")
         assert [m.id for m in found.memories] == ["huge.md"]
@@ -371,7 +397,7 @@ async def test_a_huge_hand_placed_file_is_indexed_on_its_start_and_never_rewritt
             await store.update("alice", "huge.md", content="replaced")
         assert (folder / "huge.md").read_bytes() == big  # untouched
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_reindex_reports_progress_file_by_file(make_settings, vault_root):
@@ -379,14 +405,14 @@ async def test_reindex_reports_progress_file_by_file(make_settings, vault_root):
     folder.mkdir()
     for i in range(6):
         _hand_write(folder, f"note-{i}.md", f"words number{i}")
-    store = Store(make_settings())
+    service = Service(make_settings())
     try:
         steps: list[int] = []
-        assert store.reindex("alice", steps.append) == 6
+        assert service.registry.reindex("alice", steps.append) == 6
         assert sum(steps) == 6
         assert steps.count(1) >= 6  # a bar moves with each file read, not once at the end
     finally:
-        await store.close()
+        await service.close()
 
 
 # ---------------------------------------------------------------------------- files replaced unseen
@@ -417,7 +443,8 @@ async def test_a_file_replaced_with_the_same_size_and_mtime_is_read_again(
     folder = vault_root / "alice"
     folder.mkdir()
     _hand_write(folder, "note.md", "the word is gorillakazoo")
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         found = await store.find("alice", query="gorillakazoo")
         assert [m.id for m in found.memories] == ["note.md"]
@@ -425,15 +452,16 @@ async def test_a_file_replaced_with_the_same_size_and_mtime_is_read_again(
         found = await store.find("alice", filenames=["note.md"])
         assert "tapirvoodoo1" in found.memories[0].content  # read while running
     finally:
-        await store.close()
+        await service.close()
     _replace_keeping_size_and_mtime(folder / "note.md", "tapirvoodoo1", "okapiwaltz99", in_place=in_place)
-    restarted = Store(make_settings())  # changed while the server was down
+    restarted_service = Service(make_settings())  # changed while the server was down
+    restarted = restarted_service.store
     try:
         found = await restarted.find("alice", query="okapiwaltz99")
         assert [m.id for m in found.memories] == ["note.md"]
         assert not (await restarted.find("alice", query="tapirvoodoo1")).memories
     finally:
-        await restarted.close()
+        await restarted_service.close()
 
 
 async def test_a_large_vault_restart_sees_a_file_replaced_with_the_same_size_and_mtime(
@@ -445,21 +473,23 @@ async def test_a_large_vault_restart_sees_a_file_replaced_with_the_same_size_and
     for i in range(5):
         _hand_write(folder, f"note-{i}.md", f"filler number{i}")
     _hand_write(folder, "note.md", "the word is gorillakazoo")
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         assert (await store.find("alice", query="gorillakazoo")).memories
     finally:
-        await store.close()  # writes the snapshot
+        await service.close()  # writes the snapshot
     assert (folder / ".memvault" / "snapshot.npz").is_file()
     _replace_keeping_size_and_mtime(folder / "note.md", "gorillakazoo", "okapiwaltz99", in_place=False)
-    restarted = Store(make_settings())
+    restarted_service = Service(make_settings())
+    restarted = restarted_service.store
     try:
         state = await restarted.state("alice")
         with state.mem_lock:
             hits, _ = state.hot.index.search("okapiwaltz99")
         assert [h.id for h in hits] == ["note.md"]  # the index itself, not a re-read by find
     finally:
-        await restarted.close()
+        await restarted_service.close()
 
 
 def _scan_within(vault_dir: Path, seconds: float) -> list[str] | None:
@@ -499,14 +529,15 @@ async def test_link_loops_in_a_token_folder_end_the_load_and_list_each_file_once
         "sub/three.md",
         "two.md",
     ]
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         titles, _ = await store.list_hot("alice")
         assert sorted(m.id for m in titles) == ["one.md", "same.md", "sub/three.md", "two.md"]
         with pytest.raises(InvalidName, match="symbolic link"):
             await store.find("alice", filenames=["a/one.md"])
     finally:
-        await store.close()
+        await service.close()
 
 
 # ---------------------------------------------------------------------------- tokens in use
@@ -517,7 +548,8 @@ async def test_reads_racing_unloads_never_see_an_emptied_token(make_settings):
     """Issue 9, 7: with MAX_LOADED_TOKENS=2, 8 tokens and 6 readers, 666 of 3,396 replies were empty."""
     import asyncio
 
-    store = Store(make_settings(max_loaded_tokens=2))
+    service = Service(make_settings(max_loaded_tokens=2))
+    store = service.store
     tokens = [f"t{i}" for i in range(8)]
     try:
         for token in tokens:
@@ -537,9 +569,9 @@ async def test_reads_racing_unloads_never_see_an_emptied_token(make_settings):
 
         await asyncio.gather(*(reader(n) for n in range(6)))
         assert empty == 0
-        assert store.unloads > 0  # the race was on: tokens did unload meanwhile
+        assert service.registry.unloads > 0  # the race was on: tokens did unload meanwhile
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -549,17 +581,19 @@ async def test_unloaded_tokens_give_their_descriptors_back(make_settings):
     def open_fds() -> int:
         return len(os.listdir("/proc/self/fd"))
 
-    store = Store(make_settings(max_loaded_tokens=2))
+    service = Service(make_settings(max_loaded_tokens=2))
+    store = service.store
     try:
         await store.write("warm", title="Warm", content="first token, so lazy imports are done")
         before = open_fds()
         for i in range(60):
             await store.write(f"t{i}", title="Note", content="one memory each")
+        await service.idle()  # an unloaded token's sidecar is closed in a worker thread
         assert open_fds() - before < 20  # two loaded tokens' sidecars, not sixty
         found = await store.find("t0", query="memory")  # an unloaded token reopens on use
         assert [m.id for m in found.memories] == ["note.md"]
     finally:
-        await store.close()
+        await service.close()
 
 
 # ------------------------------------------------------------------- marker-like lines an agent wrote
@@ -573,7 +607,8 @@ async def test_content_with_conflict_like_lines_stays_writable(make_settings, va
     """Issue 9, 9: such content turned the memory read-only forever (update, delete, supersede refused)."""
     from memvault.errors import Conflict
 
-    store = Store(make_settings(capacity=1, ttl_p2_days=0, evict_grace_hours=0))
+    service = Service(make_settings(capacity=1, ttl_p2_days=0, evict_grace_hours=0))
+    store = service.store
     try:
         memory = (await store.write("alice", title="Git merges", content=MERGE_NOTES)).memory
         assert not memory.conflicted
@@ -603,7 +638,7 @@ async def test_content_with_conflict_like_lines_stays_writable(make_settings, va
         with pytest.raises(Conflict):
             await store.update("alice", made.id, content="overwrite")
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_temp_file_left_by_a_crash_is_removed_when_the_token_loads(make_settings, vault_root):
@@ -619,14 +654,15 @@ async def test_a_temp_file_left_by_a_crash_is_removed_when_the_token_loads(make_
         path.write_text("partial", encoding="utf-8")
     for path in [*ours, *theirs]:
         os.utime(path, (old, old))
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         found = await store.find("alice", query="memory")
         assert [m.id for m in found.memories] == ["note.md"]
         assert [p.exists() for p in ours] == [False, False]
         assert all(p.exists() for p in theirs) and fresh.exists()
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_an_archive_that_is_a_file_makes_the_sweep_say_so(make_settings, vault_root):
@@ -636,7 +672,8 @@ async def test_an_archive_that_is_a_file_makes_the_sweep_say_so(make_settings, v
     (folder / "archive").write_text("not a folder", encoding="utf-8")
     for i in range(3):
         _hand_write(folder, f"note-{i}.md", f"memory {i}")
-    store = Store(make_settings(capacity=1, evict_grace_hours=0))
+    service = Service(make_settings(capacity=1, evict_grace_hours=0))
+    store = service.store
     try:
         with pytest.raises(InvalidArgument, match="'archive' in this vault is a file"):
             await store.evict("alice")
@@ -647,7 +684,7 @@ async def test_an_archive_that_is_a_file_makes_the_sweep_say_so(make_settings, v
         assert (folder / written.id).read_text(encoding="utf-8").count("supersededBy") == 0
         assert not (folder / "newer.md").exists()  # checked before anything was written
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -662,42 +699,45 @@ async def test_a_read_records_its_access_after_the_reply_not_before(make_setting
         "---\n# Old\n\nan old note about walruses\n"
     )
     before = path.read_bytes()
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         found = await store.find("alice", query="walruses")
         await store.touch("alice", found.memories)
         assert path.read_bytes() == before  # queued, not written in the call
-        await store.idle()
+        await service.idle()
         assert b"lastAccessedAt: 2026-01-01" not in path.read_bytes()
         state = await store.state("alice")
         assert state.sidecar is not None and "old.md" in state.sidecar.last_access()
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_writes_and_updates_record_their_access_in_the_background(make_settings):
     """A write or an update is an access: queued like a read's (no SQLite transaction in the
     call), visible at once to the listing's access times, in the sidecar once drained."""
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         await store.write("alice", title="First", content="makes the token")
-        await store.idle()
+        await service.idle()
         state = await store.state("alice")
         memory = (await store.write("alice", title="Fresh", content="new words")).memory
         assert memory.id in state.pending.latest()  # queued; the drain waits a moment for more
         await store.update("alice", memory.id, tags=["later"])
-        await store.idle()
+        await service.idle()
         assert state.sidecar is not None and memory.id in state.sidecar.last_access()
         assert not state.pending.latest()
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_an_access_time_alone_leaves_the_index_untouched(make_settings, vault_root, monkeypatch):
     folder = vault_root / "alice"
     folder.mkdir()
     _hand_write(folder, "a.md", "ordinary words")
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         state = await store.state("alice")
         memory = state.hot.memories["a.md"]
@@ -708,7 +748,7 @@ async def test_an_access_time_alone_leaves_the_index_untouched(make_settings, va
         state.hot.put(dataclasses.replace(memory, content="other words"))
         assert len(calls) == 1
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_sweep_moves_in_batches_and_keeps_what_was_read_since_its_plan(
@@ -724,7 +764,8 @@ async def test_a_sweep_moves_in_batches_and_keeps_what_was_read_since_its_plan(
     )
     for name in ("a", "b", "c", "d", "e"):
         (folder / f"{name}.md").write_text(f"{old}# {name}\n\nstale note {name}\n")
-    store = Store(make_settings(capacity=100, ttl_p2_days=30))
+    service = Service(make_settings(capacity=100, ttl_p2_days=30))
+    store = service.store
     monkeypatch.setattr(sweeps, "CHUNK", 2)
     real_move = sweeps.Sweeps._move
     batches = []
@@ -742,14 +783,15 @@ async def test_a_sweep_moves_in_batches_and_keeps_what_was_read_since_its_plan(
         assert sorted(e.id for e in evicted) == ["a.md", "b.md", "c.md", "e.md"]
         assert (folder / "d.md").exists() and not (folder / "archive" / "d.md").exists()
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_reads_of_unchanged_files_stay_on_the_loop_and_changed_ones_go_to_a_thread(
     make_settings, vault_root, monkeypatch
 ):
     folder = _alice_with(vault_root, "the word is wombatique")
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         await store.state("alice")
         # the read's own work, not the background access records
@@ -762,7 +804,7 @@ async def test_reads_of_unchanged_files_stay_on_the_loop_and_changed_ones_go_to_
         assert "quokkaroo" in found.memories[0].content
         assert len(hops) == 1  # the changed file was read and parsed in a worker thread
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_read_never_makes_the_event_loop_wait_for_a_worker_threads_lock(make_settings, vault_root):
@@ -770,7 +812,8 @@ async def test_a_read_never_makes_the_event_loop_wait_for_a_worker_threads_lock(
     import threading
 
     _alice_with(vault_root, "the word is wombatique")
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         state = await store.state("alice")
         release = threading.Event()
@@ -795,7 +838,7 @@ async def test_a_read_never_makes_the_event_loop_wait_for_a_worker_threads_lock(
         assert [m.id for m in found.memories] == ["a.md"]
         holder.join()
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -807,22 +850,23 @@ async def test_reads_of_many_tokens_are_recorded_in_one_worker_thread_trip(
     for token in tokens:
         (vault_root / token).mkdir()
         _hand_write(vault_root / token, "note.md", f"a note about capybaras of {token}")
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         found = {token: await store.find(token, filenames=["note.md"]) for token in tokens}
-        await store.idle()
+        await service.idle()
         trips = _count_thread_trips(
             monkeypatch, lambda func, args: getattr(func, "__name__", "") == "_flush_each"
         )
         for token in tokens:
             await store.touch(token, found[token].memories)
-        await store.idle()
+        await service.idle()
         assert [len(args[0]) for _, args in trips] == [len(tokens)]  # one trip for all tokens' rows
         for token in tokens:
             state = await store.state(token)
             assert state.sidecar is not None and "note.md" in state.sidecar.last_access()
     finally:
-        await store.close()
+        await service.close()
 
 
 @pytest.mark.slow
@@ -832,12 +876,13 @@ async def test_a_token_that_cannot_be_held_does_not_stop_the_others_accesses_bei
     for token in ("alice", "bob"):
         (vault_root / token).mkdir()
         _hand_write(vault_root / token, "note.md", f"a note of {token}")
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         found = {token: await store.find(token, filenames=["note.md"]) for token in ("alice", "bob")}
         for token in ("alice", "bob"):  # a first access each, and the day's sweep, done with
             await store.touch(token, found[token].memories)
-        await store.idle()
+        await service.idle()
         bob = await store.state("bob")
         assert bob.sidecar is not None
         first = bob.sidecar.last_access()["note.md"]
@@ -847,18 +892,19 @@ async def test_a_token_that_cannot_be_held_does_not_stop_the_others_accesses_bei
         alice.link_checked = 0.0  # looked at again on its next use
         await store.touch("bob", found["bob"].memories)
         alice.pending.add(["note.md"], store.clock(), True)
-        store.recorder.noted(alice)  # due in the same round as bob
-        await store.idle()
+        service.recorder.noted(alice)  # due in the same round as bob
+        await service.idle()
         assert bob.sidecar.last_access()["note.md"] > first
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_writes_run_on_the_event_loop_unless_they_would_wait(make_settings, monkeypatch, request):
     """Issue 12: a write in a worker thread handed the GIL back and forth with the event loop at
     each of its system calls (under 32 agents, a third of the calls/s). On the loop while fsyncs are
     fast and the file lock is free; else in a thread, and nothing is written twice or lost."""
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         await store.write("t", title="First", content="opens the sidecar, in a thread")
         hops = request.getfixturevalue("thread_hops")  # from here on
@@ -902,7 +948,7 @@ async def test_writes_run_on_the_event_loop_unless_they_would_wait(make_settings
         assert [m.id for m in memories] == ["first.md", "second.md", "third.md"]
         assert "still on the loop" in (state.dir / "second.md").read_text(encoding="utf-8")
     finally:
-        await store.close()
+        await service.close()
 
 
 def test_a_disk_is_fast_while_its_quickest_recent_fsyncs_are(monkeypatch, tmp_path):
@@ -918,7 +964,8 @@ async def test_a_repeated_write_is_reused_only_within_the_window_and_the_record_
     make_settings, monkeypatch
 ):
     now = [datetime(2026, 3, 1, 12, 0, tzinfo=UTC)]
-    store = Store(make_settings(dedupe_window_seconds=60), clock=lambda: now[0])
+    service = Service(make_settings(dedupe_window_seconds=60), clock=lambda: now[0])
+    store = service.store
     monkeypatch.setattr("memvault.ops.store.RECENT_WRITES_KEPT", 5)
     try:
         written = await store.write("alice", title="Tide", content="high at noon")
@@ -930,7 +977,7 @@ async def test_a_repeated_write_is_reused_only_within_the_window_and_the_record_
         assert reused and again.id == first.id
         for i in range(4):
             await store.write("alice", title=f"Other {i}", content="x")
-        state = store.tokens["alice"]
+        state = service.registry.states["alice"]
         assert len(state.recent_writes) == 5  # the tide write is still the oldest kept
         await store.write("alice", title="Other 4", content="x")
         assert len(state.recent_writes) == 5  # past the bound the oldest goes: the tide write
@@ -944,4 +991,4 @@ async def test_a_repeated_write_is_reused_only_within_the_window_and_the_record_
         assert not reused and later.id != "other-4.md"  # the window passed: a new memory
         assert len(state.recent_writes) == 1  # everything older than the window forgotten
     finally:
-        await store.close()
+        await service.close()

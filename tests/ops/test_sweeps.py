@@ -11,7 +11,7 @@ import pytest
 from conftest import keyed, text_of
 
 from memvault.cli.main import main
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 from memvault.server import keys
 
 pytestmark = pytest.mark.anyio
@@ -56,25 +56,26 @@ async def test_a_read_only_key_neither_writes_access_times_back_nor_archives(
             ):
                 result = await s.call_tool(tool, args)
                 assert not result.is_error, text_of(result)
-        await srv.app.state.store.idle()
+        await srv.app.state.service.idle()
     assert file_hashes(vault_root / "alice") == before
     assert not (vault_root / "alice" / "archive").exists()
 
 
 async def test_listing_titles_archives_nothing_and_reading_may(make_settings, vault_root: Path) -> None:
     stale_vault(vault_root / "alice")
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         rows, _ = await store.list_hot("alice")
         assert len(rows) == 5
-        await store.idle()
+        await service.idle()
         assert not (vault_root / "alice" / "archive").exists()
         found = await store.find("alice", filenames=["note-0.md"])
         await store.touch("alice", found.memories)
-        await store.idle()
+        await service.idle()
         assert (vault_root / "alice" / "archive").is_dir()  # the lazy sweep follows a read
     finally:
-        await store.close()
+        await service.close()
 
 
 def test_migrate_writes_last_accessed_at_as_mem_mcp_expects(tmp_path: Path) -> None:

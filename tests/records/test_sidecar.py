@@ -5,7 +5,6 @@ from __future__ import annotations
 import _sqlite3
 import ctypes
 import ctypes.util
-import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -20,8 +19,6 @@ from hypothesis import strategies as st
 from memvault.clock import format_time, parse_time
 from memvault.records.sidecar import (
     DB_NAME,
-    MIGRATIONS,
-    SCHEMA_VERSION,
     SIDECAR_DIR,
     FileStat,
     Sidecar,
@@ -42,16 +39,6 @@ def token_dir(tmp_path: Path) -> Path:
 def sidecar(token_dir: Path) -> Iterator[Sidecar]:
     with Sidecar.open(token_dir) as sc:
         yield sc
-
-
-def _user_version(db: Path) -> int:
-    with closing(sqlite3.connect(db)) as conn:
-        return int(conn.execute("PRAGMA user_version").fetchone()[0])
-
-
-def _tables(db: Path) -> set[str]:
-    with closing(sqlite3.connect(db)) as conn:
-        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
 # -- opening, migrations, layout ----------------------------------------------------------
@@ -77,95 +64,6 @@ def test_open_keeps_an_existing_gitignore(token_dir: Path) -> None:
 def test_sidecar_path_does_not_create_anything(token_dir: Path) -> None:
     sidecar_path(token_dir)
     assert not token_dir.exists()
-
-
-def test_migrations_set_user_version_and_are_idempotent_on_reopen(token_dir: Path) -> None:
-    assert SCHEMA_VERSION == len(MIGRATIONS) >= 1
-    db = sidecar_path(token_dir)
-    with Sidecar.open(token_dir) as sc:
-        sc.set_state("k", "v")
-    assert _user_version(db) == SCHEMA_VERSION
-    assert {"access", "state", "file_stat", "search_stats"} <= _tables(db)
-    for _ in range(2):
-        with Sidecar.open(token_dir) as sc:
-            assert sc.get_state("k") == "v"
-            assert sc.search_counts() == (0, 0)
-    assert _user_version(db) == SCHEMA_VERSION
-
-
-def test_a_sidecar_of_schema_7_keeps_its_vectors_and_gains_maxsim_tokens(token_dir: Path) -> None:
-    db = sidecar_path(token_dir)
-    db.parent.mkdir(parents=True)
-    with closing(sqlite3.connect(db)) as conn:  # what the previous memvault made: schema 7
-        for number, statements in enumerate(MIGRATIONS[:7], start=1):
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {number}")
-        conn.execute("INSERT INTO vectors VALUES ('old.md', 'm', 2, 'h1', ?)", (bytes(8),))
-        conn.commit()
-    with Sidecar.open(token_dir) as sc:
-        assert sc.get_vectors(["old.md"]) == {"old.md": StoredVector("m", 2, "h1", bytes(8), None)}
-        tokens = bytes([1, 0, 2, 0])  # two uint16 token ids
-        sc.put_vectors({"new.md": StoredVector("m", 2, "h2", bytes(8), tokens)})
-    assert _user_version(db) == SCHEMA_VERSION
-    with Sidecar.open(token_dir) as sc:
-        assert sc.get_vectors(["new.md"])["new.md"].tokens == tokens
-        assert sc.vectors_by_hash("m", ["h2"])["h2"].tokens == tokens
-        assert sc.vectors_by_hash("m", ["h1"])["h1"].tokens is None
-
-
-def test_database_uses_wal(token_dir: Path) -> None:
-    Sidecar.open(token_dir).close()
-    with closing(sqlite3.connect(sidecar_path(token_dir))) as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-
-
-def test_a_newer_schema_version_is_opened_as_it_is(token_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    Sidecar.open(token_dir).close()
-    with closing(sqlite3.connect(sidecar_path(token_dir))) as conn:
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
-        conn.commit()
-    with caplog.at_level(logging.WARNING, logger="memvault.records.sidecar"), Sidecar.open(token_dir) as sc:
-        sc.set_state("k", "v")
-        assert sc.get_state("k") == "v"
-    assert "newer" in caplog.text
-    assert _user_version(sidecar_path(token_dir)) == SCHEMA_VERSION + 5
-
-
-def test_corrupt_database_is_moved_aside_and_a_fresh_one_opens(
-    token_dir: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    folder = token_dir / SIDECAR_DIR
-    folder.mkdir(parents=True)
-    garbage = b"this is not a database at all \x00\xff" * 200
-    (folder / DB_NAME).write_bytes(garbage)
-    with caplog.at_level(logging.WARNING, logger="memvault.records.sidecar"), Sidecar.open(token_dir) as sc:
-        sc.record_access(["a.md"], T0)
-        assert sc.access_counts() == {"a.md": (1, 1)}
-    moved = [p for p in folder.iterdir() if p.name.startswith(f"{DB_NAME}.corrupt-")]
-    assert len(moved) == 1
-    assert moved[0].read_bytes() == garbage
-    assert "moved it to" in caplog.text
-    assert _user_version(folder / DB_NAME) == SCHEMA_VERSION
-
-
-def test_corrupt_database_twice_keeps_both_copies(token_dir: Path) -> None:
-    folder = token_dir / SIDECAR_DIR
-    folder.mkdir(parents=True)
-    for n in range(2):
-        (folder / DB_NAME).write_bytes(b"garbage %d " % n * 500)
-        Sidecar.open(token_dir).close()
-    moved = [p for p in folder.iterdir() if ".corrupt-" in p.name and not p.name.endswith(("-wal", "-shm"))]
-    assert sorted(p.read_bytes()[:9] for p in moved) == [b"garbage 0", b"garbage 1"]
-
-
-def test_an_unopenable_database_raises_and_is_not_moved_aside(token_dir: Path) -> None:
-    # "Cannot open" (here: a folder where the file should be) is not corruption: raise, keep it.
-    (token_dir / SIDECAR_DIR / DB_NAME).mkdir(parents=True)
-    with pytest.raises(sqlite3.OperationalError):
-        Sidecar.open(token_dir)
-    assert (token_dir / SIDECAR_DIR / DB_NAME).is_dir()
-    assert not [p for p in (token_dir / SIDECAR_DIR).iterdir() if ".corrupt-" in p.name]
 
 
 # -- access statistics --------------------------------------------------------------------

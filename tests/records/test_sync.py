@@ -449,7 +449,8 @@ def test_a_sidecar_of_the_schema_before_serves_its_sessions_and_graph_after_the_
 ) -> None:
     import sqlite3
 
-    from memvault.records.sidecar import MIGRATIONS, sidecar_path
+    from memvault.records.sidecar import sidecar_path
+    from memvault.records.sqlitefile import MIGRATIONS
 
     folder = tmp_path / "alice"
     (folder / ".memvault").mkdir(parents=True)

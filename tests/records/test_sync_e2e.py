@@ -160,7 +160,7 @@ async def test_reads_recall_and_sweeps_never_rewrite_or_move_hand_made_notes(
             await call_ok(srv, s, "recall", query="what about otters?")
             await call_ok(srv, s, "read_memory")
             swept = await call_ok(srv, s, "evict_memories")
-            await srv.app.state.store.idle()
+            await srv.app.state.service.idle()
         assert not (folder / "archive").exists(), swept
     after = {p.name: p.read_bytes() for p in folder.iterdir() if not p.name.startswith(".")}
     assert after == before

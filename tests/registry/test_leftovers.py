@@ -8,7 +8,7 @@ import time
 import pytest
 from conftest import wait_for
 
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 
 pytestmark = pytest.mark.anyio
 
@@ -21,11 +21,12 @@ async def test_a_temp_file_too_young_at_load_is_removed_once_old_enough(make_set
     orphan.write_text("partial", encoding="utf-8")
     almost = time.time() - 59.5  # a second short of the age at which a temp file is surely an orphan
     os.utime(orphan, (almost, almost))
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         found = await store.find("alice", query="memory")
         assert [m.id for m in found.memories] == ["note.md"] and orphan.exists()
         await wait_for(lambda: not orphan.exists(), timeout=10)
         assert (folder / "note.md").exists()
     finally:
-        await store.close()
+        await service.close()

@@ -20,7 +20,7 @@ from memvault import heap
 from memvault.config import Settings, check_spec
 from memvault.disk.markdown import Memory
 from memvault.errors import InvalidArgument
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 from memvault.records.sidecar import Sidecar, StoredVector
 from memvault.search.embedders import (
     EmbedderUnavailable,
@@ -201,8 +201,7 @@ async def test_fallback_shows_in_healthz_and_never_blocks_the_handshake(server_f
                 session, "write_memory", title="Note", content="Deploy on Fridays."
             )
             assert not is_error, reply
-            store: Store = srv.app.state.store
-            assert await asyncio.to_thread(store.embeddings.wait_idle, 20)
+            assert await asyncio.to_thread(srv.app.state.service.embeddings.wait_idle, 20)
             is_error, reply = await srv.call(session, "recall", query="deploy")
             assert not is_error and "note.md" in reply
         async with httpx2.AsyncClient() as client:
@@ -230,14 +229,12 @@ class Counting:
         return HashEmbedder(16).embed(texts)
 
 
-def make_store(settings: Settings, embedder: Counting) -> Store:
-    store = Store(settings)
-    store.embeddings = Embeddings(loader=lambda: embedder)
-    return store
+def make_service(settings: Settings, embedder: Counting) -> Service:
+    return Service(settings, embeddings=Embeddings(loader=lambda: embedder))
 
 
-async def settle(store: Store) -> None:
-    assert await asyncio.to_thread(store.embeddings.wait_idle, 20)
+async def settle(service: Service) -> None:
+    assert await asyncio.to_thread(service.embeddings.wait_idle, 20)
 
 
 def stored_vectors(root: Path, token: str) -> dict[str, StoredVector]:
@@ -252,10 +249,11 @@ async def test_vectors_are_computed_after_a_write_and_recomputed_on_change(
 ):
     settings = make_settings()
     embedder = Counting()
-    store = make_store(settings, embedder)
+    service = make_service(settings, embedder)
+    store = service.store
     try:
         memory = (await store.write("t", title="Deploy", content="Blue/green on Fridays.")).memory
-        await settle(store)
+        await settle(service)
         rows = stored_vectors(settings.root, "t")
         assert list(rows) == ["deploy.md"]
         stored = rows["deploy.md"]
@@ -266,64 +264,66 @@ async def test_vectors_are_computed_after_a_write_and_recomputed_on_change(
 
         # An access (lastAccessedAt, priority) is not a change of text: nothing is re-embedded.
         await store.update("t", "deploy.md", priority="P1")
-        await settle(store)
+        await settle(service)
         assert len(embedder.texts) == 1
 
         await store.update("t", "deploy.md", content="Canary releases on Tuesdays.")
-        await settle(store)
+        await settle(service)
         assert len(embedder.texts) == 2 and "Canary" in embedder.texts[-1]
         assert stored_vectors(settings.root, "t")["deploy.md"].hash != digest
         state = await store.state("t")
         assert state.vectors.counts() == (1, 1)
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_vectors_are_removed_on_delete_and_follow_archive_moves(make_settings: Callable[..., Settings]):
     settings = make_settings()
     embedder = Counting()
-    store = make_store(settings, embedder)
+    service = make_service(settings, embedder)
+    store = service.store
     try:
         await store.write("t", title="Keep", content="Kept memory.")
         await store.write("t", title="Gone", content="Deleted memory.")
-        await settle(store)
+        await settle(service)
         await store.delete("t", "gone.md")
-        await settle(store)
+        await settle(service)
         assert list(stored_vectors(settings.root, "t")) == ["keep.md"]
         state = await store.state("t")
         assert "gone.md" not in state.vectors.snapshot().rows
 
         # Archiving moves the vector to archive/keep.md without embedding the same text again.
-        store.sweeps.limits = dataclasses.replace(store.sweeps.limits, capacity=0, grace_hours=0)
+        service.sweeps.limits = dataclasses.replace(service.sweeps.limits, capacity=0, grace_hours=0)
         evicted = await store.evict("t")
         assert [e.id for e in evicted] == ["keep.md"]
-        await settle(store)
+        await settle(service)
         assert list(stored_vectors(settings.root, "t")) == ["archive/keep.md"]
         assert len(embedder.texts) == 2
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_outside_edits_are_re_embedded(make_settings: Callable[..., Settings]):
     settings = make_settings(watch=False)
     embedder = Counting()
-    store = make_store(settings, embedder)
+    service = make_service(settings, embedder)
+    store = service.store
     try:
         await store.write("t", title="Hand", content="Written by the server.")
-        await settle(store)
+        await settle(service)
         path = settings.root / "t" / "hand.md"
         path.write_text(
             path.read_text(encoding="utf-8").replace("by the server", "by a person"), encoding="utf-8"
         )
-        await asyncio.to_thread(store.apply_changes, "t", [path], False)
-        await settle(store)
+        await asyncio.to_thread(service.apply_changes, "t", [path], False)
+        await settle(service)
         assert "by a person" in embedder.texts[-1]
         (settings.root / "t" / "new.md").write_text("# New\n\nAdded in an editor.\n", encoding="utf-8")
-        await asyncio.to_thread(store.apply_changes, "t", [settings.root / "t" / "new.md"], False)
-        await settle(store)
+        await asyncio.to_thread(service.apply_changes, "t", [settings.root / "t" / "new.md"], False)
+        await settle(service)
         assert set(stored_vectors(settings.root, "t")) == {"hand.md", "new.md"}
     finally:
-        await store.close()
+        await service.close()
 
 
 async def test_a_restart_reuses_stored_vectors_and_a_model_change_re_embeds(
@@ -331,15 +331,17 @@ async def test_a_restart_reuses_stored_vectors_and_a_model_change_re_embeds(
 ):
     settings = make_settings()
     first = Counting()
-    store = make_store(settings, first)
+    service = make_service(settings, first)
+    store = service.store
     for i in range(5):
         await store.write("t", title=f"Note {i}", content=f"Memory number {i}.")
-    await settle(store)
-    await store.close()
+    await settle(service)
+    await service.close()
     assert len(first.texts) == 5
 
     same = Counting()
-    store = make_store(settings, same)
+    service = make_service(settings, same)
+    store = service.store
     by_text: list[list[str]] = []
     lookup = Sidecar.vectors_by_hash
 
@@ -349,19 +351,20 @@ async def test_a_restart_reuses_stored_vectors_and_a_model_change_re_embeds(
 
     monkeypatch.setattr(Sidecar, "vectors_by_hash", recording)
     await store.state("t")
-    await settle(store)
+    await settle(service)
     assert same.texts == []  # all five came from the sidecar
     assert not any(by_text)  # each under its own key: nothing looked up by its text
     assert (await store.state("t")).vectors.counts() == (5, 5)
-    await store.close()
+    await service.close()
 
     other = Counting("counting-v2")
-    store = make_store(settings, other)
+    service = make_service(settings, other)
+    store = service.store
     await store.state("t")
-    await settle(store)
+    await settle(service)
     assert len(other.texts) == 5
     assert {row.model for row in stored_vectors(settings.root, "t").values()} == {"counting-v2"}
-    await store.close()
+    await service.close()
 
 
 @pytest.mark.slow
@@ -375,24 +378,27 @@ async def test_a_failing_embedder_is_retried_without_losing_work(make_settings: 
                 raise EmbedderUnavailable("endpoint down")
             return super().embed(texts)
 
-    store = make_store(make_settings(), Flaky())
+    service = make_service(make_settings(), Flaky())
+
+    store = service.store
     try:
         await store.write("t", title="Retry", content="Embedded on the second try.")
-        await settle(store)
+        await settle(service)
         assert (await store.state("t")).vectors.counts() == (1, 1)
     finally:
-        await store.close()
+        await service.close()
 
 
 def test_without_the_recall_tools_nothing_is_embedded(tmp_path: Path):
-    store = Store(Settings(root=tmp_path, tools=("memories",)))
-    assert not store.embeddings.enabled
+    service = Service(Settings(root=tmp_path, tools=("memories",)))
+    store = service.store
+    assert not service.embeddings.enabled
 
     async def go() -> None:
         await store.write("alice", title="A note", content="words to embed")
-        assert store.embeddings.pending() == 0
-        assert store.embeddings._thread is None  # no worker was ever started
-        await store.close()
+        assert service.embeddings.pending() == 0
+        assert service.embeddings._thread is None  # no worker was ever started
+        await service.close()
 
     asyncio.run(go())
 
@@ -410,6 +416,30 @@ def test_the_worker_waits_while_a_token_loads(tmp_path: Path):
         assert vectors.pending == 1
     assert embeddings.wait_idle(timeout=20)
     assert vectors.pending == 0
+    embeddings.close()
+
+
+def test_a_preloaded_model_makes_way_for_requests_until_someone_waits_for_it():
+    import threading
+    import time
+
+    loads: list[float] = []
+    loaded = threading.Event()
+
+    def loader() -> HashEmbedder:
+        loads.append(time.monotonic())
+        loaded.set()
+        return HashEmbedder()
+
+    embeddings = Embeddings("wordllama", loader=loader)
+    embeddings.preload()  # as a server does at start: its first calls come right after
+    for _ in range(10):  # requests keep coming (Tokens.using marks each)
+        embeddings.last_request = time.monotonic()
+        assert not loaded.wait(0.05)
+    assert embeddings.status().name is None  # still "(loading)" in /healthz
+    assert embeddings.wait_idle(timeout=20)  # a caller that needs the vectors has it loaded now,
+    assert loaded.wait(20)  # however busy the process
+    assert len(loads) == 1
     embeddings.close()
 
 
@@ -481,12 +511,13 @@ async def test_wordllama_keeps_maxsim_token_ids_and_an_older_vector_without_them
     import sqlite3
 
     settings = make_settings()  # WordLlama, the default
-    store = Store(settings)
+    service = Service(settings)
+    store = service.store
     for i in range(3):
         await store.write("t", title=f"Note {i}", content=f"The guitar lesson number {i} was fun.")
     await store.state("t")
-    await settle(store)
-    await store.close()
+    await settle(service)
+    await service.close()
     kept = stored_vectors(settings.root, "t")
     assert len(kept) == 3 and all(v.tokens for v in kept.values())
     ids = np.frombuffer(next(iter(kept.values())).tokens or b"", dtype=np.uint16)
@@ -498,11 +529,12 @@ async def test_wordllama_keeps_maxsim_token_ids_and_an_older_vector_without_them
         conn.execute("UPDATE vectors SET tokens = NULL")
         conn.commit()
     for expected in (3, 0):  # embedded again once, then found with their ids
-        store = Store(settings)
+        service = Service(settings)
+        store = service.store
         await store.state("t")
-        await settle(store)
-        assert store.embeddings.embedded == expected
-        await store.close()
+        await settle(service)
+        assert service.embeddings.embedded == expected
+        await service.close()
     assert all(v.tokens for v in stored_vectors(settings.root, "t").values())
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memvault.errors import TooLarge
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 from memvault.search.embedders import HashEmbedder
 from memvault.search.text import terms_of
 
@@ -41,7 +41,8 @@ async def test_queries_longer_than_2048_characters_are_refused_with_advice(
 
 async def test_a_memory_made_of_one_huge_word_is_found_by_the_words_start(make_settings) -> None:
     huge = word(90_000)
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         await store.write("alice", title="Blob", content=huge)
         found = await store.find("alice", query=huge[:2000])
@@ -49,7 +50,7 @@ async def test_a_memory_made_of_one_huge_word_is_found_by_the_words_start(make_s
         with pytest.raises(TooLarge):
             await store.find("alice", query=huge[:3000])
     finally:
-        await store.close()
+        await service.close()
 
 
 def test_terms_are_bounded_whatever_the_word() -> None:
@@ -109,11 +110,12 @@ async def test_recalls_with_a_huge_new_word_leave_the_server_holding_less_than_t
 
 
 async def test_mueller_and_koeln_find_mueller_and_koeln_with_umlauts(make_settings) -> None:
-    store = Store(make_settings())
+    service = Service(make_settings())
+    store = service.store
     try:
         await store.write("alice", title="Visit", content="Frau Müller wohnt in Köln, nahe der Straße.")
         for query in ("Mueller Koeln", "Müller Köln", "MÜLLER", "Strasse"):
             found = await store.find("alice", query=query)
             assert [m.id for m in found.memories] == ["visit.md"] and found.matched_all, query
     finally:
-        await store.close()
+        await service.close()

@@ -107,7 +107,7 @@ async def test_a_token_starts_loading_with_its_clients_first_request(server_fact
     (vault_root / "alice" / "tide.md").write_text("# Tide\n\nharbour\n", encoding="utf-8")
     (vault_root / "linked").symlink_to(vault_root / "alice")
     async with server_factory() as srv:
-        states = srv.app.state.store.registry.states
+        states = srv.app.state.service.registry.states
         assert (await _post(srv.mcp_url("alice"), INITIALIZE_REQUEST, MCP_HEADERS))[
             0
         ] == 200  # no tool called
@@ -119,7 +119,7 @@ async def test_a_token_starts_loading_with_its_clients_first_request(server_fact
         await wait_for(lambda: "nobody" in states and states["nobody"].loaded, timeout=10)
         assert not (vault_root / "nobody").exists()
         assert (await _post(srv.mcp_url("linked"), INITIALIZE_REQUEST, MCP_HEADERS))[0] == 200
-        await wait_for(lambda: not srv.app.state.store.registry.warming, timeout=10)
+        await wait_for(lambda: not srv.app.state.service.registry.warming, timeout=10)
         assert "linked" not in states
         async with srv.session("linked") as session:
             is_error, message = await srv.call(session, "list_memory_titles")
@@ -128,4 +128,4 @@ async def test_a_token_starts_loading_with_its_clients_first_request(server_fact
         (vault_root / "carol").mkdir()
         (vault_root / "carol" / "reef.md").write_text("# Reef\n\ncoral\n", encoding="utf-8")
         await _post(srv.mcp_url("carol"), {}, MCP_HEADERS, method="DELETE")
-        assert "carol" not in states and "carol" not in srv.app.state.store.registry.warming
+        assert "carol" not in states and "carol" not in srv.app.state.service.registry.warming

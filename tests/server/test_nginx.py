@@ -89,7 +89,7 @@ async def test_two_backends_behind_nginx_keep_each_token_on_one_and_survive_losi
                     f"{front}/{token}", "write_memory", title=f"Note of {token}", content=f"walrus {token}"
                 )
                 assert f"walrus {token}" in await call(f"{front}/{token}", "read_memory", query="walrus")
-            on_a, on_b = set(a.app.state.store.tokens), set(b.app.state.store.tokens)
+            on_a, on_b = set(a.app.state.service.registry.states), set(b.app.state.service.registry.states)
             assert on_a and on_b and not on_a & on_b, (on_a, on_b)  # spread, each token on one process
             assert on_a | on_b == set(TOKENS)
         finally:
@@ -97,7 +97,7 @@ async def test_two_backends_behind_nginx_keep_each_token_on_one_and_survive_losi
         for token in TOKENS:  # its tokens move to A: every acknowledged write is there, and writes go on
             assert f"walrus {token}" in await call(f"{front}/{token}", "read_memory", query="walrus")
             await call(f"{front}/{token}", "write_memory", title=f"After of {token}", content="still writing")
-        assert set(a.app.state.store.tokens) == set(TOKENS)
+        assert set(a.app.state.service.registry.states) == set(TOKENS)
 
 
 @contextlib.asynccontextmanager
@@ -151,7 +151,7 @@ async def test_keyed_clients_reach_one_backend_per_key_over_both_transports_behi
                     await session.initialize()
                     result = await session.call_tool("read_memory", {"query": "via key"})
                     assert not result.is_error and token in str(result.content), result.content
-        on_a, on_b = set(a.app.state.store.tokens), set(b.app.state.store.tokens)
+        on_a, on_b = set(a.app.state.service.registry.states), set(b.app.state.service.registry.states)
         assert on_a and on_b and not on_a & on_b, (on_a, on_b)  # spread, each vault on one process
         assert on_a | on_b == set(TOKENS)
         async with httpx2.AsyncClient(timeout=10) as client:  # the backends' answers pass through

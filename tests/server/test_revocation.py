@@ -96,7 +96,7 @@ async def test_a_revoked_keys_streams_close_and_hear_nothing_more(
     doomed = keys.add(keys_file, "laptop", "alice", read_only=True)
     other = keys.add(keys_file, "agent", "alice", read_only=False)
     async with server_factory(keys_file=keys_file) as srv, contextlib.AsyncExitStack() as stack:
-        changes = srv.app.state.store.changes
+        changes = srv.app.state.service.changes
         url = f"{srv.url}/mcp"
         # The doomed key: a handshake-era session subscribed to the vault (its GET stream) ...
         legacy_heard = Heard()

@@ -665,7 +665,7 @@ async def test_odd_files_are_listed_searchable_and_never_double_fronted(server_f
         # A hand-made file with BOM and CRLF: reads leave it alone; migrate gives it exactly one
         # block, the original text kept as its body.
         assert legacy_bom.read_bytes() == legacy_bom_bytes
-        assert await srv.app.state.store.migrate("alice") == ["legacy-bom.md"]
+        assert await srv.app.state.service.store.migrate("alice") == ["legacy-bom.md"]
         legacy_text = legacy_bom.read_bytes().decode("utf-8")
         assert legacy_text.count("\ufeff") <= 1 and legacy_text.lstrip("\ufeff").startswith("---")
         assert fence_count(legacy_text) == 2
@@ -687,7 +687,7 @@ async def test_access_time_written_back_at_most_once_a_day(server_factory, vault
     async with server_factory(clock=lambda: clock_now[0]) as srv, srv.session("alice") as s:
         err, text = await srv.call(s, "read_memory", query="ibis")
         assert not err and "## Daily" in text
-        await srv.app.state.store.idle()  # the write-back runs after the reply, off the read's path
+        await srv.app.state.service.idle()  # the write-back runs after the reply, off the read's path
         first = path.read_bytes()
         first_mtime = path.stat().st_mtime_ns
         assert first != original
@@ -697,7 +697,7 @@ async def test_access_time_written_back_at_most_once_a_day(server_factory, vault
         for args in ({"query": "ibis"}, {"filenames": ["daily.md"]}, {}):
             err, text = await srv.call(s, "read_memory", **args)
             assert not err and "## Daily" in text
-        await srv.app.state.store.idle()
+        await srv.app.state.service.idle()
         assert path.read_bytes() == first
         assert path.stat().st_mtime_ns == first_mtime
 
@@ -705,7 +705,7 @@ async def test_access_time_written_back_at_most_once_a_day(server_factory, vault
         clock_now[0] = NOW + timedelta(days=1)
         err, text = await srv.call(s, "read_memory", query="ibis")
         assert not err
-        await srv.app.state.store.idle()
+        await srv.app.state.service.idle()
         assert f"lastAccessedAt: {iso(NOW + timedelta(days=1))}".encode() in path.read_bytes()
         assert fence_count(path.read_text(encoding="utf-8")) == 2
 

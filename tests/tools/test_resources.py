@@ -129,7 +129,7 @@ async def test_reading_resources_gives_the_files_and_records_no_access(server_fa
 
         text = await wait_for(overview)  # once the watcher has seen the hand-made file
         assert "- 1 memory:" in text and "- 1 session summary:" in text
-        await srv.app.state.store.idle()
+        await srv.app.state.service.idle()
         assert (folder / "deploy-notes.md").read_bytes() == before  # no lastAccessedAt written back
 
 
@@ -302,11 +302,11 @@ async def test_completion_is_bounded_in_a_large_vault(server_factory, vault_root
 def test_every_tool_has_a_title_and_all_four_hints(make_settings: Callable[..., Any]) -> None:
     import anyio
 
-    from memvault.ops.store import Store
+    from memvault.ops.service import Service
     from memvault.tools import build_server
 
     settings = make_settings()
-    server = build_server(Store(settings), settings)
+    server = build_server(Service(settings), settings)
     tools = anyio.run(server.list_tools)
     assert len(tools) >= 25
     for tool in tools:

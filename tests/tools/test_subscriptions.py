@@ -259,7 +259,7 @@ async def test_a_slow_reader_holds_a_bounded_backlog():
 async def test_subscriptions_end_with_their_client(server_factory, vault_root):
     seed(vault_root)
     async with server_factory() as srv:
-        changes = srv.app.state.store.changes
+        changes = srv.app.state.service.changes
         async with legacy(srv, "alice") as (client, _):
             await client.subscribe_resource(DEPLOY)
             await client.subscribe_resource(VAULT)

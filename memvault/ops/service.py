@@ -1,0 +1,169 @@
+"""The composition root: builds and owns one process's long-lived parts, and says how they are.
+
+A ``Service`` is made once per server, stdio session or CLI command. It builds the registry of
+tokens, the embedding worker, recall's reranker, the sweeps, the access recorder, the change
+listeners and (when asked) the watcher, joins them, and hands each caller the parts it uses:
+``Service.store`` (the memory operations) to the tools and the CLI, ``changes`` to subscriptions,
+``registry`` to the server's warm-up and the CLI's loads. ``close`` ends them in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+from memvault import __version__
+from memvault.clock import Clock, utcnow
+from memvault.config import Settings
+from memvault.disk.watcher import Watcher
+from memvault.ops.access import Recorder
+from memvault.ops.changes import Changes
+from memvault.ops.store import Store
+from memvault.ops.sweeps import Sweeps
+from memvault.registry import reconcile
+from memvault.registry.tokens import Tokens
+from memvault.search.embeddings import Embeddings
+from memvault.search.embeddings import from_settings as embeddings_from_settings
+from memvault.search.rerankers import Reranking
+
+__all__ = ["Service"]
+
+
+class Service:
+    """One process's parts: the loaded tokens and what works beside them in the background."""
+
+    def __init__(
+        self, settings: Settings, *, clock: Clock = utcnow, embeddings: Embeddings | None = None
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.started = time.monotonic()
+        self._background: set[asyncio.Task[Any]] = set()
+        self.embeddings = embeddings if embeddings is not None else embeddings_from_settings(settings)
+        self.registry = Tokens(settings, self.embeddings, self._in_background)
+        self.sweeps = Sweeps(self.registry, settings, clock, self._in_background)
+        self.recorder = Recorder(self.registry, self._in_background)
+        # Recall's reranker, loaded on first use; /healthz says which is in effect.
+        self.reranking = Reranking(settings.reranker if "recall" in settings.tools else "off")
+        # Who listens to which vault's changes; the watcher announces them (see memvault.ops.changes).
+        self.changes = Changes(settings.root)
+        self.store = Store(settings, self.registry, self.recorder, self.sweeps, clock=clock)
+        # The watcher watches a token's folder only while it is loaded or listened to.
+        self._watcher: Watcher | None = None
+        # Told before a load reads the folder (its thread) or after an unload (the loop); a
+        # listener still hears of hand edits after an unload.
+        self.registry.on_loaded = functools.partial(self._watch, still=self.changes.listening)
+        # Told when a token's first listener came (before listen returns) or its last one went.
+        self.changes.on_listened = functools.partial(self._watch, still=self.registry.loaded_or_loading)
+
+    # ------------------------------------------------------------------ the watcher
+
+    def watcher(self) -> Watcher:
+        """The watcher that brings outside edits of this vault to its loaded tokens and announces
+        them (the HTTP server and stdio each make one; ``start`` starts it, ``close`` stops it)."""
+        settings = self.settings
+        self._watcher = Watcher(
+            settings.root,
+            self.apply_changes,
+            enabled=settings.watch,
+            poll_interval=settings.poll_interval_seconds,
+            announce=self.changes.announce,
+        )
+        for token in list(self.registry.states):
+            if self.registry.loaded_or_loading(token) or self.changes.listening(token):
+                self._watcher.want(token)
+        return self._watcher
+
+    def apply_changes(self, token: str, paths: Iterable[Path], rescan: bool) -> int:
+        """Outside changes to a loaded token (worker thread; see memvault.registry.reconcile)."""
+        state = self.registry.states.get(token)
+        return 0 if state is None else reconcile.apply_changes(state, paths, rescan)
+
+    def _watch(self, token: str, wanted: bool, *, still: Callable[[str], object]) -> None:
+        """A token became wanted by one of its two users (loaded, listened to), or one stopped
+        wanting it: its folder is unwatched only if the other (``still``) does not want it."""
+        watcher = self._watcher
+        if watcher is None:
+            return
+        if wanted:
+            watcher.want(token)
+        elif not still(token):
+            watcher.unwant(token)
+
+    # ------------------------------------------------------------------ life
+
+    async def start(self, *, force_polling: bool = False) -> None:
+        """Start the watcher (if one was made) and the embedding model's load, which nothing waits
+        for and which makes way for the first requests."""
+        if self._watcher is not None:
+            await self._watcher.start(force_polling=force_polling)
+        self.embeddings.preload()
+
+    def health(self) -> dict[str, Any]:
+        """What /healthz tells of these parts; ``status`` is "degraded" while the watcher is not
+        watching (a container's health check notices a server serving stale results)."""
+        watcher = self._watcher
+        watching = watcher.state() if watcher is not None else "off"
+        loaded = [s for s in list(self.registry.states.values()) if s.loaded]
+        body: dict[str, Any] = {
+            "status": "ok" if watching in ("inotify", "polling") else "degraded",
+            "version": __version__,
+            "uptime_seconds": round(time.monotonic() - self.started, 1),
+            "tokens_loaded": len(loaded),
+            # What the server's memory follows: the loaded tokens and their memories (hot and archived).
+            "memories_loaded": sum(len(s.hot.memories) + len(s.archive.memories) for s in loaded),
+            "watcher": watching,
+            # Folders being read again after lost file events (a queue overflow): catching up, not degraded.
+            "rescanning": watcher.rescanning + len(watcher.rescan) if watcher is not None else 0,
+            "event_overflows": watcher.overflows if watcher is not None else 0,
+            "tools": list(self.settings.tools),
+        }
+        embedder = self.embeddings.status()
+        body["embeddings"] = {
+            "name": embedder.name or f"{embedder.requested} (loading)",
+            "dim": embedder.dim,
+            "pending": self.embeddings.pending(),
+            "cpu_seconds": round(self.embeddings.cpu_seconds, 2),
+        }
+        if embedder.fallback:
+            body["embeddings"]["fallback"] = embedder.fallback
+        reranker = self.reranking.status(embedder.tokens)
+        body["reranker"] = {"name": reranker.name}
+        if reranker.fallback:
+            body["reranker"]["fallback"] = reranker.fallback
+        return body
+
+    def _in_background(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run work after the current request; close() cancels or awaits what is left."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def idle(self) -> None:
+        """Wait for background work (eviction sweeps) to finish; used by tests and shutdown."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop the watcher, end background work, record queued accesses, save large tokens'
+        snapshots, stop the embedding worker and close every sidecar."""
+        if self._watcher is not None:
+            await self._watcher.stop()
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*list(self._background), return_exceptions=True)
+        states = self.registry.states
+        for state in states.values():  # accesses still queued: recorded, not lost
+            if state.loaded:
+                await anyio.to_thread.run_sync(self.recorder.drain_now, state)
+        for state in states.values():
+            if state.loaded and state.large:
+                await anyio.to_thread.run_sync(state.save_snapshot)
+        await anyio.to_thread.run_sync(self.embeddings.close)
+        self.registry.close()

@@ -1,0 +1,163 @@
+"""The registry of tokens: a load reads the folder, settles and serves vectors; idle tokens past
+the cap unload, least recently used first; a token in use never does."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import wait_for
+
+from memvault.config import Settings
+from memvault.ops.service import Service
+from memvault.records.sidecar import Sidecar
+
+pytestmark = pytest.mark.anyio
+
+
+def notes(folder: Path, count: int, word: str = "note") -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        (folder / f"{word}-{i}.md").write_text(
+            f"# {word.title()} {i}\n\n{word} number {i}\n", encoding="utf-8"
+        )
+
+
+async def test_a_load_reads_the_folder_then_settles_and_embeds(
+    make_settings: Callable[..., Settings], vault_root: Path
+) -> None:
+    notes(vault_root / "alice", 3)
+    notes(vault_root / "alice" / "archive", 1, "old")
+    service = Service(make_settings(embedder="hash"))
+    try:
+        async with service.registry.using("alice") as state:
+            assert state.loaded
+            with state.reading() as reading:
+                assert sorted(m.id for m in reading.memories()) == ["note-0.md", "note-1.md", "note-2.md"]
+                assert [m.id for m in reading.memories(archived=True)] == ["old-0.md"]
+        await wait_for(lambda: state.settled, timeout=10)
+        assert await wait_for(lambda: state.vectors.counts() == (4, 4), timeout=20)
+    finally:
+        await service.close()
+
+
+async def test_a_token_without_a_folder_loads_empty_and_creates_nothing(
+    make_settings: Callable[..., Settings], vault_root: Path
+) -> None:
+    service = Service(make_settings(embedder="hash"))
+    try:
+        async with service.registry.using("nobody") as state:
+            assert state.loaded
+            with state.reading() as reading:
+                assert reading.count() == 0
+        assert not (vault_root / "nobody").exists()
+    finally:
+        await service.close()
+
+
+async def test_idle_tokens_past_the_cap_unload_least_recently_used_first(
+    make_settings: Callable[..., Settings], vault_root: Path
+) -> None:
+    for token in ("a", "b", "c"):
+        notes(vault_root / token, 2)
+    service = Service(make_settings(embedder="hash", max_loaded_tokens=2))
+    registry = service.registry
+    try:
+        for token in ("a", "b", "c"):
+            async with registry.using(token):
+                pass
+        loaded = {t for t, s in registry.states.items() if s.loaded}
+        assert loaded == {"b", "c"}
+        assert registry.unloads == 1
+        parses = registry.parses
+        async with registry.using("a") as state:  # back on use, from its parse cache
+            assert state.loaded
+            with state.reading() as reading:
+                assert reading.count() == 2
+        assert registry.parses == parses
+        assert {t for t, s in registry.states.items() if s.loaded} == {"c", "a"}
+    finally:
+        await service.close()
+
+
+async def test_a_token_in_use_is_never_unloaded(
+    make_settings: Callable[..., Settings], vault_root: Path
+) -> None:
+    for token in ("held", "b", "c"):
+        notes(vault_root / token, 2)
+    service = Service(make_settings(embedder="hash", max_loaded_tokens=1))
+    registry = service.registry
+    try:
+        async with registry.using("held") as held:
+            for token in ("b", "c"):
+                async with registry.using(token):
+                    pass
+            assert held.loaded  # the least recently used, and past the cap, but in use
+            with held.reading() as reading:
+                assert reading.count() == 2
+        registry.unload_idle()  # released: now it goes
+        assert not held.loaded
+    finally:
+        await service.close()
+
+
+async def test_an_unloaded_tokens_sidecar_is_closed_off_the_event_loop(
+    make_settings: Callable[..., Settings], vault_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for token in ("a", "b"):
+        notes(vault_root / token, 1)
+    closed_on: list[bool] = []
+    close = Sidecar.close
+
+    def recording(self: Sidecar) -> None:
+        closed_on.append(threading.current_thread() is threading.main_thread())
+        close(self)
+
+    monkeypatch.setattr(Sidecar, "close", recording)
+    service = Service(make_settings(embedder="hash", max_loaded_tokens=1))
+    try:
+        async with service.registry.using("a"):
+            pass
+        async with service.registry.using("b"):
+            pass  # unloads a
+        await service.idle()
+        assert closed_on == [False]  # a's, in a worker thread (the event loop runs on the main one)
+    finally:
+        await service.close()
+
+
+async def test_the_first_call_after_a_load_does_not_list_the_folder_again(
+    make_settings: Callable[..., Settings], vault_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = vault_root / "alice"
+    notes(folder, 3)
+    first = Service(make_settings(embedder="hash"))
+    try:
+        await first.store.find("alice", query="note")  # the token's .memvault/ now exists
+    finally:
+        await first.close()
+    service = Service(make_settings(embedder="hash"))
+    listed: list[Any] = []
+    scandir = os.scandir
+
+    def counting(path: Any = ".") -> Any:
+        if Path(path) == folder:
+            listed.append(path)
+        return scandir(path)
+
+    try:
+        async with service.registry.using("alice"):
+            pass
+        monkeypatch.setattr(os, "scandir", counting)
+        found = await service.store.find("alice", query="note")
+        assert len(found.memories) == 3
+        assert listed == []  # the load saw the folder as it is; nothing changed since
+        (folder / "new.md").write_text("# New\n\na note saved by hand\n", encoding="utf-8")
+        found = await service.store.find("alice", query="hand")
+        assert [m.id for m in found.memories] == ["new.md"] and len(listed) == 1
+    finally:
+        await service.close()
