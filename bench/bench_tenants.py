@@ -33,7 +33,7 @@ from harness import machine_line, ms, pct, update_results
 
 from memvault import heap
 from memvault.config import Settings
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 
 WORDS = (
     "harbour deploy postgres garden invoice kiwi walrus migration backup ticket review budget lisbon "
@@ -83,7 +83,8 @@ async def run(args: argparse.Namespace) -> str:
     made = make_vault(root, args.tokens, args.memories)
     heap.configure()  # as `memvault serve` does
     settings = Settings(root=root).replace(max_loaded_tokens=args.loaded, watch=False)
-    store = Store(settings)
+    service = Service(settings)
+    store = service.store
     cold: list[float] = []
     steady: list[float] = []
     writes: list[float] = []
@@ -99,7 +100,7 @@ async def run(args: argparse.Namespace) -> str:
         for round_ in range(args.rounds):
             for i, t in enumerate(mine):
                 token = token_name(t)
-                was_loaded = store.registry.loaded_or_loading(token)
+                was_loaded = service.registry.loaded_or_loading(token)
                 start = time.perf_counter()
                 await store.find(token, query=f"{rng.choice(WORDS)} {rng.choice(WORDS)}")
                 (steady if was_loaded else cold).append(time.perf_counter() - start)
@@ -117,7 +118,7 @@ async def run(args: argparse.Namespace) -> str:
     async def watch() -> None:
         while True:
             await asyncio.sleep(2)
-            loaded = sum(1 for s in store.tokens.values() if s.loaded)
+            loaded = sum(1 for s in list(service.registry.states.values()) if s.loaded)
             rss.append((visits, rss_mb(), loaded))
 
     started = datetime.now(UTC)
@@ -126,9 +127,9 @@ async def run(args: argparse.Namespace) -> str:
     try:
         await asyncio.gather(*(agent(a) for a in range(args.agents)))
         elapsed = time.perf_counter() - t0
-        await store.idle()
+        await service.idle()
         gc.collect()
-        rss.append((visits, rss_mb(), sum(1 for s in store.tokens.values() if s.loaded)))
+        rss.append((visits, rss_mb(), sum(1 for s in list(service.registry.states.values()) if s.loaded)))
         # Nothing lost: every acknowledged write is a file, and a query finds it.
         for token, ids in written.items():
             for id in ids:
@@ -140,7 +141,7 @@ async def run(args: argparse.Namespace) -> str:
                 lost += [f"{token}/{id}" for id in found.missing]
     finally:
         watcher.cancel()
-        await store.close()
+        await service.close()
         # The bench's own writes are taken back, so the next run starts from the same vault.
         for token, ids in written.items():
             for id in ids:

@@ -16,10 +16,10 @@ from memvault.records.summaryfiles import APPEND_SEPARATOR, Stored, TextBuilder,
 
 __all__ = [
     "APPEND_SEPARATOR",
+    "CanonicalFiles",
     "Head",
     "Imported",
     "Page",
-    "SessionFiles",
     "SessionInfo",
     "SessionSummaries",
     "Stored",
@@ -174,7 +174,7 @@ def _tags_json(tags: Sequence[str]) -> str:
     return json.dumps(list(tags), ensure_ascii=False)
 
 
-class SessionFiles(Protocol):
+class CanonicalFiles(Protocol):
     """Where sessions are canonical (memvault.records.sync.SessionFiles): checked before, written after."""
 
     def check(self, conn: sqlite3.Connection, session_id: str) -> None: ...
@@ -195,7 +195,7 @@ class SessionSummaries(SidecarRecords):
         *,
         max_chars: int,
         clock: Clock = utcnow,
-        files: SessionFiles | None = None,
+        files: CanonicalFiles | None = None,
     ) -> None:
         super().__init__(sidecar, max_chars=max_chars, clock=clock)
         self.files = files

@@ -68,7 +68,7 @@ class Stored:
 
 
 @dataclass(frozen=True, slots=True)
-class SessionFiles:
+class SessionOnDisk:
     """What a session's files hold: its versions as stored, oldest first, and whether git left
     markers in them."""
 
@@ -260,7 +260,7 @@ def check_folder(folder: Path) -> None:
         )
 
 
-def read(md: Path, history: Path, *, mtime_ts: str, stem: str | None = None) -> SessionFiles:
+def read(md: Path, history: Path, *, mtime_ts: str, stem: str | None = None) -> SessionOnDisk:
     """A session's versions from its files. Lines that are not versions (git's markers, a damaged
     line) mark the session conflicted: it is served as far as it reads, and not written. With
     ``stem`` (the files' name), lines and frontmatter naming a session whose files have another
@@ -308,7 +308,7 @@ def read(md: Path, history: Path, *, mtime_ts: str, stem: str | None = None) -> 
             ordered.append(added)
             unrecorded = (added,)
         latest = hand
-    return SessionFiles(
+    return SessionOnDisk(
         session_id, ordered, conflicted, history_versions, latest, unrecorded, retitled, stale, foreign
     )
 

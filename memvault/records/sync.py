@@ -31,6 +31,7 @@ from memvault.records.sidecar import Sidecar
 from memvault.records.summaries import insert_stored, stored_rows
 from memvault.records.summaryfiles import (
     HISTORY_SUFFIX,
+    SessionOnDisk,
     Stored,
     TextBuilder,
     Version,
@@ -46,7 +47,6 @@ from memvault.records.summaryfiles import (
     whole,
     write_markdown,
 )
-from memvault.records.summaryfiles import SessionFiles as FilesHold
 
 GRAPH_SHAPE = "graph_shape"  # sidecar state key: whether graph.jsonl starts with a BOM, ends with a newline
 SYNCED = "canonical_files"  # sidecar state key: set once sidecar-only data was written out to files
@@ -172,7 +172,7 @@ def _load_session(conn: sqlite3.Connection, folder: Path, stem: str, owners: dic
         _record(conn, folder, rel, files.session_id, files.conflicted)
 
 
-def _catch_up(folder: Path, files: FilesHold, md: Path, history: Path) -> None:
+def _catch_up(folder: Path, files: SessionOnDisk, md: Path, history: Path) -> None:
     lines = [history_line(row) for row in files.unrecorded]
     if files.retitled:
         lines.append(history_line(files.versions[-1], meta=True))

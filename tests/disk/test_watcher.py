@@ -422,17 +422,17 @@ async def test_own_writes_are_not_reparsed(server_factory):
         before = (folder / "own-write.md").read_bytes()
         err, text = await srv.call(s, "read_memory", query="okapiharp")
         assert not err and "own-write.md" in text, text
-        await store.idle()  # the access write-back runs after the reply
+        await srv.app.state.service.idle()  # the access write-back runs after the reply
         assert (folder / "own-write.md").read_bytes() != before
-        await store.idle()
-        assert store.parses == parses
+        await srv.app.state.service.idle()
+        assert tokens_of(srv).parses == parses
 
         # The events of those writes arrive before the sentinel's; once the sentinel is indexed and
         # the watcher is idle, all of them have been handled.
         put_atomic(folder / "sentinel.md", note("Sentinel", "hand written: dingoukulele"))
         await wait_for(lambda: hot_hits(srv, "dingoukulele") == {"sentinel.md"}, DEADLINE)
         await wait_for(lambda: watcher.idle, DEADLINE)
-        assert store.parses == parses + 1, (
+        assert tokens_of(srv).parses == parses + 1, (
             "the server's own writes were parsed again when their events arrived"
         )
         assert hot_hits(srv, "okapiharp") == {"own-write.md"}

@@ -19,7 +19,7 @@ from memvault.git.merge import kind_of, merge_file, resolve_modify_delete
 from memvault.git.mergememory import conflict_copy_of
 from memvault.records.graphfile import compact, parse
 from memvault.records.summaryfiles import (
-    SessionFiles,
+    SessionOnDisk,
     Stored,
     Version,
     history_line,
@@ -212,7 +212,7 @@ def history_of(rows: list[tuple[int, bool, str]], start: int = 1) -> list[str]:
     return lines
 
 
-def read_session(history: bytes, md: bytes = b"") -> SessionFiles:
+def read_session(history: bytes, md: bytes = b"") -> SessionOnDisk:
     with tempfile.TemporaryDirectory() as folder:
         md_path, history_path = paths(Path(folder), SESSION)
         md_path.parent.mkdir()
