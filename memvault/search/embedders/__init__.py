@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 
-class _Loads(Protocol):
+class _EmbedderModule(Protocol):
     """What an embedder's module offers the registry."""
 
     def load(self, target: str, options: Options) -> Embedder: ...
@@ -59,5 +59,5 @@ def load_embedder(
     (and InvalidArgument, as the settings do, if no embedder has that name)."""
     kind = embedder_kind(spec)
     assert kind.module is not None  # every embedder kind has its module
-    module: _Loads = importlib.import_module(f"{__name__}.{kind.module}")
+    module: _EmbedderModule = importlib.import_module(f"{__name__}.{kind.module}")
     return module.load(split(spec)[1], Options(url, key, model))

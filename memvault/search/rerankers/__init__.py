@@ -43,7 +43,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class _Loads(Protocol):
+class _RerankerModule(Protocol):
     """What a reranker's module offers the registry."""
 
     MODEL: bool
@@ -51,8 +51,8 @@ class _Loads(Protocol):
     def load(self, target: str) -> Reranker: ...
 
 
-def _module(kind: Kind) -> _Loads:
-    module: _Loads = importlib.import_module(f"{__name__}.{kind.module}")
+def _module(kind: Kind) -> _RerankerModule:
+    module: _RerankerModule = importlib.import_module(f"{__name__}.{kind.module}")
     return module
 
 
