@@ -2,16 +2,19 @@
 """Start to first answer: `memvault serve` and `memvault stdio` on a small vault, beside a bare SDK server.
 
     python bench/bench_coldstart.py --rounds 9 --out bench/RESULTS.md
+    python bench/bench_coldstart.py --package old=/tmp/old --package new=/tmp/new
 
 Each case starts its server as a fresh process and times, from just before the spawn, the first
 answer of an MCP client (the official one, imported before the clock starts): `initialize`, then
-one tool call (memvault: `read_memory` of a word of the vault; the floor: its `echo`). Over HTTP the
-client connects as soon as the port accepts (polled every 2 ms); over stdio the client's own
-spawn is timed. Cases: the floor (`bench/floor_server.py`, HTTP and `--stdio`), memvault with its
-derived state deleted (start) and kept from the previous run (restart), and with `--official` the
-official memory server (stdio, node). The cases take turns within each round, in an order that
-rotates, so that the shared machine's noise hits them alike; read medians and the ratio to the
-floor.
+one tool call (memvault: `read_memory` of a word of the vault; the floor: its `echo`). Over HTTP
+the client connects as soon as the port accepts (polled every 2 ms); over stdio the client's own
+spawn is timed. Bytecode is cached, as in an installed wheel (PYTHONDONTWRITEBYTECODE is dropped
+and a warm-up run of every case writes it). Cases: the floor (`bench/floor_server.py`, HTTP and
+`--stdio`); memvault with its derived state deleted (start) and kept from the previous run
+(restart), for each `--package` version (a folder holding a `memvault` package, e.g. from `git
+archive`) or the installed one; with `--official`, the official memory server (stdio, node). The
+cases take turns within each round, in an order that rotates, so that the shared machine's noise
+hits them alike; read medians and the ratio to the floor.
 """
 
 from __future__ import annotations
@@ -52,7 +55,13 @@ def free_port() -> int:
 
 
 def clean_env(root: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
+    # Bytecode cached, as a user's installed wheel has it (an editable install under
+    # PYTHONDONTWRITEBYTECODE compiles every module at each start: a fifth of a second here).
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MEMVAULT_") and k != "PYTHONDONTWRITEBYTECODE"
+    }
     env["MEMVAULT_ROOT"] = str(root)
     env["MEMVAULT_LOG_LEVEL"] = "warning"
     return env
@@ -72,6 +81,26 @@ async def first_answer(session: ClientSession, tool: str, args: dict[str, Any]) 
     return init, first_text(result)
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, every thread) a process has used: what a start costs, which a
+    machine shared with others changes far less than the wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_child() -> int:
+    """The one server process this one has running (stdio_client does not say which it spawned)."""
+    me = os.getpid()
+    children = [
+        int(pid)
+        for task in Path(f"/proc/{me}/task").iterdir()
+        for pid in (task / "children").read_text().split()
+    ]
+    if len(children) != 1:
+        raise RuntimeError(f"expected one server process, found {len(children)}")
+    return children[0]
+
+
 async def wait_port(port: int, proc: subprocess.Popen[bytes], deadline: float) -> None:
     while True:
         with contextlib.suppress(OSError):
@@ -85,10 +114,17 @@ async def wait_port(port: int, proc: subprocess.Popen[bytes], deadline: float) -
 
 
 async def http_case(
-    cmd: list[str], env: dict[str, str], port: int, path: str, tool: str, args: dict[str, Any]
+    cmd: list[str],
+    env: dict[str, str],
+    port: int,
+    path: str,
+    tool: str,
+    args: dict[str, Any],
+    cwd: str | None = None,
 ):
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    quiet = None if os.environ.get("BENCH_STDERR") else subprocess.DEVNULL  # BENCH_STDERR=1: see the log
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=quiet)
     try:
         await wait_port(port, proc, start + 30)
         listening = time.perf_counter()
@@ -98,7 +134,8 @@ async def http_case(
         ):
             init, text = await first_answer(session, tool, args)
             answered = time.perf_counter()
-        return listening - start, init - start, answered - start, text
+            cpu = cpu_seconds(proc.pid)
+        return listening - start, init - start, answered - start, cpu, text
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -108,8 +145,10 @@ async def http_case(
             proc.wait()
 
 
-async def stdio_case(cmd: list[str], env: dict[str, str], tool: str, args: dict[str, Any]):
-    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=env)
+async def stdio_case(
+    cmd: list[str], env: dict[str, str], tool: str, args: dict[str, Any], cwd: str | None = None
+):
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=env, cwd=cwd)
     start = time.perf_counter()
     with open(os.devnull, "w") as errlog:
         async with (
@@ -118,7 +157,8 @@ async def stdio_case(cmd: list[str], env: dict[str, str], tool: str, args: dict[
         ):
             init, text = await first_answer(session, tool, args)
             answered = time.perf_counter()
-    return None, init - start, answered - start, text
+            cpu = cpu_seconds(server_child())
+    return None, init - start, answered - start, cpu, text
 
 
 def make_cases(
@@ -126,30 +166,41 @@ def make_cases(
 ) -> dict[str, Callable[[], Coroutine[Any, Any, Any]]]:
     py = sys.executable
     env = clean_env(root)
-    derived = root / TOKEN / ".memvault"
     read = ("read_memory", {"query": word})
     echo = ("echo", {"text": word})
 
-    def forget() -> None:
-        shutil.rmtree(derived, ignore_errors=True)
+    def version(label: str, folder: Path | None) -> dict[str, Callable[[], Coroutine[Any, Any, Any]]]:
+        """memvault's four cases, from the installed package or (``folder``) another version's, each
+        version on its own copy of the vault, so a restart finds its own derived state."""
+        vault = root / (label or "installed")
+        if not vault.exists():
+            shutil.copytree(root / "vault", vault)
+        venv = clean_env(vault)
+        cwd: str | None = None
+        if folder is not None:  # PYTHONPATH alone decides the package (not the current folder)
+            venv["PYTHONPATH"] = str(folder.resolve())
+            cwd = tempfile.gettempdir()
+        tag = f" [{label}]" if label else ""
 
-    def serve(cold: bool) -> Callable[[], Coroutine[Any, Any, Any]]:
-        async def run():  # type: ignore[no-untyped-def]
-            if cold:
-                forget()
-            port = free_port()
-            cmd = [py, "-m", "memvault", "serve", "--port", str(port)]
-            return await http_case(cmd, env, port, f"/mcp/{TOKEN}", *read)
+        def run(kind: str, cold: bool) -> Callable[[], Coroutine[Any, Any, Any]]:
+            async def go():  # type: ignore[no-untyped-def]
+                if cold:
+                    shutil.rmtree(vault / TOKEN / ".memvault", ignore_errors=True)
+                if kind == "serve":
+                    port = free_port()
+                    cmd = [py, "-m", "memvault", "serve", "--port", str(port)]
+                    return await http_case(cmd, venv, port, f"/mcp/{TOKEN}", *read, cwd=cwd)
+                cmd = [py, "-m", "memvault", "stdio", "--token", TOKEN]
+                return await stdio_case(cmd, venv, *read, cwd=cwd)
 
-        return run
+            return go
 
-    def stdio(cold: bool) -> Callable[[], Coroutine[Any, Any, Any]]:
-        async def run():  # type: ignore[no-untyped-def]
-            if cold:
-                forget()
-            return await stdio_case([py, "-m", "memvault", "stdio", "--token", TOKEN], env, *read)
-
-        return run
+        return {
+            f"memvault serve{tag}, start (no .memvault/)": run("serve", True),
+            f"memvault serve{tag}, restart": run("serve", False),
+            f"memvault stdio{tag}, start (no .memvault/)": run("stdio", True),
+            f"memvault stdio{tag}, restart": run("stdio", False),
+        }
 
     async def floor_http():  # type: ignore[no-untyped-def]
         port = free_port()
@@ -161,12 +212,11 @@ def make_cases(
 
     cases: dict[str, Callable[[], Coroutine[Any, Any, Any]]] = {
         "floor HTTP (bare SDK, uvicorn)": floor_http,
-        "memvault serve, start (no .memvault/)": serve(True),
-        "memvault serve, restart": serve(False),
         "floor stdio (bare SDK)": floor_stdio,
-        "memvault stdio, start (no .memvault/)": stdio(True),
-        "memvault stdio, restart": stdio(False),
     }
+    for spec in args.package or [""]:
+        label, _, folder = spec.partition("=")
+        cases.update(version(label, Path(folder) if folder else None))
     if args.official:
         graph = root / "official-memory.jsonl"
         official_env = {**env, "MEMORY_FILE_PATH": str(graph)}
@@ -197,7 +247,7 @@ def import_times(argv: Sequence[str], env: dict[str, str]) -> float:
 
 
 def report(
-    timings: dict[str, list[tuple[float | None, float, float]]],
+    timings: dict[str, list[tuple[float | None, float, float, float]]],
     imports: dict[str, list[float]],
     args: argparse.Namespace,
     command: str,
@@ -219,20 +269,25 @@ def report(
         f"A vault of {args.memories} memories; {args.rounds} rounds, the cases in turns (rotating order). "
         "Times from just before the spawn: `listen` when the port accepts, `init` when `initialize` "
         "answered, `answer` when the first tool call (memvault `read_memory`, the floor `echo`, the "
-        "official server `search_nodes`) answered. Ratio: median answer / the floor's on the same transport.",
+        "official server `search_nodes`) answered; `CPU` the server process's CPU time (all threads) "
+        "by then, which other processes' load changes far less than the wall time. Ratios: median "
+        "answer (CPU) / the floor's on the same transport.",
         "",
-        "| case | listen p50 | init p50 | answer p50 | answer p90 | answer min | vs floor |",
-        "|---|---|---|---|---|---|---|",
+        "| case | listen p50 | init p50 | answer p50 | answer p90 | answer min | vs floor | CPU p50 "
+        "| CPU vs floor |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, runs in timings.items():
         listen = [r[0] for r in runs if r[0] is not None]
         answer = [r[2] for r in runs]
         floor = floors["stdio" if "stdio" in name else "HTTP"]
         ratio = statistics.median(answer) / statistics.median([r[2] for r in timings[floor]])
+        cpu = statistics.median([r[3] for r in runs])
+        cpu_ratio = cpu / statistics.median([r[3] for r in timings[floor]])
         lines.append(
             f"| {name} | {ms(statistics.median(listen)) if listen else '-'} | "
             f"{ms(statistics.median([r[1] for r in runs]))} | {ms(statistics.median(answer))} | "
-            f"{ms(pct(answer, 0.9))} | {ms(min(answer))} | {ratio:.2f} |"
+            f"{ms(pct(answer, 0.9))} | {ms(min(answer))} | {ratio:.2f} | {ms(cpu)} | {cpu_ratio:.2f} |"
         )
     if imports:
         lines += [
@@ -246,22 +301,24 @@ def report(
     return "\n".join(lines) + "\n"
 
 
-async def run(args: argparse.Namespace, root: Path) -> dict[str, list[tuple[float | None, float, float]]]:
+async def run(
+    args: argparse.Namespace, root: Path
+) -> dict[str, list[tuple[float | None, float, float, float]]]:
     docs = synthetic_docs(args.memories, args.seed)
-    write_vault(root / TOKEN, docs, args.seed)
+    write_vault(root / "vault" / TOKEN, docs, args.seed)
     word = next(w.strip(".,").lower() for w in docs[0].content.split() if len(w) > 6)
     cases = make_cases(args, root, word)
-    timings: dict[str, list[tuple[float | None, float, float]]] = {name: [] for name in cases}
+    timings: dict[str, list[tuple[float | None, float, float, float]]] = {name: [] for name in cases}
     names = list(cases)
     for name in names:  # warm the OS caches and pyc files once
         await cases[name]()
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
-            listen, init, answer, text = await cases[name]()
+            listen, init, answer, cpu, text = await cases[name]()
             if name.startswith("memvault") and word not in text.lower():
                 raise RuntimeError(f"{name}: the first answer lacks {word!r}: {text[:200]}")
-            timings[name].append((listen, init, answer))
+            timings[name].append((listen, init, answer, cpu))
         print(
             f"round {r + 1}: " + ", ".join(f"{n.split(' (')[0]} {ms(timings[n][-1][2])}" for n in names),
             flush=True,
@@ -278,6 +335,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--official", help="command of the official memory server (stdio), e.g. 'node .../dist/index.js'"
     )
     parser.add_argument("--imports", type=int, default=3, help="runs of -X importtime per command (0: none)")
+    parser.add_argument(
+        "--package",
+        action="append",
+        metavar="LABEL=DIR",
+        help="a version to time: DIR holds its memvault package (git archive <rev> memvault | tar -x "
+        "-C DIR); repeat for several, taking turns (default: the installed one)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     given = list(argv if argv is not None else sys.argv[1:])

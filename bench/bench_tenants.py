@@ -6,7 +6,7 @@ round-robin through MEMVAULT_MAX_LOADED_TOKENS.
                                   [--rounds 3] [--root /tmp/memvault-tenants] [--out bench/RESULTS.md]
 
 The vault is written once under ``--root`` (plain files, as a person's or a git clone's; reused
-when its marker says it holds the same shape). Then one Service in this process (the server's
+when its marker says it holds the same shape). Then one Store in this process (the server's
 registry, sidecars, sweeps and write-backs, without HTTP: the HTTP layer is bench_load's) serves
 ``--agents`` concurrent agents; agent ``a`` owns tokens ``a, a + agents, a + 2 * agents, ...``
 and visits them in turn, ``--rounds`` times: a read_memory query, and every fifth visit a
@@ -118,7 +118,7 @@ async def run(args: argparse.Namespace) -> str:
     async def watch() -> None:
         while True:
             await asyncio.sleep(2)
-            loaded = sum(1 for s in service.registry.states.values() if s.loaded)
+            loaded = sum(1 for s in list(service.registry.states.values()) if s.loaded)
             rss.append((visits, rss_mb(), loaded))
 
     started = datetime.now(UTC)
@@ -129,7 +129,7 @@ async def run(args: argparse.Namespace) -> str:
         elapsed = time.perf_counter() - t0
         await service.idle()
         gc.collect()
-        rss.append((visits, rss_mb(), sum(1 for s in service.registry.states.values() if s.loaded)))
+        rss.append((visits, rss_mb(), sum(1 for s in list(service.registry.states.values()) if s.loaded)))
         # Nothing lost: every acknowledged write is a file, and a query finds it.
         for token, ids in written.items():
             for id in ids:

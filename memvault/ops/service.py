@@ -99,10 +99,11 @@ class Service:
     # ------------------------------------------------------------------ life
 
     async def start(self, *, force_polling: bool = False) -> None:
-        """Start the watcher (if one was made) and the embedding model's load, which nothing waits for."""
+        """Start the watcher (if one was made) and the embedding model's load, which nothing waits
+        for and which makes way for the first requests."""
         if self._watcher is not None:
             await self._watcher.start(force_polling=force_polling)
-        self.embeddings.ready()
+        self.embeddings.preload()
 
     def health(self) -> dict[str, Any]:
         """What /healthz tells of these parts; ``status`` is "degraded" while the watcher is not

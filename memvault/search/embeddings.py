@@ -45,6 +45,7 @@ WORKER_DUTY_PAUSE = 1.0  # after each batch the worker rests as long as the batc
 # proportion to that gave the worker a quarter of the process's CPU (measured, bench_load).
 BUSY_DUTY_PAUSE = 19.0
 BUSY_SECONDS = 1.0  # a request within this long makes the process busy
+LOAD_PATIENCE = 3.0  # the longest a model's load waits for a pause in the requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,7 @@ class Embeddings:
         self.embedded = 0  # texts embedded by the model (not reused from the sidecar); tests count them
         self.cpu_seconds = 0.0  # CPU time the worker spent on batches (/healthz)
         self._taken = 0  # memories taken by the batch in hand: pending() counts them until placed
+        self._hurry = False  # someone waits for the vectors (wait_idle): the model loads at once
 
     # -- the embedder --------------------------------------------------------------------------
 
@@ -134,6 +136,13 @@ class Embeddings:
             with self._cond:
                 self._cond.notify_all()
         return self._embedder
+
+    def preload(self) -> None:
+        """Load the model in the background once the first requests are answered: a process just
+        started counts as busy, so a client's first call (a hook, a stdio client) does not share
+        the GIL with the load."""
+        self.last_request = max(self.last_request, time.monotonic())
+        self.ready()
 
     def embed_query(self, text: str) -> FloatMatrix | None:
         embedder = self.ready()
@@ -207,6 +216,8 @@ class Embeddings:
         deadline = time.monotonic() + timeout
         self._start()
         with self._cond:
+            self._hurry = True
+            self._cond.notify_all()
             while self._busy or any(v.has_work for v in self._tokens):
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -223,6 +234,12 @@ class Embeddings:
             thread.join(timeout=10)
 
     def _run(self) -> None:
+        deadline = time.monotonic() + LOAD_PATIENCE
+        with self._cond:  # a model's load holds the GIL for a while: requests first
+            while self._embedder is None and not (self._closed or self._hurry) and self.busy():
+                if (left := deadline - time.monotonic()) <= 0:
+                    break
+                self._cond.wait(min(left, BUSY_SECONDS))
         try:
             embedder = self.load()
         except Exception:  # pragma: no cover - load() falls back instead of raising

@@ -419,6 +419,30 @@ def test_the_worker_waits_while_a_token_loads(tmp_path: Path):
     embeddings.close()
 
 
+def test_a_preloaded_model_makes_way_for_requests_until_someone_waits_for_it():
+    import threading
+    import time
+
+    loads: list[float] = []
+    loaded = threading.Event()
+
+    def loader() -> HashEmbedder:
+        loads.append(time.monotonic())
+        loaded.set()
+        return HashEmbedder()
+
+    embeddings = Embeddings("wordllama", loader=loader)
+    embeddings.preload()  # as a server does at start: its first calls come right after
+    for _ in range(10):  # requests keep coming (Tokens.using marks each)
+        embeddings.last_request = time.monotonic()
+        assert not loaded.wait(0.05)
+    assert embeddings.status().name is None  # still "(loading)" in /healthz
+    assert embeddings.wait_idle(timeout=20)  # a caller that needs the vectors has it loaded now,
+    assert loaded.wait(20)  # however busy the process
+    assert len(loads) == 1
+    embeddings.close()
+
+
 # ---------------------------------------------------------------------------- int8 vectors
 
 
