@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from memvault.importers.base import ImportRefused, Options
+from memvault.importers.base import ImportOptions, ImportRefused
 from memvault.importers.copies import Note
 from memvault.importers.markdown import MarkdownImporter, folder_name
 from memvault.ops.transcripts import files_under
@@ -133,7 +133,7 @@ def titled(data: bytes) -> bytes:
 class ClaudeMemoryImporter(MarkdownImporter):
     name = "claude-memory"
 
-    def sources(self, options: Options, vault: Path) -> Iterator[tuple[Path, str, str]]:
+    def sources(self, options: ImportOptions, vault: Path) -> Iterator[tuple[Path, str, str]]:
         for projects in default_projects(options.paths):
             if not projects.is_dir():
                 raise ImportRefused(f"{projects} is not a folder (Claude Code's projects folder)")

@@ -48,7 +48,7 @@ class Runner:
     ) -> tuple[int, Heard]:
         heard = Heard()
         importer = importers.find(kind)(self.settings(), heard)
-        code = importer.run(importers.Options(token, list(paths), **options))
+        code = importer.run(importers.ImportOptions(token, list(paths), **options))
         return code, heard
 
 

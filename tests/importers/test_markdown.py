@@ -7,7 +7,7 @@ from pathlib import Path
 
 from importers.conftest import Heard
 from memvault.config import Settings
-from memvault.importers import Options
+from memvault.importers import ImportOptions
 from memvault.importers.copies import Note
 from memvault.importers.markdown import MarkdownImporter
 
@@ -17,7 +17,7 @@ class Upper(MarkdownImporter):
 
     name = "upper"
 
-    def sources(self, options: Options, vault: Path) -> Iterator[tuple[Path, str, str]]:
+    def sources(self, options: ImportOptions, vault: Path) -> Iterator[tuple[Path, str, str]]:
         for path in sorted(options.paths[0].glob("*.md")):
             yield path, f"up/{path.name}", f"upper:{path.name}"
 
@@ -32,8 +32,8 @@ def test_a_kind_names_its_sources_and_the_shared_run_plans_writes_and_reports(
     (tmp_path / "in" / "a.md").write_text("# a\n\nbody\n")
     settings = Settings(root=tmp_path / "m", watch=False, load_processes=0, capacity=1)
     importer = Upper(settings, heard)
-    options = Options("alice", [tmp_path / "in"])
-    assert importer.run(Options("alice", [tmp_path / "in"], dry_run=True)) == 0
+    options = ImportOptions("alice", [tmp_path / "in"])
+    assert importer.run(ImportOptions("alice", [tmp_path / "in"], dry_run=True)) == 0
     assert heard.said[0].endswith("in/a.md -> up/a.md: new") and not (tmp_path / "m").exists()
     assert importer.run(options) == 0
     copy = (tmp_path / "m" / "alice" / "up" / "a.md").read_text()
@@ -49,6 +49,6 @@ def test_an_import_past_the_capacity_warns_naming_priority_and_the_setting(
     for name in "abc":
         (tmp_path / "in" / f"{name}.md").write_text(f"# {name}\n")
     settings = Settings(root=tmp_path / "m", watch=False, load_processes=0, capacity=2)
-    Upper(settings, heard).run(Options("alice", [tmp_path / "in"]))
+    Upper(settings, heard).run(ImportOptions("alice", [tmp_path / "in"]))
     assert len(heard.warned) == 1 and "--priority P0" in heard.warned[0]
     assert "MEMVAULT_CAPACITY=2" in heard.warned[0]
