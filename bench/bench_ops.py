@@ -38,15 +38,9 @@ async def worker(locomo: Path | None, writes: bool) -> None:
     sys.path.insert(0, str(HERE))
     import bench_load
     import corpus
+    from opening import open_store
 
     from memvault.config import Settings
-
-    try:
-        from memvault.ops.recall import Recaller
-        from memvault.ops.store import Store
-    except ImportError:  # a version from before the package had folders
-        from memvault.recall import Recaller  # type: ignore[no-redef]
-        from memvault.store import Store  # type: ignore[no-redef]
 
     docs = corpus.locomo_docs(locomo, 2000) if locomo else corpus.synthetic_docs(2000, 1)
     with tempfile.TemporaryDirectory() as folder:
@@ -54,17 +48,18 @@ async def worker(locomo: Path | None, writes: bool) -> None:
         names = bench_load.write_tokens(root, 1, docs, 1000, 1)[0]
         words = [w for d in docs for w in d.content.split() if w.isalpha() and len(w) > 5][:5000]
         settings = Settings(root=root, capacity=10**9)
-        store = Store(settings)
+        opened = open_store(settings)
+        store = opened.store
         # As the recall tool builds it: the configured reranker (MaxSim with WordLlama by default).
         try:
             from memvault.search.rerankers import Reranking
 
-            recaller = Recaller(store, reranking=Reranking(settings.reranker))
+            recaller = opened.recaller(reranking=Reranking(settings.reranker))
         except ImportError:  # a version from before rerankers
-            recaller = Recaller(store)
+            recaller = opened.recaller()
         await recaller.recall("agent00", "warm up", limit=10)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and store.embeddings.pending():
+        while time.monotonic() < deadline and opened.embeddings.pending():
             await asyncio.sleep(0.1)
         await asyncio.sleep(5)  # the worker's last clean-up (heap release)
         rng = random.Random(3)
@@ -104,7 +99,7 @@ async def worker(locomo: Path | None, writes: bool) -> None:
                     await op(argument)
                 timings.append(f"{name}={(time.thread_time() - started) / len(arguments) * 1000:.4f}")
             print("\t".join(timings), flush=True)
-        await store.close()
+        await opened.close()
 
 
 def main() -> int:

@@ -126,12 +126,13 @@ async def run(args: argparse.Namespace, vault_root: Path, docs: list[Doc], res: 
     res.raw_read_s = time.perf_counter() - start
 
     async with serve(settings) as srv:
-        store = srv.app.state.store
+        service = srv.app.state.service
+        store = service.store
         url = f"{srv.url}/mcp/{TOKEN}"
         async with client(url) as session, client(f"{srv.url}/mcp/{EMPTY_TOKEN}") as empty:
             first = queries["title word"][0]
             res.cold_s, _ = await call(session, "read_memory", {"query": first})
-            await store.idle()  # the first read starts the lazy eviction sweep
+            await service.idle()  # the first read starts the lazy eviction sweep
 
             async def tool_body(q: str) -> None:
                 # The read_memory tool's body without MCP: store.find + render + touch.

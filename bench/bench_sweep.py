@@ -52,7 +52,8 @@ def write_old_vault(folder: Path, docs: list[corpus.Doc], seed: int) -> None:
 
 async def run(root: Path, words: list[str], limit: float) -> dict[str, float]:
     async with serve(Settings(root=root)) as server:
-        store = server.app.state.store
+        service = server.app.state.service
+        store = service.store
         async with client(f"{server.url}/mcp/{TOKEN}") as session:
             t0 = time.monotonic()
             first, _ = await call(session, "read_memory", {"query": words[0]})
@@ -65,7 +66,7 @@ async def run(root: Path, words: list[str], limit: float) -> dict[str, float]:
                 elapsed, _ = await call(session, "read_memory", {"query": rng.choice(words)})
                 latencies.append(elapsed)
             swept = time.monotonic() - t0
-            await store.idle()
+            await service.idle()
         archived = (
             sum(1 for _ in (root / TOKEN / "archive").iterdir()) if (root / TOKEN / "archive").exists() else 0
         )

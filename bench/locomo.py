@@ -56,8 +56,9 @@ from harness import machine_line, pct, serve, update_results
 from memvault.config import Settings
 from memvault.disk.markdown import render_new
 from memvault.disk.names import slugify
-from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller, Weights
+from memvault.ops.recall import Recaller
 from memvault.search.index import NEAR_MODES
+from memvault.search.ranking import DEFAULT_WEIGHTS, Weights
 
 CATEGORIES = (1, 2, 3, 4)
 LIMIT = 10
@@ -261,7 +262,7 @@ def ranked_turns(reply: str, names: dict[str, str]) -> list[str]:
 # ---------------------------------------------------------------------------- the run
 
 
-# Each step turns on one more part of the ranking (memvault.ops.recall.Weights), from plain BM25 scores
+# Each step turns on one more part of the ranking (memvault.search.ranking.Weights), from plain BM25 scores
 # to the default; measured through the tool's body on the same tokens.
 OFF: dict[str, Any] = {
     "context": (0.0, 0.0),
@@ -299,10 +300,15 @@ async def score_weights(
     return out
 
 
+def recaller_of(service: Any) -> Recaller:
+    """A Recaller over the server's store, as the recall tool builds it (less its reranker)."""
+    return Recaller(service.store, service.registry, service.embeddings)
+
+
 async def run_ablation(
-    store: Any, conversations: list[Conversation], names_by_token: Tokens, res: Results
+    service: Any, conversations: list[Conversation], names_by_token: Tokens, res: Results
 ) -> None:
-    recaller = Recaller(store)
+    recaller = recaller_of(service)
     for label, off in ABLATION:
         weights = DEFAULT_WEIGHTS.replace(**{name: OFF[name] for name in off})
         by_conv = await score_weights(recaller, conversations, names_by_token, weights)
@@ -352,7 +358,7 @@ def tried_lines(tried: list[tuple[Weights, dict[str, Scores]]]) -> list[str]:
 
 # ---------------------------------------------------------------------------- cross-validation
 
-# What cross-validation chooses is a Setting: the ranking's weights (memvault.ops.recall.Weights).
+# What cross-validation chooses is a Setting: the ranking's weights (memvault.search.ranking.Weights).
 # A Procedure is how a Setting is chosen on some conversations: coordinate ascent from the default
 # over a grid (each round tries every value of one axis with the others fixed, keeping the best on
 # those conversations), where a move must gain at least ``min_gain`` of the objective. Which
@@ -491,10 +497,10 @@ class Grid:
         return chosen, await self.fit(train, DEFAULT_SETTING, chosen)
 
 
-async def run_cv(store: Any, conversations: list[Conversation], names_by_token: Tokens) -> CrossValidation:
+async def run_cv(service: Any, conversations: list[Conversation], names_by_token: Tokens) -> CrossValidation:
     """Leave one conversation out: choose a procedure and a setting on the others (nested), score on
     it, for each; then choose the same way on all."""
-    grid = Grid(Recaller(store), conversations, names_by_token)
+    grid = Grid(recaller_of(service), conversations, names_by_token)
     every = [c.name for c in conversations]
     folds = []
     for held_out in every:
@@ -618,14 +624,14 @@ async def run_quality(
                     res.overall.add(ranked, question.evidence)
                     res.by_category[question.category].add(ranked, question.evidence)
         if ablation:
-            await run_ablation(srv.app.state.store, conversations, names_by_token, res)
+            await run_ablation(srv.app.state.service, conversations, names_by_token, res)
         for weights in tries:
             by_conv = await score_weights(
-                Recaller(srv.app.state.store), conversations, names_by_token, weights
+                recaller_of(srv.app.state.service), conversations, names_by_token, weights
             )
             res.tried.append((weights, by_conv))
         if cv:
-            res.cv = await run_cv(srv.app.state.store, conversations, names_by_token)
+            res.cv = await run_cv(srv.app.state.service, conversations, names_by_token)
 
 
 def write_scale_vault(folder: Path, conversations: list[Conversation], n: int) -> None:
@@ -664,7 +670,7 @@ async def run_scale(
             await call(client, "recall", {"query": "warm up", "limit": LIMIT})  # loads the token
             await wait_for_vectors(srv.url)
             res.scale_embed_s = time.perf_counter() - start
-            recaller = Recaller(srv.app.state.store)
+            recaller = recaller_of(srv.app.state.service)
             for q in questions[:5]:
                 await call(client, "recall", {"query": q, "limit": LIMIT})
             for q in questions:

@@ -31,10 +31,9 @@ HERE = Path(__file__).resolve().parent
 async def worker(locomo: Path, memories: int) -> None:
     sys.path.insert(0, str(HERE))
     import locomo as bench
+    from opening import open_store
 
     from memvault.config import Settings
-    from memvault.ops.recall import Recaller
-    from memvault.ops.store import Store
     from memvault.search.rerankers import Reranking
 
     conversations = [bench.load_conversation(p) for p in bench.conversation_files([locomo])]
@@ -43,11 +42,11 @@ async def worker(locomo: Path, memories: int) -> None:
         root = Path(folder)
         bench.write_scale_vault(root / "scale", conversations, memories)
         settings = Settings(root=root, capacity=10**9)
-        store = Store(settings)
+        opened = open_store(settings)
         # As the recall tool builds it: the configured reranker (MaxSim with WordLlama by default).
-        recaller = Recaller(store, reranking=Reranking(settings.reranker))
+        recaller = opened.recaller(reranking=Reranking(settings.reranker))
         await recaller.recall("scale", "warm up", limit=10)
-        while store.embeddings.pending():
+        while opened.embeddings.pending():
             await asyncio.sleep(0.2)
         for question in questions[:20]:
             await recaller.recall("scale", question, limit=10)
@@ -63,7 +62,7 @@ async def worker(locomo: Path, memories: int) -> None:
                 asked += 1
             p50 = statistics.median(wall) * 1000
             print(json.dumps({"p50": p50, "cpu": (time.process_time() - cpu) / 60 * 1000}), flush=True)
-        await store.close()
+        await opened.close()
 
 
 def main() -> int:

@@ -348,7 +348,7 @@ def wordllama_encoder() -> Embed:
     """WordLlama's L2 supercat table (256 dims) and tokenizer, read from the files its wheel ships, as
     memvault embeds with it (WordLlama.load looks for the tokenizer under a folder name the wheel
     does not use, then goes online)."""
-    from memvault.search.embedders import WordLlamaEmbedder
+    from memvault.search.embedders.wordllama import WordLlamaEmbedder
 
     embedder = WordLlamaEmbedder()
 
@@ -527,7 +527,7 @@ class MaxSim:
     that shape runs."""
 
     def __init__(self) -> None:
-        from memvault.search.embedders import WordLlamaEmbedder
+        from memvault.search.embedders.wordllama import WordLlamaEmbedder
 
         table = WordLlamaEmbedder().tokens  # the product's tokenizer, rows' lengths and stop tokens
         self.tokenizer = table.tokenizer
@@ -670,13 +670,14 @@ class Clock:
 
 
 def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
-    """The one place that knows memvault's import paths: a Store, a recall function over it, and the
+    """The one place that knows memvault's import paths: the store opened, a recall function over it, and the
     grid of ranking weights that ``--grid`` scores (for bench/recall_cv.py --package)."""
+    from opening import open_store
+
     from memvault.config import Settings
-    from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller
-    from memvault.ops.store import Store
     from memvault.search import embeddings
     from memvault.search.index import NEAR_ALL, NEAR_MISSING, NEAR_MODES
+    from memvault.search.ranking import DEFAULT_WEIGHTS
 
     # The embedding worker rests as long as each batch took (half a core at most) so that a server
     # stays responsive; here nothing else waits for the CPU, and the vectors are what is waited for.
@@ -697,13 +698,13 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         embed_model=os.environ.get("MEMVAULT_EMBED_MODEL") or None,
     )
     settings.validate()
-    from memvault.ops import recall as recall_module
+    from memvault.search import ranking as recall_module
     from memvault.search.rerankers import Reranking
 
-    store = Store(settings, clock=clock)
+    opened = open_store(settings, clock=clock)
     default = Reranking(settings.reranker)  # MEMVAULT_RERANKER as configured (the product's default)
     product = Reranking("maxsim")  # the product's MaxSim: token ids kept by the embedding worker
-    recaller = Recaller(store, reranking=default)
+    recaller = opened.recaller(reranking=default)
     shipped = (recall_module.POOL, recall_module.RERANK_TOP, recall_module.RERANK_WEIGHT)
     late: list[MaxSim] = []
 
@@ -837,7 +838,7 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
             for nb in (0.0, 0.2)
         }
 
-    return store, recall, grid
+    return opened, recall, grid
 
 
 async def run_memvault(
@@ -850,7 +851,8 @@ async def run_memvault(
     """Rankings (unit indices) per haystack per question, and timings; with ``grid``, also the
     rankings under every setting of memvault's grid (``info["grid"]``)."""
     clock = Clock()
-    store, recall, settings = memvault_store(root, clock, embedder)
+    opened, recall, settings = memvault_store(root, clock, embedder)
+    store = opened.store
     info: dict[str, Any] = {}
     try:
         ids: list[dict[str, int]] = []
@@ -869,7 +871,7 @@ async def run_memvault(
         info["write_p50_ms"] = statistics.median(writes) * 1000
         log(f"memvault: {len(writes)} writes in {info['write_s']:.1f} s")
         start = time.perf_counter()
-        embeddings = store.embeddings
+        embeddings = opened.embeddings
         while True:
             await asyncio.to_thread(embeddings.wait_idle, 600)
             if embeddings.pending() == 0:
@@ -907,7 +909,7 @@ async def run_memvault(
             log(f"memvault: {len(info['grid'])} settings of the grid scored")
         return out, info
     finally:
-        await store.close()
+        await opened.close()
 
 
 async def _at(clock: Clock, q: Question, found: Any) -> list[str]:

@@ -3,7 +3,7 @@
 
     python bench/token_churn.py [--tokens 4000] [--loaded 25] [--every 500] [--reranker maxsim]
 
-A Store with ``--loaded`` tokens kept loaded serves ``--tokens`` new tokens one after another:
+A server's store with ``--loaded`` tokens kept loaded serves ``--tokens`` new tokens one after another:
 each is written once (a short note with a word of its own), searched and recalled, so it is
 loaded and, later, unloaded. Every ``--every`` tokens, after the store is idle and a collection,
 prints the process's RSS and glibc's own counts (``mallinfo2``: bytes in use and free in its
@@ -23,7 +23,7 @@ from pathlib import Path
 from memvault import heap
 from memvault.config import Settings
 from memvault.ops.recall import Recaller
-from memvault.ops.store import Store
+from memvault.ops.service import Service
 
 WORDS = "harbour deploy postgres garden invoice kiwi walrus migration backup ticket review budget".split()
 
@@ -41,8 +41,9 @@ async def run(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="memvault-churn-")) / "vault"
     root.mkdir()
     heap.configure()  # as `memvault serve` does
-    store = Store(Settings(root=root).replace(max_loaded_tokens=args.loaded, reranker=args.reranker))
-    recaller = Recaller(store)
+    service = Service(Settings(root=root).replace(max_loaded_tokens=args.loaded, reranker=args.reranker))
+    store = service.store
+    recaller = Recaller(store, service.registry, service.embeddings)
     rng = random.Random(35)
     print("| tokens served | RSS MB | glibc in use MB | glibc free MB | glibc mmapped MB | loaded |")
     print("|---:|---:|---:|---:|---:|---:|")
@@ -54,18 +55,18 @@ async def run(args: argparse.Namespace) -> None:
             await store.find(token, query=rng.choice(WORDS))
             await recaller.recall(token, " ".join(rng.choices(WORDS, k=3)))
             if i % args.every == 0:
-                await store.idle()
+                await service.idle()
                 gc.collect()
                 info = heap.counts()
                 assert info is not None
-                loaded = sum(1 for s in store.tokens.values() if s.loaded)
+                loaded = sum(1 for s in service.registry.states.values() if s.loaded)
                 print(
                     f"| {i:,} | {rss_mb():.1f} | {info.in_use / 2**20:.1f} | {info.free / 2**20:.1f} "
                     f"| {info.mapped / 2**20:.1f} | {loaded} |",
                     flush=True,
                 )
     finally:
-        await store.close()
+        await service.close()
 
 
 def main() -> None:

@@ -15,10 +15,23 @@ PACKAGE = Path(__file__).parents[1] / "memvault"
 # The folders from the bottom up: a module may import its own folder and the folders below it,
 # never one above. The basics (config, clock, errors, heap, threads) are the modules at the top of
 # the package; ``__main__`` stands with the command line.
-LAYERS = ("", "disk", "records", "search", "load", "registry", "git", "ops", "tools", "server", "cli")
+LAYERS = (
+    "",
+    "disk",
+    "records",
+    "search",
+    "load",
+    "registry",
+    "git",
+    "ops",
+    "importers",
+    "tools",
+    "server",
+    "cli",
+)
 # Below the tools nothing knows of MCP or HTTP.
 PROTOCOL = ("mcp", "starlette", "sse_starlette", "uvicorn")
-PROTOCOL_FREE = ("", "disk", "records", "search", "load", "registry", "git", "ops")
+PROTOCOL_FREE = ("", "disk", "records", "search", "load", "registry", "git", "ops", "importers")
 # Helper processes import these; whatever they pull in, every helper start pays for.
 HELPERS = {
     "load.loader": ("mcp", "starlette", "memvault.ops", "memvault.registry", "memvault.search.embeddings"),
@@ -181,6 +194,17 @@ def reach_throughs(package: Path) -> list[str]:
     return sorted(bad)
 
 
+def shared_class_names(package: Path) -> dict[str, list[str]]:
+    """Class names defined in more than one place in the package, with where."""
+    where: dict[str, list[str]] = {}
+    for module in module_names(package):
+        tree = ast.parse(file_of(package, module).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(module)
+    return {name: places for name, places in sorted(where.items()) if len(places) > 1}
+
+
 def test_every_module_lives_in_a_known_folder() -> None:
     stray = [m for m in module_names(PACKAGE) if "." in m and m.split(".")[0] not in LAYERS]
     assert not stray, f"modules outside the folders this test knows: {stray}; add the folder to LAYERS"
@@ -201,6 +225,10 @@ def test_no_module_takes_another_modules_private_names() -> None:
 def test_no_module_reaches_through_the_store_to_a_part() -> None:
     """The tools, the server and the CLI are handed the parts they use (ops.service builds them)."""
     assert reach_throughs(PACKAGE) == []
+
+
+def test_each_class_name_means_one_thing_in_the_package() -> None:
+    assert shared_class_names(PACKAGE) == {}
 
 
 def test_nothing_below_the_tools_knows_mcp_or_http() -> None:
@@ -240,8 +268,8 @@ def test_the_checks_see_a_cycle_a_wrong_way_import_and_a_private_name(tmp_path: 
             "disk/vault.py": "from memvault import config\nfrom .names import _secret\n",
             "disk/names.py": "def f():\n    from memvault.disk.vault import x\n_secret = 1\n",
             "ops/__init__.py": '"""x"""\n',
-            "ops/store.py": "import mcp\nfrom memvault.disk import names\n",
-            "ops/service.py": "def f(store):\n    return store.registry\n",
+            "ops/store.py": "import mcp\nfrom memvault.disk import names\nclass Found: ...\n",
+            "ops/service.py": "def f(store):\n    return store.registry\nclass Found: ...\n",
             "tools/__init__.py": "def f(self, store):\n    self.store.embeddings.get()\n    store._sweeps\n",
         },
     )
@@ -250,6 +278,7 @@ def test_the_checks_see_a_cycle_a_wrong_way_import_and_a_private_name(tmp_path: 
     assert private_imports(root) == ["disk.vault takes memvault.disk.names._secret"]
     assert protocol_imports(root, ["ops.store", "disk.names"]) == ["ops.store imports mcp"]
     assert reach_throughs(root) == ["tools:2 store.embeddings", "tools:3 store._sweeps"]
+    assert shared_class_names(root) == {"Found": ["ops.service", "ops.store"]}
 
 
 @pytest.mark.parametrize("module", module_names(PACKAGE))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -44,7 +45,7 @@ MAX_VAULTS_NAMED = 3  # more vaults in one commit are summed up in its subject
 
 
 @dataclass(frozen=True, slots=True)
-class Change:
+class ChangedPath:
     """One path the commit changes: git's status letter (A, M, D), the path inside the vault, and the
     lines added and removed (for the graph)."""
 
@@ -58,7 +59,7 @@ def _plural(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
-def _counts(changes: list[Change]) -> Counter[str]:
+def _counts(changes: list[ChangedPath]) -> Counter[str]:
     """What changed in one vault (token folder), by kind."""
     counts: Counter[str] = Counter()
     hot_gone = {c.path for c in changes if c.status == "D" and not c.path.startswith(ARCHIVE + "/")}
@@ -98,7 +99,7 @@ def _counts(changes: list[Change]) -> Counter[str]:
     return counts
 
 
-_PHRASES = (
+_PHRASES: tuple[tuple[str, Callable[[int], str]], ...] = (
     ("written", lambda n: _plural(n, "memory", "memories") + " written"),
     ("deleted", lambda n: _plural(n, "memory", "memories") + " deleted"),
     ("archived", lambda n: _plural(n, "memory", "memories") + " archived"),
@@ -115,14 +116,14 @@ def _phrase(counts: Counter[str]) -> str:
     return ", ".join(say(counts[kind]) for kind, say in _PHRASES if counts[kind])
 
 
-def describe(changes: list[Change]) -> str:
+def describe(changes: list[ChangedPath]) -> str:
     """The commit message for ``changes``: a subject saying what changed in which vault
     (``memvault: team: 3 memories written, 1 graph change``), then the paths."""
-    by_vault: dict[str, list[Change]] = {}
+    by_vault: dict[str, list[ChangedPath]] = {}
     for c in changes:
         token, _, rest = c.path.partition("/")
         key, inner = (token, rest) if rest else ("", token)  # a file at the root: the vault's own settings
-        by_vault.setdefault(key, []).append(Change(c.status, inner, c.added, c.removed))
+        by_vault.setdefault(key, []).append(ChangedPath(c.status, inner, c.added, c.removed))
     parts = []
     named = sorted(k for k in by_vault if k)
     if len(named) > MAX_VAULTS_NAMED:
@@ -158,7 +159,7 @@ class Outcome:
 
 
 @dataclass(slots=True)
-class Target:
+class SyncTarget:
     """Where a repository's branch syncs to, read from its configuration once per loop."""
 
     branch: str
@@ -171,15 +172,17 @@ class Target:
         return f"refs/remotes/{self.remote}/{self.remote_branch}"
 
     @classmethod
-    def of(cls, repo: Repo) -> Target:
+    def of(cls, repo: Repo) -> SyncTarget:
         branch = repo.branch()
         remote, remote_branch = repo.upstream(branch)
         return cls(branch, remote, remote_branch, repo.identity())
 
 
-def commit(repo: Repo, target: Target) -> str | None:
+def commit(repo: Repo, target: SyncTarget) -> str | None:
     """Commit everything that changed in the vault (its own writes, a person's edits), nothing
     outside it and nothing under .memvault/; the subject, or None when nothing changed."""
+    if not repo.changes():  # nothing changed: one git call, as an idle vault's sync mostly is
+        return None
     specs = repo.pathspecs()
     repo.run("add", "-A", "--", *specs)
     names = split_z(repo.run("diff", "--cached", "--no-renames", "--name-status", "-z", "--", *specs).stdout)
@@ -193,7 +196,7 @@ def commit(repo: Repo, target: Target) -> str | None:
     for status, path in zip(names[::2], names[1::2], strict=False):
         inside = repo.vault_relative(path)
         if inside is not None:
-            changes.append(Change(status[:1], inside, *numbers.get(path, (0, 0))))
+            changes.append(ChangedPath(status[:1], inside, *numbers.get(path, (0, 0))))
     if not changes:
         return None
     message = describe(changes)
@@ -202,21 +205,22 @@ def commit(repo: Repo, target: Target) -> str | None:
     return message.split("\n", 1)[0]
 
 
-def _tokens_touched(repo: Repo, root: Path, ref: str) -> list[Path]:
-    """The token folders a merge of ``ref`` writes into that this machine uses (they have derived
-    state, so a server or the CLI may write there): their locks are held during the merge."""
-    if repo.head() is None:
-        return []
+def _incoming(repo: Repo, root: Path, ref: str) -> tuple[set[str], list[Path]]:
+    """What a merge of ``ref`` changes: the paths (as git names them), and the token folders among
+    them that this machine uses (they have derived state, so a server or the CLI may write there):
+    their locks are held during the merge."""
     # What the remote changed since the histories met (or all it differs in, when they never met).
     related = repo.run("merge-base", "HEAD", ref, check=False).returncode == 0
     span = [f"HEAD...{ref}"] if related else ["HEAD", ref]
-    paths = split_z(repo.run("diff", "--name-only", "--no-renames", "-z", *span, "--", repo.vault).stdout)
+    paths = set(
+        split_z(repo.run("diff", "--name-only", "--no-renames", "-z", *span, "--", repo.vault).stdout)
+    )
     tokens = set()
     for path in paths:
         inside = repo.vault_relative(path)
         if inside is not None and "/" in inside:
             tokens.add(inside.split("/", 1)[0])
-    return [root / t for t in sorted(tokens) if (root / t / STATE_DIR).is_dir()]
+    return paths, [root / t for t in sorted(tokens) if (root / t / STATE_DIR).is_dir()]
 
 
 @contextlib.contextmanager
@@ -266,16 +270,24 @@ def _keep_edits(repo: Repo) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def merge(repo: Repo, root: Path, target: Target) -> tuple[int, tuple[str, ...]]:
+def merge(
+    repo: Repo, root: Path, target: SyncTarget, behind: int | None = None
+) -> tuple[int, tuple[str, ...]]:
     """Merge what the remote has (already fetched) with memvault's driver; (commits brought, files
-    whose edit was kept against a deletion). A conflict that still remains aborts the merge."""
-    if not repo.has(target.ref):
-        return 0, ()
-    _, behind = repo.ahead_behind(target.ref)
+    whose edit was kept against a deletion). A conflict that still remains aborts the merge.
+    ``behind``: the commits the remote has that HEAD lacks, when the caller has counted them."""
+    if behind is None:
+        _, behind = repo.ahead_behind(target.ref)
     if not behind:
         return 0, ()
-    with _holding(_tokens_touched(repo, root, target.ref)):
-        commit(repo, target)  # what was written since the last commit, so the merge starts clean
+    unborn = repo.head() is None
+    incoming, tokens = _incoming(repo, root, target.ref) if not unborn else (set(), [])
+    with _holding(tokens):
+        # Writes go on until the lock is held. The merge leaves alone what it does not change, so
+        # a write since the sync's commit waits in the work tree for the next commit, unless the
+        # merge changes that very file: only then is it committed first, while writes wait.
+        if unborn or repo.changed(incoming):
+            commit(repo, target)
         done = repo.run(
             *target.identity,
             "merge",
@@ -290,30 +302,38 @@ def merge(repo: Repo, root: Path, target: Target) -> tuple[int, tuple[str, ...]]
             target.ref,
             check=False,
         )
-        if done.returncode == 0:
-            commit(repo, target)  # what the driver set beside a file (both bodies of a conflict)
-            return behind, ()
-        if not (repo.git_dir / "MERGE_HEAD").exists():
-            # The merge never began (a file it would change has edits not yet committed, outside
-            # the vault or made a moment ago): nothing changed, the next sync tries again.
-            raise SyncFailed(f"git merge did not start: {git_repo.clean(done.stderr or done.stdout)}")
-        kept = _keep_edits(repo)
-        left = split_z(repo.run("diff", "--name-only", "--diff-filter=U", "-z").stdout)
-        if left:
-            repo.run("merge", "--abort", check=False)
-            shown = ", ".join(repo.vault_relative(p) or p for p in left[:5])
-            more = f" and {len(left) - 5} more" if len(left) > 5 else ""
-            raise SyncFailed(
-                f"git merge stopped at {shown}{more}: a conflict memvault cannot settle (a file it does "
-                "not merge itself). The merge was aborted and nothing was lost: local commits stay and "
-                "are pushed once a person merges (git pull, settle the file, git commit)."
-            )
-        repo.run(*target.identity, "commit", "--quiet", "--no-edit")
-        commit(repo, target)  # what the driver set beside a file (both bodies of a conflict)
-        return behind, kept
+        kept: tuple[str, ...] = ()
+        if done.returncode != 0:
+            kept = _settle(repo, target, done)
+    # What the driver set beside a file (both bodies of a conflict), and writes since: committing
+    # changes no file, so writes need not wait for it.
+    commit(repo, target)
+    return behind, kept
 
 
-def _push(repo: Repo, target: Target) -> bool:
+def _settle(repo: Repo, target: SyncTarget, done: subprocess.CompletedProcess[str]) -> tuple[str, ...]:
+    """A merge git stopped: the files deleted on one side and edited on the other keep the edit and
+    the merge is committed; any other conflict aborts it (SyncFailed)."""
+    if not (repo.git_dir / "MERGE_HEAD").exists():
+        # The merge never began (a file it would change has edits not yet committed, outside
+        # the vault or made a moment ago): nothing changed, the next sync tries again.
+        raise SyncFailed(f"git merge did not start: {git_repo.clean(done.stderr or done.stdout)}")
+    kept = _keep_edits(repo)
+    left = split_z(repo.run("diff", "--name-only", "--diff-filter=U", "-z").stdout)
+    if left:
+        repo.run("merge", "--abort", check=False)
+        shown = ", ".join(repo.vault_relative(p) or p for p in left[:5])
+        more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+        raise SyncFailed(
+            f"git merge stopped at {shown}{more}: a conflict memvault cannot settle (a file it does "
+            "not merge itself). The merge was aborted and nothing was lost: local commits stay and "
+            "are pushed once a person merges (git pull, settle the file, git commit)."
+        )
+    repo.run(*target.identity, "commit", "--quiet", "--no-edit")
+    return kept
+
+
+def _push(repo: Repo, target: SyncTarget) -> bool:
     """Push HEAD to the remote branch, never forced; False when the remote refused it because it moved."""
     done = repo.run(
         "push",
@@ -336,10 +356,10 @@ def _push(repo: Repo, target: Target) -> bool:
 def sync(
     repo: Repo,
     root: Path,
-    target: Target,
+    target: SyncTarget,
     *,
     network: bool | None = True,
-    wait: Callable[[float], bool] = lambda seconds: (time.sleep(seconds), False)[1],
+    wait: Callable[[float], bool] | None = None,
 ) -> Outcome:
     """One sync: commit, then fetch, merge and push until the remote takes the push. ``network``:
     True always, False never, None only when there is something to push. ``wait(seconds)`` sleeps
@@ -355,25 +375,33 @@ def sync(
         ahead, behind = repo.ahead_behind(target.ref)
         if network is False or not (committed or ahead):
             return Outcome(committed, ahead=ahead, behind=behind)
-    merged, kept, pushed = 0, (), False
+    merged, pushed = 0, False
+    kept: tuple[str, ...] = ()
     for attempt in range(PUSH_TRIES):
         repo.run("fetch", "--quiet", target.remote, timeout=NETWORK_TIMEOUT)
-        brought, settled = merge(repo, root, target)
-        merged, kept = merged + brought, kept + settled
-        ahead, _ = repo.ahead_behind(target.ref)
-        if not ahead or repo.head() is None:
+        ahead, behind = repo.ahead_behind(target.ref)
+        if behind:
+            brought, settled = merge(repo, root, target, behind)
+            merged, kept = merged + brought, kept + settled
+            ahead, behind = repo.ahead_behind(target.ref)
+        if not ahead:  # (an unborn HEAD is never ahead)
             break
         if _push(repo, target):
             pushed = True
             repo.run("fetch", "--quiet", target.remote, timeout=NETWORK_TIMEOUT)
+            ahead, behind = repo.ahead_behind(target.ref)
             break
-        if attempt == PUSH_TRIES - 1 or wait(BACKOFF_SECONDS * 2**attempt):
+        if attempt == PUSH_TRIES - 1 or (wait or _sleep)(BACKOFF_SECONDS * 2**attempt):
             raise SyncFailed(
                 f"git push was refused {attempt + 1} times because the remote kept moving; the next "
                 "sync tries again (never forced)."
             )
-    ahead, behind = repo.ahead_behind(target.ref)
     return Outcome(committed, merged, pushed, ahead, behind, kept, fetched=True)
+
+
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False  # never gives up
 
 
 @contextlib.contextmanager
@@ -393,7 +421,7 @@ def sync_vault(root: Path) -> Outcome:
     repo = git_repo.find(root)
     ensure_driver(root)
     with one_at_a_time(repo):
-        return sync(repo, root, Target.of(repo))
+        return sync(repo, root, SyncTarget.of(repo))
 
 
 def ensure_driver(root: Path) -> None:
@@ -476,7 +504,8 @@ class SyncLoop:
         self._due: float | None = None  # monotonic time of a sync asked for by a change
         self._thread: threading.Thread | None = None
         self._repo: Repo | None = None
-        self._target: Target | None = None
+        self._target: SyncTarget | None = None
+        self._stamp: tuple[object, ...] = ()  # the repository's config_stamp when _target was read
         self._told: set[str] = set()  # vaults told that syncing fails, this failing spell
         self.syncs = 0  # finished syncs, ok or not (tests wait on it)
 
@@ -560,8 +589,9 @@ class SyncLoop:
             if self._repo is None:
                 ensure_driver(self.root)
                 self._repo = repo
-            if self._target is None or network:  # a full sync reads branch, remote and identity anew
-                self._target = Target.of(repo)
+            stamp = repo.config_stamp()
+            if self._target is None or stamp != self._stamp:  # branch, remote or identity may differ
+                self._target, self._stamp = SyncTarget.of(repo), stamp
             target = self._target
             with one_at_a_time(repo):
                 outcome = sync(repo, self.root, target, network=network, wait=self._stopping.wait)

@@ -128,6 +128,38 @@ class Repo:
         prefix = self.vault + "/"
         return path[len(prefix) :] if path.startswith(prefix) else None
 
+    def changes(self) -> list[str]:
+        """The vault's paths (as git names them) that differ in the work tree or index from HEAD,
+        new files included: one git call."""
+        listed = self.run(
+            "status", "--porcelain", "-z", "--no-renames", "--untracked-files=all", "--", *self.pathspecs()
+        ).stdout
+        return [entry[3:] for entry in split_z(listed)]
+
+    def changed(self, paths: set[str]) -> bool:
+        """Whether any of ``paths`` (as git names them) has changed since HEAD (see :meth:`changes`)."""
+        return bool(paths) and any(path in paths for path in self.changes())
+
+    def config_stamp(self) -> tuple[object, ...]:
+        """What changes when the branch, its remote or the git identity may have: the repository's
+        HEAD and config files and the user's git config files, as stat sees them (no git call)."""
+        home = Path(os.environ.get("HOME") or "~").expanduser()
+        files = [
+            self.git_dir / "HEAD",
+            self.git_dir / "config",
+            Path(os.environ.get("GIT_CONFIG_GLOBAL") or home / ".gitconfig"),
+            Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "git" / "config",
+        ]
+        stamp: list[object] = []
+        for file in files:
+            try:
+                st = file.stat()
+            except OSError:
+                stamp.append(None)
+            else:
+                stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        return tuple(stamp)
+
     def blob(self, spec: str) -> bytes:
         """The bytes of a blob (``:2:path``: our side of a conflicted file), as git holds them."""
         try:
@@ -198,12 +230,15 @@ class Repo:
 
     def ahead_behind(self, ref: str) -> tuple[int, int]:
         """Commits HEAD has that ``ref`` lacks, and the other way round."""
+        done = self.run("rev-list", "--left-right", "--count", f"HEAD...{ref}", check=False)
+        counts = done.stdout.split()
+        if done.returncode == 0 and len(counts) == 2:  # both exist: one git call, as a sync mostly is
+            return int(counts[0]), int(counts[1])
         if self.head() is None:
             return 0, (self.count(ref) if self.has(ref) else 0)
         if not self.has(ref):
             return self.count("HEAD"), 0
-        counts = self.run("rev-list", "--left-right", "--count", f"HEAD...{ref}").stdout.split()
-        return int(counts[0]), int(counts[1])
+        raise SyncFailed(f"git rev-list failed: {clean(done.stderr or done.stdout)}", "rev-list")
 
     def count(self, ref: str) -> int:
         return int(self.run("rev-list", "--count", ref).stdout.strip() or 0)

@@ -41,7 +41,7 @@ from memvault.load import processes
 from memvault.load.pipes import Arrays, answer, run
 from memvault.search.columns import pack_strings, unpack_strings
 
-__all__ = ["Found", "Scan", "identity", "start"]
+__all__ = ["FolderDiff", "Scan", "identity", "start"]
 
 log = logging.getLogger("memvault")
 
@@ -64,7 +64,7 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
 
 
 @dataclass
-class Found:
+class FolderDiff:
     """A helper's scan, compared with the snapshot whose identity it gives."""
 
     snapshot: tuple[int, ...]
@@ -85,7 +85,7 @@ class Scan:
         self._expected = identity(snapshot_file)  # the snapshot the store is about to load
         self._counted = counted  # in _running (by start) until cancel()
 
-    def result(self) -> Found | None:
+    def result(self) -> FolderDiff | None:
         """The helper's answer once it is done (call it after loading the snapshot); None if it
         failed or compared with another snapshot than the store loaded (then scan in this process)."""
         try:
@@ -119,7 +119,7 @@ class Scan:
             self._counted = False
             _finished()
 
-    def _decode(self, arrays: Arrays) -> Found:
+    def _decode(self, arrays: Arrays) -> FolderDiff:
         leftovers = []
         for rel in unpack_strings(arrays["leftovers.blob"], arrays["leftovers.len"]):
             # Removed later under the token's lock: only names of ours, only inside the folder.
@@ -129,7 +129,7 @@ class Scan:
         # The ids are as trusted as a scan in this process: the helper ran Vault.scan (and the
         # store reads scanned files without name checks, as after loader helpers).
         changed, gone = _located(arrays, "changed"), _located(arrays, "gone")
-        return Found(tuple(arrays["snapshot"].tolist()), changed, gone, leftovers)
+        return FolderDiff(tuple(arrays["snapshot"].tolist()), changed, gone, leftovers)
 
 
 def start(token_dir: Path, snapshot_file: Path, most: int) -> Scan | None:

@@ -24,13 +24,14 @@ from memvault.clock import format_time
 from memvault.disk import safe
 from memvault.disk.files import NotRegularFile, atomic_write, file_change
 from memvault.disk.names import GRAPH_FILE, SESSIONS_DIR
-from memvault.errors import FileConflict, InvalidArgument
+from memvault.errors import FileConflict, InvalidArgument, LinkedFile, LinkedFolder, MemvaultError
 from memvault.records.graphfile import compose, entity_line, parse, relation_line
 from memvault.records.graphsearch import Entity, Relation
 from memvault.records.sidecar import Sidecar
 from memvault.records.summaries import insert_stored, stored_rows
 from memvault.records.summaryfiles import (
     HISTORY_SUFFIX,
+    SessionOnDisk,
     Stored,
     TextBuilder,
     Version,
@@ -46,7 +47,6 @@ from memvault.records.summaryfiles import (
     whole,
     write_markdown,
 )
-from memvault.records.summaryfiles import SessionFiles as FilesHold
 
 GRAPH_SHAPE = "graph_shape"  # sidecar state key: whether graph.jsonl starts with a BOM, ends with a newline
 SYNCED = "canonical_files"  # sidecar state key: set once sidecar-only data was written out to files
@@ -172,7 +172,7 @@ def _load_session(conn: sqlite3.Connection, folder: Path, stem: str, owners: dic
         _record(conn, folder, rel, files.session_id, files.conflicted)
 
 
-def _catch_up(folder: Path, files: FilesHold, md: Path, history: Path) -> None:
+def _catch_up(folder: Path, files: SessionOnDisk, md: Path, history: Path) -> None:
     lines = [history_line(row) for row in files.unrecorded]
     if files.retitled:
         lines.append(history_line(files.versions[-1], meta=True))
@@ -408,6 +408,14 @@ class SessionFiles:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+
+    def linked(self, session_id: str) -> MemvaultError | None:
+        """LinkedFile (LinkedFolder) when a file of the session, sessions/ or the token folder is a
+        link, which is never read through: a session missing for that reason is not "unknown"."""
+        for path in (*paths(self.folder, session_id), self.folder / SESSIONS_DIR, self.folder):
+            if os.path.islink(path):
+                return LinkedFolder() if path == self.folder else LinkedFile(_rel(self.folder, path))
+        return None
 
     def check(self, conn: sqlite3.Connection, session_id: str) -> None:
         md, history = paths(self.folder, session_id)

@@ -14,7 +14,7 @@ from pathlib import Path
 from memvault.disk.files import unchanged
 from memvault.disk.names import ARCHIVE, is_memory_path
 from memvault.errors import InvalidName
-from memvault.load.folderscan import Found
+from memvault.load.folderscan import FolderDiff
 from memvault.registry.state import TokenState
 
 
@@ -84,7 +84,7 @@ def _locate(state: TokenState, path: Path) -> tuple[str, bool] | None:
     return "/".join(parts), archived
 
 
-def rescan_folder(state: TokenState, found: Found | None = None) -> int:
+def rescan_folder(state: TokenState, found: FolderDiff | None = None) -> int:
     """Bring the loaded memories in line with the folder (``found``: a helper's scan of it,
     compared with the snapshot just loaded)."""
     if found is not None:

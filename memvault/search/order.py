@@ -1,6 +1,6 @@
 """Memories in the order they were written: who was written just before and after whom.
 
-Recall reads a memory with its neighbours (memvault.ops.recall: context and spread); a neighbour
+Recall reads a memory with its neighbours (memvault.search.ranking: context and spread); a neighbour
 is a memory written within ``gap`` seconds of the next one, a thread a run of such memories.
 """
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import (
@@ -27,21 +25,22 @@ from pydantic import ValidationError
 from memvault import __version__
 from memvault.config import Settings
 from memvault.ops.changes import Changes
-from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller
+from memvault.ops.recall import Recaller
 from memvault.ops.service import Service
 from memvault.ops.store import Store
+from memvault.search.ranking import DEFAULT_WEIGHTS
+from memvault.tools import sdk
 from memvault.tools.common import read_only
 from memvault.tools.completion import Completer
-from memvault.tools.graph import OUTPUT_SCHEMAS, register_graph_tools
+from memvault.tools.graph import OUTPUT_SCHEMAS, GraphTools
 from memvault.tools.guide import instructions
-from memvault.tools.memories import register_memory_tools
+from memvault.tools.memories import MemoryTools
 from memvault.tools.prompts import Prompts
-from memvault.tools.recall import register_recall_tools
+from memvault.tools.recall import RecallTools
 from memvault.tools.resources import Resources, guarded
 from memvault.tools.schema import compact
 from memvault.tools.subscriptions import Subscriptions
-from memvault.tools.summaries import register_session_tools
-from memvault.tools.titles import TITLES
+from memvault.tools.summaries import SessionTools
 
 __all__ = ["build_server"]
 
@@ -50,27 +49,34 @@ class Server(MCPServer):
     """The SDK's server, with lean tool schemas and argument errors worded for the agent."""
 
     _listed: list[MCPTool] | None = None
+    _by_name: dict[str, MCPTool] | None = None
 
     async def list_tools(self) -> list[MCPTool]:
         # Tools are registered once, before serving: compact their schemas once.
         if self._listed is None:
             self._listed = [lean(tool) for tool in await super().list_tools()]
+            self._by_name = {tool.name: tool for tool in self._listed}
         return self._listed
 
-    async def _handle_list_tools(
+    async def _tool(self, name: str) -> MCPTool | None:
+        await self.list_tools()
+        return self._by_name.get(name) if self._by_name is not None else None
+
+    async def list_tools_for(
         self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
+        """tools/list: a read-only key sees only the read-only tools."""
         tools = await self.list_tools()
         if read_only(ctx.request):
-            tools = [t for t in tools if t.annotations is not None and t.annotations.read_only_hint]
+            tools = [t for t in tools if _read_only_tool(t)]
         return ListToolsResult(tools=tools)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
         if context is not None and read_only(context.request_context.request):
-            tool = self._tool_manager.get_tool(name)
-            if tool is not None and not (tool.annotations and tool.annotations.read_only_hint):
+            tool = await self._tool(name)
+            if tool is not None and not _read_only_tool(tool):
                 # Refused before the tool runs: nothing is read for it, nothing written.
                 raise ToolError(f"This key is read-only, so {name} is refused; nothing was changed.")
         try:
@@ -81,18 +87,21 @@ class Server(MCPServer):
             raise
 
 
+def _read_only_tool(tool: MCPTool) -> bool:
+    return tool.annotations is not None and bool(tool.annotations.read_only_hint)
+
+
 def lean(tool: MCPTool) -> MCPTool:
     """The tool as listed, with its schemas compacted (see schema.compact).
 
     Every tool that sends structured content lists an output schema (the graph tools): a short one
     of their own (tools.graph.OUTPUT_SCHEMAS), since the derived ones would cost every session
-    about 3,000 characters for nothing an agent reads. Every tool has a title (tools.titles)."""
+    about 3,000 characters for nothing an agent reads. Every tool has its title from its @tool."""
     output = OUTPUT_SCHEMAS.get(tool.name) if tool.output_schema is not None else None
     return tool.model_copy(
         update={
             "input_schema": compact(tool.input_schema),
             "output_schema": output,
-            "title": tool.title or TITLES.get(tool.name),
         }
     )
 
@@ -120,11 +129,11 @@ def build_server(service: Service, settings: Settings) -> MCPServer:
     )
     store = service.store
     if "memories" in settings.tools:
-        register_memory_tools(server, store, settings)
+        MemoryTools(store, settings).register(server)
     if "sessions" in settings.tools:
-        register_session_tools(server, store, settings)
+        SessionTools(store, settings).register(server)
     if "graph" in settings.tools:
-        register_graph_tools(server, store, settings)
+        GraphTools(store, settings).register(server)
     if "recall" in settings.tools:
         recaller = Recaller(
             store,
@@ -133,7 +142,8 @@ def build_server(service: Service, settings: Settings) -> MCPServer:
             DEFAULT_WEIGHTS.replace(floor=settings.recall_floor),
             service.reranking,
         )
-        register_recall_tools(server, store, recaller, settings)
+        RecallTools(store, recaller, settings).register(server)
+    sdk.serve(server, "tools/list", PaginatedRequestParams, server.list_tools_for)
     serve_resources(server, store, service.changes, settings)
     return server
 
@@ -141,7 +151,6 @@ def build_server(service: Service, settings: Settings) -> MCPServer:
 def serve_resources(server: Server, store: Store, changes: Changes, settings: Settings) -> None:
     """Resources, their subscriptions, prompts and completion, in place of the SDK's handlers (which
     serve what is registered once for all; a vault's resources are its own and change)."""
-    low = server._lowlevel_server  # the SDK offers no other way to give a handler the request context
     resources = Resources(store, settings)
     subscriptions = Subscriptions(changes)
     prompts = Prompts(store, settings)
@@ -158,9 +167,5 @@ def serve_resources(server: Server, store: Store, changes: Changes, settings: Se
         ("completion/complete", CompleteRequestParams, completer.complete),
     ]
     for method, params, handler in handlers:
-        low.add_request_handler(method, params, handler)
-    # Handshake-era clients learn of listChanged from the initialize result; the SDK's default says
-    # False (2026-07-28 clients get True from server/discover, since subscriptions/listen is served).
-    low.create_initialization_options = functools.partial(  # type: ignore[method-assign]
-        low.create_initialization_options, NotificationOptions(resources_changed=True)
-    )
+        sdk.serve(server, method, params, handler)
+    sdk.announce_resource_changes(server)

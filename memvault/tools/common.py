@@ -1,4 +1,4 @@
-"""What every tool module shares: annotations, the token, reply budgets, error mapping."""
+"""What every tool module shares: declaring and registering tools, the token, replies, errors."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import functools
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
-from mcp.server.mcpserver import Context
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from memvault.clock import format_time
@@ -106,6 +107,58 @@ def handles_errors(fn: Callable[P, Awaitable[CallToolResult]]) -> Callable[P, Aw
     # Tool descriptions come from docstrings: without the source's indentation an agent reads less.
     wrapper.__doc__ = inspect.cleandoc(fn.__doc__ or "")
     return wrapper
+
+
+# ---------------------------------------------------------------------------- declaring tools
+
+
+@dataclass(frozen=True, slots=True)
+class ToolMark:
+    """How a tool is listed beside its name and description: a title for a person, annotations for
+    the client, and whether its reply is structured (then the SDK reads its return annotation)."""
+
+    title: str
+    annotations: ToolAnnotations
+    structured: bool
+
+
+MARK = "__memvault_tool__"
+
+
+def tool(
+    title: str, annotations: ToolAnnotations, *, structured: bool = False
+) -> Callable[[Callable[P, Awaitable[CallToolResult]]], Callable[P, Awaitable[CallToolResult]]]:
+    """Declares a method of a `Tools` class as one tool: named after the method, described by its
+    docstring, its arguments its parameters after ``ctx``; its errors go through handles_errors."""
+
+    def mark(fn: Callable[P, Awaitable[CallToolResult]]) -> Callable[P, Awaitable[CallToolResult]]:
+        handled = handles_errors(fn)
+        setattr(handled, MARK, ToolMark(title, annotations, structured))
+        return handled
+
+    return mark
+
+
+class Tools:
+    """A group of tools over the parts they share (the store, the settings): each method declared
+    with @tool is one tool, listed in the order the class defines them."""
+
+    def marked(self) -> Iterator[tuple[Callable[..., Awaitable[CallToolResult]], ToolMark]]:
+        """Each tool of this group, bound to it, with how it is listed."""
+        for name, member in vars(type(self)).items():
+            mark = getattr(member, MARK, None)
+            if isinstance(mark, ToolMark):
+                yield getattr(self, name), mark
+
+    def register(self, server: MCPServer) -> None:
+        """Adds this group's tools to the server: the one place a tool is registered."""
+        for fn, mark in self.marked():
+            server.add_tool(
+                fn,
+                title=mark.title,
+                annotations=mark.annotations,
+                structured_output=mark.structured,
+            )
 
 
 # ---------------------------------------------------------------------------- reply text

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
 
@@ -20,13 +20,16 @@ from memvault.tools.common import (
     CHANGES,
     CREATES,
     READ_ONLY,
+    Tools,
     graph_result,
-    handles_errors,
     joined,
     list_result,
     outcome,
     token_of,
+    tool,
 )
+
+T = TypeVar("T")
 
 
 class EntityArg(BaseModel):
@@ -128,119 +131,122 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-def register_graph_tools(server: MCPServer, store: Store, settings: Settings) -> None:
-    limits = SearchLimits(
-        max_path_len=settings.graph_max_path_len,
-        entries_per_term=settings.graph_entries_per_term,
-        max_results=settings.graph_max_results,
+def skipped_note(wanted: list[Entity], created: list[Entity]) -> str:
+    """create_entities' note of the names it skipped because they exist already."""
+    made = {e.name for e in created}
+    skipped = list(dict.fromkeys(e.name for e in wanted if e.name not in made))
+    if not skipped:
+        return ""
+    return (
+        f"[Skipped {len(skipped)} that exist already: {joined(skipped, 300)}. "
+        "Use add_observations to add facts to an existing entity.]"
     )
-    budget = settings.max_reply_chars
 
-    def graph(sidecar: Sidecar | Callable[[], Sidecar], folder: Path) -> KnowledgeGraph:
+
+class GraphTools(Tools):
+    """The tools over a token's knowledge graph, with the official MCP memory server's names and shapes."""
+
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self.budget = settings.max_reply_chars
+        self.limits = SearchLimits(
+            max_path_len=settings.graph_max_path_len,
+            entries_per_term=settings.graph_entries_per_term,
+            max_results=settings.graph_max_results,
+        )
+
+    def graph(self, sidecar: Sidecar | Callable[[], Sidecar], folder: Path) -> KnowledgeGraph:
         return KnowledgeGraph(
             sidecar,
-            max_chars=settings.max_content_chars,
-            clock=store.clock,
-            limits=limits,
+            max_chars=self.settings.max_content_chars,
+            clock=self.store.clock,
+            limits=self.limits,
             files=GraphFile(folder),
         )
 
+    async def write(self, ctx: Context, work: Callable[[KnowledgeGraph], T]) -> T:
+        """Run a change of the graph under the token's locks, in a worker thread."""
+        return await sidecar_write(self.store, token_of(ctx), lambda sc, folder: work(self.graph(sc, folder)))
+
     async def read(
-        ctx: Context, work: Callable[[KnowledgeGraph], Graph], *, either_end: bool = False, kept: bool = False
+        self, ctx: Context, work: Callable[[KnowledgeGraph], Graph], *, kept: bool = False
     ) -> CallToolResult:
         """Run a read and build its reply (JSON of up to the whole graph) in a worker thread."""
 
         def reply(sidecar: Sidecar, folder: Path) -> CallToolResult:
-            g = graph(sidecar, folder)
+            g = self.graph(sidecar, folder)
             found = work(g)
             notes = []
             if found.left_out:
                 notes.append(
                     f"[{found.left_out} more matching entities left out: a search returns at most "
-                    f"{limits.max_results}. Add words to the query to narrow it.]"
+                    f"{self.limits.max_results}. Add words to the query to narrow it.]"
                 )
             if kept:
                 notes += kept_note(g.kept_lines())
-            return graph_result(found, budget, either_end=either_end, notes=notes)
+            return graph_result(found, self.budget, either_end=True, notes=notes)
 
-        done = await sidecar_read(store, token_of(ctx), reply)
-        return graph_result(Graph(), budget) if done is None else done
+        done = await sidecar_read(self.store, token_of(ctx), reply)
+        return graph_result(Graph(), self.budget) if done is None else done
 
-    @server.tool(annotations=CREATES)
-    @handles_errors
+    @tool("Create entities", CREATES, structured=True)
     async def create_entities(
-        ctx: Context, entities: Annotated[list[EntityArg], Field(description="Entities to create")]
+        self, ctx: Context, entities: Annotated[list[EntityArg], Field(description="Entities to create")]
     ) -> Annotated[CallToolResult, EntitiesOut]:
         """Create entities in the knowledge graph; existing names are skipped."""
         wanted = [Entity(e.name, e.entityType, tuple(e.observations)) for e in entities]
-        created = await sidecar_write(
-            store, token_of(ctx), lambda sc, folder: graph(sc, folder).create_entities(wanted)
-        )
-        made = {e.name for e in created}
-        skipped = list(dict.fromkeys(e.name for e in wanted if e.name not in made))
-        note = (
-            f"[Skipped {len(skipped)} that exist already: {joined(skipped, 300)}. "
-            "Use add_observations to add facts to an existing entity.]"
-            if skipped
-            else ""
-        )
-        return list_result("entities", [e.to_json() for e in created], budget, "entities", note)
+        created = await self.write(ctx, lambda g: g.create_entities(wanted))
+        note = skipped_note(wanted, created)
+        return list_result("entities", [e.to_json() for e in created], self.budget, "entities", note)
 
-    @server.tool(annotations=CREATES)
-    @handles_errors
+    @tool("Create relations", CREATES, structured=True)
     async def create_relations(
+        self,
         ctx: Context,
         relations: Annotated[list[RelationArg], Field(description="Relations to create")],
     ) -> Annotated[CallToolResult, RelationsOut]:
         """Create relations (active voice) between existing entities; existing ones are skipped."""
         wanted = [r.relation() for r in relations]
-        created = await sidecar_write(
-            store, token_of(ctx), lambda sc, folder: graph(sc, folder).create_relations(wanted)
-        )
+        created = await self.write(ctx, lambda g: g.create_relations(wanted))
         skipped = len(wanted) - len(created)
         note = f"[Skipped {skipped} relation(s) that exist already.]" if skipped else ""
-        return list_result("relations", [r.to_json() for r in created], budget, "relations", note)
+        return list_result("relations", [r.to_json() for r in created], self.budget, "relations", note)
 
-    @server.tool(annotations=CREATES)
-    @handles_errors
+    @tool("Add observations", CREATES, structured=True)
     async def add_observations(
+        self,
         ctx: Context,
         observations: Annotated[list[ObservationAdditionArg], Field(description="Per entity")],
     ) -> Annotated[CallToolResult, ObservationResultsOut]:
         """Add observations to existing entities; ones they have are skipped."""
         wanted = [(o.entityName, list(o.contents)) for o in observations]
-        results = await sidecar_write(
-            store, token_of(ctx), lambda sc, folder: graph(sc, folder).add_observations(wanted)
-        )
+        results = await self.write(ctx, lambda g: g.add_observations(wanted))
         items = [{"entityName": name, "addedObservations": added} for name, added in results]
-        return list_result("results", items, budget, "results")
+        return list_result("results", items, self.budget, "results")
 
-    @server.tool(annotations=CHANGES)
-    @handles_errors
+    @tool("Delete entities", CHANGES, structured=True)
     async def delete_entities(
+        self,
         ctx: Context,
         entityNames: Annotated[list[str], Field(description="Entity names")],
     ) -> Annotated[CallToolResult, OutcomeOut]:
         """Delete entities and their relations."""
-        deleted, not_found = await sidecar_write(
-            store, token_of(ctx), lambda sc, folder: graph(sc, folder).delete_entities(entityNames)
-        )
+        deleted, not_found = await self.write(ctx, lambda g: g.delete_entities(entityNames))
         if not not_found:
             return outcome("Entities deleted successfully")
         asked = len(dict.fromkeys(entityNames))
         return outcome(f"Deleted {len(deleted)} of {asked} entities. Not found: {joined(not_found, 1000)}")
 
-    @server.tool(annotations=CHANGES)
-    @handles_errors
+    @tool("Delete observations", CHANGES, structured=True)
     async def delete_observations(
+        self,
         ctx: Context,
         deletions: Annotated[list[ObservationDeletionArg], Field(description="Per entity")],
     ) -> Annotated[CallToolResult, OutcomeOut]:
         """Delete observations from entities."""
         wanted = [(d.entityName, list(d.observations)) for d in deletions]
-        count, missing = await sidecar_write(
-            store, token_of(ctx), lambda sc, folder: graph(sc, folder).delete_observations(wanted)
-        )
+        count, missing = await self.write(ctx, lambda g: g.delete_observations(wanted))
         requested = sum(len(set(obs)) for _, obs in wanted)
         if count == requested:
             return outcome("Observations deleted successfully")
@@ -249,30 +255,27 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
             message += f" Entities not found: {joined(missing, 1000)}"
         return outcome(message)
 
-    @server.tool(annotations=CHANGES)
-    @handles_errors
+    @tool("Delete relations", CHANGES, structured=True)
     async def delete_relations(
+        self,
         ctx: Context,
         relations: Annotated[list[RelationArg], Field(description="Relations to delete")],
     ) -> Annotated[CallToolResult, OutcomeOut]:
         """Delete relations."""
         wanted = list(dict.fromkeys(r.relation() for r in relations))
-        count = await sidecar_write(
-            store, token_of(ctx), lambda sc, folder: graph(sc, folder).delete_relations(wanted)
-        )
+        count = await self.write(ctx, lambda g: g.delete_relations(wanted))
         if count == len(wanted):
             return outcome("Relations deleted successfully")
         return outcome(f"Deleted {count} of {len(wanted)} relations. The rest matched nothing.")
 
-    @server.tool(annotations=READ_ONLY)
-    @handles_errors
-    async def read_graph(ctx: Context) -> Annotated[CallToolResult, GraphOut]:
+    @tool("Read graph", READ_ONLY, structured=True)
+    async def read_graph(self, ctx: Context) -> Annotated[CallToolResult, GraphOut]:
         """Read the entire knowledge graph."""
-        return await read(ctx, KnowledgeGraph.read_graph, either_end=True, kept=True)
+        return await self.read(ctx, KnowledgeGraph.read_graph, kept=True)
 
-    @server.tool(annotations=READ_ONLY)
-    @handles_errors
+    @tool("Search graph", READ_ONLY, structured=True)
     async def search_nodes(
+        self,
         ctx: Context,
         query: Annotated[
             str,
@@ -280,13 +283,13 @@ def register_graph_tools(server: MCPServer, store: Store, settings: Settings) ->
         ],
     ) -> Annotated[CallToolResult, GraphOut]:
         """Search the graph (names, types, observations; typos ok), adding entities that link the matches."""
-        return await read(ctx, lambda g: g.search_nodes(query), either_end=True)
+        return await self.read(ctx, lambda g: g.search_nodes(query))
 
-    @server.tool(annotations=READ_ONLY)
-    @handles_errors
+    @tool("Open entities", READ_ONLY, structured=True)
     async def open_nodes(
+        self,
         ctx: Context,
         names: Annotated[list[str], Field(description="Entity names")],
     ) -> Annotated[CallToolResult, GraphOut]:
         """Entities by name, with their relations."""
-        return await read(ctx, lambda g: g.open_nodes(names), either_end=True)
+        return await self.read(ctx, lambda g: g.open_nodes(names))

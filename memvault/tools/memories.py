@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Annotated
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
 from pydantic import Field
 
@@ -15,7 +17,7 @@ from memvault.errors import InvalidArgument, quote
 from memvault.git.loop import stale_note_once
 from memvault.git.mergememory import conflict_copy_of
 from memvault.ops.edits import Edit, version_of
-from memvault.ops.store import Found, Store
+from memvault.ops.store import Found, Store, Sweep, Written
 from memvault.tools.common import (
     CHANGES,
     CREATES,
@@ -24,13 +26,14 @@ from memvault.tools.common import (
     READ_ONLY,
     RESTORES,
     Reply,
+    Tools,
     fit_names,
-    handles_errors,
     noticed,
     read_only_call,
     show_time,
     text,
     token_of,
+    tool,
 )
 
 
@@ -124,18 +127,25 @@ def render_found(
         parts.append(text_ if len(text_) < room else render_memory(memory, offset=offset, room=room - 1))
         shown.append(memory)
     left = found.total - len(shown)
-    cut = len(found.memories) - len(shown)  # found but left out for the reply's size
-    beyond = found.total - len(found.memories)  # past the limit (limit=, or a query's default)
     reply.add(head + (f"; showing {len(shown)}:" if left else ":"))
     reply.parts.extend(parts)
-    # The notes below must fit in what is left of the budget (the body kept 300 characters for them).
+    add_notes(reply, found, len(shown), settings.max_reply_chars)
+    return reply.text(), shown
+
+
+def add_notes(reply: Reply, found: Found, shown: int, budget: int) -> None:
+    """read_memory's notes after the memories it shows: what it left out for the reply's size or
+    past the limit, and the names it did not find or found in the archive. They fit in what the
+    body left of ``budget`` (it kept 300 characters for them)."""
+    cut = len(found.memories) - shown  # found but left out for the reply's size
+    beyond = found.total - len(found.memories)  # past the limit (limit=, or a query's default)
     if cut:
         note = (
             f"[{cut} more left out to keep this reply short.{{}} Narrow the query, or pass "
             "filenames=[...] to read specific ones.]"
         )
-        rest = [m.id for m in found.memories[len(shown) :]][:20]
-        room = settings.max_reply_chars - len(reply.text()) - len(note) - 80
+        rest = [m.id for m in found.memories[shown:]][:20]
+        room = budget - len(reply.text()) - len(note) - 80
         names = fit_names(rest, room - len(" Next: .")) if rest else ""
         reply.parts.append(note.format(f" Next: {names}." if names else ""))
     if beyond:
@@ -145,64 +155,119 @@ def render_found(
         )
     gone = [id for id in found.missing if id not in found.in_archive]
     if gone:
-        room = settings.max_reply_chars - len(reply.text()) - 60
+        room = budget - len(reply.text()) - 60
         missing = fit_names(gone, room)
         reply.parts.append(f"[Not found: {missing}. Call list_memory_titles for names.]")
     if found.in_archive:
-        room = settings.max_reply_chars - len(reply.text()) - 120
+        room = budget - len(reply.text()) - 120
         archived = fit_names(list(found.in_archive), room)
         reply.parts.append(
             f"[In the archive, not hot: {archived}. restore_memory(filename) brings one back; "
             "search_archive reads them.]"
         )
-    return reply.text(), shown
+
+
+def render_titles(
+    rows: Sequence[Memory], last_access: Callable[[Memory], datetime | None], budget: int
+) -> str:
+    """list_memory_titles' lines, within the budget, each flagged with what needs fixing."""
+    reply = Reply(budget)
+    shown = 0
+    for memory in rows:
+        last = show_time(last_access(memory))
+        line = f"{memory.id}|{memory.title.replace('|', '/')}|{memory.priority}|{last}"
+        if memory.conflicted:
+            line += "|CONFLICT: git conflict markers, read-only until a person resolves them"
+        elif memory.problem:
+            line += f"|NEEDS FIXING: {memory.problem}"
+        elif (copy_of := conflict_copy_of(memory.id)) is not None:
+            line += (
+                f"|CONFLICT COPY of {copy_of}, kept by a git merge: move what to keep "
+                "into that memory with update_memory, then delete_memory this one"
+            )
+        if not reply.add(line):
+            break
+        shown += 1
+    if shown < len(rows):
+
+        def note(n: int) -> str:
+            return f"[{n} more left out to keep this reply short; use read_memory(query=...) to search.]"
+
+        # Make room for the note within the budget.
+        while reply.parts and len(reply.text()) + 1 + len(note(len(rows) - shown)) > budget:
+            reply.parts.pop()
+            shown -= 1
+        reply.parts.append(note(len(rows) - shown))
+    return reply.text()
+
+
+def render_written(written: Written) -> str:
+    """What write_memory says it did: the new filename, what it superseded and what it kept."""
+    memory = written.memory
+    if written.reused:
+        return f"Already saved as {memory.id} a moment ago; no duplicate written."
+    reply = f"Saved as {memory.id} ({memory.priority})."
+    if written.superseded:
+        moved = [old if old == new else f"{old} (as archive/{new})" for old, new in written.superseded]
+        reply += f" Superseded and archived: {', '.join(moved)}."
+    for id, why in written.kept:
+        reply += (
+            f" NOT superseded: {id}, because {why}; it stays as it is. If it is really outdated, "
+            "change its priority with update_memory first, or delete it."
+        )
+    return reply
+
+
+def render_sweep(swept: Sweep, dry_run: bool, budget: int) -> str:
+    """What evict_memories archived (or would), and what it kept back, within the budget."""
+    evicted = swept.evicted
+    held = [f"- kept {e.id}: {e.reason}" for e in swept.held]
+    if not evicted:
+        nothing = "Nothing to archive: every hot memory is fresh and within capacity."
+        return "\n".join([nothing, *held])
+    verb = "Would archive" if dry_run else "Archived"
+    lines = [f"{verb} {len(evicted)} memor{'y' if len(evicted) == 1 else 'ies'}:"]
+    lines += held
+    lines += [
+        f"- {e.id}: {e.reason}"
+        + (f" (now archive/{e.archived_as})" if e.archived_as and e.archived_as != e.id else "")
+        for e in evicted
+    ]
+    reply = Reply(budget)
+    for line in lines:
+        if not reply.add(line):
+            reply.parts.append(f"[... and more; {len(evicted)} in all]")
+            break
+    return reply.text()
+
+
+def with_note(reply: str, note: str | None) -> str:
+    return f"{reply}\n{note}" if note else reply
 
 
 # ---------------------------------------------------------------------------- tools
 
 
-def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -> None:
-    @server.tool(annotations=READ_ONLY, structured_output=False)
-    @handles_errors
-    async def list_memory_titles(ctx: Context) -> CallToolResult:
+class MemoryTools(Tools):
+    """The tools over a token's markdown memories."""
+
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+
+    @tool("List memories", READ_ONLY)
+    async def list_memory_titles(self, ctx: Context) -> CallToolResult:
         """List hot memories, one per line: filename|title|priority|lastAccessedAt[|problem to fix]."""
         token = token_of(ctx)
-        rows, last_access = await store.list_hot(token)
+        rows, last_access = await self.store.list_hot(token)
         if not rows:
             return text("No memories yet. Save one with write_memory.")
-        reply = Reply(settings.max_reply_chars)
-        shown = 0
-        for memory in rows:
-            last = show_time(last_access(memory))
-            line = f"{memory.id}|{memory.title.replace('|', '/')}|{memory.priority}|{last}"
-            if memory.conflicted:
-                line += "|CONFLICT: git conflict markers, read-only until a person resolves them"
-            elif memory.problem:
-                line += f"|NEEDS FIXING: {memory.problem}"
-            elif (copy_of := conflict_copy_of(memory.id)) is not None:
-                line += (
-                    f"|CONFLICT COPY of {copy_of}, kept by a git merge: move what to keep "
-                    "into that memory with update_memory, then delete_memory this one"
-                )
-            if not reply.add(line):
-                break
-            shown += 1
-        if shown < len(rows):
+        reply = render_titles(rows, last_access, self.settings.max_reply_chars)
+        return text(noticed(self.store, token, reply))
 
-            def note(n: int) -> str:
-                return f"[{n} more left out to keep this reply short; use read_memory(query=...) to search.]"
-
-            # Make room for the note within the budget.
-            budget = settings.max_reply_chars
-            while reply.parts and len(reply.text()) + 1 + len(note(len(rows) - shown)) > budget:
-                reply.parts.pop()
-                shown -= 1
-            reply.parts.append(note(len(rows) - shown))
-        return text(noticed(store, token, reply.text()))
-
-    @server.tool(annotations=READ_ONLY, structured_output=False)
-    @handles_errors
+    @tool("Read memories", READ_ONLY)
     async def read_memory(
+        self,
         ctx: Context,
         query: Annotated[
             str | None, Field(description="Words to find in titles, filenames, tags, bodies.")
@@ -217,20 +282,20 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
         if offset and len(filenames or ()) != 1:
             raise InvalidArgument("offset reads on in one memory: pass it with exactly one filename.")
         token = token_of(ctx)
-        found = await store.find(token, query=query, filenames=filenames, limit=limit)
+        found = await self.store.find(token, query=query, filenames=filenames, limit=limit)
         if offset and found.memories and offset >= len(found.memories[0].content):
             size = len(found.memories[0].content)
             raise InvalidArgument(
                 f"offset {offset:,} is past the end: '{found.memories[0].id}' has {size:,} characters."
             )
-        reply, shown = render_found(found, settings, what="hot", query=query, offset=max(0, offset or 0))
+        reply, shown = render_found(found, self.settings, what="hot", query=query, offset=max(0, offset or 0))
         # Only what the agent actually saw counts as an access.
-        await store.touch(token, shown, hit=not filenames, read_only=read_only_call(ctx))
-        return text(noticed(store, token, reply))
+        await self.store.touch(token, shown, hit=not filenames, read_only=read_only_call(ctx))
+        return text(noticed(self.store, token, reply))
 
-    @server.tool(annotations=CREATES, structured_output=False)
-    @handles_errors
+    @tool("Write memory", CREATES)
     async def write_memory(
+        self,
         ctx: Context,
         title: Annotated[str, Field(description="Short title; names the file.")],
         content: Annotated[str, Field(description="Markdown.")],
@@ -247,7 +312,7 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     ) -> CallToolResult:
         """Save a new memory as a markdown file; returns its filename. Never overwrites."""
         token = token_of(ctx)
-        written = await store.write(
+        written = await self.store.write(
             token,
             title=title,
             content=content,
@@ -256,24 +321,14 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
             importance=importance,
             supersedes=supersedes,
         )
-        memory = written.memory
         if written.reused:
-            return text(f"Already saved as {memory.id} a moment ago; no duplicate written.")
-        reply = f"Saved as {memory.id} ({memory.priority})."
-        if written.superseded:
-            moved = [old if old == new else f"{old} (as archive/{new})" for old, new in written.superseded]
-            reply += f" Superseded and archived: {', '.join(moved)}."
-        for id, why in written.kept:
-            reply += (
-                f" NOT superseded: {id}, because {why}; it stays as it is. If it is really outdated, "
-                "change its priority with update_memory first, or delete it."
-            )
-        note = stale_note_once(settings.root, token)  # said once while git sync keeps failing
-        return text(noticed(store, token, f"{reply}\n{note}" if note else reply))
+            return text(render_written(written))
+        note = stale_note_once(self.settings.root, token)  # said once while git sync keeps failing
+        return text(noticed(self.store, token, with_note(render_written(written), note)))
 
-    @server.tool(annotations=EDITS, structured_output=False)
-    @handles_errors
+    @tool("Update memory", EDITS)
     async def update_memory(
+        self,
         ctx: Context,
         filename: Annotated[str, Field(description="The memory's filename.")],
         title: Annotated[str | None, Field(description="New title (the filename stays).")] = None,
@@ -295,74 +350,50 @@ def register_memory_tools(server: MCPServer, store: Store, settings: Settings) -
     ) -> CallToolResult:
         """Change a memory in place: all content, an append, a section or a passage; title, priority, tags."""
         edit = Edit(content, append, section, oldText, newText, expected=expectedVersion)
-        memory = await store.update(
-            token_of(ctx),
-            filename,
-            title=title,
-            priority=priority,
-            tags=tags,
-            importance=importance,
-            edit=edit,
+        token = token_of(ctx)
+        memory = await self.store.update(
+            token, filename, title=title, priority=priority, tags=tags, importance=importance, edit=edit
         )
         reply = f"Updated {memory.id} (version {version_of(memory)})."
-        note = stale_note_once(settings.root, token_of(ctx))
-        return text(f"{reply}\n{note}" if note else reply)
+        return text(with_note(reply, stale_note_once(self.settings.root, token)))
 
-    @server.tool(annotations=CHANGES, structured_output=False)
-    @handles_errors
+    @tool("Delete memory", CHANGES)
     async def delete_memory(
+        self,
         ctx: Context,
         filename: Annotated[str, Field(description="Its filename.")],
     ) -> CallToolResult:
         """Delete a hot memory for good."""
-        id = await store.delete(token_of(ctx), filename)
+        id = await self.store.delete(token_of(ctx), filename)
         return text(f"Deleted {id}.")
 
-    @server.tool(annotations=READ_ONLY, structured_output=False)
-    @handles_errors
+    @tool("Search archive", READ_ONLY)
     async def search_archive(
+        self,
         ctx: Context,
         query: Annotated[str, Field(description="Words to find.")],
         limit: Annotated[int | None, Field(description="Most results (default 10).")] = None,
     ) -> CallToolResult:
         """Search archived (stale) memories; restore_memory brings one back."""
-        found = await store.find(token_of(ctx), query=query, limit=limit, archived=True)
-        return text(render_found(found, settings, what="archived", query=query)[0])
+        found = await self.store.find(token_of(ctx), query=query, limit=limit, archived=True)
+        return text(render_found(found, self.settings, what="archived", query=query)[0])
 
-    @server.tool(annotations=RESTORES, structured_output=False)
-    @handles_errors
+    @tool("Restore memory", RESTORES)
     async def restore_memory(
+        self,
         ctx: Context,
         filename: Annotated[str, Field(description="From search_archive.")],
     ) -> CallToolResult:
         """Move an archived memory back to the hot ones."""
-        id = await store.restore(token_of(ctx), filename)
+        id = await self.store.restore(token_of(ctx), filename)
         return text(f"Restored as {id}.")
 
-    @server.tool(annotations=MOVES, structured_output=False)
-    @handles_errors
+    @tool("Evict stale memories", MOVES)
     async def evict_memories(
+        self,
         ctx: Context,
         dryRun: Annotated[bool, Field(description="Only report.")] = False,
     ) -> CallToolResult:
         """Archive stale memories now (P1 unused 90 days, P2 30 days, then over capacity)."""
-        swept = await store.sweep(token_of(ctx), dry_run=dryRun)
-        evicted = swept.evicted
-        held = [f"- kept {e.id}: {e.reason}" for e in swept.held]
-        if not evicted:
-            nothing = "Nothing to archive: every hot memory is fresh and within capacity."
-            return text("\n".join([nothing, *held]))
-        verb = "Would archive" if dryRun else "Archived"
-        lines = [f"{verb} {len(evicted)} memor{'y' if len(evicted) == 1 else 'ies'}:"]
-        lines += held
-        lines += [
-            f"- {e.id}: {e.reason}"
-            + (f" (now archive/{e.archived_as})" if e.archived_as and e.archived_as != e.id else "")
-            for e in evicted
-        ]
-        reply = Reply(settings.max_reply_chars)
-        for line in lines:
-            if not reply.add(line):
-                reply.parts.append(f"[... and more; {len(evicted)} in all]")
-                break
-        return text(reply.text())
+        swept = await self.store.sweep(token_of(ctx), dry_run=dryRun)
+        return text(render_sweep(swept, dryRun, self.settings.max_reply_chars))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
 from pydantic import Field
 
@@ -17,13 +17,14 @@ from memvault.ops.store import Store
 from memvault.tools.common import (
     READ_ONLY,
     Reply,
-    handles_errors,
+    Tools,
     joined,
     noticed,
     read_only_call,
     show_time,
     text,
     token_of,
+    tool,
 )
 
 # ---------------------------------------------------------------------------- recall
@@ -111,11 +112,17 @@ def render_stats(stats: Stats) -> str:
     return "\n".join(lines)
 
 
-def register_recall_tools(server: MCPServer, store: Store, recaller: Recaller, settings: Settings) -> None:
+class RecallTools(Tools):
+    """recall (hybrid ranking over words and vectors) and memory_stats (the vault's health)."""
 
-    @server.tool(annotations=READ_ONLY, structured_output=False)
-    @handles_errors
+    def __init__(self, store: Store, recaller: Recaller, settings: Settings) -> None:
+        self.store = store
+        self.recaller = recaller
+        self.settings = settings
+
+    @tool("Recall", READ_ONLY)
     async def recall(
+        self,
         ctx: Context,
         query: Annotated[str, Field(description="What you look for, in your words.")],
         limit: Annotated[int, Field(description="Most results (default 10, at most 100).")] = 10,
@@ -128,7 +135,7 @@ def register_recall_tools(server: MCPServer, store: Store, recaller: Recaller, s
         """Find memories by meaning and words, best first: filename | title | score | snippet per line."""
         token = token_of(ctx)
         check_query(query)
-        found = await recaller.recall(
+        found = await self.recaller.recall(
             token,
             query,
             limit=limit,
@@ -138,17 +145,15 @@ def register_recall_tools(server: MCPServer, store: Store, recaller: Recaller, s
             after=after,
             before=before,
         )
-        reply, shown = render_recall(found, query, settings.max_reply_chars)
-        used = accessed(found.results[:shown])
-        hot = [hit.memory for hit in used if not hit.memory.archived]
-        await store.touch(token, hot, read_only=read_only_call(ctx))
-        return text(noticed(store, token, reply))
+        reply, shown = render_recall(found, query, self.settings.max_reply_chars)
+        hot = [hit.memory for hit in accessed(found.results[:shown]) if not hit.memory.archived]
+        await self.store.touch(token, hot, read_only=read_only_call(ctx))
+        return text(noticed(self.store, token, reply))
 
-    @server.tool(annotations=READ_ONLY, structured_output=False)
-    @handles_errors
-    async def memory_stats(ctx: Context) -> CallToolResult:
+    @tool("Memory stats", READ_ONLY)
+    async def memory_stats(self, ctx: Context) -> CallToolResult:
         """Vault health: counts, vector coverage, search misses, unused memories, next eviction."""
         token = token_of(ctx)
-        stats = await recaller.stats(token)
-        note = stale_note(settings.root)  # git sync failing for a while (MEMVAULT_SYNC=git)
-        return text(noticed(store, token, render_stats(stats) + (f"\n{note}" if note else "")))
+        stats = await self.recaller.stats(token)
+        note = stale_note(self.settings.root)  # git sync failing for a while (MEMVAULT_SYNC=git)
+        return text(noticed(self.store, token, render_stats(stats) + (f"\n{note}" if note else "")))

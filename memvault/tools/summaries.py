@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
 from pydantic import Field
 
@@ -16,7 +16,14 @@ from memvault.errors import InvalidArgument, UnknownSession, quote
 from memvault.ops.records import sidecar_read, sidecar_write
 from memvault.ops.store import Store
 from memvault.records.sidecar import Sidecar
-from memvault.records.summaries import Head, SessionInfo, SessionSummaries, check_session_id, list_sessions
+from memvault.records.summaries import (
+    Head,
+    Page,
+    SessionInfo,
+    SessionSummaries,
+    check_session_id,
+    list_sessions,
+)
 from memvault.records.summaries import Version as SessionVersion
 from memvault.records.sync import SessionFiles, conflicted_file
 from memvault.tools.common import (
@@ -24,9 +31,10 @@ from memvault.tools.common import (
     CREATES,
     READ_ONLY,
     Reply,
-    handles_errors,
+    Tools,
     text,
     token_of,
+    tool,
 )
 
 
@@ -62,24 +70,33 @@ NewTitleArg = Annotated[str | None, Field(description="Title (default: the previ
 NewTagsArg = Annotated[list[str] | None, Field(description="Tags (default: the previous).")]
 
 
-def register_session_tools(server: MCPServer, store: Store, settings: Settings) -> None:
-    def sessions(sidecar: Sidecar | Callable[[], Sidecar], folder: Path) -> SessionSummaries:
+class SessionTools(Tools):
+    """The tools over a token's session summaries (versions of a running record per session id)."""
+
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+
+    def sessions(self, sidecar: Sidecar | Callable[[], Sidecar], folder: Path) -> SessionSummaries:
         return SessionSummaries(
-            sidecar, max_chars=settings.max_content_chars, clock=store.clock, files=SessionFiles(folder)
+            sidecar,
+            max_chars=self.settings.max_content_chars,
+            clock=self.store.clock,
+            files=SessionFiles(folder),
         )
 
     async def new_version(
-        ctx: Context, save: Callable[[SessionSummaries], SessionVersion], done: str
+        self, ctx: Context, save: Callable[[SessionSummaries], SessionVersion], done: str
     ) -> CallToolResult:
         """Save a new version under the token's locks; ``done`` says what happened ("Saved session")."""
-        v = await sidecar_write(store, token_of(ctx), lambda sc, folder: save(sessions(sc, folder)))
+        v = await sidecar_write(self.store, token_of(ctx), lambda sc, folder: save(self.sessions(sc, folder)))
         return text(
             f"{done} {v.session_id!r}: version {v.version} at {v.ts} ({len(v.summary):,} characters)."
         )
 
-    @server.tool(annotations=CREATES, structured_output=False)
-    @handles_errors
+    @tool("Save summary", CREATES)
     async def upsert_summary(
+        self,
         ctx: Context,
         sessionId: SessionIdArg,
         summary: Annotated[str, Field(description="The whole summary, markdown.")],
@@ -87,13 +104,13 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         tags: NewTagsArg = None,
     ) -> CallToolResult:
         """Save a session's whole summary as a new version (earlier ones are kept)."""
-        return await new_version(
+        return await self.new_version(
             ctx, lambda s: s.upsert(sessionId, summary, title=title, tags=tags), "Saved session"
         )
 
-    @server.tool(annotations=CREATES, structured_output=False)
-    @handles_errors
+    @tool("Append to summary", CREATES)
     async def append_summary(
+        self,
         ctx: Context,
         sessionId: SessionIdArg,
         content: Annotated[str, Field(description="Text to add.")],
@@ -101,13 +118,13 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         tags: NewTagsArg = None,
     ) -> CallToolResult:
         """Add text to a session's summary as a new version (creates the session if new)."""
-        return await new_version(
+        return await self.new_version(
             ctx, lambda s: s.append(sessionId, content, title=title, tags=tags), "Appended to session"
         )
 
-    @server.tool(annotations=READ_ONLY, structured_output=False)
-    @handles_errors
+    @tool("Read summary", READ_ONLY)
     async def get_summary(
+        self,
         ctx: Context,
         sessionId: Annotated[str, Field(description="Session id.")],
         maxLength: Annotated[int | None, Field(description="At most this many characters.")] = None,
@@ -122,36 +139,25 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         if offset is not None and offset < 0:
             raise InvalidArgument("offset must be 0 or more.")
         check_session_id(sessionId)
-
-        def pick(sidecar: Sidecar, folder: Path) -> tuple[SessionVersion, int, int, str | None]:
-            found = sessions(sidecar, folder)
-            latest, count = found.latest(sessionId)
-            chosen = latest if version is None else found.version(sessionId, version)
-            if chosen is None:
-                numbers = [h.version for h in found.heads(sessionId)][::-1]
-                raise InvalidArgument(
-                    f"Session {sessionId!r} has no version {version}; it has versions "
-                    f"{_numbers(numbers)}. Call get_session_history to see them."
-                )
-            return chosen, latest.version, count, conflicted_file(sidecar, folder, sessionId)
-
-        found = await sidecar_read(store, token_of(ctx), pick)
+        found = await sidecar_read(
+            self.store,
+            token_of(ctx),
+            lambda sidecar, folder: (
+                pick_version(self.sessions(sidecar, folder), sessionId, version),
+                conflicted_file(sidecar, folder, sessionId),
+            ),
+        )
         if found is None:
             raise UnknownSession(sessionId)
-        v, newest, count, conflict = found
-        of = f"version {v.version} of {newest}"
-        if count != newest:  # a history with gaps (lines removed by hand): say how many there are
-            of += f" ({count} kept)"
-        facts = [f"session {v.session_id}", of, f"updated {v.ts}"]
-        if v.tags:
-            facts.append("tags: " + ", ".join(v.tags))
-        head = f"# {v.title or v.session_id}\n[{' | '.join(facts)}]\n" + conflict_note(conflict) + "\n"
-        window = min(maxLength or settings.max_reply_chars, settings.max_reply_chars - len(head) - 300)
+        (v, newest, count), conflict = found
+        head = summary_head(v, newest, count, conflict)
+        most = self.settings.max_reply_chars
+        window = min(maxLength or most, most - len(head) - 300)
         return text(head + page(v.summary, offset, max(1, window), sessionId, version, maxLength))
 
-    @server.tool(annotations=READ_ONLY, structured_output=False)
-    @handles_errors
+    @tool("List summaries", READ_ONLY)
     async def list_summaries(
+        self,
         ctx: Context,
         tag: Annotated[str | None, Field(description="Only this tag.")] = None,
         limit: Annotated[int | None, Field(description="Most (default 20).")] = None,
@@ -165,34 +171,15 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
         ] = None,
     ) -> CallToolResult:
         """List sessions: id, title, last update, versions, size, tags."""
-        infos = (
-            await sidecar_read(
-                store, token_of(ctx), lambda sidecar, folder: sessions(sidecar, folder).infos()
-            )
-            or []
+        infos = await sidecar_read(
+            self.store, token_of(ctx), lambda sidecar, folder: self.sessions(sidecar, folder).infos()
         )
-        page = list_sessions(infos, tag=tag, limit=limit, offset=offset, sort_by=sortBy, order=order)
-        tagged = f" tagged {quote(tag.strip())}" if tag and tag.strip() else ""
-        if page.total == 0:
-            return text(f"No sessions{tagged} yet. Start one with upsert_summary.")
-        if not page.sessions:
-            return text(f"{page.total} session(s){tagged}; none at offset {page.offset}; use a smaller one.")
-        first, last = page.offset + 1, page.offset + len(page.sessions)
-        reply = Reply(settings.max_reply_chars - 200)
-        reply.add(f"{page.total} session{'s' if page.total != 1 else ''}{tagged}; showing {first}-{last}:")
-        shown = 0
-        for info in page.sessions:
-            if not reply.add(_session_line(info)):
-                break
-            shown += 1
-        end = page.offset + shown
-        if end < page.total:
-            reply.parts.append(f"[{page.total - end} more; call list_summaries with offset={end} next.]")
-        return text(reply.text())
+        found = list_sessions(infos or [], tag=tag, limit=limit, offset=offset, sort_by=sortBy, order=order)
+        return text(render_sessions(found, tag, self.settings.max_reply_chars - 200))
 
-    @server.tool(annotations=CHANGES, structured_output=False)
-    @handles_errors
+    @tool("Edit summary metadata", CHANGES)
     async def update_summary_metadata(
+        self,
         ctx: Context,
         sessionId: Annotated[str, Field(description="Session id.")],
         title: Annotated[str | None, Field(description="New title ('' removes it).")] = None,
@@ -200,9 +187,9 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
     ) -> CallToolResult:
         """Change a session's title or tags, without a new version."""
         v = await sidecar_write(
-            store,
+            self.store,
             token_of(ctx),
-            lambda sc, folder: sessions(sc, folder).update_metadata(sessionId, title=title, tags=tags),
+            lambda sc, folder: self.sessions(sc, folder).update_metadata(sessionId, title=title, tags=tags),
         )
         tags_text = ", ".join(v.tags) if v.tags else "(none)"
         return text(
@@ -210,58 +197,120 @@ def register_session_tools(server: MCPServer, store: Store, settings: Settings) 
             f"Still version {v.version} of {v.ts}; no new version was made."
         )
 
-    @server.tool(annotations=READ_ONLY, structured_output=False)
-    @handles_errors
+    @tool("Summary history", READ_ONLY)
     async def get_session_history(
+        self,
         ctx: Context,
         sessionId: Annotated[str, Field(description="Session id.")],
     ) -> CallToolResult:
         """Every version of a session's summary, newest first."""
         check_session_id(sessionId)
-        room = settings.max_reply_chars - 300
-
-        def collect(sidecar: Sidecar, folder: Path) -> tuple[list[Head], dict[int, str], str | None]:
-            found = sessions(sidecar, folder)
-            heads = found.heads(sessionId)
-            # Which texts fit, newest first, from their lengths alone: only those are built.
-            used, shown = 0, []
-            for h in heads:
-                cost = len(_version_head(h)) + h.chars + 2
-                if used + cost <= room:
-                    used += cost
-                    shown.append(h.version)
-                else:
-                    used += len(_version_head(h)) + 60
-            return heads, found.texts(sessionId, shown), conflicted_file(sidecar, folder, sessionId)
-
-        found = await sidecar_read(store, token_of(ctx), collect)
+        room = self.settings.max_reply_chars - 300
+        found = await sidecar_read(
+            self.store,
+            token_of(ctx),
+            lambda sidecar, folder: (
+                fitting_history(self.sessions(sidecar, folder), sessionId, room),
+                conflicted_file(sidecar, folder, sessionId),
+            ),
+        )
         if found is None:
             raise UnknownSession(sessionId)
-        heads, texts, conflict = found
-        reply = Reply(room)
-        plural = "s" if len(heads) != 1 else ""
-        reply.add(
-            f"Session {sessionId!r}: {len(heads)} version{plural}, newest first." + conflict_note(conflict)
+        (heads, texts), conflict = found
+        return text(render_history(sessionId, heads, texts, conflict, room))
+
+
+def pick_version(
+    found: SessionSummaries, session_id: str, version: int | None
+) -> tuple[SessionVersion, int, int]:
+    """The version asked for (the latest by default), the newest version's number, and how many
+    versions are kept; an unknown number is refused with the numbers there are."""
+    latest, count = found.latest(session_id)
+    chosen = latest if version is None else found.version(session_id, version)
+    if chosen is None:
+        numbers = [h.version for h in found.heads(session_id)][::-1]
+        raise InvalidArgument(
+            f"Session {session_id!r} has no version {version}; it has versions "
+            f"{_numbers(numbers)}. Call get_session_history to see them."
         )
-        listed = without = 0
-        for h in heads:
-            if h.version in texts:
-                part = _version_head(h) + "\n" + texts[h.version] + "\n"
-            else:
-                part = _version_head(h) + f" · {h.chars:,} characters (text left out)"
-            if not reply.add(part):
-                break
-            listed += 1
-            without += h.version not in texts
-        left = len(heads) - listed
-        if without or left:
-            reply.parts.append(
-                f"[{without + left} version(s) shown without text"
-                + (f" ({left} not listed)" if left else "")
-                + " to keep this reply short; every version is kept: get_summary(sessionId=..., "
-                "version=N) reads one.]"
-            )
-        return text(reply.text())
+    return chosen, latest.version, count
+
+
+def summary_head(v: SessionVersion, newest: int, count: int, conflict: str | None) -> str:
+    """get_summary's heading: the title, then which version of how many, when, and the tags."""
+    of = f"version {v.version} of {newest}"
+    if count != newest:  # a history with gaps (lines removed by hand): say how many there are
+        of += f" ({count} kept)"
+    facts = [f"session {v.session_id}", of, f"updated {v.ts}"]
+    if v.tags:
+        facts.append("tags: " + ", ".join(v.tags))
+    return f"# {v.title or v.session_id}\n[{' | '.join(facts)}]\n" + conflict_note(conflict) + "\n"
+
+
+def render_sessions(found: Page, tag: str | None, budget: int) -> str:
+    """list_summaries' reply: one line per session within the budget, and how to page on."""
+    tagged = f" tagged {quote(tag.strip())}" if tag and tag.strip() else ""
+    if found.total == 0:
+        return f"No sessions{tagged} yet. Start one with upsert_summary."
+    if not found.sessions:
+        return f"{found.total} session(s){tagged}; none at offset {found.offset}; use a smaller one."
+    first, last = found.offset + 1, found.offset + len(found.sessions)
+    reply = Reply(budget)
+    reply.add(f"{found.total} session{'s' if found.total != 1 else ''}{tagged}; showing {first}-{last}:")
+    shown = 0
+    for info in found.sessions:
+        if not reply.add(_session_line(info)):
+            break
+        shown += 1
+    end = found.offset + shown
+    if end < found.total:
+        reply.parts.append(f"[{found.total - end} more; call list_summaries with offset={end} next.]")
+    return reply.text()
+
+
+def fitting_history(found: SessionSummaries, session_id: str, room: int) -> tuple[list[Head], dict[int, str]]:
+    """Every version's head, newest first, and the texts of those that fit ``room`` (judged from
+    their lengths alone: only those texts are built)."""
+    heads = found.heads(session_id)
+    used, shown = 0, []
+    for h in heads:
+        cost = len(_version_head(h)) + h.chars + 2
+        if used + cost <= room:
+            used += cost
+            shown.append(h.version)
+        else:
+            used += len(_version_head(h)) + 60
+    return heads, found.texts(session_id, shown)
+
+
+def render_history(
+    session_id: str, heads: list[Head], texts: dict[int, str], conflict: str | None, room: int
+) -> str:
+    """get_session_history's reply: each version's head, with its text where it fits."""
+    reply = Reply(room)
+    plural = "s" if len(heads) != 1 else ""
+    reply.add(
+        f"Session {session_id!r}: {len(heads)} version{plural}, newest first." + conflict_note(conflict)
+    )
+    listed = without = 0
+    for h in heads:
+        if h.version in texts:
+            part = _version_head(h) + "\n" + texts[h.version] + "\n"
+        else:
+            part = _version_head(h) + f" · {h.chars:,} characters (text left out)"
+        if not reply.add(part):
+            break
+        listed += 1
+        without += h.version not in texts
+    left = len(heads) - listed
+    if without or left:
+        reply.parts.append(
+            f"[{without + left} version(s) shown without text"
+            + (f" ({left} not listed)" if left else "")
+            + " to keep this reply short; every version is kept: get_summary(sessionId=..., "
+            "version=N) reads one.]"
+        )
+    return reply.text()
 
 
 def _numbers(numbers: list[int]) -> str:

@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +25,7 @@ from memvault.config import Settings
 from memvault.disk.markdown import has_conflict_markers
 from memvault.errors import SyncFailed
 from memvault.git import repo as git_repo
-from memvault.git.loop import Change, SyncLoop, describe, sync_vault
+from memvault.git.loop import ChangedPath, SyncLoop, SyncTarget, describe, merge, sync_vault
 
 pytestmark = [
     pytest.mark.skipif(GIT is None, reason="git is not installed"),
@@ -80,15 +81,15 @@ def tracked(repo: Path) -> list[str]:
 def test_a_commit_message_says_what_changed_in_which_vault() -> None:
     message = describe(
         [
-            Change("A", "team/deploy.md"),
-            Change("M", "team/notes/db.md"),
-            Change("A", "team/setup.md"),
-            Change("M", "team/graph.jsonl", added=1, removed=0),
-            Change("M", "team/sessions/standup.md"),
-            Change("M", "team/sessions/standup.history.jsonl"),
-            Change("D", "alice/old.md"),
-            Change("A", "alice/archive/stale.md"),
-            Change("D", "alice/stale.md"),
+            ChangedPath("A", "team/deploy.md"),
+            ChangedPath("M", "team/notes/db.md"),
+            ChangedPath("A", "team/setup.md"),
+            ChangedPath("M", "team/graph.jsonl", added=1, removed=0),
+            ChangedPath("M", "team/sessions/standup.md"),
+            ChangedPath("M", "team/sessions/standup.history.jsonl"),
+            ChangedPath("D", "alice/old.md"),
+            ChangedPath("A", "alice/archive/stale.md"),
+            ChangedPath("D", "alice/stale.md"),
         ]
     )
     subject, _, body = message.partition("\n\n")
@@ -100,7 +101,7 @@ def test_a_commit_message_says_what_changed_in_which_vault() -> None:
 
 
 def test_a_commit_of_many_vaults_sums_them_up() -> None:
-    changes = [Change("A", f"v{i}/note.md") for i in range(5)]
+    changes = [ChangedPath("A", f"v{i}/note.md") for i in range(5)]
     assert describe(changes).startswith("memvault: 5 vaults: 5 memories written\n")
 
 
@@ -172,6 +173,32 @@ def test_a_deletion_against_an_edit_keeps_the_edit(tmp_path: Path) -> None:
     for clone in (a, b):
         assert (clone / "team" / "note.txt").read_text(encoding="utf-8") == "first\nand an edit\n"
     assert head(a) == head(b) == head(remote)
+
+
+def test_writes_between_a_syncs_commit_and_its_merge_are_merged_or_left_then_committed(
+    tmp_path: Path,
+) -> None:
+    _, (a, b) = clones(tmp_path, "a", "b")
+    write(a / "team" / "graph.jsonl", entity("ada", "base") + "\n")
+    sync_vault(a)
+    sync_vault(b)
+    write(a / "team" / "graph.jsonl", entity("ada", "base", "from a") + "\n")
+    sync_vault(a)
+    # b's sync has committed and fetched; its server writes on before the merge begins.
+    repo = git_repo.find(b)
+    target = SyncTarget.of(repo)
+    repo.run("fetch", "--quiet", target.remote)
+    write(b / "team" / "graph.jsonl", entity("ada", "base", "from b") + "\n")  # a file the merge changes
+    write(b / "team" / "new.md", "# New\n\nwritten during the sync\n")  # one it leaves alone
+
+    brought, kept = merge(repo, b, target)
+    assert brought and not kept
+
+    graph = json.loads((b / "team" / "graph.jsonl").read_text(encoding="utf-8"))
+    assert set(graph["observations"]) == {"base", "from a", "from b"}
+    assert (b / "team" / "new.md").read_text(encoding="utf-8") == "# New\n\nwritten during the sync\n"
+    assert git_sync(b, "status", "--porcelain").stdout == ""  # both committed
+    assert {"team/graph.jsonl", "team/new.md"} <= set(tracked(b))
 
 
 def test_a_conflict_memvault_cannot_settle_aborts_the_merge_and_names_the_file(tmp_path: Path) -> None:
@@ -307,6 +334,50 @@ async def test_the_loop_logs_a_change_of_state_once_not_every_attempt(
     said = [r.getMessage() for r in caplog.records if r.name == "memvault" and "git sync" in r.getMessage()]
     assert len([m for m in said if m.startswith("git sync failing")]) == 1
     assert len([m for m in said if m == "git sync works again"]) == 1
+    assert head(a) == head(remote)
+
+
+def command_of(argv: list[str]) -> str:
+    """git's command in its arguments: the first word that is no option (nor an option's value)."""
+    words = iter(argv)
+    for word in words:
+        if word in ("-c", "-C"):
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return ""
+
+
+async def test_an_idle_vaults_sync_is_three_git_calls_one_of_them_to_the_remote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    remote, (a,) = clones(tmp_path, "a")
+    write(a / "team" / "note.md", "# Note\n")
+    sync_vault(a)
+    calls = tmp_path / "git-calls"
+    shim = tmp_path / "bin" / "git"
+    shim.parent.mkdir()
+    assert GIT is not None
+    log, real = shlex.quote(str(calls)), shlex.quote(GIT)
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n', encoding="utf-8")
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
+    loop = SyncLoop(a, 0.2)
+    loop.start()
+    try:
+        await wait_for(lambda: loop.syncs >= 2, timeout=30)  # the first reads the repository
+        calls.write_text("", encoding="utf-8")
+        synced = loop.syncs
+        await wait_for(lambda: loop.syncs >= synced + 5, timeout=30)
+        done = loop.syncs - synced
+        made = [command_of(line.split()) for line in calls.read_text(encoding="utf-8").splitlines()]
+    finally:
+        await anyio.to_thread.run_sync(loop.stop)
+    assert loop.status().state == "ok"
+    # A sync may be under way when counting starts or ends: at most one more sync's calls.
+    assert len(made) <= 3 * (done + 1), made
+    assert 0 < made.count("fetch") <= done + 1  # the remote is asked once a sync
+    assert not {"push", "add", "commit", "config"} & set(made)
     assert head(a) == head(remote)
 
 
@@ -533,3 +604,35 @@ async def test_a_served_write_reaches_the_remote_long_before_the_interval(tmp_pa
 
 async def _synced(srv: Running) -> bool:
     return (await sync_state(srv))["state"] == "ok"
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+async def test_what_a_pull_brings_reaches_a_subscribed_client(tmp_path: Path) -> None:
+    from mcp.client.client import Client
+    from mcp.types import ResourceUpdatedNotification
+
+    remote, (a, b) = clones(tmp_path, "a", "b")
+    write(a / "team" / "deploy.md", "# Deploy\n\nPostgres on Fridays.\n")
+    write(a / "team" / "graph.jsonl", entity("ada", "from a") + "\n")
+    sync_vault(a)
+    sync_vault(b)
+    heard: list[str] = []
+
+    async def handler(message: Any) -> None:
+        if isinstance(message, ResourceUpdatedNotification):
+            heard.append(message.params.uri)
+
+    async with served(a) as srv:
+        async with Client(srv.mcp_url("team"), mode="legacy", message_handler=handler) as client:
+            for uri in ("memvault://memories/deploy.md", "memory://knowledge-graph"):
+                await client.subscribe_resource(uri)
+            await wait_for(lambda: _synced(srv), timeout=30, interval=0.1)
+            write(b / "team" / "deploy.md", "# Deploy\n\nPostgres on Mondays.\n")
+            write(b / "team" / "graph.jsonl", entity("ada", "from a", "from b") + "\n")
+            await anyio.to_thread.run_sync(sync_vault, b)  # another machine pushes
+
+            wanted = {"memvault://memories/deploy.md", "memory://knowledge-graph"}
+            await wait_for(lambda: wanted <= set(heard), timeout=10 * INTERVAL + 10, interval=0.1)
+            read = await client.read_resource("memvault://memories/deploy.md")
+            assert "Mondays" in str(read.contents)
+    assert head(a) == head(remote)

@@ -123,7 +123,7 @@ async def test_a_missing_folder_or_snapshot(make_settings, vault_root, monkeypat
     assert len(found.gone) == 12  # every memory the snapshot holds
 
 
-def _answer(tmp_path: Path, arrays: dict[str, np.ndarray], status: int = 0) -> folderscan.Found | None:
+def _answer(tmp_path: Path, arrays: dict[str, np.ndarray], status: int = 0) -> folderscan.FolderDiff | None:
     """What the store makes of a helper that wrote ``arrays`` and exited with ``status``."""
     out = io.BytesIO()
     np.savez(out, **arrays)
@@ -233,7 +233,7 @@ async def _down_after_changes(make_settings, vault_root: Path, monkeypatch, n: i
 @pytest.mark.parametrize("helper", [True, False])
 async def test_a_restart_catches_changes_made_while_down(make_settings, vault_root, monkeypatch, helper):
     folder = await _down_after_changes(make_settings, vault_root, monkeypatch, 40)
-    answers: list[folderscan.Found | None] = []
+    answers: list[folderscan.FolderDiff | None] = []
     real_result = folderscan.Scan.result
     monkeypatch.setattr(
         folderscan.Scan, "result", lambda scan: answers.append(real_result(scan)) or answers[-1]

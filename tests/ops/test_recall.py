@@ -19,17 +19,17 @@ from conftest import wait_for
 
 from memvault.config import Settings
 from memvault.disk.markdown import Memory
-from memvault.errors import InvalidArgument
-from memvault.ops import recall as ranking
-from memvault.ops.recall import DEFAULT_WEIGHTS, Recaller, layout, snippet
+from memvault.errors import InvalidArgument, TooLarge
+from memvault.ops import recall
+from memvault.ops.recall import Recaller
 from memvault.ops.service import Service
 from memvault.ops.store import Store
-from memvault.search.embedders import EmbedderUnavailable, FloatMatrix, HashEmbedder
+from memvault.search.embedders import EmbedderUnavailable, FloatMatrix, Traits
+from memvault.search.embedders.hash import HashEmbedder
 from memvault.search.embeddings import Embeddings
-from memvault.search.order import creation_order
+from memvault.search.ranking import DEFAULT_WEIGHTS, FLOOR
 from memvault.search.rerankers import RerankerUnavailable, Reranking
-from memvault.search.snippets import SNIPPET_CHARS
-from memvault.search.vectors import VectorView
+from memvault.search.snippets import SNIPPET_CHARS, snippet
 
 pytestmark = [
     pytest.mark.anyio,
@@ -86,7 +86,7 @@ async def settle(service: Service) -> None:
     assert await asyncio.to_thread(service.embeddings.wait_idle, 20)
 
 
-def names(found: ranking.Recall) -> list[str]:
+def names(found: recall.Recall) -> list[str]:
     return [("archive/" if r.memory.archived else "") + r.memory.id for r in found.results]
 
 
@@ -114,7 +114,7 @@ class Crowded(Synonyms):
     large direction, so two unrelated texts meet at about 0.95 and two of one meaning at 1."""
 
     name = "crowded-v1"
-    crowds = True  # as the sentence-transformers and openai embedders say of themselves
+    traits = Traits(crowds=True)  # as the sentence-transformers and openai embedders say of themselves
 
     def embed(self, texts: Sequence[str]) -> FloatMatrix:
         out = super().embed(texts)
@@ -260,46 +260,6 @@ async def test_a_long_memory_stands_on_its_own_beside_a_hit(make_settings: Calla
         await service.close()
 
 
-def test_only_crowded_cosines_are_measured_from_the_lower_quartile():
-    n = 8
-    where = creation_order([f"m{i}.md" for i in range(n)], np.full(n, np.nan), depth=2, gap=3600.0)
-    lexical, eligible = np.zeros(n), np.ones(n, dtype=bool)
-
-    def leg(cosines: list[float], centre: bool) -> np.ndarray:
-        return ranking.fuse(lexical, np.array(cosines), eligible, where, centre=centre)[0]
-
-    crowded = [0.90, 0.91, 0.90, 0.92, 0.95, 0.90, 0.91, 0.99]  # a transformer such as E5
-    spread = [0.1, 0.3, 0.05, 0.2, 0.6, 0.1, 0.15, 0.8]  # MiniLM, WordLlama
-    assert leg(crowded, False).min() > 0.8  # divided by the best alone, every memory near the top
-    centred = leg(crowded, True)
-    assert centred.max() == pytest.approx(ranking.VECTOR_WEIGHT)
-    assert centred[0] == 0.0 and 0.0 < centred[3] < centred[4]  # the quartile and below count 0
-    assert np.allclose(leg(spread, True), leg(spread, False))  # cosines that spread: as they were
-
-
-def test_neighbours_stay_within_an_hour_of_each_other():
-    keys: list[str | None] = ["a", "b", "c", None, "d"]
-    created = np.array([0.0, 10.0, 4000.0, np.nan, 20.0])
-    view = VectorView(
-        keys,
-        {k: i for i, k in enumerate(keys) if k},
-        None,
-        np.zeros(5, np.float32),
-        np.zeros(5, bool),
-        created,
-        None,
-        1,
-    )
-    where = layout(view)
-    order = ["a", "b", "d", "c"]  # by creation time; c is 66 minutes after d
-    assert [keys[int(r)] for r in np.argsort(where.position)[:4]] == order
-    n = where.n
-    assert where.before[0].tolist() == [n, 0, n, n, 1]
-    assert where.after[0].tolist() == [1, 4, n, n, n]
-    assert where.before[1][4] == 0  # two places back
-    assert where.thread[2] != where.thread[0] and where.thread[3] == -1
-
-
 def test_snippet_shows_the_part_that_matches():
     text = "Intro words " * 30 + "the deploy script needs the --force flag on Fridays. " + "Outro words " * 30
     cut = snippet(text, {"deploy", "force"})
@@ -350,6 +310,18 @@ async def test_recall_of_an_unknown_token_creates_nothing(make_settings: Callabl
     try:
         assert (await recaller.recall("nobody", "anything")).results == []
         assert not (settings.root / "nobody").exists()
+    finally:
+        await service.close()
+
+
+async def test_a_pasted_document_is_no_query_for_any_caller(make_settings: Callable[..., Settings]):
+    settings = make_settings()
+    service, store, recaller = await make(settings)
+    try:
+        await store.write("t", title="Deploy", content="Blue/green deploys on Fridays.")
+        with pytest.raises(TooLarge, match="query is 3,000 characters"):
+            await recaller.recall("t", ("deploy " * 500)[:3000])
+        assert names(await recaller.recall("t", "deploy")) == ["deploy.md"]
     finally:
         await service.close()
 
@@ -633,7 +605,7 @@ def test_the_floor_setting_is_checked():
     with pytest.raises(InvalidArgument, match="MEMVAULT_RECALL_FLOOR"):
         Settings.from_env({"MEMVAULT_RECALL_FLOOR": "-0.1"})
     assert Settings.from_env({"MEMVAULT_RECALL_FLOOR": "0.3"}).recall_floor == 0.3
-    assert Settings().recall_floor == ranking.FLOOR  # the tool's default is the ranking's
+    assert Settings().recall_floor == FLOOR  # the tool's default is the ranking's
 
 
 async def test_scores_are_shown_in_the_order_they_ranked(make_settings: Callable[..., Settings]):
@@ -662,17 +634,17 @@ async def test_scores_are_shown_in_the_order_they_ranked(make_settings: Callable
 
 def test_only_the_first_few_and_the_strong_results_count_as_used():
     memory = Memory(id="x.md", title="x", content="")
-    hits = [ranking.Recalled(memory, score, "") for score in (1.0, 0.4, 0.3, 0.2, 0.6, 0.1)]
-    used = ranking.accessed(hits)
+    hits = [recall.Recalled(memory, score, "") for score in (1.0, 0.4, 0.3, 0.2, 0.6, 0.1)]
+    used = recall.accessed(hits)
     assert [h.score for h in used] == [1.0, 0.4, 0.3, 0.6]
 
 
 def test_a_score_lent_by_neighbours_does_not_make_a_result_used():
     memory = Memory(id="x.md", title="x", content="")
     # Second and third by score, but mostly from the words of the memories written beside them.
-    hits = [ranking.Recalled(memory, 1.0, ""), ranking.Recalled(memory, 0.4, "", own=0.1)]
-    hits += [ranking.Recalled(memory, 0.6, "", own=0.3), ranking.Recalled(memory, 0.7, "", own=0.45)]
-    assert [(h.score, h.own) for h in ranking.accessed(hits)] == [(1.0, None), (0.6, 0.3)]
+    hits = [recall.Recalled(memory, 1.0, ""), recall.Recalled(memory, 0.4, "", own=0.1)]
+    hits += [recall.Recalled(memory, 0.6, "", own=0.3), recall.Recalled(memory, 0.7, "", own=0.45)]
+    assert [(h.score, h.own) for h in recall.accessed(hits)] == [(1.0, None), (0.6, 0.3)]
 
 
 async def test_after_and_before_keep_memories_created_in_that_span(make_settings: Callable[..., Settings]):
@@ -905,7 +877,7 @@ async def test_recall_and_listings_run_on_the_event_loop_unless_they_would_wait(
 
         # A token larger than the loop's share recalls in a thread.
         hops.clear()
-        monkeypatch.setattr(ranking, "MAX_ROWS", 10)
+        monkeypatch.setattr(recall, "MAX_ROWS", 10)
         assert names(await recaller.recall("t", "ZX81-QR7"))[0] == "token-rotation.md"
         assert hops
     finally:
@@ -1114,7 +1086,7 @@ async def test_recall_keeps_nothing_of_the_tokens_it_unloaded(make_settings: Cal
     memories = 20
     settings = make_settings(max_loaded_tokens=3, dedupe_window_seconds=0, embedder="hash")
     service, store, recaller = await make(settings)
-    by_recall = [tracemalloc.Filter(True, ranking.__file__, all_frames=True)]
+    by_recall = [tracemalloc.Filter(True, recall.__file__, all_frames=True)]
     anchors = ["x", "y", "z"]
     for token in anchors:
         await store.write(token, title="Trip notes", content="Kyoto in spring, by train.")

@@ -1,0 +1,72 @@
+"""The composition root: what /healthz tells of the parts, the watcher following loads and
+listeners, and a close that loses no queued access."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+
+from memvault.config import Settings
+from memvault.ops.service import Service
+from memvault.records.sidecar import Sidecar
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_health_counts_the_loaded_tokens_and_their_memories(
+    make_settings: Callable[..., Settings],
+) -> None:
+    service = Service(make_settings(embedder="hash", max_loaded_tokens=2))
+    store = service.store
+    try:
+        assert service.health()["watcher"] == "off"  # no watcher made (the CLI's case): not watching
+        assert service.health()["status"] == "degraded"
+        await store.write("alice", title="One", content="first")
+        await store.write("alice", title="Two", content="second")
+        await store.write("bob", title="Three", content="third")
+        health = service.health()
+        assert (health["tokens_loaded"], health["memories_loaded"]) == (2, 3)
+        assert health["embeddings"]["name"] and health["reranker"]["name"]
+        await store.write("carol", title="Four", content="fourth")  # alice unloads
+        health = service.health()
+        assert (health["tokens_loaded"], health["memories_loaded"]) == (2, 2)
+    finally:
+        await service.close()
+
+
+async def test_a_listener_hears_a_hand_edit_of_a_vault_that_unloaded(
+    make_settings: Callable[..., Settings], vault_root: Path
+) -> None:
+    """The root joins the registry and the listeners to the watcher: a token's folder stays
+    watched while either wants it."""
+    service = Service(make_settings(embedder="hash", max_loaded_tokens=1))
+    service.watcher()
+    heard: list[frozenset[str]] = []
+    try:
+        await service.start()
+        assert service.health()["status"] == "ok"
+        await service.store.write("alice", title="One", content="first")
+        stop_listening = service.changes.listen("alice", lambda change: heard.append(change.keys))
+        await service.store.write("bob", title="Two", content="second")  # alice unloads
+        assert service.health()["tokens_loaded"] == 1
+        (vault_root / "alice" / "hand.md").write_text("# Hand\n\nsaved in an editor\n", encoding="utf-8")
+        await wait_for(lambda: any("hand.md" in " ".join(keys) for keys in heard), timeout=10)
+        stop_listening()
+    finally:
+        await service.close()
+
+
+async def test_close_records_the_accesses_still_queued(
+    make_settings: Callable[..., Settings], vault_root: Path
+) -> None:
+    service = Service(make_settings(embedder="hash"))
+    store = service.store
+    await store.write("alice", title="Note", content="a note")
+    found = await store.find("alice", filenames=["note.md"])
+    await store.touch("alice", found.memories)
+    await service.close()  # before the recorder's round: recorded all the same
+    with Sidecar.open(vault_root / "alice") as sidecar:
+        assert sidecar.access_counts()["note.md"][0] >= 2  # the write and the read

@@ -1,0 +1,1 @@
+"""Tests of memvault.tools; a package, so its modules may share a name with another folder's."""
