@@ -245,58 +245,15 @@ class Recaller:
             raise NeedsThread
         where = self._layout(state, view)
         n = where.n
-        lexical = np.zeros(n, dtype=np.float64)
-        include_archive, tags, priorities = filters.include_archive, filters.tags, filters.priorities
-        eligible = where.live.copy() if include_archive else where.live & ~where.archived
-        if filters.after is not None or filters.before is not None:
-            created = view.created[:n]
-            with np.errstate(invalid="ignore"):  # NaN (unknown creation time) never passes a filter
-                if filters.after is not None:
-                    eligible &= created >= filters.after
-                if filters.before is not None:
-                    eligible &= created < filters.before
+        eligible = _eligible(view, where, filters)
         now = store.clock()
         # "10 days ago" points at a span of creation times; its words are not words to look for
         # (the 10 would match a date such as 2023/03/10), whatever the weight of the span.
         spoken = read_time(query, now)
         words = spoken.rest if spoken is not None and terms_of(spoken.rest) else query
-        areas = [False, True] if include_archive else [False]
-        with state.reading(inline) as reading:
-            rows = view.rows
-            for archived in areas:
-                ids, found = reading.scores(
-                    words, archived=archived, limit=ranking.LEXICAL_LIMIT, every=False, near=weights.near
-                )
-                # Hundreds of hits a query: their rows looked up in one pass, set in one call.
-                at = np.fromiter(
-                    (rows.get(k, -1) for k in ([key(id, True) for id in ids] if archived else ids)),
-                    dtype=np.intp,
-                    count=len(ids),
-                )
-                known = at >= 0
-                lexical[at[known]] = found[known]
-            in_archive = 0
-            if not include_archive and state.archive.memories:
-                # Said in the reply, so an agent knows includeArchive=true would find more: those
-                # that match at least half as well as the best hot one (any word of the query alone
-                # would count a whole archive of notes about "the user").
-                _, found = reading.scores(
-                    words, archived=True, limit=ranking.LEXICAL_LIMIT, every=False, near=weights.near
-                )
-                best = float(lexical.max()) if n else 0.0
-                in_archive = int(np.count_nonzero(found >= 0.5 * best)) if found.size else 0
-            if tags or priorities:
-                for row in np.flatnonzero(eligible).tolist():
-                    memory = reading.memory(view.keys[row] or "")
-                    if memory is None or (priorities and memory.priority not in priorities):
-                        eligible[row] = False
-                    elif tags and not {t.casefold() for t in tags} <= {t.casefold() for t in memory.tags}:
-                        eligible[row] = False
-            lengths = (
-                self._lengths(reading, view, where, lexical, len(weights.context))
-                if weights.context_words > 0 and any(weights.context)
-                else None
-            )
+        lexical, in_archive, lengths = self._lexical(
+            state, view, where, words, weights, filters, eligible, inline
+        )
         vector = None
         model = None
         if view.matrix is not None and embedder is not None and embedder.name == view.name:
@@ -358,6 +315,79 @@ class Recaller:
             neighbour_penalty=weights.neighbour,
             free=int(weights.neighbour_after * limit),
         )
+        results = self._results(state, picked, memories, lent, terms, weights, inline)
+        return self._record(state, Recall(results, model, matched, worded, in_archive))
+
+    def _lexical(
+        self,
+        state: TokenState,
+        view: VectorView,
+        where: Layout,
+        words: str,
+        weights: Weights,
+        filters: _Filters,
+        eligible: npt.NDArray[np.bool_],
+        inline: bool,
+    ) -> tuple[FloatArray, int, FloatArray | None]:
+        """Each row's BM25 score for ``words``; how many archived memories match about as well when
+        the archive is left out; each row's words where it borrows context (None: no context).
+        Leaves out of ``eligible`` (in place) the rows whose tags or priority the filters refuse."""
+        n = where.n
+        lexical = np.zeros(n, dtype=np.float64)
+        include_archive, tags, priorities = filters.include_archive, filters.tags, filters.priorities
+        areas = [False, True] if include_archive else [False]
+        with state.reading(inline) as reading:
+            rows = view.rows
+            for archived in areas:
+                ids, found = reading.scores(
+                    words, archived=archived, limit=ranking.LEXICAL_LIMIT, every=False, near=weights.near
+                )
+                # Hundreds of hits a query: their rows looked up in one pass, set in one call.
+                at = np.fromiter(
+                    (rows.get(k, -1) for k in ([key(id, True) for id in ids] if archived else ids)),
+                    dtype=np.intp,
+                    count=len(ids),
+                )
+                known = at >= 0
+                lexical[at[known]] = found[known]
+            in_archive = 0
+            if not include_archive and state.archive.memories:
+                # Said in the reply, so an agent knows includeArchive=true would find more: those
+                # that match at least half as well as the best hot one (any word of the query alone
+                # would count a whole archive of notes about "the user").
+                _, found = reading.scores(
+                    words, archived=True, limit=ranking.LEXICAL_LIMIT, every=False, near=weights.near
+                )
+                best = float(lexical.max()) if n else 0.0
+                in_archive = int(np.count_nonzero(found >= 0.5 * best)) if found.size else 0
+            if tags or priorities:
+                for row in np.flatnonzero(eligible).tolist():
+                    memory = reading.memory(view.keys[row] or "")
+                    if memory is None or (priorities and memory.priority not in priorities):
+                        eligible[row] = False
+                    elif tags and not {t.casefold() for t in tags} <= {t.casefold() for t in memory.tags}:
+                        eligible[row] = False
+            lengths = (
+                self._lengths(reading, view, where, lexical, len(weights.context))
+                if weights.context_words > 0 and any(weights.context)
+                else None
+            )
+        return lexical, in_archive, lengths
+
+    def _results(
+        self,
+        state: TokenState,
+        picked: list[tuple[int, float, float]],
+        memories: dict[int, Memory],
+        lent: FloatArray,
+        terms: set[str],
+        weights: Weights,
+        inline: bool,
+    ) -> list[Recalled]:
+        """The picks above the floors, read fresh from their files: below ``weights.floor`` of the
+        best the list ends; beside a clear match (the first result holds every word asked for),
+        what earns under ``weights.own_floor`` by itself (``lent``: the share its neighbours lent)
+        is left out."""
         results: list[Recalled] = []
         clear = False  # the first result holds every word of the query: it is what was asked for
         for row, value, _ in picked:
@@ -367,12 +397,12 @@ class Recaller:
             own = shown * (1.0 - lent[row])
             if clear and own < weights.own_floor:  # lent by neighbours or a faint cosine: not this
                 continue
-            memory = store.fresh(state, memories[row].id, memories[row].archived, inline=inline)
+            memory = self.store.fresh(state, memories[row].id, memories[row].archived, inline=inline)
             if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
                 if not results:
                     clear = weights.floor > 0 and explains(memory, terms)
                 results.append(Recalled(memory, shown, snippet(memory.content, terms), own))
-        return self._record(state, Recall(results, model, matched, worded, in_archive))
+        return results
 
     @staticmethod
     def _lengths(
@@ -476,3 +506,17 @@ class Recaller:
             next_eviction=evictions,
             last_sweep=last_report(state),
         )
+
+
+def _eligible(view: VectorView, where: Layout, filters: _Filters) -> npt.NDArray[np.bool_]:
+    """The rows the filters' area and span let through (tags and priority are read later)."""
+    n = where.n
+    eligible = where.live.copy() if filters.include_archive else where.live & ~where.archived
+    if filters.after is not None or filters.before is not None:
+        created = view.created[:n]
+        with np.errstate(invalid="ignore"):  # NaN (unknown creation time) never passes a filter
+            if filters.after is not None:
+                eligible &= created >= filters.after
+            if filters.before is not None:
+                eligible &= created < filters.before
+    return eligible
