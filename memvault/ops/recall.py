@@ -44,7 +44,7 @@ from memvault.search.snippets import snippet
 from memvault.search.text import terms_of
 from memvault.search.timewords import read_time
 from memvault.search.vectors import VectorView
-from memvault.threads import MAX_ROWS, NeedsThread, look
+from memvault.threads import MAX_ROWS, ON_LOOP, NeedsThread, Where, look
 
 if TYPE_CHECKING:
     from memvault.ops.store import Store
@@ -224,30 +224,30 @@ class Recaller:
         return kept
 
     def _recall_sync(
-        self, state: TokenState, query: str, limit: int, filters: _Filters, weights: Weights, *, inline: bool
+        self, state: TokenState, query: str, limit: int, filters: _Filters, weights: Weights, where: Where
     ) -> Recall:
-        """``inline``: on the event loop (memvault.threads), for a token of at most MAX_ROWS rows
+        """ON_LOOP (memvault.threads) for a token of at most MAX_ROWS rows
         with a static embedder (a query costs a table lookup) and no reranker (a few milliseconds
         at most); else NeedsThread."""
         store = self.store
         if not state.settled:  # restored moments ago: the vectors' rows, recall's candidates, come next
-            if inline:
+            if where is ON_LOOP:
                 raise NeedsThread
             self.registry.settle(state)
         reranker = self.reranking.get() if self.reranking is not None else None
         embedder = self.embeddings.ready()
         if isinstance(reranker, MaxSim) and token_embedder(embedder) is None:
             reranker = None  # MaxSim needs WordLlama's tokens: with another embedder it is off
-        if inline and (reranker is not None or not (embedder is None or _static(embedder))):
+        if where is ON_LOOP and (reranker is not None or not (embedder is None or _static(embedder))):
             raise NeedsThread
-        view = state.vectors.snapshot(inline)
-        if inline and len(view.keys) > MAX_ROWS:
+        view = state.vectors.snapshot(where)
+        if where is ON_LOOP and len(view.keys) > MAX_ROWS:
             raise NeedsThread
-        where = self._layout(state, view)
-        n = where.n
+        order = self._layout(state, view)
+        n = order.n
         lexical = np.zeros(n, dtype=np.float64)
         include_archive, tags, priorities = filters.include_archive, filters.tags, filters.priorities
-        eligible = where.live.copy() if include_archive else where.live & ~where.archived
+        eligible = order.live.copy() if include_archive else order.live & ~order.archived
         if filters.after is not None or filters.before is not None:
             created = view.created[:n]
             with np.errstate(invalid="ignore"):  # NaN (unknown creation time) never passes a filter
@@ -261,7 +261,7 @@ class Recaller:
         spoken = read_time(query, now)
         words = spoken.rest if spoken is not None and terms_of(spoken.rest) else query
         areas = [False, True] if include_archive else [False]
-        with state.reading(inline) as reading:
+        with state.reading(where) as reading:
             rows = view.rows
             for archived in areas:
                 ids, found = reading.scores(
@@ -293,7 +293,7 @@ class Recaller:
                     elif tags and not {t.casefold() for t in tags} <= {t.casefold() for t in memory.tags}:
                         eligible[row] = False
             lengths = (
-                self._lengths(reading, view, where, lexical, len(weights.context))
+                self._lengths(reading, view, order, lexical, len(weights.context))
                 if weights.context_words > 0 and any(weights.context)
                 else None
             )
@@ -308,7 +308,7 @@ class Recaller:
             lexical,
             vector,
             eligible,
-            where,
+            order,
             context=weights.context,
             lengths=lengths,
             context_words=weights.context_words,
@@ -333,13 +333,13 @@ class Recaller:
 
         terms = {t for t in terms_of(words)} - QUESTION_WORDS
         recorded = (
-            state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()], inline=inline)
+            state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()], where)
             if state.sidecar
             else {}
         )
         memories: dict[int, Memory] = {}
         weighted = np.zeros(n, dtype=np.float64)
-        with state.reading(inline) as reading:
+        with state.reading(where) as reading:
             for row in candidates.tolist():
                 path_key = view.keys[row] or ""
                 memory = reading.memory(path_key)
@@ -354,7 +354,7 @@ class Recaller:
             list(memories),
             weighted,
             limit,
-            where,
+            order,
             neighbour_penalty=weights.neighbour,
             free=int(weights.neighbour_after * limit),
         )
@@ -367,7 +367,7 @@ class Recaller:
             own = shown * (1.0 - lent[row])
             if clear and own < weights.own_floor:  # lent by neighbours or a faint cosine: not this
                 continue
-            memory = store.fresh(state, memories[row].id, memories[row].archived, inline=inline)
+            memory = store.fresh(state, memories[row].id, memories[row].archived, where)
             if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
                 if not results:
                     clear = weights.floor > 0 and explains(memory, terms)
@@ -376,13 +376,13 @@ class Recaller:
 
     @staticmethod
     def _lengths(
-        reading: Reading, view: VectorView, where: Layout, lexical: FloatArray, depth: int
+        reading: Reading, view: VectorView, order: Layout, lexical: FloatArray, depth: int
     ) -> FloatArray:
         """The words of each row that borrows context (a neighbour of a lexical hit); 0 for the rest."""
         hits = np.flatnonzero(lexical > 0)
-        n = where.n
+        n = order.n
         rows = np.unique(
-            np.concatenate([side[hits] for side in (*where.before[:depth], *where.after[:depth])])
+            np.concatenate([side[hits] for side in (*order.before[:depth], *order.after[:depth])])
         )
         rows = rows[rows < n]
         lengths = np.zeros(n, dtype=np.float64)
@@ -478,5 +478,5 @@ class Recaller:
 
 
 def _static(embedder: Embedder) -> bool:
-    """Whether a query's vector costs next to nothing (a hash, a table lookup): recall may run inline."""
+    """Whether a query's vector costs next to nothing (a hash, a table lookup): recall may run on the loop."""
     return isinstance(embedder, HashEmbedder | WordLlamaEmbedder)

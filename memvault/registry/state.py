@@ -43,7 +43,7 @@ from memvault.records.sidecar import FileStat, Sidecar
 from memvault.search.area import Area
 from memvault.search.index import NEAR_ALL
 from memvault.search.vectors import TokenVectors
-from memvault.threads import NeedsThread, held
+from memvault.threads import IN_THREAD, ON_LOOP, NeedsThread, Where, held
 
 BATCH = 16  # file write-backs per turn of the token's lock: a mutation waits for at most one batch
 
@@ -60,8 +60,8 @@ class Reading(held):
 
     __slots__ = ("_state",)
 
-    def __init__(self, state: TokenState, inline: bool = False) -> None:
-        super().__init__(state.mem_lock, inline)
+    def __init__(self, state: TokenState, where: Where = IN_THREAD) -> None:
+        super().__init__(state.mem_lock, where)
         self._state = state
 
     def scores(
@@ -143,26 +143,26 @@ class TokenState:
         """A load is reading the folder: outside changes wait in ``missed`` until it is done."""
         return self.phase is Phase.LOADING
 
-    def looking(self, inline: bool) -> held:
-        """``mem_lock`` held for the block; on the event loop (``inline``) only if it is free at
-        once: the loop never waits for a worker thread (NeedsThread instead)."""
-        return held(self.mem_lock, inline)
+    def looking(self, where: Where) -> held:
+        """``mem_lock`` held for the block; ON_LOOP only if it is free at once: the loop never
+        waits for a worker thread (NeedsThread instead)."""
+        return held(self.mem_lock, where)
 
-    def reading(self, inline: bool = False) -> Reading:
+    def reading(self, where: Where = IN_THREAD) -> Reading:
         """A consistent look at the memories and indexes (``mem_lock`` held for the block; on the
         event loop only if it is free at once, see memvault.threads)."""
-        return Reading(self, inline)
+        return Reading(self, where)
 
     @property
     def dir(self) -> Path:
         return self.vault.dir
 
     @contextlib.contextmanager
-    def file_lock(self, inline: bool = False) -> Iterator[None]:
+    def file_lock(self, where: Where = IN_THREAD) -> Iterator[None]:
         """Cross-process lock (CLI and server, or two servers) held for the block; creates the token
-        folder. ``inline`` (a write on the event loop): NeedsThread unless the sidecar is open and the
+        folder. ON_LOOP (a write on the event loop): NeedsThread unless the sidecar is open and the
         lock is free at once, so the loop never waits for another process."""
-        if inline:
+        if where is ON_LOOP:
             fd = try_lock(self.lock_path) if self.sidecar is not None else None
             if fd is None:
                 raise NeedsThread
@@ -264,22 +264,22 @@ class TokenState:
             bookkeep("move access records", lambda: self.ensure_sidecar().rename_access(old, new))
         return new_id
 
-    def fresh(self, id: str, archived: bool, *, inline: bool = False) -> Memory | None:
-        """The memory as it is on disk now (the watcher may not have caught up yet). ``inline``:
-        on the event loop, which may stat the file but leaves any change to a worker thread."""
-        with self.looking(inline):
+    def fresh(self, id: str, archived: bool, where: Where = IN_THREAD) -> Memory | None:
+        """The memory as it is on disk now (the watcher may not have caught up yet). ON_LOOP: it
+        may stat the file but leaves any change to a worker thread (NeedsThread)."""
+        with self.looking(where):
             known = self.area(archived).memories.get(id)
         try:
             st = os.stat(self.vault.file_name(id, archived))
         except OSError:
-            if inline:
+            if where is ON_LOOP:
                 raise NeedsThread from None
             if known is not None:
                 self.drop(id, archived)
             return None
         if known is not None and unchanged(known, st):
             return known
-        if inline:
+        if where is ON_LOOP:
             raise NeedsThread
         memory = self.read_file(id, archived, known)
         if memory is None:
