@@ -15,10 +15,23 @@ PACKAGE = Path(__file__).parents[1] / "memvault"
 # The folders from the bottom up: a module may import its own folder and the folders below it,
 # never one above. The basics (config, clock, errors, heap, threads) are the modules at the top of
 # the package; ``__main__`` stands with the command line.
-LAYERS = ("", "disk", "records", "search", "load", "registry", "git", "ops", "tools", "server", "cli")
+LAYERS = (
+    "",
+    "disk",
+    "records",
+    "search",
+    "load",
+    "registry",
+    "git",
+    "ops",
+    "importers",
+    "tools",
+    "server",
+    "cli",
+)
 # Below the tools nothing knows of MCP or HTTP.
 PROTOCOL = ("mcp", "starlette", "sse_starlette", "uvicorn")
-PROTOCOL_FREE = ("", "disk", "records", "search", "load", "registry", "git", "ops")
+PROTOCOL_FREE = ("", "disk", "records", "search", "load", "registry", "git", "ops", "importers")
 # Helper processes import these; whatever they pull in, every helper start pays for.
 HELPERS = {
     "load.loader": ("mcp", "starlette", "memvault.ops", "memvault.registry", "memvault.search.embeddings"),
@@ -181,11 +194,6 @@ def reach_throughs(package: Path) -> list[str]:
     return sorted(bad)
 
 
-# Two names still shared, left to the branch that reworks imports (its engineer renames them):
-# Imported (records.summaries, records.graph) and ImportRefused (ops.imports, cli.transfer).
-SHARED_NAMES = frozenset({"Imported", "ImportRefused"})
-
-
 def shared_class_names(package: Path) -> dict[str, list[str]]:
     """Class names defined in more than one place in the package, with where."""
     where: dict[str, list[str]] = {}
@@ -220,10 +228,7 @@ def test_no_module_reaches_through_the_store_to_a_part() -> None:
 
 
 def test_each_class_name_means_one_thing_in_the_package() -> None:
-    shared = {
-        name: places for name, places in shared_class_names(PACKAGE).items() if name not in SHARED_NAMES
-    }
-    assert shared == {}
+    assert shared_class_names(PACKAGE) == {}
 
 
 def test_nothing_below_the_tools_knows_mcp_or_http() -> None:

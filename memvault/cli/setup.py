@@ -12,9 +12,12 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -102,22 +105,23 @@ def command(settings: Settings, args: argparse.Namespace) -> int:
     claude_dir = (args.claude_dir or Path.home() / ".claude").expanduser()
     try:
         if args.remove:
-            return remove(claude_dir, dry_run=args.dry_run)
+            with _setup_lock(claude_dir):
+                return remove(claude_dir, dry_run=args.dry_run)
         plan = Plan.make(settings, args, claude_dir)
         if args.plugin is not None:
             return plan.write_plugin(args.plugin, dry_run=args.dry_run)
-        if (claude_dir / "memvault" / "setup.json").exists():
-            # Set up already (say over HTTP, now --stdio or --key): one command switches, by undoing
-            # exactly what the earlier setup added before writing the new one.
-            if args.dry_run:
-                print("memvault is set up here already; would first undo that (what --remove does):")
-                remove(claude_dir, dry_run=True)
-                print("then:")
-                return plan.install(dry_run=True)
-            else:
+        with _setup_lock(claude_dir):
+            if (claude_dir / "memvault" / "setup.json").exists():
+                # Set up already (say over HTTP, now --stdio or --key): one command switches, by
+                # undoing exactly what the earlier setup added before writing the new one.
+                if args.dry_run:
+                    print("memvault is set up here already; would first undo that (what --remove does):")
+                    remove(claude_dir, dry_run=True)
+                    print("then:")
+                    return plan.install(dry_run=True)
                 print("memvault is set up here already; undoing that first (what --remove does)")
                 remove(claude_dir, dry_run=False)
-        return plan.install(dry_run=args.dry_run)
+            return plan.install(dry_run=args.dry_run)
     except SetupRefused as exc:
         print(f"memvault: {exc}", file=sys.stderr)
         return 1
@@ -134,6 +138,91 @@ def _write(path: Path, data: bytes, mode: int = 0o600) -> None:
     atomic_write(path, data, mode=mode)
 
 
+class _Number(str):
+    """A number as the settings file spells it (``1e400``, ``0.1000000000000000055511``), written
+    back unchanged: json would turn the first into Infinity (not JSON) and round the second."""
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise SetupRefused(
+                f"Claude Code's settings.json has the key {json.dumps(key)[:80]} twice in one object, and "
+                "which one Claude Code reads is unclear; keep one, then run setup again. Nothing changed."
+            )
+        data[key] = value
+    return data
+
+
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _check_text(value: Any) -> None:
+    """Refuse a string holding half of a UTF-16 pair (a ``\\ud800`` escape alone): no UTF-8 file can
+    hold it, so writing the settings back would fail or change it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack += list(item)
+            stack += item.values()
+        elif isinstance(item, list):
+            stack += item
+        elif isinstance(item, str) and not isinstance(item, _Number) and _LONE_SURROGATE.search(item):
+            raise SetupRefused(
+                "Claude Code's settings.json holds a \\u escape of half a character (a lone surrogate, "
+                "such as \\ud800), which is not text; fix or remove it, then run setup again. Nothing "
+                "changed."
+            )
+
+
+def parse_settings(raw: bytes) -> Any:
+    """The settings as json reads them, but numbers kept as written and a repeated key refused
+    (SetupRefused); ValueError for what is not JSON."""
+    data = json.loads(
+        raw, object_pairs_hook=_pairs, parse_float=_Number, parse_int=_Number, parse_constant=_Number
+    )
+    _check_text(data)
+    return data
+
+
+def dump_settings(data: Any) -> bytes:
+    """The settings as JSON text (indented by two), numbers as they were read."""
+    mark = f"memvault-number-{secrets.token_hex(8)}:"
+    numbers: list[str] = []
+
+    def marked(value: Any) -> Any:
+        if isinstance(value, _Number):
+            numbers.append(str(value))
+            return f"{mark}{len(numbers) - 1}"
+        if isinstance(value, dict):
+            return {k: marked(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [marked(v) for v in value]
+        return value
+
+    text = json.dumps(marked(data), indent=2, ensure_ascii=False)
+    text = re.sub(f'"{re.escape(mark)}(\\d+)"', lambda m: numbers[int(m.group(1))], text)
+    return (text + "\n").encode("utf-8")
+
+
+@contextlib.contextmanager
+def _setup_lock(claude_dir: Path) -> Any:
+    """One setup or --remove at a time in a Claude Code folder (an flock on the folder itself, so
+    nothing is left behind): a second one waits, then finds what the first did."""
+    try:
+        fd = os.open(claude_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except FileNotFoundError:  # no folder, nothing to undo; setup makes it
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _read_settings(path: Path) -> tuple[bytes | None, dict[str, Any]]:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise SetupRefused(f"{path.name} in Claude Code's folder is not a regular file; nothing changed")
@@ -146,7 +235,7 @@ def _read_settings(path: Path) -> tuple[bytes | None, dict[str, Any]]:
             f"cannot read Claude Code's {path.name} ({exc.strerror}); nothing changed"
         ) from None
     try:
-        data = json.loads(raw) if raw.strip() else {}
+        data = parse_settings(raw) if raw.strip() else {}
     except (ValueError, RecursionError):
         raise SetupRefused(
             f"Claude Code's {path.name} is not valid JSON; fix it (or move it away), then run setup again. "
@@ -277,7 +366,7 @@ class Plan:
                     f"the {name} hooks in Claude Code's settings are not a list; fix them first"
                 )
             hooks[name] = [*(present or []), *entries]
-        after = (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        after = dump_settings(data)
         skill_file = self.claude_dir / "skills" / "memvault" / "SKILL.md"
         skill_ours = not skill_file.exists()
         add = self.mcp_add()
@@ -403,7 +492,7 @@ def remove(claude_dir: Path, *, dry_run: bool) -> int:
         restored: bytes | None = None if before is None else base64.b64decode(before)
         how = "restored Claude Code's settings as they were before setup"
     else:
-        restored = (json.dumps(_without(data, set(state["commands"])), indent=2) + "\n").encode("utf-8")
+        restored = dump_settings(_without(data, set(state["commands"])))
         how = "took memvault's hooks out of Claude Code's settings (changed since setup: the rest kept)"
     skill_file = claude_dir / "skills" / "memvault" / "SKILL.md"
     skill_ours = skill_file.is_file() and state.get("skill") == _sha(skill_file.read_bytes())

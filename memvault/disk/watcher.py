@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import threading
@@ -41,6 +42,9 @@ log = logging.getLogger("memvault")
 QUIET_SECONDS = 0.05  # a batch closes after this much silence ...
 MAX_BATCH_SECONDS = 0.25  # ... or this long after its first event, whichever comes first
 HEALTH_CHECK_SECONDS = 5.0  # a quiet watcher checks this often that its observer still runs
+# A batch is applied this many paths at a time, the vaults in turn, so that a pull of thousands of
+# files into one vault holds another vault's edits back by one chunk, not by the whole pull.
+CHUNK_PATHS = 256
 # watchdog reports a kernel queue overflow (events lost) only in its log, on these loggers.
 WATCHDOG_LOGGER = "watchdog.observers"
 OVERFLOW_MESSAGE = "Inotify queue overflowed"
@@ -269,7 +273,7 @@ class Watcher:
         self.rescan: set[str] = set()
         self.listing: set[str] = set()  # tokens whose batch holds a file created, deleted or moved
         self.batches = 0
-        self.overflows = 0  # kernel queue overflows heard of (each one rescans every token)
+        self.overflows = 0  # kernel queue overflows heard of (each rescans every watched token)
         self.rescans = 0  # token rescans done
         self.rescanning = 0  # tokens being rescanned now (shown in /healthz)
         self._listener = _OverflowListener(self)
@@ -374,12 +378,16 @@ class Watcher:
         self._wake.set()
 
     def overflowed(self) -> None:
-        """The kernel dropped events (a burst outran the queue): any token may have missed changes,
-        so every token folder is rescanned, once for a storm of overflows."""
+        """The kernel dropped events (a burst outran the queue). One queue serves every watch and
+        the kernel does not say whose events it dropped, so every watched token (loaded or listened
+        to: no other folder is watched) is rescanned, once for a storm of overflows. A token nobody
+        wants lost nothing: it is read afresh when it is loaded."""
         self.overflows += 1
         if self.overflows == 1 or self.overflows % 100 == 0:
             log.warning("file events were lost (queue overflow %d); rescanning the vault", self.overflows)
-        self.rescan.update(self._token_folders())
+        with self._wants.lock:
+            watched = [os.fsdecode(token) for token in self._wants.tokens]
+        self.rescan.update(token for token in watched if valid_token(token))
         self._wake.set()
 
     def _token_folders(self) -> list[str]:
@@ -459,25 +467,56 @@ class Watcher:
                     await asyncio.wait_for(self._wake.wait(), min(QUIET_SECONDS, remaining))
                 except TimeoutError:
                     break
-            pending, self.pending = self.pending, {}
-            rescan, self.rescan = self.rescan, set()
-            listing, self.listing = self.listing, set()
             self._busy = True
-            self.rescanning = len(rescan)
             try:
-                for token in set(pending) | rescan:
-                    await anyio.to_thread.run_sync(
-                        self.apply, token, pending.get(token, set()), token in rescan
-                    )
-                    if token in rescan:
-                        self.rescans += 1
-                        self.rescanning -= 1
-                    if self.announce is not None:
-                        self.announce(token, pending.get(token, set()), token in listing, token in rescan)
-            except Exception:
-                log.exception("applying file changes failed; the next change or restart will retry")
+                await self._apply_all()
             finally:
                 self._busy = False
                 self.rescanning = 0
                 self.batches += 1
             await self._check()
+
+    async def _apply_all(self) -> None:
+        """Apply what is pending, a chunk of one token's paths (or one token's rescan) at a time,
+        the tokens in turn, taking in what arrives meanwhile: until nothing is left."""
+        work: dict[str, set[Path]] = {}
+        rescan: set[str] = set()
+        listing: set[str] = set()
+
+        def take() -> None:
+            for token, paths in self.pending.items():
+                work.setdefault(token, set()).update(paths)
+            rescan.update(self.rescan)
+            listing.update(self.listing)
+            self.pending, self.rescan, self.listing = {}, set(), set()
+            self.rescanning = len(rescan)
+
+        take()
+        while work or rescan:
+            for token in list(dict.fromkeys([*rescan, *work])):
+                if token in rescan:
+                    paths, whole = work.pop(token, set()), True
+                elif token not in work:
+                    continue  # rescanned meanwhile
+                elif len(work[token]) <= CHUNK_PATHS:
+                    paths, whole = work.pop(token), False
+                else:
+                    paths, whole = set(itertools.islice(work[token], CHUNK_PATHS)), False
+                    work[token] -= paths
+                try:
+                    await anyio.to_thread.run_sync(self.apply, token, paths, whole)
+                except Exception:
+                    log.exception("applying file changes failed; the next change or restart will retry")
+                if whole:
+                    rescan.discard(token)
+                    self.rescans += 1
+                # The list may differ once the last of the token's chunks is in.
+                listed = token in listing and token not in work and token not in rescan
+                if listed:
+                    listing.discard(token)
+                if self.announce is not None:
+                    try:
+                        self.announce(token, paths, listed, whole)
+                    except Exception:
+                        log.exception("announcing file changes failed")
+                take()

@@ -26,7 +26,7 @@ from memvault.ops.access import flush_records, last_access
 from memvault.ops.arguments import check_query
 from memvault.ops.sweeps import last_report
 from memvault.search import ranking
-from memvault.search.embedders import Embedder, HashEmbedder, WordLlamaEmbedder, crowds, token_embedder
+from memvault.search.embedders import Embedder, token_embedder, traits
 from memvault.search.order import Layout
 from memvault.search.ranking import (
     DEFAULT_WEIGHTS,
@@ -39,7 +39,7 @@ from memvault.search.ranking import (
     fuse,
     layout,
 )
-from memvault.search.rerankers import MaxSim, Reranker, RerankerUnavailable, Reranking
+from memvault.search.rerankers import Reranker, RerankerUnavailable, Reranking, token_reranker
 from memvault.search.snippets import snippet
 from memvault.search.text import terms_of
 from memvault.search.timewords import read_time
@@ -227,7 +227,7 @@ class Recaller:
         self, state: TokenState, query: str, limit: int, filters: _Filters, weights: Weights, where: Where
     ) -> Recall:
         """ON_LOOP (memvault.threads) for a token of at most MAX_ROWS rows
-        with a static embedder (a query costs a table lookup) and no reranker (a few milliseconds
+        with a quick embedder (a query costs a table lookup) and no reranker (a few milliseconds
         at most); else NeedsThread."""
         store = self.store
         if not state.settled:  # restored moments ago: the vectors' rows, recall's candidates, come next
@@ -236,9 +236,9 @@ class Recaller:
             self.registry.settle(state)
         reranker = self.reranking.get() if self.reranking is not None else None
         embedder = self.embeddings.ready()
-        if isinstance(reranker, MaxSim) and token_embedder(embedder) is None:
-            reranker = None  # MaxSim needs WordLlama's tokens: with another embedder it is off
-        if where is ON_LOOP and (reranker is not None or not (embedder is None or _static(embedder))):
+        if token_reranker(reranker) is not None and token_embedder(embedder) is None:
+            reranker = None  # MaxSim reads the ids a token embedder keeps: with another it is off
+        if where is ON_LOOP and (reranker is not None or not (embedder is None or traits(embedder).quick)):
             raise NeedsThread
         view = state.vectors.snapshot(where)
         if where is ON_LOOP and len(view.keys) > MAX_ROWS:
@@ -313,8 +313,8 @@ class Recaller:
             lengths=lengths,
             context_words=weights.context_words,
             vector_weight=weights.vector,
-            vector_floor=ranking.VECTOR_FLOOR if isinstance(embedder, HashEmbedder) else 0.0,
-            centre=crowds(embedder),
+            vector_floor=traits(embedder).noise,
+            centre=traits(embedder).crowds,
         )
         # What share of each score its neighbours lent it (the factors below scale both alike).
         lent = np.divide(borrowed, score, out=np.zeros_like(score), where=score > 0)
@@ -399,22 +399,23 @@ class Recaller:
         view: VectorView,
         embedder: Embedder | None,
     ) -> None:
-        """Add the reranker's view of the best candidates to their scores (in place). MaxSim
-        reads the token ids kept beside the vectors; a candidate without them (its vector is
-        pending) is left out of the normalisation and gets nothing added."""
+        """Add the reranker's view of the best candidates to their scores (in place). A token
+        reranker (MaxSim) reads the token ids kept beside the vectors; a candidate without them
+        (its vector is pending) is left out of the normalisation and gets nothing added."""
         count = getattr(reranker, "top", ranking.RERANK_TOP)
         weight = getattr(reranker, "weight", ranking.RERANK_WEIGHT)
         rows = sorted(memories, key=lambda r: -weighted[r])[:count]
         scored = rows
         try:
             keeper = token_embedder(embedder)
-            if isinstance(reranker, MaxSim):
+            by_tokens = token_reranker(reranker)
+            if by_tokens is not None:
                 if keeper is None or view.name != keeper.name:
                     return
                 kept = [(r, view.tokens_of(r)) for r in rows]
                 scored = [r for r, ids in kept if ids is not None]
                 raw = (
-                    reranker.score_tokens(keeper, query, [ids for _, ids in kept if ids is not None])
+                    by_tokens.score_tokens(keeper, query, [ids for _, ids in kept if ids is not None])
                     if scored
                     else np.zeros(0)
                 )
@@ -475,8 +476,3 @@ class Recaller:
             next_eviction=evictions,
             last_sweep=last_report(state),
         )
-
-
-def _static(embedder: Embedder) -> bool:
-    """Whether a query's vector costs next to nothing (a hash, a table lookup): recall may run on the loop."""
-    return isinstance(embedder, HashEmbedder | WordLlamaEmbedder)

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from memvault.clock import Clock, format_time, require_time, utcnow
 from memvault.disk.markdown import clean_tags
-from memvault.errors import InvalidArgument, TooLarge, UnknownSession, quote
+from memvault.errors import InvalidArgument, MemvaultError, TooLarge, UnknownSession, quote
 from memvault.records.sidecar import Sidecar, SidecarRecords
 from memvault.records.summaryfiles import APPEND_SEPARATOR, Stored, TextBuilder, Version, stored_as, whole
 
@@ -18,10 +18,10 @@ __all__ = [
     "APPEND_SEPARATOR",
     "CanonicalFiles",
     "Head",
-    "Imported",
     "Page",
     "SessionInfo",
     "SessionSummaries",
+    "SessionsImported",
     "Stored",
     "Version",
 ]
@@ -72,7 +72,7 @@ class Page:
 
 
 @dataclass(frozen=True, slots=True)
-class Imported:
+class SessionsImported:
     added: int
     unchanged: int
     conflicts: int  # same (session, version) already holds different content; the existing one is kept
@@ -182,6 +182,8 @@ class CanonicalFiles(Protocol):
     def written(
         self, conn: sqlite3.Connection, new: Stored, latest: Version, *, meta: bool = False
     ) -> None: ...
+
+    def linked(self, session_id: str) -> MemvaultError | None: ...
 
 
 class SessionSummaries(SidecarRecords):
@@ -297,7 +299,7 @@ class SessionSummaries(SidecarRecords):
                 self.files.check(conn, session_id)
             latest = _latest(conn, session_id)
             if latest is None:
-                raise UnknownSession(session_id)
+                raise self.unknown(session_id)
             new_title = (title or None) if title is not None else latest.title
             new_tags = tag_tuple if tag_tuple is not None else latest.tags
             conn.execute(
@@ -311,13 +313,18 @@ class SessionSummaries(SidecarRecords):
 
     # ------------------------------------------------------------------ reading
 
+    def unknown(self, session_id: str) -> MemvaultError:
+        """No such session; or, when its file is a link never read through, that (LinkedFile)."""
+        linked = self.files.linked(session_id) if self.files is not None else None
+        return linked or UnknownSession(session_id)
+
     def latest(self, session_id: str) -> tuple[Version, int]:
         """The latest version and how many versions the session has (its number, when none is missing)."""
         session_id = check_session_id(session_id)
         with self.sidecar.snapshot() as conn:
             latest = _latest(conn, session_id)
             if latest is None:
-                raise UnknownSession(session_id)
+                raise self.unknown(session_id)
             count = conn.execute(
                 "SELECT count(*) FROM session_versions WHERE session_id = ?", (session_id,)
             ).fetchone()[0]
@@ -335,7 +342,7 @@ class SessionSummaries(SidecarRecords):
                 ).fetchone()
                 is None
             ):
-                raise UnknownSession(session_id)
+                raise self.unknown(session_id)
         return found
 
     def heads(self, session_id: str) -> list[Head]:
@@ -348,7 +355,7 @@ class SessionSummaries(SidecarRecords):
                 (session_id,),
             ).fetchall()
         if not rows:
-            raise UnknownSession(session_id)
+            raise self.unknown(session_id)
         return [
             Head(int(n), ts, title, tuple(json.loads(tags)), int(chars)) for n, ts, title, tags, chars in rows
         ]
@@ -441,14 +448,14 @@ class SessionSummaries(SidecarRecords):
         """Exported rows checked as the tools check their arguments; raises InvalidArgument."""
         return [_version_from_row(row, self.max_chars) for row in rows]
 
-    def import_rows(self, rows: Iterable[Mapping[str, Any]]) -> Imported:
+    def import_rows(self, rows: Iterable[Mapping[str, Any]]) -> SessionsImported:
         """Load exported versions; a version already present is left alone, so importing twice is a no-op."""
         versions = self.parse_rows(rows)
         with self.sidecar.transaction() as conn:
             return self.import_into(conn, versions)
 
     @staticmethod
-    def import_into(conn: sqlite3.Connection, versions: Iterable[Version]) -> Imported:
+    def import_into(conn: sqlite3.Connection, versions: Iterable[Version]) -> SessionsImported:
         """Insert checked versions inside the caller's transaction (all of an import, or nothing)."""
         added = unchanged = conflicts = 0
         for v in versions:
@@ -463,7 +470,7 @@ class SessionSummaries(SidecarRecords):
                 unchanged += 1
             else:
                 conflicts += 1
-        return Imported(added, unchanged, conflicts)
+        return SessionsImported(added, unchanged, conflicts)
 
 
 def _version_from_row(row: Mapping[str, Any], max_chars: int) -> Version:

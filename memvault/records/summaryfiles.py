@@ -13,6 +13,7 @@ name another session (a copy, a planted file) is no part of that session, nor of
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -29,7 +30,7 @@ from memvault.disk import safe
 from memvault.disk.files import NotRegularFile, atomic_write, fsync_dir
 from memvault.disk.markdown import clean_tags, has_conflict_markers, load_yaml
 from memvault.disk.names import SESSIONS_DIR, slugify
-from memvault.errors import InvalidArgument
+from memvault.errors import InvalidArgument, LinkedFile
 
 HISTORY_SUFFIX = ".history.jsonl"
 APPEND_SEPARATOR = "\n\n"  # append_summary: latest text, a blank line, the new content
@@ -191,7 +192,12 @@ def append_lines(path: Path, lines: Iterable[str]) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link: never written through (it could lead out of the vault)
+            raise LinkedFile(f"{SESSIONS_DIR}/{path.name}") from None
+        raise
     try:
         if os.fstat(fd).st_size and not _ends_with_newline(fd):
             data = b"\n" + data  # a hand edit left the last line open

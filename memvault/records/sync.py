@@ -24,7 +24,7 @@ from memvault.clock import format_time
 from memvault.disk import safe
 from memvault.disk.files import NotRegularFile, atomic_write, file_change
 from memvault.disk.names import GRAPH_FILE, SESSIONS_DIR
-from memvault.errors import FileConflict, InvalidArgument
+from memvault.errors import FileConflict, InvalidArgument, LinkedFile, LinkedFolder, MemvaultError
 from memvault.records.graphfile import compose, entity_line, parse, relation_line
 from memvault.records.graphsearch import Entity, Relation
 from memvault.records.sidecar import Sidecar
@@ -408,6 +408,14 @@ class SessionFiles:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+
+    def linked(self, session_id: str) -> MemvaultError | None:
+        """LinkedFile (LinkedFolder) when a file of the session, sessions/ or the token folder is a
+        link, which is never read through: a session missing for that reason is not "unknown"."""
+        for path in (*paths(self.folder, session_id), self.folder / SESSIONS_DIR, self.folder):
+            if os.path.islink(path):
+                return LinkedFolder() if path == self.folder else LinkedFile(_rel(self.folder, path))
+        return None
 
     def check(self, conn: sqlite3.Connection, session_id: str) -> None:
         md, history = paths(self.folder, session_id)

@@ -223,6 +223,66 @@ def test_remove_after_the_user_changed_the_settings_takes_out_only_memvaults_hoo
     assert memvault(home, "--remove", with_claude=False).returncode == 1  # nothing left to undo
 
 
+def test_settings_keep_their_numbers_as_written(home: Path) -> None:
+    """Issue 46, 6: 1e400 was written back as Infinity (not JSON), long floats lost digits."""
+    settings_file = home / ".claude" / "settings.json"
+    original = (
+        b'{"cleanupPeriodDays": 1e400, "x": {"ratio": 0.1000000000000000055511151231257827, '
+        b'"big": 123456789012345678901234567890, "tiny": -0.0, "list": [1E2, 5]}}'
+    )
+    settings_file.write_bytes(original)
+    assert memvault(home, "--token", "alice", with_claude=False).returncode == 0
+    text = settings_file.read_text(encoding="utf-8")
+    for spelled in ("1e400", "0.1000000000000000055511151231257827", "123456789012345678901234567890"):
+        assert spelled in text
+    assert '"tiny": -0.0' in text and "1E2," in text
+    assert "Infinity" not in text
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert commands(settings_of(home), "Stop")
+    assert memvault(home, "--remove", with_claude=False).returncode == 0
+    assert settings_file.read_bytes() == original
+
+
+def test_a_duplicate_key_or_a_lone_surrogate_is_refused_with_the_file_untouched(home: Path) -> None:
+    settings_file = home / ".claude" / "settings.json"
+    for original, said in [
+        (b'{"theme": "dark", "theme": "light"}', '"theme" twice'),
+        (b'{"hooks": {}, "x": {"a": 1, "a": 2}}', '"a" twice'),
+        (b'{"note": "half \\ud800 a pair"}', "lone surrogate"),
+    ]:
+        settings_file.write_bytes(original)
+        done = memvault(home, "--token", "alice", with_claude=False)
+        assert done.returncode == 1 and said in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "Nothing changed" in done.stderr
+        assert settings_file.read_bytes() == original
+        assert not (home / ".claude" / "memvault").exists()
+
+
+def test_removes_at_once_all_end_cleanly(home: Path) -> None:
+    """Issue 46, 6: two concurrent --remove runs: one crashed with FileNotFoundError."""
+    settings_file = home / ".claude" / "settings.json"
+    for _ in range(3):
+        settings_file.write_bytes(ORIGINAL)
+        assert memvault(home, "--token", "alice", with_claude=False).returncode == 0
+        env = env_for(home, with_claude=False)
+        runs = [
+            subprocess.Popen(
+                [str(MEMVAULT), "setup", "claude-code", "--remove"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        results = [(run.wait(timeout=120), *run.communicate()) for run in runs]
+        assert sorted(code for code, _, _ in results) == [0, 1, 1, 1], results
+        refused = next(err for code, _, err in results if code == 1)
+        assert "nothing to remove" in refused and "Traceback" not in refused
+        assert settings_file.read_bytes() == ORIGINAL
+        assert not (home / ".claude" / "memvault").exists()
+
+
 def test_setup_again_switches_from_http_to_stdio_in_one_command(home: Path, tmp_path: Path) -> None:
     settings_file = home / ".claude" / "settings.json"
     settings_file.write_bytes(ORIGINAL)

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -354,6 +355,66 @@ async def test_thousand_file_burst_is_indexed_fast_in_few_batches(server_factory
         await wait_for(lambda: watcher.idle, DEADLINE)
         assert not hot_hits(srv, "meerkatoboe")
         assert watcher.batches - batches < 50
+
+
+@pytest.mark.slow
+async def test_another_vaults_edit_is_applied_while_a_big_pull_is(server_factory, vault_root, monkeypatch):
+    """Issue 46, 7: a 10,000-file pull was applied in one step: another vault's hand edit waited
+    for all of it. It now waits for a chunk or two of it."""
+    total = 1500
+    async with live(server_factory) as (srv, _s, folder), srv.session("bob") as bob:
+        put(vault_root / "bob" / "bob.md", note("Bob", "bob's first memory"))
+        err, text = await srv.call(bob, "list_memory_titles")  # loads bob
+        assert not err, text
+        watcher, store = srv.app.state.watcher, store_of(srv)
+        bob_edit = vault_root / "bob" / "projects" / "edit.md"
+        bob_edit.parent.mkdir()
+        (folder / "pull").mkdir()  # a new folder makes a rescan: made before, so the pull is files
+        put(folder / "pull" / "first.md", note("First", "the pull's first file"))
+        put(bob_edit.parent / "other.md", note("Other", "bob's other memory"))
+        await wait_for(lambda: "pull/first.md" in hot_ids(srv), DEADLINE)  # the folders' events are in
+        await wait_for(lambda: "projects/other.md" in store.tokens["bob"].hot.memories, DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        apply = watcher.apply
+        hold = threading.Event()
+        applied = {"alice": 0}
+        seen: dict[str, int] = {}
+
+        def watched(token: str, paths: set[Path], rescan: bool) -> int:
+            if token == TOKEN:
+                seen.setdefault("held", len(paths))
+                hold.wait(DEADLINE)  # until the whole pull is waiting to be applied
+                done = apply(token, paths, rescan)
+                before, applied["alice"] = applied["alice"], applied["alice"] + len(paths)
+                if before <= 1 < applied["alice"]:  # the pull is being applied: bob edits a memory
+                    put(bob_edit, note("Edit", "bob's hand edit: quokkaharp"))
+                    deadline = time.monotonic() + DEADLINE
+                    while "bob" not in watcher.pending and time.monotonic() < deadline:
+                        time.sleep(0.005)  # until the watcher has the event (a worker thread)
+                return done
+            done = apply(token, paths, rescan)
+            if bob_edit in paths:
+                with store.tokens[TOKEN].mem_lock:
+                    seen["alice memories"] = len(store.tokens[TOKEN].hot.memories)
+            return done
+
+        monkeypatch.setattr(watcher, "apply", watched)
+        put(folder / "pull" / "second.md", note("Second", "the pull's second file"))
+        await wait_for(lambda: "held" in seen, DEADLINE)
+        await anyio.to_thread.run_sync(
+            lambda: [
+                put(folder / "pull" / f"file-{i:04d}.md", note(f"Pulled {i}", "pulled: numbatlyre"))
+                for i in range(total - 1)
+            ]
+        )
+        await wait_for(lambda: len(watcher.pending.get(TOKEN, ())) + seen["held"] == total, DEADLINE)
+        hold.set()  # the whole pull is one batch now
+        await wait_for(lambda: len(hot_ids(srv)) == total + 2, timeout=60)
+        await wait_for(lambda: "alice memories" in seen, DEADLINE)
+        # Bob's edit was in bob's index before alice's pull was: at most a few chunks of it were.
+        assert seen["alice memories"] < total + 2, seen
+        err, text = await srv.call(bob, "read_memory", query="quokkaharp")
+        assert not err and "projects/edit.md" in text, text
 
 
 @pytest.mark.slow

@@ -298,3 +298,46 @@ async def test_a_client_subscribes_to_a_bounded_number_of_resources():
     with pytest.raises(InvalidArgument, match="memvault://vault"):
         subscriber.add("memvault://memories/one-more.md")
     subscriber.add(VAULT)  # the whole vault is always one subscription
+
+
+def kernel_overflow() -> None:
+    """What the kernel sends when its inotify queue overflows, through watchdog's own handling."""
+    from watchdog.observers.inotify_c import InotifyConstants, InotifyEvent, InotifyFD, WatchDescriptor
+
+    InotifyFD.get_instance().handle_event(
+        InotifyEvent(WatchDescriptor(-1), InotifyConstants.IN_Q_OVERFLOW, 0, b"")
+    )
+
+
+async def test_lost_events_tell_each_vault_only_what_changed_in_it(server_factory, vault_root, monkeypatch):
+    """Issue 46, 7: one inotify overflow sent every vault's listeners "everything changed"."""
+    seed(vault_root, "alice")
+    seed(vault_root, "bob")
+    grocery = "memvault://memories/grocery-list.md"
+    async with (
+        server_factory() as srv,
+        legacy(srv, "alice") as (alice, alice_heard),
+        legacy(srv, "bob") as (bob, bob_heard),
+    ):
+        for client in (alice, bob):
+            await client.subscribe_resource(VAULT)
+            await client.subscribe_resource(DEPLOY)
+        watcher, changes = srv.app.state.watcher, srv.app.state.store.changes
+        assert watcher.mode == "inotify"
+        await wait_for(lambda: watcher.idle and changes.idle)
+        alice_heard.items.clear()
+        bob_heard.items.clear()
+
+        # Alice's vault changes while the kernel drops the events; bob's does not change.
+        monkeypatch.setattr(watcher, "push", lambda event: None)
+        edit_by_hand(vault_root / "alice" / "grocery-list.md", "Oat", "Soy")
+        (vault_root / "alice" / "new-note.md").write_text("# New note\n\nPulled.\n", encoding="utf-8")
+        monkeypatch.undo()
+        kernel_overflow()
+        await alice_heard.wait(grocery)
+        await alice_heard.wait("memvault://memories/new-note.md")
+        await alice_heard.wait("list_changed")  # a file came
+        edit_by_hand(vault_root / "bob" / "grocery-list.md", "Oat", "Rice")  # the barrier
+        await bob_heard.wait(grocery)
+        assert DEPLOY not in alice_heard.items  # unchanged: not announced
+        assert bob_heard.items == [grocery], bob_heard.items
