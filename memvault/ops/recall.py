@@ -49,7 +49,7 @@ from memvault.threads import MAX_ROWS, ON_LOOP, NeedsThread, Where, look
 if TYPE_CHECKING:
     from memvault.ops.store import Store
     from memvault.ops.sweeps import Evicted
-    from memvault.registry.state import Reading, TokenState
+    from memvault.registry.state import TokenState
     from memvault.registry.tokens import Tokens
     from memvault.search.embeddings import Embeddings
 
@@ -261,11 +261,11 @@ class Recaller:
         spoken = read_time(query, now)
         words = spoken.rest if spoken is not None and terms_of(spoken.rest) else query
         areas = [False, True] if include_archive else [False]
-        with state.reading(where) as reading:
+        with state.looking(where):
             rows = view.rows
             for archived in areas:
-                ids, found = reading.scores(
-                    words, archived=archived, limit=ranking.LEXICAL_LIMIT, every=False, near=weights.near
+                ids, found = state.area(archived).index.scores(
+                    words, limit=ranking.LEXICAL_LIMIT, every=False, near=weights.near
                 )
                 # Hundreds of hits a query: their rows looked up in one pass, set in one call.
                 at = np.fromiter(
@@ -280,20 +280,20 @@ class Recaller:
                 # Said in the reply, so an agent knows includeArchive=true would find more: those
                 # that match at least half as well as the best hot one (any word of the query alone
                 # would count a whole archive of notes about "the user").
-                _, found = reading.scores(
-                    words, archived=True, limit=ranking.LEXICAL_LIMIT, every=False, near=weights.near
+                _, found = state.archive.index.scores(
+                    words, limit=ranking.LEXICAL_LIMIT, every=False, near=weights.near
                 )
                 best = float(lexical.max()) if n else 0.0
                 in_archive = int(np.count_nonzero(found >= 0.5 * best)) if found.size else 0
             if tags or priorities:
                 for row in np.flatnonzero(eligible).tolist():
-                    memory = reading.memory(view.keys[row] or "")
+                    memory = state.memory(view.keys[row] or "")
                     if memory is None or (priorities and memory.priority not in priorities):
                         eligible[row] = False
                     elif tags and not {t.casefold() for t in tags} <= {t.casefold() for t in memory.tags}:
                         eligible[row] = False
             lengths = (
-                self._lengths(reading, view, order, lexical, len(weights.context))
+                self._lengths(state, view, order, lexical, len(weights.context))
                 if weights.context_words > 0 and any(weights.context)
                 else None
             )
@@ -339,10 +339,10 @@ class Recaller:
         )
         memories: dict[int, Memory] = {}
         weighted = np.zeros(n, dtype=np.float64)
-        with state.reading(where) as reading:
+        with state.looking(where):
             for row in candidates.tolist():
                 path_key = view.keys[row] or ""
-                memory = reading.memory(path_key)
+                memory = state.memory(path_key)
                 if memory is None:
                     continue
                 memories[row] = memory
@@ -367,7 +367,7 @@ class Recaller:
             own = shown * (1.0 - lent[row])
             if clear and own < weights.own_floor:  # lent by neighbours or a faint cosine: not this
                 continue
-            memory = store.fresh(state, memories[row].id, memories[row].archived, where)
+            memory = state.fresh(memories[row].id, memories[row].archived, where)
             if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
                 if not results:
                     clear = weights.floor > 0 and explains(memory, terms)
@@ -376,7 +376,7 @@ class Recaller:
 
     @staticmethod
     def _lengths(
-        reading: Reading, view: VectorView, order: Layout, lexical: FloatArray, depth: int
+        state: TokenState, view: VectorView, order: Layout, lexical: FloatArray, depth: int
     ) -> FloatArray:
         """The words of each row that borrows context (a neighbour of a lexical hit); 0 for the rest."""
         hits = np.flatnonzero(lexical > 0)
@@ -387,7 +387,7 @@ class Recaller:
         rows = rows[rows < n]
         lengths = np.zeros(n, dtype=np.float64)
         if rows.size:
-            lengths[rows] = reading.lengths([view.keys[r] or "" for r in rows.tolist()])
+            lengths[rows] = state.lengths([view.keys[r] or "" for r in rows.tolist()])
         return lengths
 
     def _rerank(
@@ -440,9 +440,9 @@ class Recaller:
 
     def _stats_sync(self, state: TokenState, evictions: list[Evicted]) -> Stats:
         store = self.store
-        with state.reading() as reading:
-            hot = reading.memories()
-            archived = reading.count(archived=True)
+        with state.mem_lock:
+            hot = list(state.hot.memories.values())
+            archived = len(state.archive.memories)
         by_priority = {p: 0 for p in PRIORITIES}
         for memory in hot:
             by_priority[memory.priority] = by_priority.get(memory.priority, 0) + 1

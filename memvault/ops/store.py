@@ -30,7 +30,7 @@ from memvault.ops.edits import Edit, apply_edit, check_version
 from memvault.ops.sweeps import Evicted, Sweep, Sweeps
 from memvault.registry.state import TokenState
 from memvault.registry.tokens import Tokens
-from memvault.threads import IN_THREAD, ON_LOOP, NeedsThread, Where, look
+from memvault.threads import ON_LOOP, NeedsThread, Where, look
 
 log = logging.getLogger("memvault")
 RECENT_WRITES_KEPT = 10_000  # write_memory dedupes a repeat within the window among this many
@@ -91,10 +91,6 @@ class Store:
             return None
         notice, state.sweep_notice = state.sweep_notice, None
         return notice
-
-    def fresh(self, state: TokenState, id: str, archived: bool, where: Where = IN_THREAD) -> Memory | None:
-        """The memory as it is on disk now (TokenState.fresh)."""
-        return state.fresh(id, archived, where)
 
     async def state(self, token: str) -> TokenState:
         """The loaded state of a token, not held: for tests and tools that only look. Operations use
@@ -442,8 +438,8 @@ class Store:
         """Give the token's hand-made files (no frontmatter) memvault's frontmatter: mem-mcp did so
         on a file's first read; memvault only when asked (`memvault migrate`)."""
         async with self.using(token) as state:
-            with state.reading() as reading:
-                plain = [m for m in reading.memories() if not m.has_frontmatter and m.writable]
+            with state.mem_lock:
+                plain = [m for m in state.hot.memories.values() if not m.has_frontmatter and m.writable]
             plain.sort(key=lambda m: m.id)
             if dry_run or not plain:
                 return [m.id for m in plain]

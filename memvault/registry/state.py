@@ -41,7 +41,6 @@ from memvault.load import snapshot
 from memvault.logs import bookkeep
 from memvault.records.sidecar import FileStat, Sidecar
 from memvault.search.area import Area
-from memvault.search.index import NEAR_ALL
 from memvault.search.vectors import TokenVectors
 from memvault.threads import IN_THREAD, ON_LOOP, NeedsThread, Where, held
 
@@ -52,51 +51,6 @@ class Phase(enum.Enum):
     UNLOADED = "unloaded"
     LOADING = "loading"
     LOADED = "loaded"
-
-
-class Reading(held):
-    """What recall and the tools may look at while a token's ``mem_lock`` is held: a context
-    manager that holds it as ``held`` does (TokenState.reading)."""
-
-    __slots__ = ("_state",)
-
-    def __init__(self, state: TokenState, where: Where = IN_THREAD) -> None:
-        super().__init__(state.mem_lock, where)
-        self._state = state
-
-    def scores(
-        self,
-        query: str,
-        *,
-        archived: bool = False,
-        limit: int | None = None,
-        every: bool = True,
-        near: str = NEAR_ALL,
-    ) -> tuple[list[str], npt.NDArray[np.float32]]:
-        """The ids a search finds, best first, and their scores (Index.scores)."""
-        return self._state.area(archived).index.scores(query, limit=limit, every=every, near=near)
-
-    def lengths(self, path_keys: Sequence[str]) -> npt.NDArray[np.float32]:
-        """The body length in terms of each memory (ids relative to the token folder; 0 if unknown)."""
-        archived = (
-            [i for i, k in enumerate(path_keys) if split_key(k)[1]] if self._state.archive.index else []
-        )
-        if not archived:  # mostly: recall leaves the archive out
-            return self._state.hot.index.lengths(path_keys)
-        out = self._state.hot.index.lengths(path_keys)  # 0 for the archived ones...
-        out[archived] = self._state.archive.index.lengths([split_key(path_keys[i])[0] for i in archived])
-        return out
-
-    def memory(self, path_key: str) -> Memory | None:
-        """The memory with this id relative to the token folder (``archive/...`` for archived)."""
-        id, archived = split_key(path_key)
-        return self._state.area(archived).memories.get(id)
-
-    def memories(self, *, archived: bool = False) -> list[Memory]:
-        return list(self._state.area(archived).memories.values())
-
-    def count(self, *, archived: bool = False) -> int:
-        return len(self._state.area(archived).memories)
 
 
 class TokenState:
@@ -148,10 +102,21 @@ class TokenState:
         waits for a worker thread (NeedsThread instead)."""
         return held(self.mem_lock, where)
 
-    def reading(self, where: Where = IN_THREAD) -> Reading:
-        """A consistent look at the memories and indexes (``mem_lock`` held for the block; on the
-        event loop only if it is free at once, see memvault.threads)."""
-        return Reading(self, where)
+    def memory(self, path_key: str) -> Memory | None:
+        """The memory with this id relative to the token folder (``archive/...`` for archived).
+        With ``mem_lock`` held."""
+        id, archived = split_key(path_key)
+        return self.area(archived).memories.get(id)
+
+    def lengths(self, path_keys: Sequence[str]) -> npt.NDArray[np.float32]:
+        """The body length in terms of each memory (ids relative to the token folder; 0 if unknown).
+        With ``mem_lock`` held."""
+        archived = [i for i, k in enumerate(path_keys) if split_key(k)[1]] if self.archive.index else []
+        if not archived:  # mostly: recall leaves the archive out
+            return self.hot.index.lengths(path_keys)
+        out = self.hot.index.lengths(path_keys)  # 0 for the archived ones...
+        out[archived] = self.archive.index.lengths([split_key(path_keys[i])[0] for i in archived])
+        return out
 
     @property
     def dir(self) -> Path:
