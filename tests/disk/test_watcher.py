@@ -366,14 +366,14 @@ async def test_another_vaults_edit_is_applied_while_a_big_pull_is(server_factory
         put(vault_root / "bob" / "bob.md", note("Bob", "bob's first memory"))
         err, text = await srv.call(bob, "list_memory_titles")  # loads bob
         assert not err, text
-        watcher, store = srv.app.state.watcher, store_of(srv)
+        watcher, states = srv.app.state.watcher, tokens_of(srv).states
         bob_edit = vault_root / "bob" / "projects" / "edit.md"
         bob_edit.parent.mkdir()
         (folder / "pull").mkdir()  # a new folder makes a rescan: made before, so the pull is files
         put(folder / "pull" / "first.md", note("First", "the pull's first file"))
         put(bob_edit.parent / "other.md", note("Other", "bob's other memory"))
         await wait_for(lambda: "pull/first.md" in hot_ids(srv), DEADLINE)  # the folders' events are in
-        await wait_for(lambda: "projects/other.md" in store.tokens["bob"].hot.memories, DEADLINE)
+        await wait_for(lambda: "projects/other.md" in states["bob"].hot.memories, DEADLINE)
         await wait_for(lambda: watcher.idle, DEADLINE)
         apply = watcher.apply
         hold = threading.Event()
@@ -394,8 +394,8 @@ async def test_another_vaults_edit_is_applied_while_a_big_pull_is(server_factory
                 return done
             done = apply(token, paths, rescan)
             if bob_edit in paths:
-                with store.tokens[TOKEN].mem_lock:
-                    seen["alice memories"] = len(store.tokens[TOKEN].hot.memories)
+                with states[TOKEN].mem_lock:
+                    seen["alice memories"] = len(states[TOKEN].hot.memories)
             return done
 
         monkeypatch.setattr(watcher, "apply", watched)
