@@ -81,7 +81,7 @@ def command(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    options = importers.Options(
+    options = importers.ImportOptions(
         args.token, list(args.paths), args.dry_run, args.refresh, args.priority, args.into
     )
     return run(settings, args.kind, options)
@@ -101,7 +101,7 @@ class Terminal:
         print(line, file=sys.stderr)
 
 
-def run(settings: Settings, kind: str, options: importers.Options) -> int:
+def run(settings: Settings, kind: str, options: importers.ImportOptions) -> int:
     """Run the importer of ``kind``: a refused source and Ctrl-C each end it with one clear line."""
     importer = importers.find(kind)(settings, Terminal())
     try:

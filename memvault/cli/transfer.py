@@ -52,6 +52,6 @@ def import_(settings: Settings, token: str | None, file: Path) -> int:
     is written, each token is written in one transaction, and every row already present is left as
     it is, so importing twice changes nothing."""
     from memvault.cli.importers import run
-    from memvault.importers import Options
+    from memvault.importers import ImportOptions
 
-    return run(settings, "export", Options(token, [file]))
+    return run(settings, "export", ImportOptions(token, [file]))

@@ -10,13 +10,13 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from memvault.importers.base import Importer, ImportRefused, Options, Output
+from memvault.importers.base import Importer, ImportOptions, ImportRefused, Output
 
-__all__ = ["KINDS", "ImportRefused", "Importer", "Kind", "Options", "Output", "find", "names"]
+__all__ = ["KINDS", "ImportOptions", "ImportRefused", "Importer", "ImporterKind", "Output", "find", "names"]
 
 
 @dataclass(frozen=True, slots=True)
-class Kind:
+class ImporterKind:
     name: str
     module: str  # memvault.importers.<module> defines IMPORTER
     help: str
@@ -24,16 +24,24 @@ class Kind:
 
 
 KINDS = (
-    Kind(
+    ImporterKind(
         "claude-memory",
         "claude_memory",
         "Claude Code's auto-memory files (PATH: its projects folder, default ~/.claude/projects)",
     ),
-    Kind("claude-md", "claude_md", "CLAUDE.md and CLAUDE.local.md files (or project folders holding them)"),
-    Kind("transcripts", "transcripts", "Claude Code session transcripts (*.jsonl) as session summaries"),
-    Kind("notes", "notes", "a folder of markdown notes (Obsidian, Basic Memory), frontmatter and links kept"),
-    Kind("memory-jsonl", "memory_jsonl", "the official memory server's file, merged into the graph"),
-    Kind("export", "export", "a file written by memvault export (memvault import)", import_from=False),
+    ImporterKind(
+        "claude-md", "claude_md", "CLAUDE.md and CLAUDE.local.md files (or project folders holding them)"
+    ),
+    ImporterKind(
+        "transcripts", "transcripts", "Claude Code session transcripts (*.jsonl) as session summaries"
+    ),
+    ImporterKind(
+        "notes", "notes", "a folder of markdown notes (Obsidian, Basic Memory), frontmatter and links kept"
+    ),
+    ImporterKind("memory-jsonl", "memory_jsonl", "the official memory server's file, merged into the graph"),
+    ImporterKind(
+        "export", "export", "a file written by memvault export (memvault import)", import_from=False
+    ),
 )
 
 

@@ -21,7 +21,7 @@ class ImportRefused(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Options:
+class ImportOptions:
     """What the person asked for: the vault, the sources and the import's options."""
 
     token: str | None
@@ -53,6 +53,6 @@ class Importer:
         self.settings = settings
         self.out = out
 
-    def run(self, options: Options) -> int:
+    def run(self, options: ImportOptions) -> int:
         """Import ``options.paths`` into ``options.token``'s vault; the exit status (0 done)."""
         raise NotImplementedError

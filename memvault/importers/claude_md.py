@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from memvault.importers.base import ImportRefused, Options
+from memvault.importers.base import ImportOptions, ImportRefused
 from memvault.importers.markdown import MarkdownImporter, folder_name
 
 FILES = ("CLAUDE.md", "CLAUDE.local.md")
@@ -19,7 +19,7 @@ FILES = ("CLAUDE.md", "CLAUDE.local.md")
 class ClaudeMdImporter(MarkdownImporter):
     name = "claude-md"
 
-    def sources(self, options: Options, vault: Path) -> Iterator[tuple[Path, str, str]]:
+    def sources(self, options: ImportOptions, vault: Path) -> Iterator[tuple[Path, str, str]]:
         if not options.paths:
             raise ImportRefused("name the CLAUDE.md files (or the project folders holding them) to import")
         for given in options.paths:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from memvault.importers.base import ImportRefused, Options
+from memvault.importers.base import ImportOptions, ImportRefused
 from memvault.importers.copies import Note
 from memvault.importers.markdown import MarkdownImporter, folder_name
 from memvault.ops.transcripts import files_under
@@ -42,37 +42,42 @@ def _cwd_of(transcript: Path) -> str | None:
     return None
 
 
+_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
+MAX_LISTED = 10_000  # entries of one folder looked at while decoding; a larger folder is passed over
+
+
 def decoded(encoded: str) -> str:
     """The project's folder name from Claude Code's encoding of its path (every character but
-    letters and digits made "-"): the folder found on this machine by trying the dashes as "/",
-    "-" or "."; else the part after the last dash."""
-    parts = [part for part in encoded.split("-") if part]
-    if not parts:
-        return folder_name(encoded)
+    letters and digits made "-"): the folder found on this machine whose path encodes the same,
+    walked from "/" one folder at a time (the longest matching name first); else the part after
+    the last dash."""
 
-    def walk(at: Path, rest: list[str], depth: int) -> str | None:
-        if not rest:
-            return at.name
+    def walk(at: Path, rest: str, depth: int) -> str | None:
         if depth > 64:
             return None
-        for end in range(len(rest), 0, -1):  # the longest name first: `acme-api` before `acme`
-            for joiner in ("-", ".", "_"):
-                name = joiner.join(rest[:end])
-                candidate = at / name
-                with contextlib.suppress(OSError):
-                    if candidate.is_dir():
-                        found = walk(candidate, rest[end:], depth + 1)
-                        if found is not None:
-                            return found
-                if end == 1:
-                    break
+        matches: list[tuple[int, Path]] = []
+        with contextlib.suppress(OSError):
+            for i, child in enumerate(at.iterdir()):
+                if i >= MAX_LISTED:
+                    return None
+                code = _NOT_ALNUM.sub("-", child.name)
+                if (rest == code or rest.startswith(code + "-")) and child.is_dir():
+                    matches.append((len(code), child))
+        for length, child in sorted(matches, key=lambda m: (-m[0], m[1].name)):
+            if length == len(rest):
+                return child.name
+            found = walk(child, rest[length + 1 :], depth + 1)
+            if found is not None:
+                return found
         return None
 
-    with contextlib.suppress(OSError, RecursionError):
-        found = walk(Path("/"), parts, 0)
-        if found:
-            return found
-    return parts[-1]
+    if encoded.startswith("-"):
+        with contextlib.suppress(OSError, RecursionError):
+            found = walk(Path("/"), encoded[1:], 0)
+            if found:
+                return found
+    parts = [part for part in encoded.split("-") if part]
+    return parts[-1] if parts else folder_name(encoded)
 
 
 def project_name(project: Path) -> str:
@@ -128,7 +133,7 @@ def titled(data: bytes) -> bytes:
 class ClaudeMemoryImporter(MarkdownImporter):
     name = "claude-memory"
 
-    def sources(self, options: Options, vault: Path) -> Iterator[tuple[Path, str, str]]:
+    def sources(self, options: ImportOptions, vault: Path) -> Iterator[tuple[Path, str, str]]:
         for projects in default_projects(options.paths):
             if not projects.is_dir():
                 raise ImportRefused(f"{projects} is not a folder (Claude Code's projects folder)")

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 from memvault.disk.names import valid_token
 from memvault.disk.vault import folder_lock
 from memvault.errors import MemvaultError
-from memvault.importers.base import Importer, ImportRefused, Options
+from memvault.importers.base import Importer, ImportOptions, ImportRefused
 from memvault.records import sync
 from memvault.records.graph import GraphRows, KnowledgeGraph
 from memvault.records.sidecar import Sidecar
@@ -60,7 +60,7 @@ class ExportImporter(Importer):
     name = "export"
     on_interrupt = "the tokens imported so far stay; importing the file again adds only what is missing"
 
-    def run(self, options: Options) -> int:
+    def run(self, options: ImportOptions) -> int:
         settings, token, file = self.settings, options.token, options.paths[0]
         if token is not None and not valid_token(token):
             self.out.warn(f"memvault: {token!r} is not a valid token.")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from memvault.errors import MemvaultError
 from memvault.importers import copies
-from memvault.importers.base import Importer, Options
+from memvault.importers.base import Importer, ImportOptions
 from memvault.importers.copies import Note, NotesDone, plan_notes, read_note, write_notes
 
 # What --dry-run says of each file.
@@ -36,7 +36,7 @@ def listed(names: list[str]) -> str:
 class MarkdownImporter(Importer):
     """Markdown files as memories, memvault's copies of them."""
 
-    def sources(self, options: Options, vault: Path) -> Iterator[tuple[Path, str, str]]:
+    def sources(self, options: ImportOptions, vault: Path) -> Iterator[tuple[Path, str, str]]:
         """(file, its memory name, where it came from) of each source; ImportRefused if there is
         none to take."""
         raise NotImplementedError
@@ -45,7 +45,7 @@ class MarkdownImporter(Importer):
         """A note as read, made what the copy should hold (as it is, unless a kind says otherwise)."""
         return note
 
-    def run(self, options: Options) -> int:
+    def run(self, options: ImportOptions) -> int:
         assert options.token is not None
         folder = self.settings.token_dir(options.token)
         notes: list[Note] = []
@@ -73,7 +73,7 @@ class MarkdownImporter(Importer):
         self.report(options, done, hot)
         return 0
 
-    def report(self, options: Options, done: NotesDone, hot: int) -> None:
+    def report(self, options: ImportOptions, done: NotesDone, hot: int) -> None:
         dry = options.dry_run
         added, refreshed = done.added, done.named(copies.REFRESH) + done.named(copies.PRIORITY)
         line = f"{options.token}: {'would add' if dry else 'added'} {len(added)} memories "

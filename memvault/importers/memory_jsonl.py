@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from memvault.disk.vault import Vault, folder_lock
 from memvault.errors import MemvaultError
-from memvault.importers.base import Importer, ImportRefused, Options
+from memvault.importers.base import Importer, ImportOptions, ImportRefused
 from memvault.records import sync
 from memvault.records.graph import GraphImported, GraphRows, KnowledgeGraph
 from memvault.records.sidecar import Sidecar, sidecar_path
@@ -108,7 +108,7 @@ class _DryRun(Exception):
 class MemoryJsonlImporter(Importer):
     name = "memory-jsonl"
 
-    def run(self, options: Options) -> int:
+    def run(self, options: ImportOptions) -> int:
         assert options.token is not None
         if not options.paths:
             raise ImportRefused("name the memory.jsonl file to merge")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from memvault.importers.base import ImportRefused, Options
+from memvault.importers.base import ImportOptions, ImportRefused
 from memvault.importers.markdown import MarkdownImporter, folder_name
 from memvault.ops.transcripts import files_under
 
@@ -17,7 +17,7 @@ from memvault.ops.transcripts import files_under
 class NotesImporter(MarkdownImporter):
     name = "notes"
 
-    def sources(self, options: Options, vault: Path) -> Iterator[tuple[Path, str, str]]:
+    def sources(self, options: ImportOptions, vault: Path) -> Iterator[tuple[Path, str, str]]:
         if len(options.paths) != 1 or not options.paths[0].is_dir():
             raise ImportRefused("name one folder of markdown notes")
         folder = options.paths[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memvault.importers.base import Importer, ImportRefused, Options
+from memvault.importers.base import Importer, ImportOptions, ImportRefused
 from memvault.importers.claude_memory import default_projects
 from memvault.ops import capture, transcripts
 from memvault.ops.localvault import LocalVault
@@ -23,7 +23,7 @@ class TranscriptsImporter(Importer):
     name = "transcripts"
     on_interrupt = "the sessions imported so far stay; importing again adds the rest"
 
-    def run(self, options: Options) -> int:
+    def run(self, options: ImportOptions) -> int:
         assert options.token is not None
         files: list[Path] = []
         for path in default_projects(options.paths):
