@@ -14,7 +14,9 @@ memory each, fsynced) alternate call by call between the two servers, so a noisy
 the CPU the git processes take, costs both sides alike; what is left between them is what a write
 waits for on the synced side. Reported: each side's p50/p90/p99/max, the ratios synced / plain,
 the syncs, merges and commits the synced side made, the git processes' CPU, and whether every
-write reached the remote in the end.
+write reached the remote in the end. With ``--pull N``, also the seconds until N new memories are
+searchable: pulled by a synced server (another clone pushes them) against copied into a plain
+server's vault.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import corpus
 from harness import call, client, fs_type, machine_line, ms, pct, serve, update_results
 
 from memvault.config import Settings
@@ -168,6 +171,67 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
     }
 
 
+async def searchable(session: object, count: int, word: str, deadline: float) -> None:
+    """Until memory_stats counts ``count`` hot memories and a search finds ``word``."""
+    while time.monotonic() < deadline:
+        _, stats = await call(session, "memory_stats", {})  # type: ignore[arg-type]
+        if stats.startswith(f"Memories: {count} hot"):
+            _, found = await call(session, "read_memory", {"query": word})  # type: ignore[arg-type]
+            if word in found:
+                return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"{count} memories were not searchable in time")
+
+
+async def arrived(path: Path, deadline: float) -> float:
+    """When ``path`` exists: the last file the merge writes (git writes them in path order)."""
+    while time.monotonic() < deadline:
+        if path.exists():
+            return time.monotonic()
+        await asyncio.sleep(0.05)
+    raise RuntimeError("the pulled files did not arrive in time")
+
+
+async def pull(args: argparse.Namespace, work: Path) -> dict[str, float]:
+    """Seconds until N new memories are searchable: pulled by the synced server (from the end of
+    another clone's push), and copied into a plain server's vault (from the start of the copy)."""
+    (work / "pull").mkdir()
+    remote, synced_root = clone_of_new_remote(work / "pull", "synced")
+    _, plain_root = clone_of_new_remote(work / "pull", "plain")
+    staging = work / "pull" / "staging"
+    corpus.write_vault(staging, corpus.synthetic_docs(args.pull, 7), 7)
+    last = f"pullword{args.pull - 1:05d}"
+    files = sorted(staging.glob("*.md"))
+    for n, path in enumerate(files):  # a word each file alone holds
+        path.write_text(path.read_text(encoding="utf-8") + f"\npullword{n:05d}\n", encoding="utf-8")
+    last_file = files[-1].name
+    base = Settings(embedder=args.embedder, capacity=10**9, log_level="warning")
+    result: dict[str, float] = {}
+    async with (
+        serve(base.replace(root=synced_root, sync="git", sync_interval_seconds=1.0)) as synced,
+        serve(base.replace(root=plain_root)) as plain,
+        client(f"{synced.url}/mcp/{TOKEN}") as synced_session,
+        client(f"{plain.url}/mcp/{TOKEN}") as plain_session,
+    ):
+        for session in (synced_session, plain_session):  # each token loaded and watched first
+            await call(session, "write_memory", {"title": "Already here", "content": "loaded first"})
+        start = time.monotonic()
+        await asyncio.to_thread(shutil.copytree, staging, plain_root / TOKEN / "pulled")
+        await searchable(plain_session, args.pull + 1, last, start + 600)
+        result["copied"] = time.monotonic() - start
+
+        peer = work / "pull" / "peer"
+        git(work / "pull", "clone", "--quiet", str(remote), str(peer))
+        await asyncio.to_thread(shutil.copytree, staging, peer / TOKEN / "pulled")
+        await asyncio.to_thread(sync_vault, peer)  # committed and pushed: not timed
+        start = time.monotonic()
+        landed = asyncio.create_task(arrived(synced_root / TOKEN / "pulled" / last_file, start + 600))
+        await searchable(synced_session, args.pull + 1, last, start + 600)
+        result["pulled"] = time.monotonic() - start
+        result["merged"] = await landed - start
+    return result
+
+
 def row(name: str, values: list[float]) -> str:
     cells = [ms(pct(values, q)) for q in (0.5, 0.9, 0.99)] + [ms(max(values))]
     return f"| {name} | " + " | ".join(cells) + " |"
@@ -183,6 +247,9 @@ def main() -> int:
         "--peer-every", type=float, default=1.0, help="seconds between the peer's pushes (0: none)"
     )
     parser.add_argument("--embedder", default="hash", help="MEMVAULT_EMBEDDER of both servers")
+    parser.add_argument(
+        "--pull", type=int, default=0, help="also time N new memories pulled, against N copied in (0: no)"
+    )
     parser.add_argument("--dir", type=Path, help="where the temporary vaults go (the disk matters)")
     parser.add_argument("--out", type=Path, help="add a section to this RESULTS.md")
     args = parser.parse_args()
@@ -198,6 +265,7 @@ def main() -> int:
         config.write_text("[init]\n\tdefaultBranch = main\n[commit]\n\tgpgsign = false\n", encoding="utf-8")
         os.environ.update(GIT_CONFIG_GLOBAL=str(config), GIT_CONFIG_NOSYSTEM="1")
         result = asyncio.run(run(args, work))
+        pulled = asyncio.run(pull(args, work)) if args.pull > 0 else None
     finally:
         for key, value in env_before.items():
             if value is None:
@@ -231,12 +299,23 @@ def main() -> int:
         f"synced server's and the peer's) took {result['git_cpu']:.1f} s of CPU. Every synced write "
         f"reached the remote afterwards: {'yes' if result['all_there'] else 'NO'}."
     )
+    if pulled is not None:
+        summary += (
+            f"\n\n{args.pull:,} new memories reached search (memory_stats counts them, a search finds the "
+            f"last) {pulled['pulled']:.1f} s after another clone pushed them, the synced server syncing "
+            f"every second (so up to 1 s of that is waiting for the next sync; the files were all in the "
+            f"clone after {pulled['merged']:.1f} s), against "
+            f"{pulled['copied']:.1f} s for the same files copied into a plain server's vault "
+            f"(from the start of the copy): {pulled['pulled'] / pulled['copied']:.2f}x."
+        )
     print("\n".join(lines))
     print(summary)
     if args.out:
         command = f"python bench/bench_sync.py --writes {args.writes}"
         if args.peer_every != 1.0:
             command += f" --peer-every {args.peer_every:g}"
+        if args.pull:
+            command += f" --pull {args.pull}"
         if args.embedder != "hash":
             command += f" --embedder {args.embedder}"
         command += " --out bench/RESULTS.md"

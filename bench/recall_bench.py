@@ -348,7 +348,7 @@ def wordllama_encoder() -> Embed:
     """WordLlama's L2 supercat table (256 dims) and tokenizer, read from the files its wheel ships, as
     memvault embeds with it (WordLlama.load looks for the tokenizer under a folder name the wheel
     does not use, then goes online)."""
-    from memvault.search.embedders import WordLlamaEmbedder
+    from memvault.search.embedders.wordllama import WordLlamaEmbedder
 
     embedder = WordLlamaEmbedder()
 
@@ -527,7 +527,7 @@ class MaxSim:
     that shape runs."""
 
     def __init__(self) -> None:
-        from memvault.search.embedders import WordLlamaEmbedder
+        from memvault.search.embedders.wordllama import WordLlamaEmbedder
 
         table = WordLlamaEmbedder().tokens  # the product's tokenizer, rows' lengths and stop tokens
         self.tokenizer = table.tokenizer

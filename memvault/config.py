@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from memvault.errors import InvalidArgument
+from memvault.kinds import embedder_kind, reranker_kind
 
 WRITEBACK_MODES = ("day", "always", "never")
-EMBEDDER_KINDS = ("wordllama", "hash", "model2vec", "sentence-transformers", "openai")
-RERANKER_KINDS = ("off", "maxsim", "cross-encoder")
 TOOL_GROUPS = ("memories", "recall", "sessions", "graph")
 SYNC_MODES = ("off", "git")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -135,10 +134,10 @@ class Settings:
                 "MEMVAULT_POLL_INTERVAL_SECONDS must be a positive number of seconds, "
                 f"not {self.poll_interval_seconds!r}."
             )
-        check_spec(self.embedder)
+        embedder_kind(self.embedder)  # an unknown kind fails at start-up, not at the first recall
         if self.path_tokens not in ("auto", "on", "off"):
             raise InvalidArgument(f"MEMVAULT_PATH_TOKENS must be auto, on or off, not {self.path_tokens!r}.")
-        check_reranker(self.reranker)
+        reranker_kind(self.reranker)
         if not 0 <= self.recall_floor < 1:
             raise InvalidArgument(
                 "MEMVAULT_RECALL_FLOOR must be a share of the best score from 0 (no floor) up to, "
@@ -168,34 +167,6 @@ _AT_LEAST_ONE = (  # counts and sizes where 0 would refuse everything
     "graph_max_results",
     "hook_context_chars",
 )
-
-
-def check_spec(spec: str) -> str:
-    """The embedder kind of a MEMVAULT_EMBEDDER value; an unknown kind is a configuration error."""
-    kind, _, target = spec.partition(":")
-    kind = kind.strip().lower()
-    if kind not in EMBEDDER_KINDS:
-        raise InvalidArgument(
-            "MEMVAULT_EMBEDDER must be wordllama, hash, model2vec:<name-or-path>, "
-            "sentence-transformers:<name-or-path> "
-            f"or openai, not {spec!r}."
-        )
-    if kind in ("model2vec", "sentence-transformers") and not target.strip():
-        raise InvalidArgument(f"MEMVAULT_EMBEDDER={kind} needs a model: {kind}:<name-or-path>.")
-    return kind
-
-
-def check_reranker(spec: str) -> str:
-    """The kind of a MEMVAULT_RERANKER value; an unknown kind or a missing model is a configuration error."""
-    kind, _, target = spec.partition(":")
-    kind = kind.strip().lower()
-    if kind not in RERANKER_KINDS:
-        raise InvalidArgument(
-            f"MEMVAULT_RERANKER must be off, maxsim or cross-encoder:<model folder>, not {spec!r}."
-        )
-    if kind == "cross-encoder" and not target.strip():
-        raise InvalidArgument("MEMVAULT_RERANKER=cross-encoder needs a model: cross-encoder:<model folder>.")
-    return kind
 
 
 SETTINGS: dict[str, Setting] = {

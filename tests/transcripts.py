@@ -54,3 +54,21 @@ class Transcript:
                     "user", [{"type": "tool_result", "tool_use_id": f"t{self.n}", "content": "TOOLOUT"}]
                 )
         self._entry("user", "<command-name>/cost</command-name>", isMeta=True)
+
+    def slash(self, command: str, args: str = "", output: str = "") -> None:
+        """A slash command as the client writes it: the command, then its local output if any."""
+        self._entry(
+            "user",
+            f"<command-name>{command}</command-name>\n<command-message>{command.lstrip('/')}"
+            f"</command-message>\n<command-args>{args}</command-args>",
+        )
+        if output:
+            self._entry("user", f"<local-command-stdout>{output}</local-command-stdout>")
+
+    def answer(self, text: str) -> None:
+        self._entry("assistant", [{"type": "text", "text": text}])
+
+    def interrupted(self, for_tool_use: bool = True) -> None:
+        """What the client writes when the user stops the assistant."""
+        said = "[Request interrupted by user" + (" for tool use]" if for_tool_use else "]")
+        self._entry("user", [{"type": "text", "text": said}])

@@ -91,7 +91,7 @@ def merge_file(base: Path, ours: Path, theirs: Path, path: str) -> int:
         if vault is not None:
             memory_id = (top / path).relative_to(vault).as_posix()
     try:
-        merged = merge(*sides, path, memory_id=memory_id)
+        merged = merge(sides[0], sides[1], sides[2], path, memory_id=memory_id)
     except Exception as exc:  # ours stays as it was and git reports a conflict: nothing is lost
         print(
             f"memvault merge-file: could not merge {path} ({type(exc).__name__}); left as ours",

@@ -115,9 +115,12 @@ def keys_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def stdio(settings: Settings, token: str) -> int:
-    import anyio
+    from memvault import heap
 
-    from memvault.server.stdio import serve_stdio
+    with heap.uncollected():  # as serve's imports: collector passes over them find nothing
+        import anyio
+
+        from memvault.server.stdio import serve_stdio
 
     if not valid_token(token) or settings.token_dir(token).is_symlink():
         print(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -35,13 +36,23 @@ def command(settings: Settings, args: argparse.Namespace) -> int:
     if not args.once:
         loop = SyncLoop(settings.root, settings.sync_interval_seconds)
         loop.start()
-        print(f"memvault: syncing every {settings.sync_interval_seconds:g} s; Ctrl-C stops.", file=sys.stderr)
+        print(
+            f"memvault: syncing every {settings.sync_interval_seconds:g} s; Ctrl-C (or SIGTERM) stops.",
+            file=sys.stderr,
+        )
+        stop = threading.Event()
+        # docker stop and systemd send SIGTERM: finish the sync in flight, then exit, as on Ctrl-C.
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
-            threading.Event().wait()
+            while not stop.wait(1.0):
+                pass
         except KeyboardInterrupt:
             pass
         finally:
             loop.stop()
+        status = loop.status()
+        how = f"last sync failed: {status.error}" if status.state == "failing" else "in sync"
+        print(f"memvault: sync stopped ({how}).", file=sys.stderr)
         return 0
     try:
         outcome = sync_vault(settings.root)

@@ -99,7 +99,7 @@ def _counts(changes: list[ChangedPath]) -> Counter[str]:
     return counts
 
 
-_PHRASES = (
+_PHRASES: tuple[tuple[str, Callable[[int], str]], ...] = (
     ("written", lambda n: _plural(n, "memory", "memories") + " written"),
     ("deleted", lambda n: _plural(n, "memory", "memories") + " deleted"),
     ("archived", lambda n: _plural(n, "memory", "memories") + " archived"),
@@ -359,7 +359,7 @@ def sync(
     target: SyncTarget,
     *,
     network: bool | None = True,
-    wait: Callable[[float], bool] = lambda seconds: (time.sleep(seconds), False)[1],
+    wait: Callable[[float], bool] | None = None,
 ) -> Outcome:
     """One sync: commit, then fetch, merge and push until the remote takes the push. ``network``:
     True always, False never, None only when there is something to push. ``wait(seconds)`` sleeps
@@ -375,7 +375,8 @@ def sync(
         ahead, behind = repo.ahead_behind(target.ref)
         if network is False or not (committed or ahead):
             return Outcome(committed, ahead=ahead, behind=behind)
-    merged, kept, pushed = 0, (), False
+    merged, pushed = 0, False
+    kept: tuple[str, ...] = ()
     for attempt in range(PUSH_TRIES):
         repo.run("fetch", "--quiet", target.remote, timeout=NETWORK_TIMEOUT)
         ahead, behind = repo.ahead_behind(target.ref)
@@ -390,12 +391,17 @@ def sync(
             repo.run("fetch", "--quiet", target.remote, timeout=NETWORK_TIMEOUT)
             ahead, behind = repo.ahead_behind(target.ref)
             break
-        if attempt == PUSH_TRIES - 1 or wait(BACKOFF_SECONDS * 2**attempt):
+        if attempt == PUSH_TRIES - 1 or (wait or _sleep)(BACKOFF_SECONDS * 2**attempt):
             raise SyncFailed(
                 f"git push was refused {attempt + 1} times because the remote kept moving; the next "
                 "sync tries again (never forced)."
             )
     return Outcome(committed, merged, pushed, ahead, behind, kept, fetched=True)
+
+
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False  # never gives up
 
 
 @contextlib.contextmanager

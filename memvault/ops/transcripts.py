@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 MAX_LINE_BYTES = 4 * 1024 * 1024  # one entry larger than this (a huge tool result) is passed over
 REQUEST_CHARS = 600
@@ -63,31 +63,52 @@ class Transcript:
 def read(path: Path, *, limit_bytes: int, strict: bool = False) -> Transcript:
     """The entries of a transcript file: at most its last ``limit_bytes`` (the first, partial line of
     a tail dropped). ``strict`` (imports): a line that is not a JSON object raises BadTranscript;
-    otherwise it is passed over (a live transcript may end in a line still being written)."""
+    otherwise it is passed over (a live transcript may end in a line still being written). A line
+    longer than MAX_LINE_BYTES (a huge tool result) is passed over in both, read in bounded pieces,
+    never held whole."""
+    entries: list[dict[str, Any]] = []
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         start = max(0, size - limit_bytes)
         handle.seek(start)
-        data = handle.read(size - start)
-    lines = data.split(b"\n")
-    first = 1
-    if start > 0:
-        lines, first = lines[1:], 0  # began mid-line
-    entries: list[dict[str, Any]] = []
-    for number, raw in enumerate(lines, first):
-        if not raw.strip():
-            continue
-        entry = _entry(raw)
-        if entry is None:
-            if strict and start == 0:
-                raise BadTranscript(f"line {number} is not a JSON object of a Claude Code transcript")
-            continue
-        entries.append(entry)
+        left = size - start
+        number = 0
+        if start > 0:
+            left -= _skip_line(handle, left)  # began mid-line
+        while left > 0:
+            raw = handle.readline(min(MAX_LINE_BYTES + 2, left))
+            if not raw:
+                break
+            left -= len(raw)
+            number += 1
+            if not raw.endswith(b"\n") and len(raw) > MAX_LINE_BYTES:
+                left -= _skip_line(handle, left)
+                continue
+            line = raw.rstrip(b"\n")
+            if len(line) > MAX_LINE_BYTES or not line.strip():
+                continue
+            entry = _entry(line)
+            if entry is None:
+                if strict and start == 0:
+                    raise BadTranscript(f"line {number} is not a JSON object of a Claude Code transcript")
+                continue
+            entries.append(entry)
     if strict and start == 0 and not entries:
         raise BadTranscript("it holds no transcript entries")
     session_id = next((e["sessionId"] for e in entries if isinstance(e.get("sessionId"), str)), None)
     cwd = next((e["cwd"] for e in reversed(entries) if isinstance(e.get("cwd"), str)), None)
     return Transcript(session_id, cwd, entries, start == 0)
+
+
+def _skip_line(handle: BinaryIO, left: int) -> int:
+    """Read past the rest of a line, a MiB at a time, at most ``left`` bytes; how many were read."""
+    skipped = 0
+    while skipped < left:
+        piece = handle.readline(min(1 << 20, left - skipped))
+        skipped += len(piece)
+        if not piece or piece.endswith(b"\n"):
+            break
+    return skipped
 
 
 def _entry(raw: bytes) -> dict[str, Any] | None:

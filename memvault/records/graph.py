@@ -32,8 +32,8 @@ __all__ = [
     "MAX_RESULT_ENTITIES",
     "Entity",
     "Graph",
+    "GraphImported",
     "GraphRows",
-    "Imported",
     "KnowledgeGraph",
     "Node",
     "Relation",
@@ -72,7 +72,7 @@ class Loaded:
 
 
 @dataclass(frozen=True, slots=True)
-class Imported:
+class GraphImported:
     entities: int
     observations: int
     relations: int
@@ -391,7 +391,7 @@ class KnowledgeGraph(SidecarRecords):
                 raise InvalidArgument(f"a graph row that cannot be imported ({reason:.300})") from None
         return parsed
 
-    def import_rows(self, rows: Iterable[Mapping[str, Any]]) -> Imported:
+    def import_rows(self, rows: Iterable[Mapping[str, Any]]) -> GraphImported:
         """Load exported entities and relations; what is already there stays, so a second import is a no-op.
 
         An existing entity keeps its type and gains only the observations it lacks.
@@ -401,7 +401,7 @@ class KnowledgeGraph(SidecarRecords):
             return self.import_into(conn, parsed)
 
     @staticmethod
-    def import_into(conn: sqlite3.Connection, parsed: GraphRows) -> Imported:
+    def import_into(conn: sqlite3.Connection, parsed: GraphRows) -> GraphImported:
         """Insert checked rows inside the caller's transaction (all of an import, or nothing)."""
         entities, relations = parsed.entities, parsed.relations
         new_entities = new_observations = new_relations = skipped = 0
@@ -435,7 +435,7 @@ class KnowledgeGraph(SidecarRecords):
                 _INSERT_RELATION,
                 (r.source, r.target, r.relation_type, relation_line(r)),
             ).rowcount
-        return Imported(new_entities, new_observations, new_relations, skipped)
+        return GraphImported(new_entities, new_observations, new_relations, skipped)
 
 
 def _existing(conn: sqlite3.Connection, names: Sequence[str]) -> list[str]:

@@ -18,10 +18,10 @@ __all__ = [
     "APPEND_SEPARATOR",
     "CanonicalFiles",
     "Head",
-    "Imported",
     "Page",
     "SessionInfo",
     "SessionSummaries",
+    "SessionsImported",
     "Stored",
     "Version",
 ]
@@ -72,7 +72,7 @@ class Page:
 
 
 @dataclass(frozen=True, slots=True)
-class Imported:
+class SessionsImported:
     added: int
     unchanged: int
     conflicts: int  # same (session, version) already holds different content; the existing one is kept
@@ -448,14 +448,14 @@ class SessionSummaries(SidecarRecords):
         """Exported rows checked as the tools check their arguments; raises InvalidArgument."""
         return [_version_from_row(row, self.max_chars) for row in rows]
 
-    def import_rows(self, rows: Iterable[Mapping[str, Any]]) -> Imported:
+    def import_rows(self, rows: Iterable[Mapping[str, Any]]) -> SessionsImported:
         """Load exported versions; a version already present is left alone, so importing twice is a no-op."""
         versions = self.parse_rows(rows)
         with self.sidecar.transaction() as conn:
             return self.import_into(conn, versions)
 
     @staticmethod
-    def import_into(conn: sqlite3.Connection, versions: Iterable[Version]) -> Imported:
+    def import_into(conn: sqlite3.Connection, versions: Iterable[Version]) -> SessionsImported:
         """Insert checked versions inside the caller's transaction (all of an import, or nothing)."""
         added = unchanged = conflicts = 0
         for v in versions:
@@ -470,7 +470,7 @@ class SessionSummaries(SidecarRecords):
                 unchanged += 1
             else:
                 conflicts += 1
-        return Imported(added, unchanged, conflicts)
+        return SessionsImported(added, unchanged, conflicts)
 
 
 def _version_from_row(row: Mapping[str, Any], max_chars: int) -> Version:

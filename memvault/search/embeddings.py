@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import numpy as np
 
 from memvault import heap
-from memvault.config import check_spec
 from memvault.errors import InvalidArgument
+from memvault.kinds import embedder_kind
 from memvault.records.sidecar import StoredVector
 from memvault.search.embedders import (
     Embedder,
     EmbedderUnavailable,
     FloatMatrix,
-    HashEmbedder,
     TokenIds,
     load_embedder,
     token_embedder,
 )
+from memvault.search.embedders.hash import HashEmbedder
 from memvault.search.vectors import TokenVectors, Work, embed_text, text_hash
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class Embeddings:
         loader: Callable[[], Embedder] | None = None,
         enabled: bool = True,
     ) -> None:
-        check_spec(spec)
+        embedder_kind(spec)
         self.spec = spec
         self.enabled = enabled  # False when the recall tools are not offered: nothing is embedded
         self._holds = 0  # loads in progress: the worker waits, so a load has the CPU to itself
@@ -129,7 +129,7 @@ class Embeddings:
 
     def ready(self) -> Embedder | None:
         """The embedder if it is loaded (the built-in one always is); else start loading, return None."""
-        if self._embedder is None and check_spec(self.spec) == "hash":
+        if self._embedder is None and embedder_kind(self.spec).name == "hash":
             return self.load()
         if self._embedder is None:
             self._start()

@@ -86,7 +86,6 @@ SPAN_BOOST = 1.0  # x(1 + this) for a memory created in the span the query's tim
 NEIGHBOUR_PENALTY = 0.2  # times exp(-distance / NEIGHBOUR_SCALE) to a result already picked...
 NEIGHBOUR_SCALE = 10.0
 NEIGHBOUR_AFTER = 0.7  # ...once this share of the limit is picked by relevance alone
-VECTOR_FLOOR = 0.1  # a hash-embedder cosine below this is noise (its chance collisions)
 VECTOR_CENTRE = 25.0  # a transformer's crowded cosines count from this percentile of the vault's...
 CROWDED = 0.8  # ...when it is at least this share of the best cosine (fuse)
 FLOOR = 0.05  # results whose shown score (the value that ranked them) is below this are left out

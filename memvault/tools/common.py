@@ -157,7 +157,7 @@ class Tools:
                 fn,
                 title=mark.title,
                 annotations=mark.annotations,
-                structured_output=None if mark.structured else False,
+                structured_output=mark.structured,
             )
 
 

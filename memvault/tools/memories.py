@@ -127,18 +127,25 @@ def render_found(
         parts.append(text_ if len(text_) < room else render_memory(memory, offset=offset, room=room - 1))
         shown.append(memory)
     left = found.total - len(shown)
-    cut = len(found.memories) - len(shown)  # found but left out for the reply's size
-    beyond = found.total - len(found.memories)  # past the limit (limit=, or a query's default)
     reply.add(head + (f"; showing {len(shown)}:" if left else ":"))
     reply.parts.extend(parts)
-    # The notes below must fit in what is left of the budget (the body kept 300 characters for them).
+    add_notes(reply, found, len(shown), settings.max_reply_chars)
+    return reply.text(), shown
+
+
+def add_notes(reply: Reply, found: Found, shown: int, budget: int) -> None:
+    """read_memory's notes after the memories it shows: what it left out for the reply's size or
+    past the limit, and the names it did not find or found in the archive. They fit in what the
+    body left of ``budget`` (it kept 300 characters for them)."""
+    cut = len(found.memories) - shown  # found but left out for the reply's size
+    beyond = found.total - len(found.memories)  # past the limit (limit=, or a query's default)
     if cut:
         note = (
             f"[{cut} more left out to keep this reply short.{{}} Narrow the query, or pass "
             "filenames=[...] to read specific ones.]"
         )
-        rest = [m.id for m in found.memories[len(shown) :]][:20]
-        room = settings.max_reply_chars - len(reply.text()) - len(note) - 80
+        rest = [m.id for m in found.memories[shown:]][:20]
+        room = budget - len(reply.text()) - len(note) - 80
         names = fit_names(rest, room - len(" Next: .")) if rest else ""
         reply.parts.append(note.format(f" Next: {names}." if names else ""))
     if beyond:
@@ -148,17 +155,16 @@ def render_found(
         )
     gone = [id for id in found.missing if id not in found.in_archive]
     if gone:
-        room = settings.max_reply_chars - len(reply.text()) - 60
+        room = budget - len(reply.text()) - 60
         missing = fit_names(gone, room)
         reply.parts.append(f"[Not found: {missing}. Call list_memory_titles for names.]")
     if found.in_archive:
-        room = settings.max_reply_chars - len(reply.text()) - 120
+        room = budget - len(reply.text()) - 120
         archived = fit_names(list(found.in_archive), room)
         reply.parts.append(
             f"[In the archive, not hot: {archived}. restore_memory(filename) brings one back; "
             "search_archive reads them.]"
         )
-    return reply.text(), shown
 
 
 def render_titles(

@@ -434,6 +434,23 @@ async def test_ten_hooks_at_once_through_the_server_record_each_request_once(
         await anyio.to_thread.run_sync(lambda: _racing_hooks_record_each_request_once(setup, *url))
 
 
+@pytest.mark.parametrize(
+    ("hook", "event"), [("stop", "Stop"), ("pre-compact", "PreCompact")], ids=["stop", "pre-compact"]
+)
+def test_slash_commands_and_interruptions_are_not_recorded_as_requests(
+    setup: Setup, hook: str, event: str
+) -> None:
+    setup.transcript.turn("Fix the login bug", "Fixed it.")
+    setup.transcript.slash("/model", output="Set model to opus")
+    setup.transcript.interrupted()
+    setup.transcript.turn("Now the logout bug", "Done too.")
+    done = setup.run(hook, setup.payload(event, trigger="auto"))
+    assert (done.returncode, done.stderr) == (0, "")
+    summary = setup.summary()[-1]
+    assert "Fix the login bug" in summary and "Now the logout bug" in summary
+    assert "/model" not in summary and "interrupted" not in summary
+
+
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_hook_that_reaches_its_deadline_mid_append_leaves_no_duplicate(

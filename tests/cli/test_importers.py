@@ -341,3 +341,11 @@ def test_a_bad_memory_jsonl_line_changes_nothing(tmp_path: Path, capsys: pytest.
     code, _, err = run(root, capsys, "memory-jsonl", str(source))
     assert code == 1 and "line 2" in err and "Nothing was imported" in err
     assert not root.exists()
+
+
+def test_a_refused_source_ends_the_command_with_one_line_and_status_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(tmp_path / "memories", capsys, "notes", str(tmp_path / "missing"))
+    assert code == 1 and err == "memvault: name one folder of markdown notes. Nothing was imported.\n"
+    assert not (tmp_path / "memories").exists()

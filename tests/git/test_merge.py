@@ -514,19 +514,11 @@ def test_a_memory_with_crlf_lines_merges_and_keeps_them() -> None:
     assert merged.data == theirs.replace(b"# Memory Title\r\n", b"# Memory Title\r\n\r\nIntro.\r\n")
 
 
-def version_key(row: tuple[tuple[int, bool, str], str | None]) -> tuple[int, str]:
-    return row[0][0], row[0][2]
-
-
 @PROPS
 @given(
     st.lists(version_st, min_size=1, max_size=3),
-    st.lists(
-        st.tuples(version_st, st.sampled_from([None, "Retitled", "Other"])), max_size=4, unique_by=version_key
-    ),
-    st.lists(
-        st.tuples(version_st, st.sampled_from([None, "Retitled", "Other"])), max_size=4, unique_by=version_key
-    ),
+    st.lists(st.tuples(version_st, st.sampled_from([None, "Retitled", "Other"])), max_size=4),
+    st.lists(st.tuples(version_st, st.sampled_from([None, "Retitled", "Other"])), max_size=4),
 )
 def test_history_title_changes_follow_their_versions_when_numbers_change(
     made: list[tuple[int, bool, str]],

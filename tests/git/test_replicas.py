@@ -103,6 +103,11 @@ async def converged(remote: Path, clones: list[Path], seen: set[str]) -> bool:
     return await anyio.to_thread.run_sync(check)
 
 
+def written_by(clone: Path, path: str) -> str:
+    """The author of the commit that added ``path``."""
+    return git_sync(clone, "log", "--diff-filter=A", "--format=%an", "--", path).stdout.strip()
+
+
 def memories(clone: Path, token: str) -> set[str]:
     return {p.name for p in (clone / token).glob("*.md")}
 
@@ -117,6 +122,10 @@ async def test_two_replicas_on_their_own_clones_behind_nginx_converge_and_lose_n
     a, b = tmp_path / "a", tmp_path / "b"
     for clone in (a, b):
         git_sync(tmp_path, "clone", str(remote), str(clone))
+    # B's commits name B, so the history says which replica nginx gave each vault; A's carry
+    # memvault's default identity.
+    git_sync(b, "config", "user.name", "replica b")
+    git_sync(b, "config", "user.email", "b@example.invalid")
     port_a, port_b = free_port(), free_port()
     seen: set[str] = set()
     written: dict[str, set[str]] = {token: set() for token in TOKENS}
@@ -136,9 +145,11 @@ async def test_two_replicas_on_their_own_clones_behind_nginx_converge_and_lose_n
                 # Each vault goes to one replica; both clones end up holding every vault.
                 for token in TOKENS:
                     await write(front, token, f"First of {token}")
-                on_b = [token for token in TOKENS if memories(b, token)]
-                assert on_b and len(on_b) < len(TOKENS), on_b  # spread over both
                 await wait_for(lambda: converged(remote, [a, b], seen), timeout=60, interval=0.3)
+                on_b = [
+                    token for token in TOKENS if written_by(b, f"{token}/first-of-{token}.md") == "replica b"
+                ]
+                assert on_b and len(on_b) < len(TOKENS), on_b  # spread over both
                 for token in TOKENS:
                     assert memories(a, token) == memories(b, token) == written[token]
 

@@ -24,7 +24,8 @@ from memvault.ops import recall
 from memvault.ops.recall import Recaller
 from memvault.ops.service import Service
 from memvault.ops.store import Store
-from memvault.search.embedders import EmbedderUnavailable, FloatMatrix, HashEmbedder
+from memvault.search.embedders import EmbedderUnavailable, FloatMatrix, Traits
+from memvault.search.embedders.hash import HashEmbedder
 from memvault.search.embeddings import Embeddings
 from memvault.search.ranking import DEFAULT_WEIGHTS, FLOOR
 from memvault.search.rerankers import RerankerUnavailable, Reranking
@@ -113,7 +114,7 @@ class Crowded(Synonyms):
     large direction, so two unrelated texts meet at about 0.95 and two of one meaning at 1."""
 
     name = "crowded-v1"
-    crowds = True  # as the sentence-transformers and openai embedders say of themselves
+    traits = Traits(crowds=True)  # as the sentence-transformers and openai embedders say of themselves
 
     def embed(self, texts: Sequence[str]) -> FloatMatrix:
         out = super().embed(texts)

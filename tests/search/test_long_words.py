@@ -12,7 +12,7 @@ import pytest
 
 from memvault.errors import TooLarge
 from memvault.ops.service import Service
-from memvault.search.embedders import HashEmbedder
+from memvault.search.embedders.hash import HashEmbedder
 from memvault.search.text import terms_of
 
 pytestmark = pytest.mark.anyio

@@ -51,7 +51,7 @@ def called(name: str, source: str) -> bool:
 
 
 @pytest.mark.anyio
-async def test_every_tool_has_a_title_annotations_and_a_test_that_calls_it(
+async def test_every_tool_has_a_title_a_description_annotations_and_a_test_that_calls_it(
     make_settings: Callable[..., Settings],
 ) -> None:
     async with served(make_settings(embedder="hash", watch=False)) as client:
@@ -62,6 +62,8 @@ async def test_every_tool_has_a_title_annotations_and_a_test_that_calls_it(
     for listing in listed:
         if not listing.title:
             problems.append(f"{listing.name} has no title: declare it with @tool(title, annotations)")
+        if not listing.description:
+            problems.append(f"{listing.name} has no description: give its method a docstring")
         hints = listing.annotations
         if hints is None or None in (
             hints.read_only_hint,

@@ -1,4 +1,4 @@
-"""Bringing other tools' memories into a vault: markdown files as memories, a memory.jsonl as graph.
+"""Markdown files as memories: the copy an import writes, where it came from, and how it is written.
 
 Every import is planned first (each source read and checked, nothing opened in the vault), then
 applied in batches, each under the token's folder lock, so an agent's write waits for one batch at
@@ -7,21 +7,18 @@ frontmatter says where (``source``), what the source was (``sourceHash``, its sh
 (``importedAt``) and what the import wrote (``copyHash``). Importing again compares: a source
 unchanged is left alone; a changed one is brought in by ``refresh`` if the copy is as the import
 wrote it (a read's ``lastAccessedAt`` does not count); a copy changed since is kept and reported,
-never overwritten. A failed or interrupted import takes back what it wrote. The graph is merged as
-``memvault import`` merges: what is there already stays.
+never overwritten. A failed or interrupted import takes back what it wrote.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO
 
 import yaml  # type: ignore[import-untyped]
 
@@ -29,11 +26,10 @@ from memvault.clock import format_time
 from memvault.disk.files import atomic_write, fsync_dir
 from memvault.disk.markdown import edit_frontmatter, parse_memory
 from memvault.disk.names import check_id
+from memvault.disk.safe import LinkRefused, read_file
 from memvault.disk.vault import Vault, folder_lock
 from memvault.errors import MemvaultError
-from memvault.records import sync
-from memvault.records.graph import GraphRows, Imported, KnowledgeGraph
-from memvault.records.sidecar import Sidecar, sidecar_path
+from memvault.importers.base import ImportRefused
 
 MAX_NOTE_BYTES = 8 * 1024 * 1024
 # An import holds the folder lock for one batch at a time: at most BATCH files or BATCH_SECONDS,
@@ -54,10 +50,6 @@ _HEX = re.compile(r"[0-9a-f]{64}")
 _CLOSE = re.compile(r"^---[ \t]*$", re.M)
 
 
-class ImportRefused(Exception):
-    """A source that cannot be imported; the message names it and says why. Nothing was written."""
-
-
 @dataclass(frozen=True, slots=True)
 class Note:
     """One markdown file to become a memory: its name in the vault, its bytes and where it came from."""
@@ -71,6 +63,7 @@ class Note:
 
 # What a re-import does with one note.
 NEW, REFRESH, SKIP, KEPT, CHANGED, ARCHIVED = "new", "refresh", "skip", "kept", "changed", "archived"
+LINKED = "linked"  # a link stands at the copy's name: never read or written through, left alone
 PRIORITY = "priority"  # an untouched copy given the priority asked for (its source unchanged)
 WRITES = (NEW, REFRESH, PRIORITY)
 
@@ -245,7 +238,7 @@ def _decide(note: Note, present: bytes, refresh: bool, priority: str | None) -> 
     stored = provenance(present)
     digest = copy_digest(present)
     if stored.copy_hash is None:
-        # Imported before copies said where they came from, or a file of someone else's: the same
+        # GraphImported before copies said where they came from, or a file of someone else's: the same
         # text (but for a read's access time) is this source's; anything else is kept.
         return SKIP if digest == copy_digest(note.data) else KEPT
     if digest != stored.copy_hash:
@@ -279,21 +272,35 @@ def plan_notes(
         if note.id in seen:
             raise ImportRefused(f"{note.source} and {seen[note.id]} would both become {note.id}")
         seen[note.id] = note.source
+        linked = False
         try:
-            path = vault.path_of(note.id)
-            present = path.read_bytes() if path.is_file() else None
+            present = _present(vault, vault.path_of(note.id))
             archived = present is None and vault.path_of(note.id, archived=True).is_file()
         except MemvaultError as exc:
             raise ImportRefused(f"{note.source} cannot be written as {note.id}: {exc}") from None
+        except LinkRefused:
+            present, archived, linked = None, False, True
         except OSError:
             present, archived = b"", False  # unreadable: treated as a different file, never overwritten
-        if present is None:
+        if linked:
+            action = LINKED
+        elif present is None:
             action = ARCHIVED if archived else NEW
         else:
             action = _decide(note, present, refresh, priority)
         copy = copy_of(note, at, priority) if action in WRITES else b""
         done.steps.append(Step(note, action, copy, present, priority))
     return done
+
+
+def _present(vault: Vault, path: Path) -> bytes | None:
+    """The file at ``path`` in the vault, opened as every vault read is (disk.safe: a link, be it
+    the file or a folder on the way, raises LinkRefused and is never read through); None when
+    there is none."""
+    try:
+        return read_file(path, vault.dir)[0]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,8 +364,10 @@ def _apply(vault: Vault, step: Step, written: list[_Written], folders: set[Path]
             return replace(step, action=KEPT)  # written by someone else since the plan
         return step
     try:
-        present = path.read_bytes()
-    except FileNotFoundError:
+        present = _present(vault, path)
+    except LinkRefused:
+        return replace(step, action=LINKED)  # a link put there since the plan: left alone
+    if present is None:
         return replace(step, action=SKIP)  # deleted or archived since the plan: left so
     if present != step.present and _decide(step.note, present, True, step.priority) != step.action:
         return replace(step, action=KEPT)
@@ -375,7 +384,8 @@ def _take_back(vault: Vault, written: Sequence[_Written]) -> None:
     with folder_lock(vault.dir):
         for item in reversed(written):
             try:
-                if copy_digest(item.path.read_bytes()) != copy_digest(item.data):
+                present = _present(vault, item.path)
+                if present is None or copy_digest(present) != copy_digest(item.data):
                     continue
                 if item.before is None:
                     item.path.unlink()
@@ -399,91 +409,3 @@ def _prune(top: Path, folder: Path) -> None:
 def hot_count(folder: Path) -> int:
     """How many hot memories the vault holds: what counts against the capacity."""
     return sum(1 for _, archived in Vault(folder).list_files() if not archived)
-
-
-# ---------------------------------------------------------------------------- the official server's graph
-
-
-def read_memory_jsonl(path: Path, shown: str, max_chars: int, max_line_bytes: int) -> GraphRows:
-    """The official MCP memory server's memory.jsonl, every line checked as the graph tools check
-    their arguments; a bad line raises ImportRefused naming it. Each line is read with a bound: one
-    longer than ``max_line_bytes`` is refused before it is all in memory."""
-
-    def unopened() -> Sidecar:
-        raise AssertionError("checking rows opens no sidecar")
-
-    checker = KnowledgeGraph(unopened, max_chars=max_chars)
-    rows = GraphRows([], [])
-    try:
-        handle = open(path, "rb")
-    except OSError as exc:
-        raise ImportRefused(f"cannot read {shown} ({exc.strerror or type(exc).__name__})") from None
-    with handle:
-        for number, raw in _lines(handle, shown, max_line_bytes):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw)
-            except (ValueError, RecursionError):
-                raise ImportRefused(f"{shown}, line {number}: not valid JSON") from None
-            if not isinstance(row, dict) or row.get("type") not in ("entity", "relation"):
-                raise ImportRefused(f"{shown}, line {number}: not an entity or relation of memory.jsonl")
-            fields = {
-                k: v for k, v in row.items() if k in ("name", "entityType", "observations", "from", "to")
-            }
-            if "relationType" in row:
-                fields["relationType"] = row["relationType"]
-            try:
-                part = checker.parse_rows([{"kind": row["type"], **fields}])
-            except MemvaultError as exc:
-                raise ImportRefused(f"{shown}, line {number}: {exc}") from None
-            rows.entities.extend(part.entities)
-            rows.relations.extend(part.relations)
-    return rows
-
-
-def _lines(handle: BinaryIO, shown: str, limit: int) -> Iterator[tuple[int, bytes]]:
-    """(number, bytes) of each line, none read past ``limit`` bytes: an over-long line is refused
-    after reading its first ``limit``, however long it is."""
-    number = 0
-    while raw := handle.readline(limit + 2):
-        number += 1
-        if len(raw.rstrip(b"\r\n")) > limit:
-            raise ImportRefused(
-                f"{shown}, line {number}: longer than {limit:,} bytes (MEMVAULT_MAX_IMPORT_LINE_BYTES); "
-                "raise the setting if the file is yours"
-            )
-        yield number, raw
-
-
-def merge_graph(folder: Path, rows: GraphRows, *, dry_run: bool) -> Imported:
-    """Merge rows into the token's graph in one transaction (a dry run rolls it back): entities and
-    observations missing are added, relations whose two ends exist are added, the rest stays."""
-    Vault(folder).check_folder()
-    if dry_run and not sidecar_path(folder).is_file() and not sync.has_files(folder):
-        # Nothing stored yet, and a dry run creates nothing: all of it would be new.
-        names = {entity.name for entity, _, _ in rows.entities}
-        facts = {(entity.name, o) for entity, _, _ in rows.entities for o in entity.observations}
-        links = set(rows.relations)
-        joined = {r for r in links if r.source in names and r.target in names}
-        return Imported(len(names), len(facts), len(joined), len(links) - len(joined))
-    with Sidecar.open(folder) as sidecar, folder_lock(folder):
-        sync.sync(sidecar, folder)
-        try:
-            with sidecar.transaction() as conn:
-                done = KnowledgeGraph.import_into(conn, rows)
-                if dry_run:
-                    raise _DryRun(done)
-                if done.entities or done.observations or done.relations:
-                    sync.GraphFile(folder).written(conn)
-        except _DryRun as rolled_back:
-            done = rolled_back.done
-    return done
-
-
-class _DryRun(Exception):
-    """Raised inside a transaction to roll it back, carrying what it would have done."""
-
-    def __init__(self, done: Imported) -> None:
-        super().__init__("dry run")
-        self.done = done

@@ -1,15 +1,17 @@
-"""memvault.ops.imports: a copy's hash of itself holds through what the server writes on a read, and
+"""memvault.importers.copies: a copy's hash of itself holds through what the server writes on a read, and
 moves with any edit a person makes."""
 
 from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from memvault.disk.markdown import parse_memory, rewrite
-from memvault.ops.imports import Note, copy_digest, copy_of, provenance
+from memvault.importers import copies as imports
+from memvault.importers.copies import Note, copy_digest, copy_of, plan_notes, provenance, write_notes
 
 SOURCES = {
     "frontmatter": b"---\ntags: [run]\n---\n# Run\n\nLong run on Sunday.\n",
@@ -71,3 +73,39 @@ def test_a_copy_reads_as_its_source_does(kind: str) -> None:
     else:  # what a person must fix stays visible; where it came from is still read from its lines
         assert copy.problem is not None or kind == "no closing fence"
         assert provenance(copy_of(note(SOURCES[kind]), AT)).source_hash is not None
+
+
+# ---------------------------------------------------------------------------- links in the vault
+
+
+def test_a_link_at_a_copys_name_is_never_read_through(tmp_path: Path) -> None:
+    """A link to another memory of the vault stands where the copy goes: it is left alone, not
+    read (were it read, the linked memory's text would pass for the copy)."""
+    vault = tmp_path / "alice"
+    source = SOURCES["frontmatter"]
+    (vault / "notes").mkdir(parents=True)
+    (vault / "other.md").write_bytes(source)
+    (vault / "notes" / "a.md").symlink_to("../other.md")
+    planned = plan_notes(vault, [note(source)], now=AT)
+    assert planned.named(imports.LINKED) == ["notes/a.md"]
+    write_notes(vault, planned, lambda _: None)
+    assert (vault / "notes" / "a.md").is_symlink()
+    assert (vault / "other.md").read_bytes() == source
+
+
+def test_a_link_put_in_a_copys_place_after_the_plan_is_left_alone(tmp_path: Path) -> None:
+    vault = tmp_path / "alice"
+    old, new = SOURCES["frontmatter"], SOURCES["no frontmatter"]
+    first = plan_notes(vault, [note(old)], now=AT)
+    write_notes(vault, first, lambda _: None)
+    copy = vault / "notes" / "a.md"
+    planned = plan_notes(vault, [note(new)], refresh=True, now=AT)
+    assert planned.named(imports.REFRESH) == ["notes/a.md"]
+    (vault / "other.md").write_bytes(copy.read_bytes())  # the same bytes, behind a link
+    copy.unlink()
+    copy.symlink_to("../other.md")
+    done = write_notes(vault, planned, lambda _: None)
+    assert done.named(imports.LINKED) == ["notes/a.md"]
+    assert copy.is_symlink() and copy_digest((vault / "other.md").read_bytes()) == copy_digest(
+        first.steps[0].copy
+    )

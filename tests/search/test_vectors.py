@@ -1,0 +1,84 @@
+"""vectors: a token's rows, int8 vectors and kept token ids, and the queue of memories to embed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memvault.disk.markdown import Memory
+from memvault.search.embedders import normalise_rows
+from memvault.search.vectors import TokenVectors, matvec, quantize
+
+
+def test_quantized_vectors_keep_dot_products_within_one_percent():
+    rng = np.random.default_rng(7)
+    vectors = normalise_rows(rng.normal(size=(300, 512)))
+    query = normalise_rows(rng.normal(size=(1, 512)))[0]
+    tv = TokenVectors()
+    for i in range(300):
+        tv.changed(Memory(id=f"m{i}.md", title="t", content=f"c{i}"))
+    work, _ = tv.take(1000)
+    tv.install("hash-512", [(w, "h", vectors[int(w.key[1:-3])]) for w in work])
+    view = tv.snapshot()
+    assert view.matrix is not None and view.matrix.dtype == np.int8
+    exact = np.array([vectors[int(k[1:-3])] @ query for k in view.keys if k])
+    got = view.similarity(query, len(exact))
+    assert got is not None
+    assert np.abs(got - exact).max() < 0.01 * np.abs(exact).max()
+    rows = np.array([view.rows["m5.md"], view.rows["m9.md"]])
+    back = view.matrix[rows] * view.scale[rows, None]
+    assert np.abs(back - vectors[[5, 9]]).max() < 0.01
+
+
+def test_rows_without_a_vector_score_zero_and_a_zero_vector_quantizes_to_zero():
+    q, scale = quantize(np.zeros(8, dtype=np.float32))
+    assert not q.any() and scale == 0
+    tv = TokenVectors()
+    tv.changed(Memory(id="a.md", title="t", content="a"))
+    tv.changed(Memory(id="b.md", title="t", content="b"))
+    work, _ = tv.take(1)
+    tv.install("hash-16", [(work[0], "h", normalise_rows(np.ones((1, 16)))[0])])
+    view = tv.snapshot()
+    got = view.similarity(normalise_rows(np.ones((1, 16)))[0], 2)
+    assert got is not None
+    assert sorted(got.round(3).tolist()) == [0.0, 1.0]
+    assert view.similarity(np.ones(8, dtype=np.float32), 2) is None  # another dimension
+
+
+def test_matvec_of_an_int8_matrix_equals_the_float_product():
+    rng = np.random.default_rng(3)
+    matrix = rng.integers(-127, 128, size=(2000, 96)).astype(np.int8)
+    vector = rng.normal(size=96).astype(np.float32)
+    assert np.allclose(matvec(matrix, vector), matrix.astype(np.float32) @ vector, rtol=1e-5, atol=1e-3)
+
+
+def test_vector_matrix_grows_with_the_rows_not_faster():
+    """Issue 9, 1: the matrix doubled at every quarter's growth of the rows (5,000 writes -> GBs)."""
+    tv = TokenVectors()
+    vector = normalise_rows(np.ones((1, 16)))[0]
+    for i in range(5000):
+        tv.changed(Memory(id=f"m{i}.md", title="t", content=f"c{i}"))
+        work, _ = tv.take(10)
+        tv.install("hash-16", [(w, f"h{i}", vector) for w in work])
+    view = tv.snapshot()
+    assert view.matrix is not None
+    rows = len(view.keys)
+    assert rows == 5000
+    # Capacity stays within the growth step (a quarter, at least 64) of the rows in use.
+    assert len(view.matrix) == len(view.has_vector) <= rows * 1.25 + 64
+    assert view.matrix.nbytes < 200_000  # 5,000 x 16 int8 plus slack, not megabytes
+
+
+def test_a_row_without_token_ids_yet_has_none_and_a_changed_text_drops_them():
+    tv = TokenVectors()
+    for name in ("a", "b", "c"):
+        tv.changed(Memory(id=f"{name}.md", title="t", content=name))
+    work, _ = tv.take(2)
+    vector = np.ones(16, dtype=np.float32) / 4
+    tv.install("wordllama-l2-16", [(w, "h", vector) for w in work], [np.array([7, 9], np.uint16), None])
+    view = tv.snapshot()
+    got = view.tokens_of(view.rows["a.md"])
+    assert got is not None and got.tolist() == [7, 9]
+    assert view.tokens_of(view.rows["b.md"]) is None  # a vector without ids: no MaxSim score
+    assert view.tokens_of(view.rows["c.md"]) is None  # pending: no vector, no ids
+    tv.dropped("a.md")
+    assert tv.snapshot().tokens_of(view.rows["a.md"]) is None
