@@ -253,7 +253,6 @@ UNTESTED = frozenset(
         "git.mergememory",
         "git.mergesessions",
         "git.repo",
-        "ops.capture",
         "search.embedders.wordllama",
         "tools",
     }
