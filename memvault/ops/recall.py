@@ -59,8 +59,6 @@ ACCESS_SHARE = 0.5  # ...the others only when they score at least this share of 
 STALE_DAYS = 30
 
 FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.intp]
-BoolArray = npt.NDArray[np.bool_]
 
 
 # ---------------------------------------------------------------------------- orchestration
@@ -230,48 +228,8 @@ class Recaller:
     ) -> Recall:
         """ON_LOOP (memvault.threads) for a token of at most MAX_ROWS rows
         with a quick embedder (a query costs a table lookup) and no reranker (a few milliseconds
-        at most); else NeedsThread.
-
-        The steps: what takes part, which rows may be found, their lexical scores fused with the
-        vectors', the best of them weighed (priority, age, use) and reranked, then the picks."""
-        reranker, embedder, view = self._ready(state, where)
-        order = self._layout(state, view)
-        eligible = _eligible(view, order, filters)
-        now = self.store.clock()
-        # "10 days ago" points at a span of creation times; its words are not words to look for
-        # (the 10 would match a date such as 2023/03/10), whatever the weight of the span.
-        spoken = read_time(query, now)
-        words = spoken.rest if spoken is not None and terms_of(spoken.rest) else query
-        with state.looking(where):
-            lexical, in_archive = _lexical(state, view, order.n, words, filters.include_archive, weights.near)
-            if filters.tags or filters.priorities:
-                _keep_fields(state, view, eligible, filters)
-            lengths = (
-                self._lengths(state, view, order, lexical, len(weights.context))
-                if weights.context_words > 0 and any(weights.context)
-                else None
-            )
-        score, lent, model = self._fused(view, order, words, embedder, lexical, eligible, lengths, weights)
-        if spoken is not None and weights.span > 0:
-            with np.errstate(invalid="ignore"):  # NaN: unknown creation time, never inside
-                created = view.created[: order.n]
-                inside = (created >= spoken.start) & (created <= spoken.end)
-            score[inside] *= 1.0 + weights.span
-        worded = bool((lexical[eligible] > 0).any())
-        matched = int(np.count_nonzero(score > 0))
-        if matched == 0:
-            return self._record(state, Recall([], model, 0, in_archive=in_archive))
-        candidates = _pool(score, max(ranking.POOL, 4 * limit))
-        memories, weighted = _weighed(state, view, candidates, score, now, where)
-        if reranker is not None and memories:
-            self._rerank(reranker, words, memories, weighted, view, embedder)
-        terms = {t for t in terms_of(words)} - QUESTION_WORDS
-        results = _picked(state, memories, weighted, lent, order, limit, weights, terms, where)
-        return self._record(state, Recall(results, model, matched, worded, in_archive))
-
-    def _ready(self, state: TokenState, where: Where) -> tuple[Reranker | None, Embedder | None, VectorView]:
-        """The reranker and the embedder that take part, and the vectors' rows (the candidates); on
-        the loop NeedsThread when any of them would take long."""
+        at most); else NeedsThread."""
+        store = self.store
         if not state.settled:  # restored moments ago: the vectors' rows, recall's candidates, come next
             if where is ON_LOOP:
                 raise NeedsThread
@@ -285,27 +243,23 @@ class Recaller:
         view = state.vectors.snapshot(where)
         if where is ON_LOOP and len(view.keys) > MAX_ROWS:
             raise NeedsThread
-        return reranker, embedder, view
-
-    def _fused(
-        self,
-        view: VectorView,
-        order: Layout,
-        words: str,
-        embedder: Embedder | None,
-        lexical: FloatArray,
-        eligible: BoolArray,
-        lengths: FloatArray | None,
-        weights: Weights,
-    ) -> tuple[FloatArray, FloatArray, str | None]:
-        """Each row's score, lexical and vector fused (ranking.fuse); the share of it that its
-        neighbours lent it; the model whose vectors took part (None: lexical only)."""
+        order = self._layout(state, view)
+        n = order.n
+        eligible = _eligible(view, order, filters)
+        now = store.clock()
+        # "10 days ago" points at a span of creation times; its words are not words to look for
+        # (the 10 would match a date such as 2023/03/10), whatever the weight of the span.
+        spoken = read_time(query, now)
+        words = spoken.rest if spoken is not None and terms_of(spoken.rest) else query
+        lexical, in_archive, lengths = self._lexical(
+            state, view, order, words, weights, filters, eligible, where
+        )
         vector = None
         model = None
         if view.matrix is not None and embedder is not None and embedder.name == view.name:
             q = self.embeddings.embed_query(words)
             if q is not None and q.any():
-                vector = view.similarity(q, order.n)
+                vector = view.similarity(q, n)
                 model = view.name if vector is not None else None
         score, borrowed = fuse(
             lexical,
@@ -319,19 +273,146 @@ class Recaller:
             vector_floor=traits(embedder).noise,
             centre=traits(embedder).crowds,
         )
-        # What share of each score its neighbours lent it (the factors after scale both alike).
+        # What share of each score its neighbours lent it (the factors below scale both alike).
         lent = np.divide(borrowed, score, out=np.zeros_like(score), where=score > 0)
-        return score, lent, model
+        if spoken is not None and weights.span > 0:
+            with np.errstate(invalid="ignore"):  # NaN: unknown creation time, never inside
+                inside = (view.created[:n] >= spoken.start) & (view.created[:n] <= spoken.end)
+            score[inside] *= 1.0 + weights.span
+        worded = bool((lexical[eligible] > 0).any())
+        matched = int(np.count_nonzero(score > 0))
+        pool_size = max(ranking.POOL, 4 * limit)
+        if matched == 0:
+            return self._record(state, Recall([], model, 0, in_archive=in_archive))
+        candidates = np.flatnonzero(score > 0)
+        if candidates.size > pool_size:
+            candidates = candidates[np.argpartition(-score[candidates], pool_size - 1)[:pool_size]]
+
+        terms = {t for t in terms_of(words)} - QUESTION_WORDS
+        recorded = (
+            state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()], where)
+            if state.sidecar
+            else {}
+        )
+        memories: dict[int, Memory] = {}
+        weighted = np.zeros(n, dtype=np.float64)
+        with state.looking(where):
+            for row in candidates.tolist():
+                path_key = view.keys[row] or ""
+                memory = state.memory(path_key)
+                if memory is None:
+                    continue
+                memories[row] = memory
+                last = last_access(memory, recorded.get(path_key))
+                weighted[row] = score[row] * factor(memory, last_access=last, now=now)
+        if reranker is not None and memories:
+            self._rerank(reranker, words, memories, weighted, view, embedder)
+        picked = diversify(
+            list(memories),
+            weighted,
+            limit,
+            order,
+            neighbour_penalty=weights.neighbour,
+            free=int(weights.neighbour_after * limit),
+        )
+        results = self._results(state, picked, memories, lent, terms, weights, where)
+        return self._record(state, Recall(results, model, matched, worded, in_archive))
+
+    def _lexical(
+        self,
+        state: TokenState,
+        view: VectorView,
+        order: Layout,
+        words: str,
+        weights: Weights,
+        filters: _Filters,
+        eligible: npt.NDArray[np.bool_],
+        where: Where,
+    ) -> tuple[FloatArray, int, FloatArray | None]:
+        """Each row's BM25 score for ``words``; how many archived memories match about as well when
+        the archive is left out; each row's words where it borrows context (None: no context).
+        Leaves out of ``eligible`` (in place) the rows whose tags or priority the filters refuse."""
+        n = order.n
+        lexical = np.zeros(n, dtype=np.float64)
+        include_archive, tags, priorities = filters.include_archive, filters.tags, filters.priorities
+        areas = [False, True] if include_archive else [False]
+        with state.looking(where):
+            rows = view.rows
+            for archived in areas:
+                ids, found = state.area(archived).index.scores(
+                    words, limit=ranking.LEXICAL_LIMIT, every=False, near=weights.near
+                )
+                # Hundreds of hits a query: their rows looked up in one pass, set in one call.
+                at = np.fromiter(
+                    (rows.get(k, -1) for k in ([key(id, True) for id in ids] if archived else ids)),
+                    dtype=np.intp,
+                    count=len(ids),
+                )
+                known = at >= 0
+                lexical[at[known]] = found[known]
+            in_archive = 0
+            if not include_archive and state.archive.memories:
+                # Said in the reply, so an agent knows includeArchive=true would find more: those
+                # that match at least half as well as the best hot one (any word of the query alone
+                # would count a whole archive of notes about "the user").
+                _, found = state.archive.index.scores(
+                    words, limit=ranking.LEXICAL_LIMIT, every=False, near=weights.near
+                )
+                best = float(lexical.max()) if n else 0.0
+                in_archive = int(np.count_nonzero(found >= 0.5 * best)) if found.size else 0
+            if tags or priorities:
+                for row in np.flatnonzero(eligible).tolist():
+                    memory = state.memory(view.keys[row] or "")
+                    if memory is None or (priorities and memory.priority not in priorities):
+                        eligible[row] = False
+                    elif tags and not {t.casefold() for t in tags} <= {t.casefold() for t in memory.tags}:
+                        eligible[row] = False
+            lengths = (
+                self._lengths(state, view, order, lexical, len(weights.context))
+                if weights.context_words > 0 and any(weights.context)
+                else None
+            )
+        return lexical, in_archive, lengths
+
+    def _results(
+        self,
+        state: TokenState,
+        picked: list[tuple[int, float, float]],
+        memories: dict[int, Memory],
+        lent: FloatArray,
+        terms: set[str],
+        weights: Weights,
+        where: Where,
+    ) -> list[Recalled]:
+        """The picks above the floors, read fresh from their files: below ``weights.floor`` of the
+        best the list ends; beside a clear match (the first result holds every word asked for),
+        what earns under ``weights.own_floor`` by itself (``lent``: the share its neighbours lent)
+        is left out."""
+        results: list[Recalled] = []
+        clear = False  # the first result holds every word of the query: it is what was asked for
+        for row, value, _ in picked:
+            if weights.floor > 0 and value < weights.floor:  # values only fall down the list
+                break
+            shown = max(value, 0.0)
+            own = shown * (1.0 - lent[row])
+            if clear and own < weights.own_floor:  # lent by neighbours or a faint cosine: not this
+                continue
+            memory = state.fresh(memories[row].id, memories[row].archived, where)
+            if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
+                if not results:
+                    clear = weights.floor > 0 and explains(memory, terms)
+                results.append(Recalled(memory, shown, snippet(memory.content, terms), own))
+        return results
 
     @staticmethod
     def _lengths(
-        state: TokenState, view: VectorView, order: Layout, lexical: FloatArray, depth: int
+        state: TokenState, view: VectorView, where: Layout, lexical: FloatArray, depth: int
     ) -> FloatArray:
         """The words of each row that borrows context (a neighbour of a lexical hit); 0 for the rest."""
         hits = np.flatnonzero(lexical > 0)
-        n = order.n
+        n = where.n
         rows = np.unique(
-            np.concatenate([side[hits] for side in (*order.before[:depth], *order.after[:depth])])
+            np.concatenate([side[hits] for side in (*where.before[:depth], *where.after[:depth])])
         )
         rows = rows[rows < n]
         lengths = np.zeros(n, dtype=np.float64)
@@ -427,126 +508,15 @@ class Recaller:
         )
 
 
-def _eligible(view: VectorView, order: Layout, filters: _Filters) -> BoolArray:
-    """The rows a recall may find: live, hot unless the archive is asked for, created in the span."""
-    eligible = order.live.copy() if filters.include_archive else order.live & ~order.archived
+def _eligible(view: VectorView, where: Layout, filters: _Filters) -> npt.NDArray[np.bool_]:
+    """The rows the filters' area and span let through (tags and priority are read later)."""
+    n = where.n
+    eligible = where.live.copy() if filters.include_archive else where.live & ~where.archived
     if filters.after is not None or filters.before is not None:
-        created = view.created[: order.n]
+        created = view.created[:n]
         with np.errstate(invalid="ignore"):  # NaN (unknown creation time) never passes a filter
             if filters.after is not None:
                 eligible &= created >= filters.after
             if filters.before is not None:
                 eligible &= created < filters.before
     return eligible
-
-
-def _lexical(
-    state: TokenState, view: VectorView, n: int, words: str, include_archive: bool, near: str
-) -> tuple[FloatArray, int]:
-    """Each row's lexical score; and, when the archive is left out, how many archived memories
-    match about as well as the best hot one. With ``mem_lock`` held."""
-    lexical = np.zeros(n, dtype=np.float64)
-    rows = view.rows
-    for archived in [False, True] if include_archive else [False]:
-        ids, found = state.area(archived).index.scores(
-            words, limit=ranking.LEXICAL_LIMIT, every=False, near=near
-        )
-        # Hundreds of hits a query: their rows looked up in one pass, set in one call.
-        at = np.fromiter(
-            (rows.get(k, -1) for k in ([key(id, True) for id in ids] if archived else ids)),
-            dtype=np.intp,
-            count=len(ids),
-        )
-        known = at >= 0
-        lexical[at[known]] = found[known]
-    in_archive = 0
-    if not include_archive and state.archive.memories:
-        # Said in the reply, so an agent knows includeArchive=true would find more: those
-        # that match at least half as well as the best hot one (any word of the query alone
-        # would count a whole archive of notes about "the user").
-        _, found = state.archive.index.scores(words, limit=ranking.LEXICAL_LIMIT, every=False, near=near)
-        best = float(lexical.max()) if n else 0.0
-        in_archive = int(np.count_nonzero(found >= 0.5 * best)) if found.size else 0
-    return lexical, in_archive
-
-
-def _keep_fields(state: TokenState, view: VectorView, eligible: BoolArray, filters: _Filters) -> None:
-    """Leave out (in ``eligible``) the rows whose memory lacks the tags or the priority asked for.
-    With ``mem_lock`` held."""
-    tags, priorities = filters.tags, filters.priorities
-    for row in np.flatnonzero(eligible).tolist():
-        memory = state.memory(view.keys[row] or "")
-        if memory is None or (priorities and memory.priority not in priorities):
-            eligible[row] = False
-        elif tags and not {t.casefold() for t in tags} <= {t.casefold() for t in memory.tags}:
-            eligible[row] = False
-
-
-def _pool(score: FloatArray, size: int) -> IntArray:
-    """The rows that score at all; at most ``size`` of them, the best."""
-    candidates = np.flatnonzero(score > 0)
-    if candidates.size > size:
-        candidates = candidates[np.argpartition(-score[candidates], size - 1)[:size]]
-    return candidates
-
-
-def _weighed(
-    state: TokenState, view: VectorView, candidates: IntArray, score: FloatArray, now: datetime, where: Where
-) -> tuple[dict[int, Memory], FloatArray]:
-    """The candidates' memories by row, and their scores weighed by what each memory says of
-    itself and when it was last used (ranking.factor); 0 for the other rows."""
-    recorded = (
-        state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()], where)
-        if state.sidecar
-        else {}
-    )
-    memories: dict[int, Memory] = {}
-    weighted = np.zeros(len(score), dtype=np.float64)
-    with state.looking(where):
-        for row in candidates.tolist():
-            path_key = view.keys[row] or ""
-            memory = state.memory(path_key)
-            if memory is None:
-                continue
-            memories[row] = memory
-            last = last_access(memory, recorded.get(path_key))
-            weighted[row] = score[row] * factor(memory, last_access=last, now=now)
-    return memories, weighted
-
-
-def _picked(
-    state: TokenState,
-    memories: dict[int, Memory],
-    weighted: FloatArray,
-    lent: FloatArray,
-    order: Layout,
-    limit: int,
-    weights: Weights,
-    terms: set[str],
-    where: Where,
-) -> list[Recalled]:
-    """The results, best first: diverse (ranking.diversify), above the floors, each memory as it
-    is on disk now."""
-    picked = diversify(
-        list(memories),
-        weighted,
-        limit,
-        order,
-        neighbour_penalty=weights.neighbour,
-        free=int(weights.neighbour_after * limit),
-    )
-    results: list[Recalled] = []
-    clear = False  # the first result holds every word of the query: it is what was asked for
-    for row, value, _ in picked:
-        if weights.floor > 0 and value < weights.floor:  # values only fall down the list
-            break
-        shown = max(value, 0.0)
-        own = shown * (1.0 - lent[row])
-        if clear and own < weights.own_floor:  # lent by neighbours or a faint cosine: not this
-            continue
-        memory = state.fresh(memories[row].id, memories[row].archived, where)
-        if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
-            if not results:
-                clear = weights.floor > 0 and explains(memory, terms)
-            results.append(Recalled(memory, shown, snippet(memory.content, terms), own))
-    return results
