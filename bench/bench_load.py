@@ -87,8 +87,10 @@ class Connection:
         self.host, self.port, self.path = parts.hostname or "127.0.0.1", parts.port or 80, parts.path
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.retries = 0  # requests sent again after the server closed an idle connection
 
     async def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        reused = self.writer is not None
         if self.writer is None or self.reader is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         head = [f"POST {self.path} HTTP/1.1", f"Host: {self.host}:{self.port}"]
@@ -96,6 +98,15 @@ class Connection:
         try:
             self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
             status, fields, reply = await self.read(self.reader)
+        except asyncio.IncompleteReadError as exc:
+            self.close()
+            if not (reused and exc.partial == b""):
+                raise
+            # The server closed the kept-alive connection as idle (uvicorn's keep-alive timeout)
+            # before it read this request: a client starved of CPU on a loaded machine waited that
+            # long between two calls. Nothing was done; send it again on a new connection.
+            self.retries += 1
+            return await self.post(body, headers)
         except BaseException:
             self.close()  # a half-read reply leaves the connection unusable
             raise
