@@ -209,3 +209,41 @@ def test_a_blob_is_read_as_git_holds_it_and_a_missing_one_fails_cleanly(tmp_path
     with pytest.raises(SyncFailed, match="git cat-file failed") as failed:
         repo.blob("HEAD:missing.md")
     assert str(tmp_path) not in failed.value.message
+
+
+@needs_git
+def test_refs_are_read_as_git_reads_them_loose_packed_or_symbolic(tmp_path: Path) -> None:
+    top, repo = repository(tmp_path)
+    head = git_sync(top, "rev-parse", "HEAD").stdout.strip()
+    git_sync(top, "update-ref", "refs/remotes/origin/main", "HEAD")
+    assert repo.commit_of("HEAD") == repo.commit_of("refs/heads/main") == head  # HEAD names its branch
+    assert repo.commit_of("refs/remotes/origin/main") == head
+    git_sync(top, "pack-refs", "--all")
+    assert not (repo.git_dir / "refs" / "remotes" / "origin" / "main").exists()
+    assert repo.commit_of("refs/remotes/origin/main") == head  # from packed-refs
+    write(top / "vaults" / "a.md")
+    git_sync(top, "add", "-A")
+    git_sync(top, "commit", "-q", "-m", "second")
+    git_sync(top, "update-ref", "refs/remotes/origin/main", "HEAD")  # loose again, over the packed one
+    assert repo.commit_of("refs/remotes/origin/main") == git_sync(top, "rev-parse", "HEAD").stdout.strip()
+    for unknown in ("refs/remotes/origin/none", "refs/../../outside", "config"):
+        assert repo.commit_of(unknown) is None  # git is asked instead
+    git_sync(top, "checkout", "-q", "--detach")
+    assert repo.commit_of("HEAD") == git_sync(top, "rev-parse", "HEAD").stdout.strip()
+
+
+@needs_git
+def test_ahead_and_behind_follow_a_ref_that_moved_behind_gits_back(tmp_path: Path) -> None:
+    top, repo = repository(tmp_path)
+    first = git_sync(top, "rev-parse", "HEAD").stdout.strip()
+    git_sync(top, "update-ref", "refs/remotes/origin/main", "HEAD")
+    assert repo.ahead_behind("refs/remotes/origin/main") == (0, 0)
+    write(top / "vaults" / "a.md")
+    git_sync(top, "add", "-A")
+    git_sync(top, "commit", "-q", "-m", "second")
+    assert repo.ahead_behind("refs/remotes/origin/main") == (1, 0)  # HEAD moved
+    git_sync(top, "update-ref", "refs/remotes/origin/main", "HEAD")
+    git_sync(top, "pack-refs", "--all")
+    assert repo.ahead_behind("refs/remotes/origin/main") == (0, 0)  # the remote's ref moved, then packed
+    git_sync(top, "reset", "-q", "--hard", first)
+    assert repo.ahead_behind("refs/remotes/origin/main") == (0, 1)
