@@ -33,7 +33,7 @@ from memvault.logs import OncePer
 from memvault.ops.service import Service
 from memvault.server.keys import KeyRing
 from memvault.server.revocation import Opened
-from memvault.tools import build_server
+from memvault.tools import build_server, sdk
 
 log = logging.getLogger("memvault")
 
@@ -368,16 +368,14 @@ class TokenGuard:
         ):
             held = sessions.oldest_first(**names)
             for old in held[: max(0, len(held) - limit + 1)]:
-                transport = live.get(old)
                 sessions.release(old)
-                if transport is not None:
-                    await manager._discard_session(old, transport)
+                await sdk.discard_session(manager, old)
                 self._closing_note.note(log, logging.INFO, f"closed least recently used sessions ({kind})")
 
     def _live(self) -> dict[str, Any] | None:
         """The SDK's live streamable HTTP sessions, by id: a private map of its session manager
         (mcp 2.x; the tests of session caps and ended sessions cover it)."""
-        return None if self.manager is None else self.manager._server_instances
+        return None if self.manager is None else sdk.live_sessions(self.manager)
 
     def _binding(self, send: Send, token: str, ending: str | None, client: str = "") -> Send:
         sessions = self.sessions
@@ -585,15 +583,13 @@ def revocations(keyring: KeyRing, manager: StreamableHTTPSessionManager, session
 
     async def end_session(session: str) -> None:
         sessions.release(session)
-        transport = manager._server_instances.get(session)
-        if transport is not None:
-            await manager._discard_session(session, transport)
+        await sdk.discard_session(manager, session)
 
     return Opened(
         keyring,
         refused=lambda: _unauthorized(sent=True),
         end_session=end_session,
-        live_sessions=lambda: manager._server_instances,
+        live_sessions=lambda: sdk.live_sessions(manager),
     )
 
 
