@@ -96,7 +96,7 @@ async def run(args: argparse.Namespace) -> str:
 
     async def agent(a: int) -> None:
         nonlocal visits
-        mine = list(range(a, args.tokens, args.agents))
+        mine = list(range(a, args.tokens, args.agents))[: args.visits]
         for round_ in range(args.rounds):
             for i, t in enumerate(mine):
                 token = token_name(t)
@@ -150,7 +150,9 @@ async def run(args: argparse.Namespace) -> str:
     wrote = sum(len(ids) for ids in written.values())
     lines = [
         f"## {started:%Y-%m-%d %H:%M} UTC: {args.tokens:,} tenants x {args.memories} memories, "
-        f"{args.agents:,} agents, cap {args.loaded} loaded (issue 49)\n",
+        f"{args.agents:,} agents, cap {args.loaded} loaded"
+        + (f", {args.visits} visits per agent a round" if args.visits else "")
+        + " (issue 49)\n",
         f"Machine: {machine_line()}.",
         f"Vault written in {made:.0f} s (0: reused). {visits:,} visits ({wrote:,} writes) in "
         f"{elapsed:.1f} s, {visits / elapsed:,.0f} visits/s.\n",
@@ -184,6 +186,9 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--loaded", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--visits", type=int, default=None, help="each agent visits at most this many of its tokens a round"
+    )
     parser.add_argument("--root", default="/tmp/memvault-tenants")
     parser.add_argument("--out", default=None, help="add the section to this RESULTS.md")
     args = parser.parse_args()

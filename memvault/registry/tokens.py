@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import anyio.to_thread
 from filelock import Timeout
 
@@ -42,6 +43,10 @@ from memvault.search.embeddings import Embeddings
 log = logging.getLogger("memvault")
 
 SETTLE_BATCH = 2_000  # memories built per hold of a token's mem_lock after a restore
+# Loads running at once in worker threads. The others wait on the event loop, not in the worker
+# pool: with 1,000 agents on cold tokens, loads filled all of anyio's 40 threads and a write to a
+# loaded token queued behind them for minutes, holding its token loaded (bench_tenants).
+LOAD_THREADS = 4
 
 
 def _sidecar_of(state: TokenState) -> Callable[[], Sidecar | None]:
@@ -91,6 +96,7 @@ class Tokens:
         # (token, False) once it is unloaded: the store watches the folders of loaded tokens only.
         self.on_loaded: Callable[[str, bool], None] | None = None
         self.closing: set[Sidecar] = set()  # unloaded tokens' sidecars, being closed in a worker thread
+        self._loads: tuple[asyncio.AbstractEventLoop, anyio.CapacityLimiter] | None = None
 
     def warm(self, token: str) -> None:
         """Begin loading a token a request just addressed, without waiting for it. A client's
@@ -149,7 +155,9 @@ class Tokens:
             async with state.load_lock:
                 if not state.loaded:
                     with self.embeddings.paused():
-                        await anyio.to_thread.run_sync(self.load, state, progress)
+                        await anyio.to_thread.run_sync(
+                            self.load, state, progress, limiter=self._load_limiter()
+                        )
                     self.unload_idle()
                     heap.keep()
                     if not state.settled:
@@ -161,6 +169,13 @@ class Tokens:
                         self.spawn(anyio.to_thread.run_sync(state.save_snapshot))
                     elif state.large:
                         self.spawn(anyio.to_thread.run_sync(heap.release))  # the load's garbage
+
+    def _load_limiter(self) -> anyio.CapacityLimiter:
+        """LOAD_THREADS, for this event loop (a limiter belongs to the loop it was made in)."""
+        loop = asyncio.get_running_loop()
+        if self._loads is None or self._loads[0] is not loop:
+            self._loads = (loop, anyio.CapacityLimiter(LOAD_THREADS))
+        return self._loads[1]
 
     def unload_idle(self) -> None:
         """Keep at most MEMVAULT_MAX_LOADED_TOKENS indexes in memory; the least recently used go.

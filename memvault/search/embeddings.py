@@ -88,6 +88,7 @@ class Embeddings:
         self.embedded = 0  # texts embedded by the model (not reused from the sidecar); tests count them
         self.cpu_seconds = 0.0  # CPU time the worker spent on batches (/healthz)
         self._taken = 0  # memories taken by the batch in hand: pending() counts them until placed
+        self._patient = False  # preloaded: the model's load waits for a pause in the requests
         self._hurry = False  # someone waits for the vectors (wait_idle): the model loads at once
 
     # -- the embedder --------------------------------------------------------------------------
@@ -142,6 +143,7 @@ class Embeddings:
         started counts as busy, so a client's first call (a hook, a stdio client) does not share
         the GIL with the load."""
         self.last_request = max(self.last_request, time.monotonic())
+        self._patient = True
         self.ready()
 
     def embed_query(self, text: str) -> FloatMatrix | None:
@@ -236,7 +238,9 @@ class Embeddings:
     def _run(self) -> None:
         deadline = time.monotonic() + LOAD_PATIENCE
         with self._cond:  # a model's load holds the GIL for a while: requests first
-            while self._embedder is None and not (self._closed or self._hurry) and self.busy():
+            while (
+                self._patient and self._embedder is None and not (self._closed or self._hurry) and self.busy()
+            ):
                 if (left := deadline - time.monotonic()) <= 0:
                     break
                 self._cond.wait(min(left, BUSY_SECONDS))

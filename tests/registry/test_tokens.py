@@ -158,3 +158,38 @@ async def test_the_first_call_after_a_load_does_not_list_the_folder_again(
         assert [m.id for m in found.memories] == ["new.md"] and len(listed) == 1
     finally:
         await service.close()
+
+
+async def test_many_cold_tokens_loading_leave_worker_threads_for_other_calls(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import anyio
+
+    service = Service(make_settings(embedder="hash"))
+    registry = service.registry
+    release = threading.Event()
+    original = registry.load
+    entered: list[str] = []
+
+    def slow_load(state: Any, progress: Any = None) -> None:  # a slow disk: each load takes long
+        entered.append(state.token)
+        release.wait(30)
+        original(state, progress)
+
+    monkeypatch.setattr(registry, "load", slow_load)
+
+    async def touch(token: str) -> None:
+        async with registry.using(token):
+            pass
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for i in range(60):  # more cold tokens than anyio has worker threads
+                tg.start_soon(touch, f"cold{i}")
+            await wait_for(lambda: entered)  # the loads have begun (every task ran up to its load)
+            with anyio.fail_after(10):  # another call's short work in a thread is not queued behind them
+                assert await anyio.to_thread.run_sync(lambda: "done") == "done"
+            release.set()
+    finally:
+        release.set()
+        await service.close()
