@@ -36,6 +36,7 @@ DEBOUNCE_SECONDS = 2.0  # a write is committed and pushed this long after it, wi
 PUSH_TRIES = 4  # a push the remote rejects (it moved meanwhile): fetch, merge, push again
 BACKOFF_SECONDS = 0.5  # doubled after each rejected push
 STALE_INTERVALS = 3  # tools say the vault is not syncing once it failed this many intervals
+LOOK_EVERY = 10  # an idle sync looks at the files (git status) once in this many intervals
 MOVED = ("[rejected]", "non-fast-forward", "fetch first", "cannot lock ref")
 
 
@@ -230,17 +231,19 @@ def sync(
     *,
     network: bool | None = True,
     wait: Callable[[float], bool] | None = None,
+    look: bool = True,
 ) -> Outcome:
     """One sync: commit, then fetch, merge and push until the remote takes the push. ``network``:
     True always, False never, None only when there is something to push. ``wait(seconds)`` sleeps
-    between tries and says whether to give up (the loop is stopping)."""
+    between tries and says whether to give up (the loop is stopping). ``look``: False skips the
+    commit's look at the files (``git status``) when nothing is known to have changed."""
     busy = repo.busy()
     if busy:
         raise SyncFailed(
             f"{busy} is in progress in the repository; a person finishes or aborts it (git status says "
             "how), then syncing resumes."
         )
-    committed = commit(repo, target.identity)
+    committed = commit(repo, target.identity) if look else None
     if not network:
         ahead, behind = repo.ahead_behind(target.ref)
         if network is False or not (committed or ahead):
@@ -431,6 +434,7 @@ class SyncLoop:
 
     def _run(self) -> None:
         next_full = time.monotonic()  # the first sync at once: what changed while no server ran
+        unlooked = LOOK_EVERY  # full syncs since the last look at the files: the first one looks
         while True:
             now = time.monotonic()
             due = self._due
@@ -448,11 +452,16 @@ class SyncLoop:
                 self._due = None
             # After a change, the remote is only asked when there is something to push: the change a
             # pull itself brings (the watcher announces it too) costs one look at the files.
-            outcome = self._once(network=True if full else None)
+            # An idle full sync is one call to the remote (fetch): the files are looked at (git
+            # status) after a change the watcher announced, and every LOOK_EVERY full syncs for an
+            # edit it could not see (a vault nobody has loaded or listens to is not watched).
+            look = not full or due is not None or unlooked >= LOOK_EVERY
+            unlooked = 0 if look else unlooked + 1
+            outcome = self._once(network=True if full else None, look=look)
             if full or outcome is None or outcome.fetched:
                 next_full = time.monotonic() + self.interval
 
-    def _once(self, *, network: bool | None) -> Outcome | None:
+    def _once(self, *, network: bool | None, look: bool = True) -> Outcome | None:
         """One sync, its outcome recorded in the status; None when it failed."""
         try:
             repo = self._repo or git_repo.find(self.root)
@@ -464,7 +473,7 @@ class SyncLoop:
                 self._target, self._stamp = SyncTarget.of(repo), stamp
             target = self._target
             with one_at_a_time(repo):
-                outcome = sync(repo, self.root, target, network=network, wait=self._stopping.wait)
+                outcome = sync(repo, self.root, target, network=network, wait=self._stopping.wait, look=look)
         except MemvaultError as exc:
             self._repo = self._target = None  # read the repository afresh next time
             self._failed(exc.message)

@@ -25,7 +25,7 @@ from memvault.config import Settings
 from memvault.disk.markdown import has_conflict_markers
 from memvault.errors import SyncFailed
 from memvault.git import repo as git_repo
-from memvault.git.loop import SyncLoop, SyncTarget, merge, sync_vault
+from memvault.git.loop import LOOK_EVERY, SyncLoop, SyncTarget, merge, sync_vault
 
 pytestmark = [
     pytest.mark.skipif(GIT is None, reason="git is not installed"),
@@ -299,7 +299,7 @@ def command_of(argv: list[str]) -> str:
     return ""
 
 
-async def test_an_idle_vaults_sync_is_two_git_calls_one_of_them_to_the_remote(
+async def test_an_idle_vaults_sync_is_one_git_call_to_the_remote(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     remote, (a,) = clones(tmp_path, "a")
@@ -326,12 +326,34 @@ async def test_an_idle_vaults_sync_is_two_git_calls_one_of_them_to_the_remote(
         await anyio.to_thread.run_sync(loop.stop)
     assert loop.status().state == "ok"
     # A sync may be under way when counting starts or ends: at most one more sync's calls. Each
-    # looks for changes (status) and asks the remote (fetch); with nothing new on either side it
-    # counts nothing again (rev-list).
-    assert len(made) <= 2 * (done + 1), made
+    # asks the remote (fetch); the files are looked at (status) once in LOOK_EVERY idle syncs; with
+    # nothing new on either side nothing is counted again (rev-list).
     assert 0 < made.count("fetch") <= done + 1  # the remote is asked once a sync
+    assert made.count("status") <= 2, made
+    assert len(made) <= (done + 1) + 2, made
     assert not {"push", "add", "commit", "config", "rev-list"} & set(made)
     assert head(a) == head(remote)
+
+
+async def test_an_edit_nobody_announced_is_still_committed_within_a_few_intervals(tmp_path: Path) -> None:
+    # A person's edit in a vault the server does not watch (not loaded, nobody listening): no
+    # change is announced, and the idle syncs that skip the look at the files must not lose it.
+    remote, (a,) = clones(tmp_path, "a")
+    write(a / "team" / "note.md", "# Note\n")
+    sync_vault(a)
+    loop = SyncLoop(a, 0.1)
+    loop.start()
+    try:
+        await wait_for(lambda: loop.syncs >= LOOK_EVERY + 2, timeout=60)  # idle, past a look
+        write(a / "team" / "by-hand.md", "# By hand\n")
+
+        def pushed() -> bool:
+            return head(a) == head(remote) and not git_sync(a, "status", "--porcelain").stdout.strip()
+
+        await wait_for(pushed, timeout=60)
+    finally:
+        await anyio.to_thread.run_sync(loop.stop)
+    assert "team/by-hand.md" in git_sync(a, "log", "-1", "--name-only").stdout
 
 
 async def test_a_change_is_synced_soon_without_waiting_for_the_interval(tmp_path: Path) -> None:
