@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["Candidate", "Eviction", "Limits", "plan", "sweep_due"]
+__all__ = ["Candidate", "Eviction", "Limits", "Prefilter", "plan", "sweep_due"]
 
 _DAY = timedelta(days=1)
 
@@ -92,12 +92,16 @@ def _lru_key(candidate: Candidate) -> tuple[datetime, str]:
     return candidate.last_access, candidate.id
 
 
-def plan(candidates: Sequence[Candidate], now: datetime, limits: Limits) -> list[Eviction]:
+def plan(
+    candidates: Sequence[Candidate], now: datetime, limits: Limits, *, unlisted: int = 0
+) -> list[Eviction]:
     """Decide which candidates to archive: TTL evictions (oldest first), then capacity evictions.
 
     P0, pinned and important (``importance >= limits.protect_importance``) memories are never
     evicted, nor those written or imported within ``limits.grace_hours``; they all count toward
-    capacity, so capacity may stay exceeded when only they remain.
+    capacity, so capacity may stay exceeded when only they remain. ``unlisted`` counts hot
+    memories left out of ``candidates`` because :class:`Prefilter` found neither rule can touch
+    them: they count toward capacity too.
     Raises ``ValueError`` for naive datetimes or duplicate ids (both are caller bugs).
     """
     _require_aware(now, "now")
@@ -133,7 +137,9 @@ def plan(candidates: Sequence[Candidate], now: datetime, limits: Limits) -> list
         else:
             kept.append(candidate)
 
-    hot = len(candidates) - len(evictions)
+    hot = len(candidates) + unlisted - len(evictions)
+    if hot <= limits.capacity:
+        return evictions
     # P2 before P1; within a priority the least recently accessed first (ids break ties).
     queue = sorted(kept, key=lambda c: (_rank(c.priority) != "P2", *_lru_key(c)))
     for candidate in queue:
@@ -148,6 +154,72 @@ def plan(candidates: Sequence[Candidate], now: datetime, limits: Limits) -> list
         )
         hot -= 1
     return evictions
+
+
+_MARGIN = timedelta(milliseconds=1)  # keeps the prefilter clear of rounding: near an edge, plan decides
+
+
+_LAST = datetime.max.replace(tzinfo=UTC)
+
+
+def _before(now: datetime, span_days: float) -> datetime | None:
+    """``now`` less ``span_days`` days plus the margin, or None when that is before the calendar's
+    first day."""
+    try:
+        start = now - timedelta(days=span_days)
+    except OverflowError:
+        return None
+    return start + _MARGIN if start < _LAST - _MARGIN else _LAST
+
+
+class Prefilter:
+    """Which memories :func:`plan` needs to see, asked before their candidates are built.
+
+    A token's first read plans over all its memories; building a candidate for each one was most of
+    a sweep's cost (issue 49) while most memories can be touched by no rule: P0 and important ones
+    never, those written within the grace period not yet, and, while the token is at or under
+    capacity, those not yet past their priority's TTL. :meth:`needs` is False only for a memory
+    :func:`plan` certainly keeps whatever the others are; leave those out and pass their count as
+    ``unlisted``: the plan is the same as over every memory.
+    """
+
+    __slots__ = ("_capacity_bites", "_cutoff", "_grace", "_protect")
+
+    def __init__(self, hot: int, now: datetime, limits: Limits) -> None:
+        _require_aware(now, "now")
+        self._capacity_bites = hot > limits.capacity
+        self._protect = limits.protect_importance
+        # TTL: age / day > ttl implies last_access <= now - ttl days, give or take timedelta's
+        # rounding (the margin); None: no last_access is that old.
+        self._cutoff = {
+            rank: None if math.isinf(days) else _before(now, days)
+            for rank, days in (("P1", limits.ttl_p1_days), ("P2", limits.ttl_p2_days))
+        }
+        # Grace: written after this is certainly fresh; None: any known write is.
+        hours = limits.grace_hours
+        self._grace = None if math.isinf(hours) else _before(now, hours / 24)
+
+    def needs(
+        self,
+        priority: str,
+        last_access: datetime,
+        importance: float | None,
+        pinned: bool,
+        written: datetime | None,
+    ) -> bool:
+        """False only if :func:`plan` keeps this memory whatever the others are (``pinned`` as
+        the plan will see it: a caller asking what pinning holds back passes False)."""
+        if pinned or (importance is not None and importance >= self._protect):
+            return False
+        rank = _rank(priority)
+        if rank == "P0":
+            return False
+        if written is not None and (self._grace is None or written > self._grace):
+            return False
+        if self._capacity_bites:
+            return True
+        cutoff = self._cutoff[rank]
+        return cutoff is not None and last_access <= cutoff
 
 
 def sweep_due(last_run: datetime | None, now: datetime, interval_hours: float) -> bool:
