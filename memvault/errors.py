@@ -6,6 +6,7 @@
      ├── InvalidArgument(why)       any other bad argument (empty title, bad priority, ...)
      ├── TooLarge(what, limit)      content or request over a configured cap
      ├── Conflict(id)               file holds git conflict markers; a person must resolve it
+     ├── FileConflict(path)         a session or graph file holds conflict markers or bad lines
      ├── LinkedFolder()             the token's folder is a symbolic link (never followed)
      ├── LinkedFile(name)           a vault file, or a folder on its way, is a link (never read through)
      ├── DiskFull()                 the disk (or quota) is full: nothing was written

@@ -14,10 +14,11 @@ from memvault.errors import InvalidArgument
 
 
 @dataclass(frozen=True, slots=True)
-class Kind:
-    """``name`` as MEMVAULT_EMBEDDER or MEMVAULT_RERANKER says it, before any colon; ``module``:
-    the module under the seam's package that loads it (None: nothing to load); ``target``: what may
-    follow the colon, as the error message shows it ("" for nothing); ``required``: whether it must."""
+class Choice:
+    """One kind a setting offers. ``name``: as MEMVAULT_EMBEDDER or MEMVAULT_RERANKER says it,
+    before any colon; ``module``: the module under the seam's package that loads it (None: nothing
+    to load); ``target``: what may follow the colon, as the error message shows it ("" for
+    nothing); ``required``: whether it must."""
 
     name: str
     module: str | None
@@ -28,18 +29,18 @@ class Kind:
         return f"{self.name}:{self.target}" if self.target and self.required else self.name
 
 
-EMBEDDERS: tuple[Kind, ...] = (
-    Kind("wordllama", "wordllama"),
-    Kind("hash", "hash", "<dimensions>"),
-    Kind("model2vec", "model2vec", "<name-or-path>", required=True),
-    Kind("sentence-transformers", "sentence_transformers", "<name-or-path>", required=True),
-    Kind("openai", "openai", "<model>"),
+EMBEDDERS: tuple[Choice, ...] = (
+    Choice("wordllama", "wordllama"),
+    Choice("hash", "hash", "<dimensions>"),
+    Choice("model2vec", "model2vec", "<name-or-path>", required=True),
+    Choice("sentence-transformers", "sentence_transformers", "<name-or-path>", required=True),
+    Choice("openai", "openai", "<model>"),
 )
 
-RERANKERS: tuple[Kind, ...] = (
-    Kind("off", None),
-    Kind("maxsim", "maxsim"),
-    Kind("cross-encoder", "cross_encoder", "<model folder>", required=True),
+RERANKERS: tuple[Choice, ...] = (
+    Choice("off", None),
+    Choice("maxsim", "maxsim"),
+    Choice("cross-encoder", "cross_encoder", "<model folder>", required=True),
 )
 
 
@@ -49,7 +50,7 @@ def split(spec: str) -> tuple[str, str]:
     return kind.strip().lower(), target.strip()
 
 
-def kind_of(spec: str, kinds: tuple[Kind, ...], setting: str) -> Kind:
+def kind_of(spec: str, kinds: tuple[Choice, ...], setting: str) -> Choice:
     """The kind ``spec`` names among ``kinds``; an unknown kind or a missing target is a
     configuration error naming ``setting`` and the kinds on offer."""
     name, target = split(spec)
@@ -62,11 +63,11 @@ def kind_of(spec: str, kinds: tuple[Kind, ...], setting: str) -> Kind:
     raise InvalidArgument(f"{setting} must be {', '.join(names[:-1])} or {names[-1]}, not {spec!r}.")
 
 
-def embedder_kind(spec: str) -> Kind:
+def embedder_kind(spec: str) -> Choice:
     """The embedder kind of a MEMVAULT_EMBEDDER value."""
     return kind_of(spec, EMBEDDERS, "MEMVAULT_EMBEDDER")
 
 
-def reranker_kind(spec: str) -> Kind:
+def reranker_kind(spec: str) -> Choice:
     """The reranker kind of a MEMVAULT_RERANKER value."""
     return kind_of(spec, RERANKERS, "MEMVAULT_RERANKER")

@@ -2,13 +2,16 @@
 
 Under many agents a worker thread's round trip (a wake-up, and the GIL handed over and back) cost
 more CPU than a short look itself (bench_load, bench/RESULTS.md).
-So a look that needs only memory tries the event loop first (``inline``): any lock it needs is
-taken only if it is free at once, and anything that would read a file or wait raises
-:class:`NeedsThread` before changing anything; :func:`look` then runs it again in a thread.
+So a look that needs only memory tries the event loop first (:data:`ON_LOOP`): any lock it needs
+is taken only if it is free at once, and anything that would read a file or wait raises
+:class:`NeedsThread` before changing anything; :func:`look` then runs it again in a worker thread
+(:data:`IN_THREAD`). A function that can run either way takes the :class:`Where` as its last
+argument and hands it on to what it calls.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import threading
 from collections.abc import Callable
@@ -23,25 +26,36 @@ T = TypeVar("T")
 MAX_ROWS = 5_000
 
 
+class Where(enum.Enum):
+    """Where a look runs, and so whether it may wait."""
+
+    ON_LOOP = "on the event loop"  # never waits: a lock only if free at once, else NeedsThread
+    IN_THREAD = "in a worker thread"  # may wait for a lock and read files
+
+
+ON_LOOP = Where.ON_LOOP
+IN_THREAD = Where.IN_THREAD
+
+
 class NeedsThread(Exception):
     """A look meant for the event loop found it must wait (a lock held by a worker thread) or read
     a file: the caller runs it again in a worker thread. Raised before anything was changed."""
 
 
 class held:
-    """``lock`` held for the block; on the event loop (``inline``) only if it is free at once.
+    """``lock`` held for the block; on the event loop (ON_LOOP) only if it is free at once.
 
     A class, not a generator: every read takes it a few times, and a generator's context manager
     cost five times as much as the lock itself."""
 
-    __slots__ = ("_inline", "_lock")
+    __slots__ = ("_lock", "_wait")
 
-    def __init__(self, lock: threading.Lock | threading.RLock, inline: bool) -> None:
+    def __init__(self, lock: threading.Lock | threading.RLock, where: Where) -> None:
         self._lock = lock
-        self._inline = inline
+        self._wait = where is IN_THREAD
 
     def __enter__(self) -> Self:
-        if not self._lock.acquire(blocking=not self._inline):
+        if not self._lock.acquire(blocking=self._wait):
             raise NeedsThread
         return self
 
@@ -50,9 +64,9 @@ class held:
 
 
 async def look(work: Callable[..., T], *args: Any) -> T:
-    """``work(*args, inline=True)`` on the event loop, or, if it raises NeedsThread,
-    ``work(*args, inline=False)`` in a worker thread."""
+    """``work(*args, ON_LOOP)`` on the event loop, or, if it raises NeedsThread,
+    ``work(*args, IN_THREAD)`` in a worker thread."""
     try:
-        return work(*args, inline=True)
+        return work(*args, ON_LOOP)
     except NeedsThread:
-        return await anyio.to_thread.run_sync(functools.partial(work, *args, inline=False))
+        return await anyio.to_thread.run_sync(functools.partial(work, *args, IN_THREAD))

@@ -128,7 +128,8 @@ DESCRIPTIONS = {
     "summary per token; --list names each file and why. Safe while a server runs.",
     "check": "Read every memory file and report, without changing anything, errors a person must fix "
     "(broken frontmatter, git conflict markers, unreadable files; exit status 1) and notes worth a "
-    "look (duplicate titles; exit status 0). Usable as a pre-commit check.",
+    "look (duplicate titles, the conflict copies a git merge kept beside a memory; exit status 0). "
+    "Usable as a pre-commit check.",
     "migrate": "Give hand-made files without frontmatter memvault's (priority, times), as mem-mcp did on "
     "a first read. memvault never changes them by itself; --dry-run lists them.",
     "reindex": "Rebuild the derived state of each token (parse cache, search snapshot) from its files, "

@@ -58,6 +58,7 @@ class RemoteVault:
                 session = response.headers.get("mcp-session-id")
                 kind = response.headers.get("content-type", "")
         except urllib.error.HTTPError as exc:
+            exc.close()  # its body is never read: leave no socket open
             if exc.code == 401:
                 raise Unreachable(
                     "the server refused the key (401); run memvault setup claude-code --key with a valid "

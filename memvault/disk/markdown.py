@@ -265,33 +265,7 @@ def parse_memory(
     stem = id.rsplit("/", 1)[-1]
     stem = stem[:-3] if stem.lower().endswith(".md") else stem
     split = _split(text)
-    meta: dict[str, Any] = {}
-    problem = split.broken
-    if split.fm_text is not None:
-        try:
-            loaded = _load_frontmatter(split.fm_text) if split.fm_text.strip() else {}
-        except AliasRefused as exc:
-            problem = (
-                f"YAML alias in frontmatter (line {exc.line + 1}), which memvault does not expand; "
-                "write the value out in full"
-            )
-            loaded = None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" (line {mark.line + 2})" if mark is not None else ""
-            problem = f"invalid YAML in frontmatter{where}"
-            loaded = None
-        except Exception as exc:
-            # PyYAML lets constructor errors escape as ValueError etc. (`createdAt: 2026-02-30`,
-            # `!!int abc`, very deep nesting); a hand edit must never make the file unreadable.
-            problem = f"invalid value in frontmatter ({type(exc).__name__})"
-            loaded = None
-        if loaded is None:
-            loaded = {}
-        if isinstance(loaded, dict):
-            meta = {str(k): v for k, v in loaded.items()}
-        elif problem is None:
-            problem = "frontmatter is not a mapping of keys to values"
+    meta, problem = _frontmatter(split)
     conflicted = has_conflict_markers(text) and not (
         split.fm_text is not None
         and problem is None
@@ -350,6 +324,37 @@ def parse_memory(
         change=change,
         hash=content_hash(raw),
     )
+
+
+def _frontmatter(split: _Split) -> tuple[dict[str, Any], str | None]:
+    """The frontmatter's keys and values (none when there is none, or it is broken), and what is
+    wrong with it, if anything."""
+    problem = split.broken
+    if split.fm_text is None:
+        return {}, problem
+    try:
+        loaded = _load_frontmatter(split.fm_text) if split.fm_text.strip() else {}
+    except AliasRefused as exc:
+        problem = (
+            f"YAML alias in frontmatter (line {exc.line + 1}), which memvault does not expand; "
+            "write the value out in full"
+        )
+        loaded = None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 2})" if mark is not None else ""
+        problem = f"invalid YAML in frontmatter{where}"
+        loaded = None
+    except Exception as exc:
+        # PyYAML lets constructor errors escape as ValueError etc. (`createdAt: 2026-02-30`,
+        # `!!int abc`, very deep nesting); a hand edit must never make the file unreadable.
+        problem = f"invalid value in frontmatter ({type(exc).__name__})"
+        loaded = None
+    if loaded is None:
+        loaded = {}
+    if isinstance(loaded, dict):
+        return {str(k): v for k, v in loaded.items()}, problem
+    return {}, problem or "frontmatter is not a mapping of keys to values"
 
 
 def _later(a: datetime | None, b: datetime | None) -> datetime | None:

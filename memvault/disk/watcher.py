@@ -50,6 +50,9 @@ WATCHDOG_LOGGER = "watchdog.observers"
 OVERFLOW_MESSAGE = "Inotify queue overflowed"
 
 ApplyFn = Callable[[str, set[Path], bool], int]
+# What a rescan of a token would read again (worker thread): its changed, new and gone memory files,
+# applied then in chunks like events; None when the token is not loaded (apply's rescan does it).
+StaleFn = Callable[[str], set[Path] | None]
 # Told on the loop after a token's batch is applied: (token, paths, listing, rescanned). "listing":
 # some path was created, deleted or moved: the list of files may differ, not only their contents.
 # A save by rename over an existing name counts too (nothing tells it from a new file without a
@@ -260,9 +263,11 @@ class Watcher:
         enabled: bool = True,
         poll_interval: float = 2.0,
         announce: AnnounceFn | None = None,
+        stale: StaleFn | None = None,
     ) -> None:
         self.root = root
         self.apply = apply
+        self.stale = stale
         self.announce = announce
         self.enabled = enabled
         self.poll_interval = poll_interval
@@ -482,6 +487,7 @@ class Watcher:
         work: dict[str, set[Path]] = {}
         rescan: set[str] = set()
         listing: set[str] = set()
+        rescanned: set[str] = set()  # tokens whose rescan's files are being applied as chunks
 
         def take() -> None:
             for token, paths in self.pending.items():
@@ -489,13 +495,33 @@ class Watcher:
             rescan.update(self.rescan)
             listing.update(self.listing)
             self.pending, self.rescan, self.listing = {}, set(), set()
-            self.rescanning = len(rescan)
+            self.rescanning = len(rescan) + len(rescanned)
 
         take()
         while work or rescan:
             for token in list(dict.fromkeys([*rescan, *work])):
                 if token in rescan:
-                    paths, whole = work.pop(token, set()), True
+                    stale = None
+                    if self.stale is not None:
+                        try:
+                            stale = await anyio.to_thread.run_sync(self.stale, token)
+                        except Exception:
+                            log.exception("looking for changed files failed; reading the folder whole")
+                    if stale is not None:
+                        # The rescan's files join the token's work, applied a chunk at a time;
+                        # announced as a rescan once the last of them is in.
+                        work.setdefault(token, set()).update(stale)
+                        rescan.discard(token)
+                        rescanned.add(token)
+                        if stale:
+                            listing.add(token)
+                        self.rescans += 1
+                        if work.get(token):
+                            continue
+                        work.pop(token, None)
+                        paths, whole = set(), False
+                    else:
+                        paths, whole = work.pop(token, set()), True
                 elif token not in work:
                     continue  # rescanned meanwhile
                 elif len(work[token]) <= CHUNK_PATHS:
@@ -503,20 +529,27 @@ class Watcher:
                 else:
                     paths, whole = set(itertools.islice(work[token], CHUNK_PATHS)), False
                     work[token] -= paths
-                try:
-                    await anyio.to_thread.run_sync(self.apply, token, paths, whole)
-                except Exception:
-                    log.exception("applying file changes failed; the next change or restart will retry")
+                if paths or whole:
+                    try:
+                        await anyio.to_thread.run_sync(self.apply, token, paths, whole)
+                    except Exception:
+                        log.exception("applying file changes failed; the next change or restart will retry")
                 if whole:
                     rescan.discard(token)
                     self.rescans += 1
                 # The list may differ once the last of the token's chunks is in.
-                listed = token in listing and token not in work and token not in rescan
+                last = token not in work and token not in rescan
+                listed = token in listing and last
                 if listed:
                     listing.discard(token)
+                everything = whole or (last and token in rescanned)
+                if everything:
+                    rescanned.discard(token)
                 if self.announce is not None:
                     try:
-                        self.announce(token, paths, listed, whole)
+                        # A rescan's files are announced by the rescan itself, once, at its end.
+                        shown = set() if token in rescanned else paths
+                        self.announce(token, shown, listed, everything)
                     except Exception:
                         log.exception("announcing file changes failed")
                 take()

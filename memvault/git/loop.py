@@ -14,7 +14,6 @@ import math
 import subprocess
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,10 +23,11 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from memvault.clock import Clock, format_time, utcnow
-from memvault.disk.names import ARCHIVE, GRAPH_FILE, SESSIONS_DIR, STATE_DIR
+from memvault.disk.names import STATE_DIR
 from memvault.disk.vault import LOCK_TIMEOUT, folder_lock
 from memvault.errors import MemvaultError, SyncFailed
 from memvault.git import repo as git_repo
+from memvault.git.commit import commit
 from memvault.git.repo import NETWORK_TIMEOUT, Repo, split_z
 
 log = logging.getLogger("memvault")
@@ -36,110 +36,8 @@ DEBOUNCE_SECONDS = 2.0  # a write is committed and pushed this long after it, wi
 PUSH_TRIES = 4  # a push the remote rejects (it moved meanwhile): fetch, merge, push again
 BACKOFF_SECONDS = 0.5  # doubled after each rejected push
 STALE_INTERVALS = 3  # tools say the vault is not syncing once it failed this many intervals
+LOOK_EVERY = 10  # an idle sync looks at the files (git status) once in this many intervals
 MOVED = ("[rejected]", "non-fast-forward", "fetch first", "cannot lock ref")
-MAX_LISTED = 40  # paths named in a commit message's body
-MAX_VAULTS_NAMED = 3  # more vaults in one commit are summed up in its subject
-
-
-# ---------------------------------------------------------------- what a commit says
-
-
-@dataclass(frozen=True, slots=True)
-class ChangedPath:
-    """One path the commit changes: git's status letter (A, M, D), the path inside the vault, and the
-    lines added and removed (for the graph)."""
-
-    status: str
-    path: str
-    added: int = 0
-    removed: int = 0
-
-
-def _plural(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else (many or one + 's')}"
-
-
-def _counts(changes: list[ChangedPath]) -> Counter[str]:
-    """What changed in one vault (token folder), by kind."""
-    counts: Counter[str] = Counter()
-    hot_gone = {c.path for c in changes if c.status == "D" and not c.path.startswith(ARCHIVE + "/")}
-    archived = {
-        c.path.removeprefix(ARCHIVE + "/")
-        for c in changes
-        if c.status == "A" and c.path.startswith(ARCHIVE + "/")
-    }
-    sessions = set()
-    for c in changes:
-        parts = c.path.split("/")
-        if c.path == GRAPH_FILE:
-            counts["graph"] += max(c.added, c.removed, 1)
-        elif parts[0] == SESSIONS_DIR and len(parts) == 2:
-            sessions.add(parts[1].split(".", 1)[0])
-        elif not c.path.endswith(".md"):
-            counts["other"] += 1
-        elif parts[0] == ARCHIVE:
-            inner = "/".join(parts[1:])
-            if c.status == "A" and inner in hot_gone:
-                counts["archived"] += 1
-            elif c.status == "D":
-                counts[
-                    "restored" if any(x.path == inner and x.status == "A" for x in changes) else "dropped"
-                ] += 1
-            else:
-                counts["archive"] += 1
-        elif c.status == "D":
-            if c.path not in archived:
-                counts["deleted"] += 1
-        elif c.status == "A" and any(x.path == f"{ARCHIVE}/{c.path}" and x.status == "D" for x in changes):
-            pass  # counted as restored
-        else:
-            counts["written"] += 1
-    if sessions:
-        counts["sessions"] = len(sessions)
-    return counts
-
-
-_PHRASES: tuple[tuple[str, Callable[[int], str]], ...] = (
-    ("written", lambda n: _plural(n, "memory", "memories") + " written"),
-    ("deleted", lambda n: _plural(n, "memory", "memories") + " deleted"),
-    ("archived", lambda n: _plural(n, "memory", "memories") + " archived"),
-    ("restored", lambda n: _plural(n, "memory", "memories") + " restored"),
-    ("archive", lambda n: _plural(n, "archived memory", "archived memories") + " changed"),
-    ("dropped", lambda n: _plural(n, "archived memory", "archived memories") + " deleted"),
-    ("graph", lambda n: _plural(n, "graph change")),
-    ("sessions", lambda n: _plural(n, "session summary", "session summaries")),
-    ("other", lambda n: _plural(n, "other file")),
-)
-
-
-def _phrase(counts: Counter[str]) -> str:
-    return ", ".join(say(counts[kind]) for kind, say in _PHRASES if counts[kind])
-
-
-def describe(changes: list[ChangedPath]) -> str:
-    """The commit message for ``changes``: a subject saying what changed in which vault
-    (``memvault: team: 3 memories written, 1 graph change``), then the paths."""
-    by_vault: dict[str, list[ChangedPath]] = {}
-    for c in changes:
-        token, _, rest = c.path.partition("/")
-        key, inner = (token, rest) if rest else ("", token)  # a file at the root: the vault's own settings
-        by_vault.setdefault(key, []).append(ChangedPath(c.status, inner, c.added, c.removed))
-    parts = []
-    named = sorted(k for k in by_vault if k)
-    if len(named) > MAX_VAULTS_NAMED:
-        total: Counter[str] = Counter()
-        for key in named:
-            total.update(_counts(by_vault[key]))
-        parts.append(f"{len(named)} vaults: {_phrase(total)}")
-    else:
-        parts += [f"{key}: {_phrase(_counts(by_vault[key]))}" for key in named]
-    if "" in by_vault:
-        parts.append(", ".join(sorted(c.path for c in by_vault[""])[:3]))
-    subject = "memvault: " + "; ".join(parts)
-    listed = [f"{c.status} {c.path}" for c in sorted(changes, key=lambda c: c.path)[:MAX_LISTED]]
-    if len(changes) > MAX_LISTED:
-        listed.append(f"... and {len(changes) - MAX_LISTED} more")
-    return subject + "\n\n" + "\n".join(listed) + "\n"
 
 
 # ---------------------------------------------------------------- one sync
@@ -176,33 +74,6 @@ class SyncTarget:
         branch = repo.branch()
         remote, remote_branch = repo.upstream(branch)
         return cls(branch, remote, remote_branch, repo.identity())
-
-
-def commit(repo: Repo, target: SyncTarget) -> str | None:
-    """Commit everything that changed in the vault (its own writes, a person's edits), nothing
-    outside it and nothing under .memvault/; the subject, or None when nothing changed."""
-    if not repo.changes():  # nothing changed: one git call, as an idle vault's sync mostly is
-        return None
-    specs = repo.pathspecs()
-    repo.run("add", "-A", "--", *specs)
-    names = split_z(repo.run("diff", "--cached", "--no-renames", "--name-status", "-z", "--", *specs).stdout)
-    if not names:
-        return None
-    numbers: dict[str, tuple[int, int]] = {}
-    for line in repo.run("diff", "--cached", "--no-renames", "--numstat", "--", *specs).stdout.splitlines():
-        added, removed, path = [*line.split("\t", 2), "", ""][:3]
-        numbers[path] = (int(added) if added.isdigit() else 0, int(removed) if removed.isdigit() else 0)
-    changes = []
-    for status, path in zip(names[::2], names[1::2], strict=False):
-        inside = repo.vault_relative(path)
-        if inside is not None:
-            changes.append(ChangedPath(status[:1], inside, *numbers.get(path, (0, 0))))
-    if not changes:
-        return None
-    message = describe(changes)
-    # `commit -- paths` commits only the vault, whatever else a person has staged.
-    repo.run(*target.identity, "commit", "--quiet", "--no-edit", "-m", message, "--", *specs)
-    return message.split("\n", 1)[0]
 
 
 def _incoming(repo: Repo, root: Path, ref: str) -> tuple[set[str], list[Path]]:
@@ -287,7 +158,7 @@ def merge(
         # a write since the sync's commit waits in the work tree for the next commit, unless the
         # merge changes that very file: only then is it committed first, while writes wait.
         if unborn or repo.changed(incoming):
-            commit(repo, target)
+            commit(repo, target.identity)
         done = repo.run(
             *target.identity,
             "merge",
@@ -307,7 +178,7 @@ def merge(
             kept = _settle(repo, target, done)
     # What the driver set beside a file (both bodies of a conflict), and writes since: committing
     # changes no file, so writes need not wait for it.
-    commit(repo, target)
+    commit(repo, target.identity)
     return behind, kept
 
 
@@ -360,17 +231,19 @@ def sync(
     *,
     network: bool | None = True,
     wait: Callable[[float], bool] | None = None,
+    look: bool = True,
 ) -> Outcome:
     """One sync: commit, then fetch, merge and push until the remote takes the push. ``network``:
     True always, False never, None only when there is something to push. ``wait(seconds)`` sleeps
-    between tries and says whether to give up (the loop is stopping)."""
+    between tries and says whether to give up (the loop is stopping). ``look``: False skips the
+    commit's look at the files (``git status``) when nothing is known to have changed."""
     busy = repo.busy()
     if busy:
         raise SyncFailed(
             f"{busy} is in progress in the repository; a person finishes or aborts it (git status says "
             "how), then syncing resumes."
         )
-    committed = commit(repo, target)
+    committed = commit(repo, target.identity) if look else None
     if not network:
         ahead, behind = repo.ahead_behind(target.ref)
         if network is False or not (committed or ahead):
@@ -561,6 +434,7 @@ class SyncLoop:
 
     def _run(self) -> None:
         next_full = time.monotonic()  # the first sync at once: what changed while no server ran
+        unlooked = LOOK_EVERY  # full syncs since the last look at the files: the first one looks
         while True:
             now = time.monotonic()
             due = self._due
@@ -578,11 +452,16 @@ class SyncLoop:
                 self._due = None
             # After a change, the remote is only asked when there is something to push: the change a
             # pull itself brings (the watcher announces it too) costs one look at the files.
-            outcome = self._once(network=True if full else None)
+            # An idle full sync is one call to the remote (fetch): the files are looked at (git
+            # status) after a change the watcher announced, and every LOOK_EVERY full syncs for an
+            # edit it could not see (a vault nobody has loaded or listens to is not watched).
+            look = not full or due is not None or unlooked >= LOOK_EVERY
+            unlooked = 0 if look else unlooked + 1
+            outcome = self._once(network=True if full else None, look=look)
             if full or outcome is None or outcome.fetched:
                 next_full = time.monotonic() + self.interval
 
-    def _once(self, *, network: bool | None) -> Outcome | None:
+    def _once(self, *, network: bool | None, look: bool = True) -> Outcome | None:
         """One sync, its outcome recorded in the status; None when it failed."""
         try:
             repo = self._repo or git_repo.find(self.root)
@@ -594,7 +473,7 @@ class SyncLoop:
                 self._target, self._stamp = SyncTarget.of(repo), stamp
             target = self._target
             with one_at_a_time(repo):
-                outcome = sync(repo, self.root, target, network=network, wait=self._stopping.wait)
+                outcome = sync(repo, self.root, target, network=network, wait=self._stopping.wait, look=look)
         except MemvaultError as exc:
             self._repo = self._target = None  # read the repository afresh next time
             self._failed(exc.message)

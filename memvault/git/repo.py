@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from memvault.disk.names import STATE_DIR
@@ -44,6 +44,7 @@ _FIXED = {
     "LC_ALL": "C",  # messages in one language, so they read the same in /healthz
     "LANGUAGE": "C",
 }
+_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a commit's name, SHA-1 or SHA-256
 _USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _ABSOLUTE = re.compile(r"(?<![\w:/.~-])/(?:[^\s'\"`:,;()]+/)*([^\s'\"`:,;()/]+)")
 
@@ -106,6 +107,9 @@ class Repo:
     top: Path
     git_dir: Path
     vault: str
+    # The last ahead and behind counted, by the two commits counted from: an idle sync, whose
+    # fetch brought nothing, asks git nothing more (one entry, so it never grows).
+    _counted: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def run(
         self, *args: str, timeout: float = LOCAL_TIMEOUT, check: bool = True
@@ -229,16 +233,61 @@ class Repo:
         return done.stdout.strip() if done.returncode == 0 else None
 
     def ahead_behind(self, ref: str) -> tuple[int, int]:
-        """Commits HEAD has that ``ref`` lacks, and the other way round."""
+        """Commits HEAD has that ``ref`` lacks, and the other way round: no git call when neither
+        moved since the last count (read from the ref files), else one, as a sync mostly makes."""
+        key = self._commits("HEAD", ref)
+        if key is not None and key in self._counted:
+            return self._counted[key]
         done = self.run("rev-list", "--left-right", "--count", f"HEAD...{ref}", check=False)
         counts = done.stdout.split()
-        if done.returncode == 0 and len(counts) == 2:  # both exist: one git call, as a sync mostly is
-            return int(counts[0]), int(counts[1])
+        if done.returncode == 0 and len(counts) == 2:
+            found = int(counts[0]), int(counts[1])
+            if key is not None and key == self._commits("HEAD", ref):  # neither moved meanwhile
+                self._counted.clear()
+                self._counted[key] = found
+            return found
         if self.head() is None:
             return 0, (self.count(ref) if self.has(ref) else 0)
         if not self.has(ref):
             return self.count("HEAD"), 0
         raise SyncFailed(f"git rev-list failed: {clean(done.stderr or done.stdout)}", "rev-list")
+
+    def _commits(self, first: str, second: str) -> tuple[str, str] | None:
+        """The commits two refs name, or None when either cannot be read without git."""
+        one, two = self.commit_of(first), self.commit_of(second)
+        return (one, two) if one is not None and two is not None else None
+
+    def commit_of(self, ref: str) -> str | None:
+        """The commit ``ref`` (``HEAD`` or a full ref name) names, read from the git folder's files
+        without a git call; None when it cannot be read so (no such ref, an unborn branch, a linked
+        worktree or another ref storage: the caller asks git)."""
+        if (self.git_dir / "commondir").exists() or (self.git_dir / "reftable").exists():
+            return None
+        for _ in range(3):  # HEAD -> its branch (-> a symbolic ref, rarely)
+            if ref != "HEAD" and (not ref.startswith("refs/") or ".." in ref.split("/")):
+                return None
+            try:
+                value = (self.git_dir / ref).read_text(encoding="ascii").strip()
+            except FileNotFoundError:
+                return self._packed(ref)
+            except (OSError, UnicodeDecodeError):
+                return None
+            if not value.startswith("ref: "):
+                return value if _HASH.fullmatch(value) else None
+            ref = value.removeprefix("ref: ").strip()
+        return None
+
+    def _packed(self, ref: str) -> str | None:
+        """``ref`` in packed-refs (where git keeps refs it packed; a loose file wins over it)."""
+        try:
+            lines = (self.git_dir / "packed-refs").read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):  # none packed, or unreadable: git is asked
+            return None
+        for line in lines:
+            value, _, name = line.partition(" ")
+            if name == ref:
+                return value if _HASH.fullmatch(value) else None
+        return None
 
     def count(self, ref: str) -> int:
         return int(self.run("rev-list", "--count", ref).stdout.strip() or 0)

@@ -23,7 +23,7 @@ from memvault.logs import bookkeep, note_failure
 from memvault.records.sidecar import Sidecar
 from memvault.registry.state import TokenState
 from memvault.registry.tokens import Tokens
-from memvault.threads import MAX_ROWS, NeedsThread
+from memvault.threads import IN_THREAD, MAX_ROWS, ON_LOOP, NeedsThread, Where
 
 BATCH = 16  # file write-backs per turn of the token's lock: a mutation waits for at most one batch
 BUSY_PAUSE = 19.0  # while requests come in, write-backs rest this many times as long as they took
@@ -138,28 +138,28 @@ def rest_after(took: float, busy: bool) -> float:
     return min(MAX_PAUSE, took * (BUSY_PAUSE if busy else 1.0))
 
 
-def recorded(state: TokenState, *, inline: bool = False) -> dict[str, datetime]:
+def recorded(state: TokenState, where: Where = IN_THREAD) -> dict[str, datetime]:
     """Each memory's last access as the sidecar has it, with the accesses still queued.
 
     The queue is read first: a record that leaves it meanwhile is in the sidecar by the time the
-    sidecar is read (take_records keeps it queued until its transaction committed). ``inline``: see
+    sidecar is read (take_records keeps it queued until its transaction committed). ``where``: see
     Sidecar.last_access."""
     queued = state.pending.latest()
-    times = state.sidecar.last_access(inline=inline) if state.sidecar else {}
+    times = state.sidecar.last_access(None, where) if state.sidecar else {}
     for id, at in queued.items():
         if id not in times or times[id] < at:
             times[id] = at
     return times
 
 
-def listing(state: TokenState, *, inline: bool) -> tuple[Sequence[Memory], dict[str, datetime]]:
+def listing(state: TokenState, where: Where) -> tuple[Sequence[Memory], dict[str, datetime]]:
     """The hot memories by id, and the access times recorded for them (a listing's look; see
     memvault.threads)."""
-    if inline and (len(state.hot.memories) > MAX_ROWS or state.hot.memories.unbuilt):
+    if where is ON_LOOP and (len(state.hot.memories) > MAX_ROWS or state.hot.memories.unbuilt):
         raise NeedsThread  # (memories still to build after a restore: a worker builds them)
-    with state.looking(inline):
+    with state.looking(where):
         memories = state.hot.in_order()
-    return memories, recorded(state, inline=inline)
+    return memories, recorded(state, where)
 
 
 def _flush_each(states: Sequence[TokenState], unloaded: Sequence[TokenState] = ()) -> None:

@@ -54,7 +54,8 @@ class Change:
 
 
 Listener = Callable[[Change], None]
-Signature = tuple[int, int, int]  # a file's (mtime_ns, size, inode)
+# A file's (mtime_ns, size, inode), hashed: one int a file keeps a large vault's print small.
+Signature = int
 Print = dict[str, Signature]  # a vault's resource files (relative, "/"-separated) and their stats
 
 
@@ -255,7 +256,11 @@ def _signature(path: Path | str) -> Signature | None:
         st = os.lstat(path)
     except OSError:
         return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+    return _signed(st) if stat.S_ISREG(st.st_mode) else None
+
+
+def _signed(st: os.stat_result) -> Signature:
+    return hash((st.st_mtime_ns, st.st_size, st.st_ino))
 
 
 def walk(folder: Path) -> Print:
@@ -283,5 +288,5 @@ def walk(folder: Path) -> Print:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            found[name] = (st.st_mtime_ns, st.st_size, st.st_ino)
+            found[name] = _signed(st)
     return found

@@ -44,12 +44,12 @@ from memvault.search.snippets import snippet
 from memvault.search.text import terms_of
 from memvault.search.timewords import read_time
 from memvault.search.vectors import VectorView
-from memvault.threads import MAX_ROWS, NeedsThread, look
+from memvault.threads import MAX_ROWS, ON_LOOP, NeedsThread, Where, look
 
 if TYPE_CHECKING:
     from memvault.ops.store import Store
     from memvault.ops.sweeps import Evicted
-    from memvault.registry.state import Reading, TokenState
+    from memvault.registry.state import TokenState
     from memvault.registry.tokens import Tokens
     from memvault.search.embeddings import Embeddings
 
@@ -59,6 +59,8 @@ ACCESS_SHARE = 0.5  # ...the others only when they score at least this share of 
 STALE_DAYS = 30
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.intp]
+BoolArray = npt.NDArray[np.bool_]
 
 
 # ---------------------------------------------------------------------------- orchestration
@@ -224,91 +226,92 @@ class Recaller:
         return kept
 
     def _recall_sync(
-        self, state: TokenState, query: str, limit: int, filters: _Filters, weights: Weights, *, inline: bool
+        self, state: TokenState, query: str, limit: int, filters: _Filters, weights: Weights, where: Where
     ) -> Recall:
-        """``inline``: on the event loop (memvault.threads), for a token of at most MAX_ROWS rows
+        """ON_LOOP (memvault.threads) for a token of at most MAX_ROWS rows
         with a quick embedder (a query costs a table lookup) and no reranker (a few milliseconds
-        at most); else NeedsThread."""
-        store = self.store
+        at most); else NeedsThread.
+
+        The steps: what takes part, which rows may be found, their lexical scores fused with the
+        vectors', the best of them weighed (priority, age, use) and reranked, then the picks."""
+        reranker, embedder, view = self._ready(state, where)
+        order = self._layout(state, view)
+        eligible = _eligible(view, order, filters)
+        now = self.store.clock()
+        # "10 days ago" points at a span of creation times; its words are not words to look for
+        # (the 10 would match a date such as 2023/03/10), whatever the weight of the span.
+        spoken = read_time(query, now)
+        words = spoken.rest if spoken is not None and terms_of(spoken.rest) else query
+        with state.looking(where):
+            lexical, in_archive = _lexical(state, view, order.n, words, filters.include_archive, weights.near)
+            if filters.tags or filters.priorities:
+                _keep_fields(state, view, eligible, filters)
+            lengths = (
+                self._lengths(state, view, order, lexical, len(weights.context))
+                if weights.context_words > 0 and any(weights.context)
+                else None
+            )
+        score, lent, model = self._fused(view, order, words, embedder, lexical, eligible, lengths, weights)
+        if spoken is not None and weights.span > 0:
+            with np.errstate(invalid="ignore"):  # NaN: unknown creation time, never inside
+                created = view.created[: order.n]
+                inside = (created >= spoken.start) & (created <= spoken.end)
+            score[inside] *= 1.0 + weights.span
+        worded = bool((lexical[eligible] > 0).any())
+        matched = int(np.count_nonzero(score > 0))
+        if matched == 0:
+            return self._record(state, Recall([], model, 0, in_archive=in_archive))
+        candidates = _pool(score, max(ranking.POOL, 4 * limit))
+        memories, weighted = _weighed(state, view, candidates, score, now, where)
+        if reranker is not None and memories:
+            self._rerank(reranker, words, memories, weighted, view, embedder)
+        terms = {t for t in terms_of(words)} - QUESTION_WORDS
+        results = _picked(state, memories, weighted, lent, order, limit, weights, terms, where)
+        return self._record(state, Recall(results, model, matched, worded, in_archive))
+
+    def _ready(self, state: TokenState, where: Where) -> tuple[Reranker | None, Embedder | None, VectorView]:
+        """The reranker and the embedder that take part, and the vectors' rows (the candidates); on
+        the loop NeedsThread when any of them would take long."""
         if not state.settled:  # restored moments ago: the vectors' rows, recall's candidates, come next
-            if inline:
+            if where is ON_LOOP:
                 raise NeedsThread
             self.registry.settle(state)
         reranker = self.reranking.get() if self.reranking is not None else None
         embedder = self.embeddings.ready()
         if token_reranker(reranker) is not None and token_embedder(embedder) is None:
             reranker = None  # MaxSim reads the ids a token embedder keeps: with another it is off
-        if inline and (reranker is not None or not (embedder is None or traits(embedder).quick)):
+        if where is ON_LOOP and (reranker is not None or not (embedder is None or traits(embedder).quick)):
             raise NeedsThread
-        view = state.vectors.snapshot(inline)
-        if inline and len(view.keys) > MAX_ROWS:
+        view = state.vectors.snapshot(where)
+        if where is ON_LOOP and len(view.keys) > MAX_ROWS:
             raise NeedsThread
-        where = self._layout(state, view)
-        n = where.n
-        lexical = np.zeros(n, dtype=np.float64)
-        include_archive, tags, priorities = filters.include_archive, filters.tags, filters.priorities
-        eligible = where.live.copy() if include_archive else where.live & ~where.archived
-        if filters.after is not None or filters.before is not None:
-            created = view.created[:n]
-            with np.errstate(invalid="ignore"):  # NaN (unknown creation time) never passes a filter
-                if filters.after is not None:
-                    eligible &= created >= filters.after
-                if filters.before is not None:
-                    eligible &= created < filters.before
-        now = store.clock()
-        # "10 days ago" points at a span of creation times; its words are not words to look for
-        # (the 10 would match a date such as 2023/03/10), whatever the weight of the span.
-        spoken = read_time(query, now)
-        words = spoken.rest if spoken is not None and terms_of(spoken.rest) else query
-        areas = [False, True] if include_archive else [False]
-        with state.reading(inline) as reading:
-            rows = view.rows
-            for archived in areas:
-                ids, found = reading.scores(
-                    words, archived=archived, limit=ranking.LEXICAL_LIMIT, every=False, near=weights.near
-                )
-                # Hundreds of hits a query: their rows looked up in one pass, set in one call.
-                at = np.fromiter(
-                    (rows.get(k, -1) for k in ([key(id, True) for id in ids] if archived else ids)),
-                    dtype=np.intp,
-                    count=len(ids),
-                )
-                known = at >= 0
-                lexical[at[known]] = found[known]
-            in_archive = 0
-            if not include_archive and state.archive.memories:
-                # Said in the reply, so an agent knows includeArchive=true would find more: those
-                # that match at least half as well as the best hot one (any word of the query alone
-                # would count a whole archive of notes about "the user").
-                _, found = reading.scores(
-                    words, archived=True, limit=ranking.LEXICAL_LIMIT, every=False, near=weights.near
-                )
-                best = float(lexical.max()) if n else 0.0
-                in_archive = int(np.count_nonzero(found >= 0.5 * best)) if found.size else 0
-            if tags or priorities:
-                for row in np.flatnonzero(eligible).tolist():
-                    memory = reading.memory(view.keys[row] or "")
-                    if memory is None or (priorities and memory.priority not in priorities):
-                        eligible[row] = False
-                    elif tags and not {t.casefold() for t in tags} <= {t.casefold() for t in memory.tags}:
-                        eligible[row] = False
-            lengths = (
-                self._lengths(reading, view, where, lexical, len(weights.context))
-                if weights.context_words > 0 and any(weights.context)
-                else None
-            )
+        return reranker, embedder, view
+
+    def _fused(
+        self,
+        view: VectorView,
+        order: Layout,
+        words: str,
+        embedder: Embedder | None,
+        lexical: FloatArray,
+        eligible: BoolArray,
+        lengths: FloatArray | None,
+        weights: Weights,
+    ) -> tuple[FloatArray, FloatArray, str | None]:
+        """Each row's score, lexical and vector fused (ranking.fuse); the share of it that its
+        neighbours lent it; the model whose vectors took part (None: lexical only)."""
         vector = None
         model = None
         if view.matrix is not None and embedder is not None and embedder.name == view.name:
             q = self.embeddings.embed_query(words)
             if q is not None and q.any():
-                vector = view.similarity(q, n)
+                vector = view.similarity(q, order.n)
                 model = view.name if vector is not None else None
         score, borrowed = fuse(
             lexical,
             vector,
             eligible,
-            where,
+            order,
             context=weights.context,
             lengths=lengths,
             context_words=weights.context_words,
@@ -316,78 +319,24 @@ class Recaller:
             vector_floor=traits(embedder).noise,
             centre=traits(embedder).crowds,
         )
-        # What share of each score its neighbours lent it (the factors below scale both alike).
+        # What share of each score its neighbours lent it (the factors after scale both alike).
         lent = np.divide(borrowed, score, out=np.zeros_like(score), where=score > 0)
-        if spoken is not None and weights.span > 0:
-            with np.errstate(invalid="ignore"):  # NaN: unknown creation time, never inside
-                inside = (view.created[:n] >= spoken.start) & (view.created[:n] <= spoken.end)
-            score[inside] *= 1.0 + weights.span
-        worded = bool((lexical[eligible] > 0).any())
-        matched = int(np.count_nonzero(score > 0))
-        pool_size = max(ranking.POOL, 4 * limit)
-        if matched == 0:
-            return self._record(state, Recall([], model, 0, in_archive=in_archive))
-        candidates = np.flatnonzero(score > 0)
-        if candidates.size > pool_size:
-            candidates = candidates[np.argpartition(-score[candidates], pool_size - 1)[:pool_size]]
-
-        terms = {t for t in terms_of(words)} - QUESTION_WORDS
-        recorded = (
-            state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()], inline=inline)
-            if state.sidecar
-            else {}
-        )
-        memories: dict[int, Memory] = {}
-        weighted = np.zeros(n, dtype=np.float64)
-        with state.reading(inline) as reading:
-            for row in candidates.tolist():
-                path_key = view.keys[row] or ""
-                memory = reading.memory(path_key)
-                if memory is None:
-                    continue
-                memories[row] = memory
-                last = last_access(memory, recorded.get(path_key))
-                weighted[row] = score[row] * factor(memory, last_access=last, now=now)
-        if reranker is not None and memories:
-            self._rerank(reranker, words, memories, weighted, view, embedder)
-        picked = diversify(
-            list(memories),
-            weighted,
-            limit,
-            where,
-            neighbour_penalty=weights.neighbour,
-            free=int(weights.neighbour_after * limit),
-        )
-        results: list[Recalled] = []
-        clear = False  # the first result holds every word of the query: it is what was asked for
-        for row, value, _ in picked:
-            if weights.floor > 0 and value < weights.floor:  # values only fall down the list
-                break
-            shown = max(value, 0.0)
-            own = shown * (1.0 - lent[row])
-            if clear and own < weights.own_floor:  # lent by neighbours or a faint cosine: not this
-                continue
-            memory = store.fresh(state, memories[row].id, memories[row].archived, inline=inline)
-            if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
-                if not results:
-                    clear = weights.floor > 0 and explains(memory, terms)
-                results.append(Recalled(memory, shown, snippet(memory.content, terms), own))
-        return self._record(state, Recall(results, model, matched, worded, in_archive))
+        return score, lent, model
 
     @staticmethod
     def _lengths(
-        reading: Reading, view: VectorView, where: Layout, lexical: FloatArray, depth: int
+        state: TokenState, view: VectorView, order: Layout, lexical: FloatArray, depth: int
     ) -> FloatArray:
         """The words of each row that borrows context (a neighbour of a lexical hit); 0 for the rest."""
         hits = np.flatnonzero(lexical > 0)
-        n = where.n
+        n = order.n
         rows = np.unique(
-            np.concatenate([side[hits] for side in (*where.before[:depth], *where.after[:depth])])
+            np.concatenate([side[hits] for side in (*order.before[:depth], *order.after[:depth])])
         )
         rows = rows[rows < n]
         lengths = np.zeros(n, dtype=np.float64)
         if rows.size:
-            lengths[rows] = reading.lengths([view.keys[r] or "" for r in rows.tolist()])
+            lengths[rows] = state.lengths([view.keys[r] or "" for r in rows.tolist()])
         return lengths
 
     def _rerank(
@@ -440,9 +389,9 @@ class Recaller:
 
     def _stats_sync(self, state: TokenState, evictions: list[Evicted]) -> Stats:
         store = self.store
-        with state.reading() as reading:
-            hot = reading.memories()
-            archived = reading.count(archived=True)
+        with state.mem_lock:
+            hot = list(state.hot.memories.values())
+            archived = len(state.archive.memories)
         by_priority = {p: 0 for p in PRIORITIES}
         for memory in hot:
             by_priority[memory.priority] = by_priority.get(memory.priority, 0) + 1
@@ -476,3 +425,128 @@ class Recaller:
             next_eviction=evictions,
             last_sweep=last_report(state),
         )
+
+
+def _eligible(view: VectorView, order: Layout, filters: _Filters) -> BoolArray:
+    """The rows a recall may find: live, hot unless the archive is asked for, created in the span."""
+    eligible = order.live.copy() if filters.include_archive else order.live & ~order.archived
+    if filters.after is not None or filters.before is not None:
+        created = view.created[: order.n]
+        with np.errstate(invalid="ignore"):  # NaN (unknown creation time) never passes a filter
+            if filters.after is not None:
+                eligible &= created >= filters.after
+            if filters.before is not None:
+                eligible &= created < filters.before
+    return eligible
+
+
+def _lexical(
+    state: TokenState, view: VectorView, n: int, words: str, include_archive: bool, near: str
+) -> tuple[FloatArray, int]:
+    """Each row's lexical score; and, when the archive is left out, how many archived memories
+    match about as well as the best hot one. With ``mem_lock`` held."""
+    lexical = np.zeros(n, dtype=np.float64)
+    rows = view.rows
+    for archived in [False, True] if include_archive else [False]:
+        ids, found = state.area(archived).index.scores(
+            words, limit=ranking.LEXICAL_LIMIT, every=False, near=near
+        )
+        # Hundreds of hits a query: their rows looked up in one pass, set in one call.
+        at = np.fromiter(
+            (rows.get(k, -1) for k in ([key(id, True) for id in ids] if archived else ids)),
+            dtype=np.intp,
+            count=len(ids),
+        )
+        known = at >= 0
+        lexical[at[known]] = found[known]
+    in_archive = 0
+    if not include_archive and state.archive.memories:
+        # Said in the reply, so an agent knows includeArchive=true would find more: those
+        # that match at least half as well as the best hot one (any word of the query alone
+        # would count a whole archive of notes about "the user").
+        _, found = state.archive.index.scores(words, limit=ranking.LEXICAL_LIMIT, every=False, near=near)
+        best = float(lexical.max()) if n else 0.0
+        in_archive = int(np.count_nonzero(found >= 0.5 * best)) if found.size else 0
+    return lexical, in_archive
+
+
+def _keep_fields(state: TokenState, view: VectorView, eligible: BoolArray, filters: _Filters) -> None:
+    """Leave out (in ``eligible``) the rows whose memory lacks the tags or the priority asked for.
+    With ``mem_lock`` held."""
+    tags, priorities = filters.tags, filters.priorities
+    for row in np.flatnonzero(eligible).tolist():
+        memory = state.memory(view.keys[row] or "")
+        if memory is None or (priorities and memory.priority not in priorities):
+            eligible[row] = False
+        elif tags and not {t.casefold() for t in tags} <= {t.casefold() for t in memory.tags}:
+            eligible[row] = False
+
+
+def _pool(score: FloatArray, size: int) -> IntArray:
+    """The rows that score at all; at most ``size`` of them, the best."""
+    candidates = np.flatnonzero(score > 0)
+    if candidates.size > size:
+        candidates = candidates[np.argpartition(-score[candidates], size - 1)[:size]]
+    return candidates
+
+
+def _weighed(
+    state: TokenState, view: VectorView, candidates: IntArray, score: FloatArray, now: datetime, where: Where
+) -> tuple[dict[int, Memory], FloatArray]:
+    """The candidates' memories by row, and their scores weighed by what each memory says of
+    itself and when it was last used (ranking.factor); 0 for the other rows."""
+    recorded = (
+        state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()], where)
+        if state.sidecar
+        else {}
+    )
+    memories: dict[int, Memory] = {}
+    weighted = np.zeros(len(score), dtype=np.float64)
+    with state.looking(where):
+        for row in candidates.tolist():
+            path_key = view.keys[row] or ""
+            memory = state.memory(path_key)
+            if memory is None:
+                continue
+            memories[row] = memory
+            last = last_access(memory, recorded.get(path_key))
+            weighted[row] = score[row] * factor(memory, last_access=last, now=now)
+    return memories, weighted
+
+
+def _picked(
+    state: TokenState,
+    memories: dict[int, Memory],
+    weighted: FloatArray,
+    lent: FloatArray,
+    order: Layout,
+    limit: int,
+    weights: Weights,
+    terms: set[str],
+    where: Where,
+) -> list[Recalled]:
+    """The results, best first: diverse (ranking.diversify), above the floors, each memory as it
+    is on disk now."""
+    picked = diversify(
+        list(memories),
+        weighted,
+        limit,
+        order,
+        neighbour_penalty=weights.neighbour,
+        free=int(weights.neighbour_after * limit),
+    )
+    results: list[Recalled] = []
+    clear = False  # the first result holds every word of the query: it is what was asked for
+    for row, value, _ in picked:
+        if weights.floor > 0 and value < weights.floor:  # values only fall down the list
+            break
+        shown = max(value, 0.0)
+        own = shown * (1.0 - lent[row])
+        if clear and own < weights.own_floor:  # lent by neighbours or a faint cosine: not this
+            continue
+        memory = state.fresh(memories[row].id, memories[row].archived, where)
+        if memory is not None:  # None: deleted on disk since it was indexed (now dropped too)
+            if not results:
+                clear = weights.floor > 0 and explains(memory, terms)
+            results.append(Recalled(memory, shown, snippet(memory.content, terms), own))
+    return results

@@ -74,6 +74,7 @@ class Service:
             enabled=settings.watch,
             poll_interval=settings.poll_interval_seconds,
             announce=self.changes.announce,
+            stale=self.stale_paths,
         )
         for token in list(self.registry.states):
             if self.registry.loaded_or_loading(token) or self.changes.listening(token):
@@ -84,6 +85,11 @@ class Service:
         """Outside changes to a loaded token (worker thread; see memvault.registry.reconcile)."""
         state = self.registry.states.get(token)
         return 0 if state is None else reconcile.apply_changes(state, paths, rescan)
+
+    def stale_paths(self, token: str) -> set[Path] | None:
+        """A loaded token's files a rescan would read again (worker thread; reconcile.stale_paths)."""
+        state = self.registry.states.get(token)
+        return None if state is None else reconcile.stale_paths(state)
 
     def _watch(self, token: str, wanted: bool, *, still: Callable[[str], object]) -> None:
         """A token became wanted by one of its two users (loaded, listened to), or one stopped

@@ -30,7 +30,7 @@ from memvault.ops.edits import Edit, apply_edit, check_version
 from memvault.ops.sweeps import Evicted, Sweep, Sweeps
 from memvault.registry.state import TokenState
 from memvault.registry.tokens import Tokens
-from memvault.threads import NeedsThread, look
+from memvault.threads import ON_LOOP, NeedsThread, Where, look
 
 log = logging.getLogger("memvault")
 RECENT_WRITES_KEPT = 10_000  # write_memory dedupes a repeat within the window among this many
@@ -91,10 +91,6 @@ class Store:
             return None
         notice, state.sweep_notice = state.sweep_notice, None
         return notice
-
-    def fresh(self, state: TokenState, id: str, archived: bool, *, inline: bool = False) -> Memory | None:
-        """The memory as it is on disk now (TokenState.fresh)."""
-        return state.fresh(id, archived, inline=inline)
 
     async def state(self, token: str) -> TokenState:
         """The loaded state of a token, not held: for tests and tools that only look. Operations use
@@ -160,25 +156,22 @@ class Store:
         except OSError:
             return
 
-        def known(inline: bool = False) -> set[str]:
-            with state.looking(inline):  # on the loop only if free at once
+        def known(where: Where) -> set[str]:
+            with state.looking(where):
                 return {id for id in state.hot.memories if "/" not in id}
 
-        try:
-            held = known(inline=True)
-        except NeedsThread:
-            held = await anyio.to_thread.run_sync(known)
+        held = await look(known)
         strangers = sorted((names - held) | (held - names))
         if strangers:
             await anyio.to_thread.run_sync(lambda: [state.fresh(id, False) for id in strangers])
         state.folder_seen = mtime
 
-    def _by_ids(self, state: TokenState, ids: list[str], archived: bool, *, inline: bool = False) -> Found:
+    def _by_ids(self, state: TokenState, ids: list[str], archived: bool, where: Where) -> Found:
         out: list[Memory] = []
         missing: list[str] = []
         for id in dict.fromkeys(ids):
             state.vault.path_of(id, archived=archived)  # validates links and archive escapes
-            memory = state.fresh(id, archived, inline=inline)
+            memory = state.fresh(id, archived, where)
             if memory is None:
                 missing.append(id)
             else:
@@ -193,12 +186,12 @@ class Store:
         return Found(out, len(out), True, tuple(missing), in_archive)
 
     def _search(
-        self, state: TokenState, query: str, limit: int | None, archived: bool, *, inline: bool = False
+        self, state: TokenState, query: str, limit: int | None, archived: bool, where: Where
     ) -> Found:
         area = state.area(archived)
-        with state.looking(inline):
+        with state.looking(where):
             hits, total = area.index.search(query, limit=limit or 10)
-        fresh = (state.fresh(h.id, archived, inline=inline) for h in hits)
+        fresh = (state.fresh(h.id, archived, where) for h in hits)
         memories = [m for m in fresh if m is not None]
         matched_all = bool(hits) and all(h.matched_all for h in hits)
         if not archived:
@@ -294,22 +287,21 @@ class Store:
         priority: str,
         tags: tuple[str, ...],
         importance: float | None,
-        supersedes: tuple[str, ...] = (),
-        *,
-        inline: bool = False,
+        supersedes: tuple[str, ...],
+        where: Where,
     ) -> Written:
-        """``inline``: on the event loop while fsyncs are fast and the file lock is free (see
-        memvault.threads); NeedsThread before anything is written."""
-        if inline and (supersedes or not files.fsync_is_fast()):
+        """ON_LOOP while fsyncs are fast and the file lock is free (see memvault.threads);
+        NeedsThread before anything is written."""
+        if where is ON_LOOP and (supersedes or not files.fsync_is_fast()):
             raise NeedsThread  # superseding moves files: a thread's work
         now = self.clock()
         key = hashlib.blake2b(f"{title}\x00{content.strip()}".encode(), digest_size=16).hexdigest()
-        with state.file_lock(inline):
+        with state.file_lock(where):
             recent = state.recent_writes.get(key)
             if recent is not None and now - recent[1] <= timedelta(
                 seconds=self.settings.dedupe_window_seconds
             ):
-                existing = state.fresh(recent[0], False, inline=inline)
+                existing = state.fresh(recent[0], False, where)
                 if existing is not None and existing.title == title and existing.content == content.strip():
                     return Written(existing, True)
             targets, kept = supersede.targets(state, supersedes)
@@ -366,14 +358,13 @@ class Store:
         fields: dict[str, Any],
         title: str | None,
         edit: Edit,
-        *,
-        inline: bool,
+        where: Where,
     ) -> Memory:
-        if inline and not files.fsync_is_fast():
+        if where is ON_LOOP and not files.fsync_is_fast():
             raise NeedsThread
         self._hot(state, id)
         now = self.clock()
-        with state.file_lock(inline):
+        with state.file_lock(where):
             raw, current = state.vault.read_both(id)
             if current.conflicted:
                 raise Conflict(id)
@@ -447,8 +438,8 @@ class Store:
         """Give the token's hand-made files (no frontmatter) memvault's frontmatter: mem-mcp did so
         on a file's first read; memvault only when asked (`memvault migrate`)."""
         async with self.using(token) as state:
-            with state.reading() as reading:
-                plain = [m for m in reading.memories() if not m.has_frontmatter and m.writable]
+            with state.mem_lock:
+                plain = [m for m in state.hot.memories.values() if not m.has_frontmatter and m.writable]
             plain.sort(key=lambda m: m.id)
             if dry_run or not plain:
                 return [m.id for m in plain]

@@ -20,7 +20,7 @@ from memvault.records.sqlitefile import (
     move_aside,
     write_gitignore,
 )
-from memvault.threads import NeedsThread, held
+from memvault.threads import IN_THREAD, ON_LOOP, NeedsThread, Where, held
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +141,8 @@ class Sidecar:
         self.close()
 
     @contextmanager
-    def _read(self, inline: bool = False) -> Iterator[sqlite3.Connection]:
-        with held(self._lock, inline):
+    def _read(self, where: Where = IN_THREAD) -> Iterator[sqlite3.Connection]:
+        with held(self._lock, where):
             if self._closed:
                 raise RuntimeError("sidecar is closed")
             yield self._conn
@@ -244,20 +244,20 @@ class Sidecar:
                     (len(searches), sum(1 for found in searches if not found)),
                 )
 
-    def last_access(self, ids: Sequence[str] | None = None, *, inline: bool = False) -> dict[str, datetime]:
+    def last_access(self, ids: Sequence[str] | None = None, where: Where = IN_THREAD) -> dict[str, datetime]:
         """Last recorded access per id; ids never accessed are absent. ``None`` means all.
 
         The whole table stays in memory until it changes: every listing and every recall asks,
         and reading and parsing it each time was most of list_memory_titles under load. Our own
         transactions and other processes' commits (SQLite's data_version) make it stale.
-        ``inline`` (the event loop): from that copy only, else NeedsThread (see memvault.threads).
+        ON_LOOP: from that copy only, else NeedsThread (see memvault.threads).
         """
-        with self._read(inline) as conn:
+        with self._read(where) as conn:
             version = self._version(conn)
             cached = self._access_cache
             if cached is not None and cached[0] == version:
                 times = cached[1]
-            elif inline:
+            elif where is ON_LOOP:
                 raise NeedsThread
             else:  # read once, then kept current (see _write): recall asks on the loop from it
                 rows = conn.execute("SELECT id, last_access FROM access").fetchall()

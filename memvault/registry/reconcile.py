@@ -108,6 +108,28 @@ def rescan_folder(state: TokenState, found: FolderDiff | None = None) -> int:
     )
 
 
+def stale_paths(state: TokenState) -> set[Path] | None:
+    """The files a rescan would read again (worker thread): each memory file whose stat differs
+    from the memory held, each new one, and the file of each memory held whose file is gone; the
+    scan's stats alone, nothing parsed, so the watcher can apply them in chunks as it does events.
+    None for a token not loaded (its load reads the folder)."""
+    with state.mem_lock:
+        if not state.loaded:
+            return None
+        unseen = (dict(state.hot.memories), dict(state.archive.memories))
+    found: set[Path] = set()
+    for id, archived, st in state.vault.scan():
+        before = unseen[archived].pop(id, None)
+        if before is None or not unchanged(before, st):
+            found.add(_path(state, id, archived))
+    found.update(_path(state, id, archived) for archived in (False, True) for id in unseen[archived])
+    return found
+
+
+def _path(state: TokenState, id: str, archived: bool) -> Path:
+    return state.dir / ARCHIVE / id if archived else state.dir / id
+
+
 def _refresh(state: TokenState, located: list[tuple[str, bool]]) -> int:
     """Look at these files again; how many memories changed."""
     changed = 0

@@ -41,9 +41,8 @@ from memvault.load import snapshot
 from memvault.logs import bookkeep
 from memvault.records.sidecar import FileStat, Sidecar
 from memvault.search.area import Area
-from memvault.search.index import NEAR_ALL
 from memvault.search.vectors import TokenVectors
-from memvault.threads import NeedsThread, held
+from memvault.threads import IN_THREAD, ON_LOOP, NeedsThread, Where, held
 
 BATCH = 16  # file write-backs per turn of the token's lock: a mutation waits for at most one batch
 
@@ -52,51 +51,6 @@ class Phase(enum.Enum):
     UNLOADED = "unloaded"
     LOADING = "loading"
     LOADED = "loaded"
-
-
-class Reading(held):
-    """What recall and the tools may look at while a token's ``mem_lock`` is held: a context
-    manager that holds it as ``held`` does (TokenState.reading)."""
-
-    __slots__ = ("_state",)
-
-    def __init__(self, state: TokenState, inline: bool = False) -> None:
-        super().__init__(state.mem_lock, inline)
-        self._state = state
-
-    def scores(
-        self,
-        query: str,
-        *,
-        archived: bool = False,
-        limit: int | None = None,
-        every: bool = True,
-        near: str = NEAR_ALL,
-    ) -> tuple[list[str], npt.NDArray[np.float32]]:
-        """The ids a search finds, best first, and their scores (Index.scores)."""
-        return self._state.area(archived).index.scores(query, limit=limit, every=every, near=near)
-
-    def lengths(self, path_keys: Sequence[str]) -> npt.NDArray[np.float32]:
-        """The body length in terms of each memory (ids relative to the token folder; 0 if unknown)."""
-        archived = (
-            [i for i, k in enumerate(path_keys) if split_key(k)[1]] if self._state.archive.index else []
-        )
-        if not archived:  # mostly: recall leaves the archive out
-            return self._state.hot.index.lengths(path_keys)
-        out = self._state.hot.index.lengths(path_keys)  # 0 for the archived ones...
-        out[archived] = self._state.archive.index.lengths([split_key(path_keys[i])[0] for i in archived])
-        return out
-
-    def memory(self, path_key: str) -> Memory | None:
-        """The memory with this id relative to the token folder (``archive/...`` for archived)."""
-        id, archived = split_key(path_key)
-        return self._state.area(archived).memories.get(id)
-
-    def memories(self, *, archived: bool = False) -> list[Memory]:
-        return list(self._state.area(archived).memories.values())
-
-    def count(self, *, archived: bool = False) -> int:
-        return len(self._state.area(archived).memories)
 
 
 class TokenState:
@@ -143,26 +97,37 @@ class TokenState:
         """A load is reading the folder: outside changes wait in ``missed`` until it is done."""
         return self.phase is Phase.LOADING
 
-    def looking(self, inline: bool) -> held:
-        """``mem_lock`` held for the block; on the event loop (``inline``) only if it is free at
-        once: the loop never waits for a worker thread (NeedsThread instead)."""
-        return held(self.mem_lock, inline)
+    def looking(self, where: Where) -> held:
+        """``mem_lock`` held for the block; ON_LOOP only if it is free at once: the loop never
+        waits for a worker thread (NeedsThread instead)."""
+        return held(self.mem_lock, where)
 
-    def reading(self, inline: bool = False) -> Reading:
-        """A consistent look at the memories and indexes (``mem_lock`` held for the block; on the
-        event loop only if it is free at once, see memvault.threads)."""
-        return Reading(self, inline)
+    def memory(self, path_key: str) -> Memory | None:
+        """The memory with this id relative to the token folder (``archive/...`` for archived).
+        With ``mem_lock`` held."""
+        id, archived = split_key(path_key)
+        return self.area(archived).memories.get(id)
+
+    def lengths(self, path_keys: Sequence[str]) -> npt.NDArray[np.float32]:
+        """The body length in terms of each memory (ids relative to the token folder; 0 if unknown).
+        With ``mem_lock`` held."""
+        archived = [i for i, k in enumerate(path_keys) if split_key(k)[1]] if self.archive.index else []
+        if not archived:  # mostly: recall leaves the archive out
+            return self.hot.index.lengths(path_keys)
+        out = self.hot.index.lengths(path_keys)  # 0 for the archived ones...
+        out[archived] = self.archive.index.lengths([split_key(path_keys[i])[0] for i in archived])
+        return out
 
     @property
     def dir(self) -> Path:
         return self.vault.dir
 
     @contextlib.contextmanager
-    def file_lock(self, inline: bool = False) -> Iterator[None]:
+    def file_lock(self, where: Where = IN_THREAD) -> Iterator[None]:
         """Cross-process lock (CLI and server, or two servers) held for the block; creates the token
-        folder. ``inline`` (a write on the event loop): NeedsThread unless the sidecar is open and the
+        folder. ON_LOOP (a write on the event loop): NeedsThread unless the sidecar is open and the
         lock is free at once, so the loop never waits for another process."""
-        if inline:
+        if where is ON_LOOP:
             fd = try_lock(self.lock_path) if self.sidecar is not None else None
             if fd is None:
                 raise NeedsThread
@@ -264,22 +229,22 @@ class TokenState:
             bookkeep("move access records", lambda: self.ensure_sidecar().rename_access(old, new))
         return new_id
 
-    def fresh(self, id: str, archived: bool, *, inline: bool = False) -> Memory | None:
-        """The memory as it is on disk now (the watcher may not have caught up yet). ``inline``:
-        on the event loop, which may stat the file but leaves any change to a worker thread."""
-        with self.looking(inline):
+    def fresh(self, id: str, archived: bool, where: Where = IN_THREAD) -> Memory | None:
+        """The memory as it is on disk now (the watcher may not have caught up yet). ON_LOOP: it
+        may stat the file but leaves any change to a worker thread (NeedsThread)."""
+        with self.looking(where):
             known = self.area(archived).memories.get(id)
         try:
             st = os.stat(self.vault.file_name(id, archived))
         except OSError:
-            if inline:
+            if where is ON_LOOP:
                 raise NeedsThread from None
             if known is not None:
                 self.drop(id, archived)
             return None
         if known is not None and unchanged(known, st):
             return known
-        if inline:
+        if where is ON_LOOP:
             raise NeedsThread
         memory = self.read_file(id, archived, known)
         if memory is None:

@@ -76,6 +76,23 @@ def _still(state: TokenState, hot: Area, archive: Area) -> bool:
     return state.loaded and state.hot is hot and state.archive is archive
 
 
+def _remove_leftovers(state: TokenState) -> None:
+    """Temp files of ours the load's scan saw, left by a crash mid-write: gone, under the lock.
+    Those too young to be sure of (a restart right after a SIGKILL) are kept in
+    ``young_leftovers``, and removed once they are old enough (see _remove_when_due)."""
+    seen = list(state.vault.leftovers)
+    if not seen:
+        return
+    try:
+        with state.file_lock():
+            removed = state.vault.remove_leftovers(time.time())
+    except (Timeout, OSError):
+        return  # another process holds the lock for long: the next load tries again
+    if removed:
+        log.info("removed %d temp file(s) left by an interrupted write", removed)
+    state.young_leftovers = [p for p in seen if os.path.lexists(p)]
+
+
 class Tokens:
     """The registry of tokens this process knows, loading and unloading them; ``spawn`` runs
     background work (a snapshot save, a heap release) after the current request."""
@@ -292,7 +309,7 @@ class Tokens:
         try:
             with heap.uncollected():
                 self._load_files(state, progress)
-            self._remove_leftovers(state)
+            _remove_leftovers(state)
         finally:
             with state.mem_lock:
                 state.phase = Phase.LOADED if state.phase is Phase.LOADED else Phase.UNLOADED
@@ -303,23 +320,6 @@ class Tokens:
                 self.on_loaded(state.token, False)  # a load that failed keeps no watch
         if missed or rescan:
             reconcile.apply_changes(state, missed, rescan)
-
-    @staticmethod
-    def _remove_leftovers(state: TokenState) -> None:
-        """Temp files of ours the load's scan saw, left by a crash mid-write: gone, under the lock.
-        Those too young to be sure of (a restart right after a SIGKILL) are kept in
-        ``young_leftovers``, and removed once they are old enough (see _remove_when_due)."""
-        seen = list(state.vault.leftovers)
-        if not seen:
-            return
-        try:
-            with state.file_lock():
-                removed = state.vault.remove_leftovers(time.time())
-        except (Timeout, OSError):
-            return  # another process holds the lock for long: the next load tries again
-        if removed:
-            log.info("removed %d temp file(s) left by an interrupted write", removed)
-        state.young_leftovers = [p for p in seen if os.path.lexists(p)]
 
     async def _remove_when_due(self, folder: Path, young: list[Path]) -> None:
         """Remove temp files left by an interrupted write once they are old enough: they waited

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memvault.search.embedders import TOKEN_BUDGET, FloatMatrix, TokenIds
-from memvault.threads import held
+from memvault.threads import IN_THREAD, Where, held
 
 if TYPE_CHECKING:
     from memvault.disk.markdown import Memory
@@ -379,10 +379,10 @@ class TokenVectors:
                         self._token_counts[row] = count + 1
             self.version += 1
 
-    def snapshot(self, inline: bool = False) -> VectorView:
+    def snapshot(self, where: Where = IN_THREAD) -> VectorView:
         """The rows as they are now; the same object until something changes (no copy per query).
-        ``inline``: on the event loop, NeedsThread if the worker holds the lock (memvault.threads)."""
-        with held(self._lock, inline):
+        ON_LOOP: NeedsThread if the worker holds the lock (memvault.threads)."""
+        with held(self._lock, where):
             view = self._view
             if view is None or view.version != self.version:
                 # Only vectors moved: the rows' copies stand.

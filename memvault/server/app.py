@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp.server.mcpserver import MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -33,7 +31,8 @@ from memvault.logs import OncePer
 from memvault.ops.service import Service
 from memvault.server.keys import KeyRing
 from memvault.server.revocation import Opened
-from memvault.tools import build_server
+from memvault.server.sse import CLOSED, SseApps, error_response
+from memvault.tools import build_server, sdk
 
 log = logging.getLogger("memvault")
 
@@ -143,16 +142,8 @@ def load_allowlist(path: Path | None) -> frozenset[str] | None:
     return tokens
 
 
-def _error(status: int, message: str) -> Response:
-    """Every HTTP error memvault writes has the SDK's shape: a JSON-RPC error without an id."""
-    code = INVALID_REQUEST if status < 500 else INTERNAL_ERROR
-    body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
-    return JSONResponse(body, status_code=status)
-
-
 READ_ONLY_STATE = "memvault_read_only"
 SESSION_ENDED = "The session ended while this request was in flight; start a new session."
-_CLOSED = (anyio.ClosedResourceError, anyio.BrokenResourceError)
 
 
 class _SessionEndFilter(logging.Filter):
@@ -162,7 +153,7 @@ class _SessionEndFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if record.msg == "Error handling POST request" and isinstance(exc, _CLOSED):
+        if record.msg == "Error handling POST request" and isinstance(exc, CLOSED):
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
             record.msg = "a request met the end of its session"
             record.exc_info = record.exc_text = None
@@ -201,7 +192,7 @@ class BearerAuth:
 
 def _unauthorized(*, sent: bool) -> Response:
     why = "the key sent is unknown or revoked" if sent else "none was sent"
-    response = _error(
+    response = error_response(
         401,
         f"This server needs a key: send 'Authorization: Bearer <key>' ({why}). Ask its owner "
         "for one (they make it with 'memvault keys add').",
@@ -227,7 +218,9 @@ async def _whole_body(scope: Scope, receive: Receive, send: Send, limit: int) ->
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            await _error(413, f"Request body too large (limit {limit:,} bytes).")(scope, receive, send)
+            await error_response(413, f"Request body too large (limit {limit:,} bytes).")(
+                scope, receive, send
+            )
             return None
         chunks.append(chunk)
         if not message.get("more_body", False):
@@ -272,27 +265,29 @@ class TokenGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         token = scope.get("path_params", {}).get("token", "")
         if not valid_token(token):
-            await _error(404, f"Not found: invalid token. {URL_HINT}")(scope, receive, send)
+            await error_response(404, f"Not found: invalid token. {URL_HINT}")(scope, receive, send)
             return
         if self.allowlist is not None and token not in self.allowlist:
-            await _error(403, "This token is not allowed on this server.")(scope, receive, send)
+            await error_response(403, "This token is not allowed on this server.")(scope, receive, send)
             return
         headers = dict(scope.get("headers", []))
         length = headers.get(b"content-length")
         limit = self.settings.max_body_bytes
         if length is not None and (not length.isdigit() or int(length) > limit):
-            await _error(413, f"Request body too large (limit {limit:,} bytes).")(scope, receive, send)
+            await error_response(413, f"Request body too large (limit {limit:,} bytes).")(
+                scope, receive, send
+            )
             return
         origin = headers.get(b"origin")
         if self.check_origin and origin is not None:
             text = origin.decode("latin-1")
             if not _LOCAL_ORIGIN.fullmatch(text) and text not in self.origins:
-                await _error(403, "Origin not allowed.")(scope, receive, send)
+                await error_response(403, "Origin not allowed.")(scope, receive, send)
                 return
         session = headers.get(SESSION_HEADER)
         if session is not None and self.sessions is not None:
             if self.sessions.owner(session.decode("latin-1")) != token:
-                await _error(404, "Session not found for this token; start a new session.")(
+                await error_response(404, "Session not found for this token; start a new session.")(
                     scope, receive, send
                 )
                 return
@@ -342,13 +337,13 @@ class TokenGuard:
             elif held is not None:
                 if not message.get("more_body", False):
                     held = None
-                    await _error(404, SESSION_ENDED)(scope, receive, send)
+                    await error_response(404, SESSION_ENDED)(scope, receive, send)
                 return
             await send(message)
 
         try:
             await self.app(scope, receive, sending)
-        except _CLOSED:
+        except CLOSED:
             if not answered:
                 raise
             log.debug("a request met the end of its session")
@@ -368,16 +363,14 @@ class TokenGuard:
         ):
             held = sessions.oldest_first(**names)
             for old in held[: max(0, len(held) - limit + 1)]:
-                transport = live.get(old)
                 sessions.release(old)
-                if transport is not None:
-                    await manager._discard_session(old, transport)
+                await sdk.discard_session(manager, old)
                 self._closing_note.note(log, logging.INFO, f"closed least recently used sessions ({kind})")
 
     def _live(self) -> dict[str, Any] | None:
         """The SDK's live streamable HTTP sessions, by id: a private map of its session manager
         (mcp 2.x; the tests of session caps and ended sessions cover it)."""
-        return None if self.manager is None else self.manager._server_instances
+        return None if self.manager is None else sdk.live_sessions(self.manager)
 
     def _binding(self, send: Send, token: str, ending: str | None, client: str = "") -> Send:
         sessions = self.sessions
@@ -393,94 +386,6 @@ class TokenGuard:
             await send(message)
 
         return wrapped
-
-
-class SseApps:
-    """Legacy HTTP+SSE: one SDK transport per token, so a session id only works under its own token.
-
-    A token's transport lives while it has an open stream (GET .../sse): its sessions exist only
-    then. A message to a token without one is answered 404 and leaves nothing behind (one app per
-    token name ever posted to once grew without bound with made-up names).
-    """
-
-    def __init__(self, server: MCPServer, security: TransportSecuritySettings, max_body: int) -> None:
-        self.server = server
-        self.security = security
-        self.max_body = max_body
-        self.apps: dict[str, ASGIApp] = {}
-        self.streams: dict[str, int] = {}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        token = scope["path_params"]["token"]
-        stream = scope.get("method") == "GET" and scope.get("path", "").rstrip("/").endswith("/sse")
-        app = self.apps.get(token)
-        if app is None:
-            if not stream:
-                await _error(404, "No open SSE stream for this token; open GET /mcp/<token>/sse first.")(
-                    scope, receive, send
-                )
-                return
-            app = self.apps[token] = self.server.sse_app(
-                sse_path="/sse",
-                message_path="/messages/",
-                transport_security=self.security,
-                max_request_body_size=self.max_body,
-            )
-        if not stream:
-            await self._message(app, scope, receive, send)
-            return
-        self.streams[token] = self.streams.get(token, 0) + 1
-        answered = complete = False
-
-        async def sending(message: Message) -> None:
-            # When a stream ends (its client went away, or the server stops), the SDK's endpoint
-            # answers again with an empty response: uvicorn refused the second start and logged an
-            # 86-line traceback per stream. The stream was the answer: its second start is dropped,
-            # and its empty body ends the stream's chunked body, unless that body ended already.
-            nonlocal answered, complete
-            if message["type"] == "http.response.start":
-                if answered:
-                    return
-                answered = True
-            elif message["type"] == "http.response.body":
-                if complete:
-                    return
-                complete = not message.get("more_body", False)
-            await send(message)
-
-        try:
-            await app(scope, receive, sending)
-        except ValueError as exc:
-            # The SDK answers a refused Host or Origin (421/403, logged as one line) and then
-            # raises: a 70-line traceback per request, a log flood anyone could trigger.
-            if not answered or "validation failed" not in str(exc):
-                raise
-        finally:
-            self.streams[token] -= 1
-            if not self.streams[token]:
-                del self.streams[token]
-                self.apps.pop(token, None)
-
-    @staticmethod
-    async def _message(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-        """A message POSTed for one of the token's sessions, whose stream may be ending (a client that
-        went away before its body arrived was answered by TokenGuard)."""
-        answered = False
-
-        async def sending(message: Message) -> None:
-            nonlocal answered
-            answered = answered or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await app(scope, receive, sending)
-        except _CLOSED:
-            # The SDK answers 202, then hands the message to its session. A session whose stream
-            # ended (its client went away) keeps its closed inbox registered while it winds down,
-            # and a message that meets it there cannot be handed over: uvicorn logged a traceback
-            # per such message. Its sender has its answer, and no one is left to read a reply.
-            if not answered:
-                raise
 
 
 def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool = False) -> Starlette:
@@ -564,7 +469,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     routes += [Route(path, endpoint=probe, methods=_ALL_METHODS) for path in OAUTH_PATHS]
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        return _error(404, f"Not found. {hint}")
+        return error_response(404, f"Not found. {hint}")
 
     app = Starlette(
         routes=routes,
@@ -585,15 +490,13 @@ def revocations(keyring: KeyRing, manager: StreamableHTTPSessionManager, session
 
     async def end_session(session: str) -> None:
         sessions.release(session)
-        transport = manager._server_instances.get(session)
-        if transport is not None:
-            await manager._discard_session(session, transport)
+        await sdk.discard_session(manager, session)
 
     return Opened(
         keyring,
         refused=lambda: _unauthorized(sent=True),
         end_session=end_session,
-        live_sessions=lambda: manager._server_instances,
+        live_sessions=lambda: sdk.live_sessions(manager),
     )
 
 
@@ -602,7 +505,7 @@ _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 def _answer(status: int, message: str) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        return _error(status, message)
+        return error_response(status, message)
 
     return endpoint
 
@@ -617,4 +520,4 @@ def _oauth_answer(message: str) -> Callable[[Request], Awaitable[Response]]:
 
 
 async def _memvault_error(request: Request, exc: Exception) -> Response:
-    return _error(400, str(exc))
+    return error_response(400, str(exc))

@@ -33,7 +33,7 @@ MAX_VALUE_CHARS = 200  # longer typed text completes to nothing
 
 def matching_ids(state: TokenState, typed: str, archived: bool) -> tuple[list[str], bool]:
     """Ids starting with ``typed``, then ids containing it (any case); and whether more exist."""
-    with state.reading():
+    with state.mem_lock:
         memories = state.area(archived).in_order()
     found: list[str] = []
     start = bisect.bisect_left(memories, typed, key=lambda m: m.id)

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 
 import anyio.to_thread
 import pytest
-from conftest import run_server
+from conftest import run_server, wait_for
 from filelock import FileLock
 from transcripts import SESSION, Transcript
 
@@ -448,3 +449,58 @@ def test_slash_commands_and_interruptions_are_not_recorded_as_requests(
     summary = setup.summary()[-1]
     assert "Fix the login bug" in summary and "Now the logout bug" in summary
     assert "/model" not in summary and "interrupted" not in summary
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_hook_that_reaches_its_deadline_mid_append_leaves_no_duplicate(
+    setup: Setup, anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46, 4: a Stop hook whose time ran out while the server was still writing its append
+    left the append to land later, after the next hook had read the summary without it: that hook
+    appended the same turns again."""
+    from memvault.records import sync
+    from memvault.tools import summaries
+
+    written, pick = sync.SessionFiles.written, summaries.pick_version
+    slow = threading.Event()
+    go_on = threading.Event()
+    reads: list[str] = []
+
+    def held(self: Any, *args: Any, **kwargs: Any) -> None:
+        if slow.is_set():
+            go_on.wait(30)  # the server is slow to write this append (a busy disk, a big history)
+        written(self, *args, **kwargs)
+
+    def read(found: Any, session_id: str, *args: Any) -> Any:
+        if slow.is_set():
+            reads.append(session_id)  # a hook asks for the summary (get_summary)
+        return pick(found, session_id, *args)
+
+    monkeypatch.setattr(sync.SessionFiles, "written", held)
+    monkeypatch.setattr(summaries, "pick_version", read)
+    async with run_server(Settings(root=setup.root, path_tokens="on")) as server:
+        url = ("--url", f"{server.url}/mcp/alice")
+
+        def stop() -> subprocess.CompletedProcess[str]:
+            return setup.run("stop", setup.payload("Stop"), *url)
+
+        setup.transcript.turn("First request please", "First answer.")
+        done = await anyio.to_thread.run_sync(stop)
+        assert (done.returncode, done.stderr) == (0, "")
+        setup.transcript.turn("Second request please", "Second answer.")
+        setup.env["MEMVAULT_HOOK_TIMEOUT_SECONDS"] = "1"
+        slow.set()
+        done = await anyio.to_thread.run_sync(stop)  # its append is being written when time runs out
+        assert done.returncode == 0 and "gave up" in done.stderr and len(reads) == 1
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(anyio.to_thread.run_sync, stop)  # the next hook, while that write goes on
+            await wait_for(lambda: len(reads) == 2, timeout=30)  # it has asked for the summary
+            slow.clear()
+            go_on.set()
+        setup.env["MEMVAULT_HOOK_TIMEOUT_SECONDS"] = "60"
+        done = await anyio.to_thread.run_sync(stop)
+        assert (done.returncode, done.stderr) == (0, "")
+        latest = setup.summary()[-1]
+        for request in ("First request please", "Second request please"):
+            assert latest.count(request) == 1, latest

@@ -418,6 +418,51 @@ async def test_another_vaults_edit_is_applied_while_a_big_pull_is(server_factory
 
 
 @pytest.mark.slow
+async def test_another_vaults_edit_is_applied_while_a_pulled_folder_is(
+    server_factory, vault_root, tmp_path, monkeypatch
+):
+    """A new folder of 1,500 files (a checkout) makes a rescan: it too is applied in chunks, and
+    another vault's edit made meanwhile waits for a chunk or two, not for all of it."""
+    total = 1500
+    async with live(server_factory) as (srv, _s, folder), srv.session("bob") as bob:
+        put(vault_root / "bob" / "projects" / "other.md", note("Other", "bob's memory"))
+        err, text = await srv.call(bob, "list_memory_titles")  # loads bob
+        assert not err, text
+        watcher, states = srv.app.state.watcher, tokens_of(srv).states
+        await wait_for(lambda: "projects/other.md" in states["bob"].hot.memories, DEADLINE)
+        await wait_for(lambda: watcher.idle, DEADLINE)
+        staged = tmp_path / "staged"
+        for i in range(total):
+            put(staged / f"file-{i:04d}.md", note(f"Pulled {i}", "pulled: tapirgong"))
+        apply = watcher.apply
+        applied = {"alice": 0}
+        seen: dict[str, int] = {}
+        bob_edit = vault_root / "bob" / "projects" / "edit.md"
+
+        def watched(token: str, paths: set[Path], rescan: bool) -> int:
+            done = apply(token, paths, rescan)
+            if token == TOKEN:
+                before, applied["alice"] = applied["alice"], applied["alice"] + len(paths)
+                if before == 0 < applied["alice"]:  # the folder is being applied: bob edits a memory
+                    put(bob_edit, note("Edit", "bob's hand edit: quokkaoboe"))
+                    deadline = time.monotonic() + DEADLINE
+                    while "bob" not in watcher.pending and time.monotonic() < deadline:
+                        time.sleep(0.005)  # until the watcher has the event (a worker thread)
+            elif bob_edit in paths:
+                with states[TOKEN].mem_lock:
+                    seen["alice memories"] = len(states[TOKEN].hot.memories)
+            return done
+
+        monkeypatch.setattr(watcher, "apply", watched)
+        os.rename(staged, folder / "pulled")  # one event: the folder came
+        await wait_for(lambda: len(hot_ids(srv)) == total + 1, timeout=60)
+        await wait_for(lambda: "alice memories" in seen, DEADLINE)
+        assert seen["alice memories"] < total + 1, seen
+        err, text = await srv.call(bob, "read_memory", query="quokkaoboe")
+        assert not err and "projects/edit.md" in text, text
+
+
+@pytest.mark.slow
 async def test_burst_of_edits_to_existing_files(server_factory):
     """A checkout that rewrites 300 existing files (new inode each, like git does) ends consistent."""
     async with live(server_factory) as (srv, _, folder):
@@ -700,12 +745,19 @@ async def test_a_queue_overflow_rescans_and_shows_in_healthz(server_factory, mon
         release = threading.Event()
         apply = watcher.apply
 
+        stale = watcher.stale
+
         def slow_apply(token: str, paths: set[Path], rescan: bool) -> int:
             if rescan:
                 release.wait(DEADLINE)
             return apply(token, paths, rescan)
 
+        def slow_stale(token: str) -> set[Path] | None:  # a rescan's look at the folder
+            release.wait(DEADLINE)
+            return stale(token)
+
         monkeypatch.setattr(watcher, "apply", slow_apply)
+        monkeypatch.setattr(watcher, "stale", slow_stale)
         _kernel_overflow()
         await wait_for(lambda: watcher.rescanning > 0, DEADLINE)
         body = await healthz(srv)

@@ -25,7 +25,7 @@ from memvault.records.sidecar import (
     StoredVector,
     sidecar_path,
 )
-from memvault.threads import NeedsThread
+from memvault.threads import ON_LOOP, NeedsThread
 
 T0 = datetime(2026, 2, 10, 10, 30, tzinfo=UTC)
 
@@ -202,20 +202,20 @@ def test_kept_access_times_outlive_writes_that_leave_the_access_table_alone(side
     sidecar.set_state("k", "v")
     with sidecar.transaction() as conn:  # sessions and the graph keep their tables this way
         conn.execute("INSERT OR REPLACE INTO state (key, value) VALUES ('x', 'y')")
-    assert sidecar.last_access(["a.md"], inline=True) == {"a.md": T0}
+    assert sidecar.last_access(["a.md"], ON_LOOP) == {"a.md": T0}
     assert reads == []
     sidecar.rename_access("a.md", "archive/a.md")
     with pytest.raises(NeedsThread):  # stale: the event loop never reads the table itself
-        sidecar.last_access(inline=True)
+        sidecar.last_access(None, ON_LOOP)
     assert sidecar.last_access() == {"archive/a.md": T0}
     assert len(reads) == 1
 
 
-def test_an_inline_look_never_waits_for_the_sidecar(sidecar: Sidecar) -> None:
+def test_a_look_on_the_loop_never_waits_for_the_sidecar(sidecar: Sidecar) -> None:
     sidecar.record_access(["a.md"], T0)
     assert sidecar.last_access() == {"a.md": T0}
     with sidecar._lock, pytest.raises(NeedsThread):  # a worker thread's transaction holds it
-        sidecar.last_access(inline=True)
+        sidecar.last_access(None, ON_LOOP)
 
 
 # -- state and search counts --------------------------------------------------------------

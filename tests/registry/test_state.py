@@ -34,14 +34,14 @@ async def loaded(make_settings: Callable[..., Settings], vault_root: Path) -> As
 
 
 def found(state: TokenState, query: str, *, archived: bool = False) -> list[str]:
-    with state.reading() as reading:
-        ids, _ = reading.scores(query, archived=archived)
+    with state.mem_lock:
+        ids, _ = state.area(archived).index.scores(query)
     return ids
 
 
 def ids(state: TokenState, *, archived: bool = False) -> list[str]:
-    with state.reading() as reading:
-        return sorted(m.id for m in reading.memories(archived=archived))
+    with state.mem_lock:
+        return sorted(state.area(archived).memories)
 
 
 async def test_a_file_changed_on_disk_reaches_the_index(loaded: TokenState) -> None:

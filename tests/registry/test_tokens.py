@@ -36,9 +36,9 @@ async def test_a_load_reads_the_folder_then_settles_and_embeds(
     try:
         async with service.registry.using("alice") as state:
             assert state.loaded
-            with state.reading() as reading:
-                assert sorted(m.id for m in reading.memories()) == ["note-0.md", "note-1.md", "note-2.md"]
-                assert [m.id for m in reading.memories(archived=True)] == ["old-0.md"]
+            with state.mem_lock:
+                assert sorted(state.hot.memories) == ["note-0.md", "note-1.md", "note-2.md"]
+                assert list(state.archive.memories) == ["old-0.md"]
         await wait_for(lambda: state.settled, timeout=10)
         assert await wait_for(lambda: state.vectors.counts() == (4, 4), timeout=20)
     finally:
@@ -52,8 +52,7 @@ async def test_a_token_without_a_folder_loads_empty_and_creates_nothing(
     try:
         async with service.registry.using("nobody") as state:
             assert state.loaded
-            with state.reading() as reading:
-                assert reading.count() == 0
+            assert len(state.hot.memories) == 0
         assert not (vault_root / "nobody").exists()
     finally:
         await service.close()
@@ -76,8 +75,7 @@ async def test_idle_tokens_past_the_cap_unload_least_recently_used_first(
         parses = registry.parses
         async with registry.using("a") as state:  # back on use, from its parse cache
             assert state.loaded
-            with state.reading() as reading:
-                assert reading.count() == 2
+            assert len(state.hot.memories) == 2
         assert registry.parses == parses
         assert {t for t, s in registry.states.items() if s.loaded} == {"c", "a"}
     finally:
@@ -97,8 +95,7 @@ async def test_a_token_in_use_is_never_unloaded(
                 async with registry.using(token):
                     pass
             assert held.loaded  # the least recently used, and past the cap, but in use
-            with held.reading() as reading:
-                assert reading.count() == 2
+            assert len(held.hot.memories) == 2
         registry.unload_idle()  # released: now it goes
         assert not held.loaded
     finally:

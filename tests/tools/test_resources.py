@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,7 +17,7 @@ from conftest import wait_for
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.types import PromptReference, ResourceTemplateReference
+from mcp.types import INVALID_PARAMS, PromptReference, ResourceTemplateReference
 
 from memvault.server import keys
 
@@ -152,6 +154,18 @@ async def test_unreadable_resources_say_what_to_do_and_reveal_nothing(server_fac
             assert all("secret" not in r.uri for r in await every_resource(bob))
         with pytest.raises(MCPError, match="cursor"):
             await client.list_resources(cursor="not-ours")
+
+
+@pytest.mark.parametrize("nested", ["[" * 250_000, "[" * 5_000 + "]" * 5_000])
+async def test_a_huge_or_deeply_nested_cursor_is_invalid_params(server_factory, caplog, nested):
+    """Issue 46, 7: a 500 KB nested cursor was an internal error with a traceback in the log."""
+    cursor = base64.urlsafe_b64encode(nested.encode()).decode()
+    async with server_factory() as srv, connect(srv, "alice", "auto") as client:
+        with pytest.raises(MCPError) as caught:
+            await client.list_resources(cursor=cursor)
+        assert caught.value.error.code == INVALID_PARAMS and "cursor" in caught.value.error.message
+        assert (await client.list_resources()).resources  # the server goes on
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 async def test_resources_list_pages_through_a_large_vault(server_factory, vault_root):

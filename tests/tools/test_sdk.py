@@ -18,7 +18,14 @@ pytestmark = pytest.mark.anyio
 
 PACKAGE = Path(__file__).parents[2] / "memvault"
 # What the adapter reaches for, and what a module might reach for beside it.
-SDK_PRIVATES = {"_lowlevel_server", "_tool_manager", "_resource_manager", "_prompt_manager"}
+SDK_PRIVATES = {
+    "_lowlevel_server",
+    "_tool_manager",
+    "_resource_manager",
+    "_prompt_manager",
+    "_server_instances",
+    "_discard_session",
+}
 
 
 def sdk_server() -> MCPServer:
@@ -79,3 +86,25 @@ def test_only_the_adapter_touches_the_sdk_servers_private_members() -> None:
             if (isinstance(node, ast.Attribute) and node.attr in SDK_PRIVATES) or overrides:
                 users.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert users == []
+
+
+async def test_the_session_manager_adapter_ends_a_session_and_fails_loudly_when_moved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    manager = StreamableHTTPSessionManager(app=sdk_server()._lowlevel_server)
+    assert sdk.live_sessions(manager) == {}
+    ended: list[str] = []
+
+    async def discard(session: str, transport: object) -> None:
+        ended.append(session)
+
+    sdk.live_sessions(manager)["s1"] = object()
+    monkeypatch.setattr(manager, "_discard_session", discard)
+    await sdk.discard_session(manager, "s1")
+    await sdk.discard_session(manager, "unknown")  # not live: nothing to end
+    assert ended == ["s1"]
+    monkeypatch.delattr(manager, "_server_instances")
+    with pytest.raises(sdk.SdkChanged, match=r"memvault\.tools\.sdk"):
+        sdk.live_sessions(manager)

@@ -322,7 +322,7 @@ async def test_lost_events_tell_each_vault_only_what_changed_in_it(server_factor
         for client in (alice, bob):
             await client.subscribe_resource(VAULT)
             await client.subscribe_resource(DEPLOY)
-        watcher, changes = srv.app.state.watcher, srv.app.state.store.changes
+        watcher, changes = srv.app.state.watcher, srv.app.state.service.changes
         assert watcher.mode == "inotify"
         await wait_for(lambda: watcher.idle and changes.idle)
         alice_heard.items.clear()

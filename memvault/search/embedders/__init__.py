@@ -20,8 +20,8 @@ from memvault.search.embedders.base import (
     TOKEN_BUDGET,
     Embedder,
     EmbedderUnavailable,
+    EmbedOptions,
     FloatMatrix,
-    Options,
     TokenEmbedder,
     TokenIds,
     Traits,
@@ -32,10 +32,10 @@ from memvault.search.embedders.base import (
 
 __all__ = [
     "TOKEN_BUDGET",
+    "EmbedOptions",
     "Embedder",
     "EmbedderUnavailable",
     "FloatMatrix",
-    "Options",
     "TokenEmbedder",
     "TokenIds",
     "Traits",
@@ -49,7 +49,7 @@ __all__ = [
 class _EmbedderModule(Protocol):
     """What an embedder's module offers the registry."""
 
-    def load(self, target: str, options: Options) -> Embedder: ...
+    def load(self, target: str, options: EmbedOptions) -> Embedder: ...
 
 
 def load_embedder(
@@ -60,4 +60,4 @@ def load_embedder(
     kind = embedder_kind(spec)
     assert kind.module is not None  # every embedder kind has its module
     module: _EmbedderModule = importlib.import_module(f"{__name__}.{kind.module}")
-    return module.load(split(spec)[1], Options(url, key, model))
+    return module.load(split(spec)[1], EmbedOptions(url, key, model))

@@ -64,7 +64,7 @@ class TokenEmbedder(Embedder, Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Options:
+class EmbedOptions:
     """What a setting beside MEMVAULT_EMBEDDER adds: an endpoint, its key and a model name
     (MEMVAULT_EMBED_URL, _KEY, _MODEL; only an embedder that calls a service reads them)."""
 

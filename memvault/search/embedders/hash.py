@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from memvault.search.embedders.base import FloatMatrix, Options, Traits, normalise_rows
+from memvault.search.embedders.base import EmbedOptions, FloatMatrix, Traits, normalise_rows
 from memvault.search.text import STOP_WORDS, terms_of
 
 HASH_DIM = 512
@@ -100,6 +100,6 @@ class HashEmbedder:
         return normalise_rows(out)
 
 
-def load(target: str, options: Options) -> HashEmbedder:
+def load(target: str, options: EmbedOptions) -> HashEmbedder:
     """``hash`` or ``hash:<dimensions>``."""
     return HashEmbedder(int(target) if target.isdigit() else HASH_DIM)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from memvault.search.embedders.base import Embedder, EmbedderUnavailable, ModelEmbedder, Options
+from memvault.search.embedders.base import Embedder, EmbedderUnavailable, EmbedOptions, ModelEmbedder
 
 
-def load(target: str, options: Options) -> Embedder:
+def load(target: str, options: EmbedOptions) -> Embedder:
     """``model2vec:<name-or-path>``: a static model, from a local folder or the hub."""
     try:
         from model2vec import StaticModel  # type: ignore[import-not-found]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from memvault.search.embedders.base import Embedder, EmbedderUnavailable, ModelEmbedder, Options
+from memvault.search.embedders.base import Embedder, EmbedderUnavailable, EmbedOptions, ModelEmbedder
 
 DEFAULT_OPENAI_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 
 
-def load(target: str, options: Options) -> Embedder:
+def load(target: str, options: EmbedOptions) -> Embedder:
     """``openai`` or ``openai:<model>``: MEMVAULT_EMBED_MODEL, then the target, then the default."""
     import httpx2  # ships with mcp; imported here so the other embedders need nothing of it
 

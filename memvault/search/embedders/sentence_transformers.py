@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from memvault.search.embedders.base import Embedder, EmbedderUnavailable, ModelEmbedder, Options
+from memvault.search.embedders.base import Embedder, EmbedderUnavailable, EmbedOptions, ModelEmbedder
 
 
-def load(target: str, options: Options) -> Embedder:
+def load(target: str, options: EmbedOptions) -> Embedder:
     """``sentence-transformers:<name-or-path>``: a transformer, from a local folder or the hub."""
     try:
         from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]

@@ -16,8 +16,8 @@ import numpy.typing as npt
 from memvault.search.embedders.base import (
     TOKEN_BUDGET,
     EmbedderUnavailable,
+    EmbedOptions,
     FloatMatrix,
-    Options,
     TokenIds,
     Traits,
     normalise_rows,
@@ -164,6 +164,6 @@ class WordLlamaEmbedder:
         return rows
 
 
-def load(target: str, options: Options) -> WordLlamaEmbedder:
+def load(target: str, options: EmbedOptions) -> WordLlamaEmbedder:
     """``wordllama``: the L2 "supercat" table the wheel ships."""
     return WordLlamaEmbedder()

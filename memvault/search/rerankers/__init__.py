@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Protocol
 
-from memvault.kinds import Kind, reranker_kind, split
+from memvault.kinds import Choice, reranker_kind, split
 from memvault.search.rerankers.base import (
     Reranker,
     RerankerUnavailable,
@@ -51,7 +51,7 @@ class _RerankerModule(Protocol):
     def load(self, target: str) -> Reranker: ...
 
 
-def _module(kind: Kind) -> _RerankerModule:
+def _module(kind: Choice) -> _RerankerModule:
     module: _RerankerModule = importlib.import_module(f"{__name__}.{kind.module}")
     return module
 
