@@ -43,7 +43,8 @@ class RemoteVault:
     def _post(self, payload: dict[str, Any], *, method: str = "POST") -> tuple[dict[str, Any] | None, Any]:
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise Unreachable("the hook's time ran out")  # not down: the files would take longer still
+            # Not down: the vault's files would take longer still.
+            raise Unreachable("gave up: the hook's time ran out (MEMVAULT_HOOK_TIMEOUT_SECONDS)")
         headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
         if self.key:
             headers["Authorization"] = f"Bearer {self.key}"

@@ -12,6 +12,7 @@ never overwritten. A failed or interrupted import takes back what it wrote.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import time
@@ -23,7 +24,7 @@ from pathlib import Path
 import yaml  # type: ignore[import-untyped]
 
 from memvault.clock import format_time
-from memvault.disk.files import atomic_write, fsync_dir
+from memvault.disk.files import TEMP_PREFIX, TEMP_SUFFIX, atomic_write, fsync_dir
 from memvault.disk.markdown import edit_frontmatter, parse_memory
 from memvault.disk.names import check_id
 from memvault.disk.safe import LinkRefused, read_file
@@ -394,6 +395,13 @@ def _take_back(vault: Vault, written: Sequence[_Written]) -> None:
                     atomic_write(item.path, item.before)
             except OSError:
                 continue
+        # An interrupt inside a write (between the temp file's creation and its rename) leaves the
+        # temp file: under the folder lock, which every writer holds, any temp file is abandoned.
+        for parent in {item.path.parent for item in written}:
+            for temp in parent.glob(f"{TEMP_PREFIX}*{TEMP_SUFFIX}"):
+                with contextlib.suppress(OSError):
+                    if temp.is_file() and not temp.is_symlink():
+                        temp.unlink()
 
 
 def _prune(top: Path, folder: Path) -> None:

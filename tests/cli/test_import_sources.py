@@ -356,7 +356,8 @@ async def test_ctrl_c_during_an_import_takes_back_what_it_wrote(tmp_path: Path) 
     assert process.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert memory_files(vault) == ["mine.md"]
-    assert not any(p.name.endswith(".tmp") for p in vault.rglob("*"))
+    left = [str(p.relative_to(vault)) for p in vault.rglob("*") if p.name.endswith(".tmp")]
+    assert not left, left
 
 
 @pytest.mark.slow
