@@ -4,11 +4,8 @@ behind a real nginx with `memvault nginx`'s configuration; one of them dies and 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
-import socket
-import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +16,13 @@ from conftest import wait_for
 from gitrepo import GIT, git_sync
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-
-from memvault.server import nginx
-
-NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
+from nginxrun import NGINX, NO_NGINX, nginx_in_front
 
 pytestmark = [
     pytest.mark.skipif(GIT is None, reason="git is not installed"),
     pytest.mark.skipif(
         NGINX is None,
-        reason="nginx is not installed (CI installs Debian's nginx-light; apt-get install nginx-light)",
+        reason=NO_NGINX,
     ),
     pytest.mark.slow,
     pytest.mark.anyio,
@@ -52,30 +46,6 @@ def replica(folder: Path, clone: Path, port: int, git_config: Path) -> Iterator[
     with serving(folder, argv, env, port) as server:
         server.wait_healthy()
         yield server
-
-
-@contextlib.asynccontextmanager
-async def nginx_in_front(backends: list[str], prefix: Path) -> AsyncIterator[str]:
-    """A real nginx with `memvault nginx`'s configuration; yields its base URL."""
-    assert NGINX is not None
-    prefix.mkdir()
-    port = free_port()
-    conf = prefix / "nginx.conf"
-    conf.write_text(nginx.standalone(backends, listen=f"127.0.0.1:{port}", prefix=str(prefix)))
-    with open(prefix / "stderr.log", "wb") as log:
-        proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(prefix)], stdout=log, stderr=log)
-        try:
-
-            def listening() -> bool:
-                assert proc.poll() is None, (prefix / "stderr.log").read_text()
-                with socket.socket() as sock:
-                    return sock.connect_ex(("127.0.0.1", port)) == 0
-
-            await wait_for(listening, timeout=10)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            proc.wait(10)
 
 
 async def call(url: str, tool: str, **args: Any) -> str:

@@ -3,36 +3,27 @@
 from __future__ import annotations
 
 import contextlib
-import shutil
-import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 import yaml
-from conftest import run_server, wait_for
+from conftest import run_server
 from mcp.client.session import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
+from nginxrun import NGINX, NO_NGINX, nginx_in_front
 
 from memvault.cli.main import main
 from memvault.errors import InvalidArgument
 from memvault.server import keys, nginx
 
-NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
 needs_nginx = pytest.mark.skipif(
     NGINX is None,
-    reason="nginx is not installed (CI installs Debian's nginx-light; apt-get install nginx-light)",
+    reason=NO_NGINX,
 )
 TOKENS = [f"agent{i:02d}" for i in range(12)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_backends_are_checked_before_they_go_into_a_configuration() -> None:
@@ -61,29 +52,14 @@ async def call(url: str, tool: str, **args: Any) -> str:
 async def test_two_backends_behind_nginx_keep_each_token_on_one_and_survive_losing_one(
     make_settings: Any, tmp_path: Path
 ) -> None:
-    prefix = tmp_path / "nginx"
-    prefix.mkdir()
-    port = free_port()
     async with contextlib.AsyncExitStack() as stack:
         a = await stack.enter_async_context(run_server(make_settings()))
         b_stack = contextlib.AsyncExitStack()
         b = await b_stack.enter_async_context(run_server(make_settings()))
         try:
             backends = [s.url.removeprefix("http://") for s in (a, b)]
-            conf = prefix / "nginx.conf"
-            conf.write_text(nginx.standalone(backends, listen=f"127.0.0.1:{port}", prefix=str(prefix)))
-            log = stack.enter_context(open(prefix / "stderr.log", "wb"))
-            proc = subprocess.Popen([str(NGINX), "-c", str(conf), "-p", str(prefix)], stdout=log, stderr=log)
-            stack.callback(proc.wait, 10)
-            stack.callback(proc.terminate)
-
-            def listening() -> bool:
-                assert proc.poll() is None, (prefix / "stderr.log").read_text()
-                with socket.socket() as sock:
-                    return sock.connect_ex(("127.0.0.1", port)) == 0
-
-            await wait_for(listening, timeout=10)
-            front = f"http://127.0.0.1:{port}/mcp"
+            url = await stack.enter_async_context(nginx_in_front(backends, tmp_path / "nginx"))
+            front = f"{url}/mcp"
             for token in TOKENS:  # each write readable at once through nginx
                 await call(
                     f"{front}/{token}", "write_memory", title=f"Note of {token}", content=f"walrus {token}"
@@ -98,29 +74,6 @@ async def test_two_backends_behind_nginx_keep_each_token_on_one_and_survive_losi
             assert f"walrus {token}" in await call(f"{front}/{token}", "read_memory", query="walrus")
             await call(f"{front}/{token}", "write_memory", title=f"After of {token}", content="still writing")
         assert set(a.app.state.service.registry.states) == set(TOKENS)
-
-
-@contextlib.asynccontextmanager
-async def nginx_in_front(backends: list[str], prefix: Path) -> Any:
-    """A real nginx with `memvault nginx`'s configuration; yields its base URL."""
-    prefix.mkdir()
-    port = free_port()
-    conf = prefix / "nginx.conf"
-    conf.write_text(nginx.standalone(backends, listen=f"127.0.0.1:{port}", prefix=str(prefix)))
-    with open(prefix / "stderr.log", "wb") as log:
-        proc = subprocess.Popen([str(NGINX), "-c", str(conf), "-p", str(prefix)], stdout=log, stderr=log)
-        try:
-
-            def listening() -> bool:
-                assert proc.poll() is None, (prefix / "stderr.log").read_text()
-                with socket.socket() as sock:
-                    return sock.connect_ex(("127.0.0.1", port)) == 0
-
-            await wait_for(listening, timeout=10)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            proc.wait(10)
 
 
 @needs_nginx
