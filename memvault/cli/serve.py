@@ -68,6 +68,7 @@ def _serve(settings: Settings) -> int:
         app,
         log_level=settings.log_level,
         lifespan="on",
+        loop="asyncio",  # not uvloop: it resets a refused connection before its 503 is read
         http=limits.guarded_protocol(settings.max_connections, settings.header_timeout_seconds),
     )
     try:

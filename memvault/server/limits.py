@@ -70,15 +70,26 @@ BUSY = (
 assert BUSY.endswith(b"}") and len(BUSY.split(b"\r\n\r\n", 1)[1]) == 76
 
 
+def http_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol over httptools (llhttp, in C) when it is installed, else over h11
+    (pure Python): the parser was a tenth of the event loop's time under load (bench/RESULTS.md)."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # pragma: no cover - httptools is a dependency; h11 stays uvicorn's own
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        return H11Protocol
+    return HttpToolsProtocol
+
+
 def guarded_protocol(max_connections: int, header_timeout: float) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with a cap on open connections (the next one is answered 503 and
+    """uvicorn's HTTP protocol (:func:`http_protocol`) with a cap on open connections (the next one is answered 503 and
     closed at once, so held connections cannot exhaust the descriptors) and a deadline for a new
     connection's first request (slow or silent clients are dropped; keep-alive covers the rest)."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
+    base = http_protocol()
     refused = OncePer(lambda record: True)
 
-    class GuardedH11Protocol(H11Protocol):
+    class GuardedProtocol(base):  # type: ignore[valid-type,misc]
         _admitted = False
         _first_request: asyncio.TimerHandle | None = None
 
@@ -105,4 +116,4 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[asynci
                 self._first_request.cancel()
             super().connection_lost(exc)
 
-    return GuardedH11Protocol
+    return GuardedProtocol
