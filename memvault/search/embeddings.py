@@ -268,8 +268,8 @@ class Embeddings:
             for vectors in tokens:
                 try:
                     started, cpu = time.monotonic(), time.thread_time()
-                    self._step(embedder, vectors)
-                    failures = 0
+                    if self._step(embedder, vectors):
+                        failures = 0
                     # Background work takes at most about half of one core, and a twentieth of
                     # its CPU while requests come in (the GIL is shared), so they stay quick
                     # while a large vault is embedded.
@@ -292,19 +292,37 @@ class Embeddings:
             while not self._closed and (left := until - time.monotonic()) > 0:
                 self._cond.wait(left)
 
-    def _step(self, embedder: Embedder, vectors: TokenVectors) -> None:
+    def _step(self, embedder: Embedder, vectors: TokenVectors) -> bool:
+        """Embed a batch of this token's memories. False if it was dropped: the token unloaded
+        while the batch was in hand (its next load queues every memory again)."""
         work, removed = vectors.take(BATCH)
         self._worked += len(work)
         if not work and not removed:
-            return
+            return True
         self._taken = len(work)
+        sidecar = vectors.sidecar()
         try:
-            self._embed(embedder, vectors, work, removed)
+            self._embed(embedder, vectors, work, removed, sidecar)
+        except Exception:
+            # Unloaded (or unloaded and loaded again) meanwhile: the sidecar the batch used was
+            # closed under it. Not a failure to warn of or to pause for: with many tenants through
+            # a small cap it happened every few seconds, and each pause held back every other
+            # token's vectors. A failure with the token's sidecar still in place is one.
+            if sidecar is not None and vectors.sidecar() is not sidecar:
+                return False
+            raise
         finally:
             self._taken = 0
+        return True
 
-    def _embed(self, embedder: Embedder, vectors: TokenVectors, work: list[Work], removed: list[str]) -> None:
-        sidecar = vectors.sidecar()
+    def _embed(
+        self,
+        embedder: Embedder,
+        vectors: TokenVectors,
+        work: list[Work],
+        removed: list[str],
+        sidecar: Sidecar | None,
+    ) -> None:
         name = embedder.name
         # WordLlama also keeps each memory's most telling token ids (recall's MaxSim), from the
         # same tokenizing: a stored vector without them is embedded again.

@@ -193,3 +193,175 @@ async def test_many_cold_tokens_loading_leave_worker_threads_for_other_calls(
     finally:
         release.set()
         await service.close()
+
+
+async def test_a_token_used_again_is_no_longer_the_least_recently_used(
+    make_settings: Callable[..., Settings], vault_root: Path
+) -> None:
+    for token in ("a", "b", "c", "d"):
+        notes(vault_root / token, 1)
+    service = Service(make_settings(embedder="hash", max_loaded_tokens=2))
+    registry = service.registry
+
+    def loaded() -> set[str]:
+        return {t for t, s in registry.states.items() if s.loaded}
+
+    try:
+        for token in ("a", "b"):
+            async with registry.using(token):
+                pass
+        async with registry.using("a"):  # loaded already: a use, not a load
+            pass
+        async with registry.using("c"):
+            pass
+        assert loaded() == {"a", "c"}  # b was the least recently used
+        for token in ("c", "a", "c"):
+            async with registry.using(token):
+                pass
+        async with registry.using("d"):
+            pass
+        assert loaded() == {"c", "d"}
+    finally:
+        await service.close()
+
+
+async def test_the_cap_holds_while_the_least_recently_used_token_is_in_use(
+    make_settings: Callable[..., Settings], vault_root: Path
+) -> None:
+    for token in ("held", "b", "c", "d"):
+        notes(vault_root / token, 1)
+    service = Service(make_settings(embedder="hash", max_loaded_tokens=2))
+    registry = service.registry
+
+    def loaded() -> set[str]:
+        return {t for t, s in registry.states.items() if s.loaded}
+
+    try:
+        async with registry.using("held"):
+            for token in ("b", "c"):
+                async with registry.using(token):
+                    pass
+            assert loaded() == {"held", "c"}  # the oldest is in use: the next oldest went instead
+        async with registry.using("d"):
+            pass
+        assert loaded() == {"c", "d"}  # released, and still the least recently used: it goes now
+    finally:
+        await service.close()
+
+
+async def test_unloaded_and_failed_tokens_are_forgotten_once_nothing_holds_them(
+    make_settings: Callable[..., Settings], vault_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = Service(make_settings(embedder="hash", max_loaded_tokens=2))
+    registry = service.registry
+    load = registry.load
+
+    def failing(state: Any, progress: Any = None) -> None:
+        if state.token.startswith("bad"):
+            raise OSError("unreadable")
+        load(state, progress)
+
+    monkeypatch.setattr(registry, "load", failing)
+    try:
+        for i in range(40):
+            notes(vault_root / f"good{i}", 1)
+            await service.store.find(f"good{i}", query="note")  # queues an access to record
+            with pytest.raises(OSError):
+                async with registry.using(f"bad{i}"):
+                    pass
+        await service.idle()  # the accesses are recorded: nothing holds the unloaded ones now
+        for i in range(12):  # loads that record nothing
+            async with registry.using(f"quiet{i}"):
+                pass
+        assert not [t for t in registry.states if t.startswith("bad")]
+        assert len(registry.states) <= 2 + 2, sorted(registry.states)
+    finally:
+        await service.close()
+
+
+async def test_recent_writes_of_forgotten_tokens_expire(
+    make_settings: Callable[..., Settings], vault_root: Path
+) -> None:
+    service = Service(make_settings(embedder="hash", max_loaded_tokens=1, dedupe_window_seconds=0))
+    registry = service.registry
+    try:
+        for i in range(10):
+            await service.store.write(f"t{i}", title="Note", content=f"hello {i}")
+            await service.idle()
+        async with registry.using("last"):
+            pass
+        assert len(registry.recent_writes) <= 1
+    finally:
+        await service.close()
+
+
+async def test_accesses_queued_when_a_token_unloads_go_in_through_its_closing_sidecar(
+    make_settings: Callable[..., Settings], vault_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notes(vault_root / "a", 2)
+    notes(vault_root / "b", 1)
+    monkeypatch.setattr("memvault.ops.access.COALESCE", 1.0)  # the round comes after the unload
+    opened: list[Path] = []
+    open_ = Sidecar.open.__func__
+
+    def counting(cls: type[Sidecar], token_dir: Path) -> Sidecar:
+        opened.append(Path(token_dir))
+        return open_(cls, token_dir)
+
+    monkeypatch.setattr(Sidecar, "open", classmethod(counting))
+    service = Service(make_settings(embedder="hash", max_loaded_tokens=1))
+    try:
+        found = await service.store.find("a", query="number")
+        assert len(found.memories) == 2
+        await service.store.touch("a", found.memories, read_only=True)  # queued, to the sidecar only
+        del opened[:]
+        await service.store.find("b", query="number")  # a unloads, its accesses still queued
+        assert not service.registry.loaded_or_loading("a")
+        await service.idle()
+        assert vault_root / "a" not in opened  # not opened again for them
+    finally:
+        await service.close()
+    with Sidecar.open(vault_root / "a") as sidecar:
+        assert set(sidecar.last_access()) == {"note-0.md", "note-1.md"}
+
+
+async def test_unloads_in_a_burst_release_the_heap_one_at_a_time_and_once_after_the_last(
+    make_settings: Callable[..., Settings], vault_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(6):
+        notes(vault_root / f"t{i}", 1)
+    started = threading.Event()
+    go_on = threading.Event()
+    releases: list[int] = []  # the unloads done when each release began
+    running = 0
+    most = 0
+    service = Service(make_settings(embedder="hash", max_loaded_tokens=1))
+    registry = service.registry
+
+    def release() -> bool:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        releases.append(registry.unloads)
+        started.set()
+        go_on.wait(30)
+        running -= 1
+        return True
+
+    monkeypatch.setattr("memvault.heap.release", release)
+    try:
+        async with registry.using("t0"):
+            pass
+        async with registry.using("t1"):  # t0 unloads: a release begins, and waits
+            pass
+        assert await wait_for(started.is_set)
+        for i in range(2, 6):  # four more unloads meanwhile
+            async with registry.using(f"t{i}"):
+                pass
+        go_on.set()
+        await service.idle()
+        assert most == 1
+        assert releases == [1, 5]  # one for the first, one after the last
+    finally:
+        go_on.set()
+        await service.close()

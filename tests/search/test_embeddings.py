@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx2
 import numpy as np
 import pytest
+from conftest import wait_for
 
 from memvault.config import Settings
 from memvault.ops.service import Service
@@ -337,3 +338,59 @@ async def test_wordllama_keeps_maxsim_token_ids_and_an_older_vector_without_them
         assert service.embeddings.embedded == expected
         await service.close()
     assert all(v.tokens for v in stored_vectors(settings.root, "t").values())
+
+
+async def test_a_batch_of_a_token_unloaded_meanwhile_is_dropped_without_a_warning(
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+) -> None:
+    import threading
+
+    class Held(Counting):
+        """Holds its first batch until released: the batch is in hand while its token unloads."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.entered = threading.Event()
+            self.release = threading.Event()
+
+        def embed(self, texts: Sequence[str]) -> FloatMatrix:
+            if not self.entered.is_set():
+                self.entered.set()
+                self.release.wait(30)
+            return super().embed(texts)
+
+    caplog.set_level(logging.WARNING, logger="memvault")
+    embedder = Held()
+    service = make_service(make_settings(max_loaded_tokens=1), embedder)
+    store = service.store
+    try:
+        await store.write("a", title="First", content="Embedded while its token unloads.")
+        assert await asyncio.to_thread(embedder.entered.wait, 20)
+        await store.write("b", title="Second", content="Loads, and a goes: its sidecar is closed.")
+        await service.idle()
+        assert not service.registry.loaded_or_loading("a")
+        embedder.release.set()
+        await settle(service)  # b's vector is computed
+        assert (await store.state("b")).vectors.counts() == (1, 1)
+        assert not [r for r in caplog.records if "embedding batch failed" in r.getMessage()]
+    finally:
+        embedder.release.set()
+        await service.close()
+
+
+async def test_a_failing_batch_of_a_loaded_token_is_still_reported(
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+) -> None:
+    class Failing(Counting):
+        def embed(self, texts: Sequence[str]) -> FloatMatrix:
+            raise EmbedderUnavailable("endpoint down")
+
+    caplog.set_level(logging.WARNING, logger="memvault")
+    service = make_service(make_settings(), Failing())
+    try:
+        await service.store.write("t", title="Note", content="Never embedded.")
+        assert await wait_for(
+            lambda: [r for r in caplog.records if "embedding batch failed" in r.getMessage()], timeout=20
+        )
+    finally:
+        await service.close()
