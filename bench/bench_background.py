@@ -1,0 +1,422 @@
+#!/usr/bin/env python
+"""Background work against requests (issue 49): the same load with memvault's background idle and working.
+
+    python bench/bench_background.py [--agents 8,32] [--memories 1000] [--seconds 20] [--rounds 3]
+                                     [--locomo DIR] [--out bench/RESULTS.md]
+
+For each agent count N, one vault of N tokens x M memories, in two states that take turns, a fresh
+copy and a fresh `python -m memvault serve` per turn (bench_load's light client and call mix, each
+agent on its own token, for --seconds right after the tokens loaded):
+
+- idle: every vector computed (the copy's sidecar holds them; the run starts once /healthz reports
+  none pending), every memory read today (no access write-back is due), nothing stale and the
+  capacity out of reach, and each token's last sweep recorded as just now (no lazy sweep runs);
+- working: the same files and names, but no vector computed (a backlog for the embedding worker),
+  every memory last read days ago (so the first read of each writes lastAccessedAt back), a
+  share past the P2 TTL and another over MEMVAULT_CAPACITY (so each token's first read starts a
+  lazy sweep that archives both).
+
+Calls by filename (reads and updates) go to memories no sweep archives, so both states take the
+same calls. Reported per state: the median over the rounds of calls/s, p50/p95/p99, and the
+median of the per-round ratios working / idle; with what the background did in the window
+(vectors pending before and after, the embedding worker's CPU, files archived, write-backs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import corpus
+from bench_load import (
+    cpu_seconds,
+    drive,
+    embedding_state,
+    memvault_plan,
+    report,
+    start,
+    stop,
+    write_tokens,
+)
+from harness import cpu_ticks, free_port, machine_line, ms, steal_share, update_results
+
+from memvault.ops.sweeps import LAST_EVICTION
+from memvault.records.sidecar import Sidecar
+
+MARK_START = "<!-- bench_background:start -->"
+MARK_END = "<!-- bench_background:end -->"
+STATES = ("idle", "working")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which memories of a token are stale (past the P2 TTL), which go over capacity, which stay."""
+
+    memories: int
+    stale: float
+    over: float
+
+    @property
+    def n_stale(self) -> int:
+        return int(self.memories * self.stale)
+
+    @property
+    def n_over(self) -> int:
+        return int(self.memories * self.over)
+
+    @property
+    def capacity(self) -> int:
+        """The working state's MEMVAULT_CAPACITY: what is left once both shares are archived."""
+        return self.memories - self.n_stale - self.n_over
+
+    def kept(self, i: int) -> bool:
+        return i >= self.n_stale + self.n_over
+
+    def fields(self, working: bool) -> Any:
+        """bench_load.write_tokens' fields_for: P2 for the shares a sweep may archive (stale ones
+        last read 31-60 days ago, over-capacity ones 10-20 days ago), P1 last read 1-9 days ago for
+        the rest; in the idle state every memory was read today."""
+
+        def fields_for(i: int, now: datetime, rng: random.Random) -> dict[str, Any]:
+            days = 31, 60
+            if i >= self.n_stale:
+                days = (10, 20) if i < self.n_stale + self.n_over else (1, 9)
+            ago = timedelta(days=rng.uniform(*days))
+            priority = "P1" if self.kept(i) else "P2"
+            return {"priority": priority, "lastAccessedAt": now if not working else now - ago}
+
+        return fields_for
+
+
+def env_for(base: dict[str, str], root: Path, port: int, state: str, layout: Layout) -> dict[str, str]:
+    capacity = layout.capacity if state == "working" else 1_000_000_000
+    return {
+        **base,
+        "MEMVAULT_ROOT": str(root),
+        "MEMVAULT_PORT": str(port),
+        "MEMVAULT_CAPACITY": str(capacity),
+        "MEMVAULT_LOG_LEVEL": "warning",
+    }
+
+
+def load_all(port: int, tokens: int) -> float:
+    """Load every token (one list_memory_titles each, which reads no memory); the seconds it took."""
+    urls = [f"http://127.0.0.1:{port}/mcp/agent{t:02d}" for t in range(tokens)]
+    listing = ("list_memory_titles", {})
+    t0 = time.monotonic()
+    asyncio.run(drive(urls, 0, lambda i, rng: listing, warm=lambda i: listing))
+    return time.monotonic() - t0
+
+
+def wait_model(port: int, timeout: float = 120) -> None:
+    """Wait until the server on ``port`` has loaded its embedding model (once requests pause, or
+    LOAD_PATIENCE after they began): the turn measures the worker's batches, not the model's load."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
+            if "(loading)" not in json.loads(reply.read()).get("embeddings", {}).get("name", ""):
+                return
+        time.sleep(0.2)
+    raise RuntimeError("the embedding model did not load")
+
+
+def wait_vectors(port: int, timeout: float) -> int:
+    """Wait until the server on ``port`` has no memory waiting for a vector; what is left."""
+    deadline = time.monotonic() + timeout
+    while (pending := embedding_state(port)[0]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return pending
+
+
+def prepare(
+    template: Path, base: dict[str, str], tokens: int, layout: Layout, state: str, work: Path
+) -> None:
+    """Give a template its derived state once (each round starts from a copy): the sidecar's
+    parses and the snapshot for both; every vector and a sweep just done for the idle one. The
+    working one is served with the built-in hash embedder, so WordLlama finds no vector of its own."""
+    port = free_port()
+    env = env_for(base, template, port, state, layout)
+    if state == "working":
+        env["MEMVAULT_EMBEDDER"] = "hash"
+    server = start([sys.executable, "-m", "memvault", "serve"], env, port, work / f"prepare-{state}.log")
+    try:
+        load_all(port, tokens)
+        if state == "idle" and wait_vectors(port, 600):
+            raise RuntimeError("the idle template's vectors were not all computed in 10 minutes")
+    finally:
+        stop(server)
+    if state == "idle":
+        now = datetime.now(UTC).isoformat()
+        for t in range(tokens):
+            sidecar = Sidecar.open(template / f"agent{t:02d}")
+            try:
+                sidecar.set_state(LAST_EVICTION, now)
+            finally:
+                sidecar.close()
+
+
+READ_TODAY = re.compile(r"^lastAccessedAt: *'?(\d{4}-\d{2}-\d{2})", re.MULTILINE)
+
+
+def background_done(root: Path, tokens: int) -> tuple[int, int]:
+    """Files archived, and hot files whose lastAccessedAt is today (written back, or written)."""
+    today = datetime.now(UTC).date().isoformat()
+    archived = read_today = 0
+    for t in range(tokens):
+        folder = root / f"agent{t:02d}"
+        archived += sum(1 for _ in (folder / "archive").rglob("*.md")) if (folder / "archive").is_dir() else 0
+        for path in folder.glob("*.md"):
+            head = path.read_text(encoding="utf-8", errors="replace")[:600]
+            match = READ_TODAY.search(head)
+            read_today += bool(match and match.group(1) == today)
+    return archived, read_today
+
+
+def one_turn(
+    args: argparse.Namespace,
+    state: str,
+    template: Path,
+    base: dict[str, str],
+    tokens: int,
+    layout: Layout,
+    plan: Any,
+    work: Path,
+) -> dict[str, Any]:
+    """A copy of the state's template, a fresh server on it, the tokens loaded, then the load."""
+    root = work / f"run-{state}"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(template, root, symlinks=True)
+    _, read_before = background_done(root, tokens)
+    port = free_port()
+    cmd = [sys.executable, "-m", "memvault", "serve"]
+    server = start(cmd, env_for(base, root, port, state, layout), port, work / f"serve-{state}.log")
+    try:
+        loaded = load_all(port, tokens)
+        wait_model(port)
+        if state == "idle" and wait_vectors(port, 300):
+            raise RuntimeError("the idle server's vectors were not all loaded in 5 minutes")
+        urls = [f"http://127.0.0.1:{port}/mcp/agent{t:02d}" for t in range(tokens)]
+        load_avg = os.getloadavg()[0]
+        embed0 = embedding_state(port)
+        cpu0, loop0, client0 = (
+            cpu_seconds(server.pid),
+            cpu_seconds(server.pid, task=server.pid),
+            time.process_time(),
+        )
+        ticks = cpu_ticks()
+        tally, elapsed = asyncio.run(drive(urls, args.seconds, plan))
+        steal = steal_share(ticks, cpu_ticks())
+        embed1 = embedding_state(port)
+        result = report(tally, elapsed)
+        result |= {
+            "state": state,
+            "loaded_s": loaded,
+            "load_avg": load_avg,
+            "steal": steal,
+            "server_cpu": (cpu_seconds(server.pid) - cpu0) / elapsed,
+            "loop_cpu": (cpu_seconds(server.pid, task=server.pid) - loop0) / elapsed,
+            "client_cpu": (time.process_time() - client0) / elapsed,
+            "pending": (embed0[0], embed1[0]),
+            "embedding_cpu": (embed1[1] - embed0[1]) / elapsed,
+        }
+    finally:
+        stop(server)
+    archived, read_after = background_done(root, tokens)
+    result["archived"] = archived
+    result["read_today"] = read_after - read_before
+    shutil.rmtree(root, ignore_errors=True)
+    return result
+
+
+def run_size(
+    args: argparse.Namespace, agents: int, docs: list[corpus.Doc], words: list[str], work: Path
+) -> list[dict[str, Any]]:
+    layout = Layout(args.memories, args.stale, args.over)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
+    if args.embedder:
+        base["MEMVAULT_EMBEDDER"] = args.embedder
+    templates: dict[str, Path] = {}
+    names: list[list[str]] = []
+    for state in STATES:
+        templates[state] = work / f"template-{agents}-{state}"
+        t0 = time.monotonic()
+        names = write_tokens(
+            templates[state], agents, docs, args.memories, args.seed, layout.fields(state == "working")
+        )
+        prepare(templates[state], base, agents, layout, state, work)
+        print(f"{agents} agents, {state} template: {time.monotonic() - t0:.1f} s", flush=True)
+    kept = [[name for i, name in enumerate(mine) if layout.kept(i)] for mine in names]
+    runs: list[dict[str, Any]] = []
+    for r in range(args.rounds):
+        order = STATES if r % 2 == 0 else STATES[::-1]
+        for state in order:
+            # Every turn the same calls: the same seeds, the same counter for new titles.
+            result = one_turn(
+                args, state, templates[state], base, agents, layout, memvault_plan(kept, words), work
+            )
+            result["round"] = r
+            runs.append(result)
+            print(
+                f"{agents} agents, round {r + 1}, {state}: {result['rate']:.0f} calls/s, "
+                f"p50 {ms(result['p50'])} p99 {ms(result['p99'])} ms, failed {result['failed']}, "
+                f"pending {result['pending']}, archived {result['archived']}, "
+                f"written back {result['read_today']}, load {result['load_avg']:.2f}",
+                flush=True,
+            )
+    for template in templates.values():
+        shutil.rmtree(template, ignore_errors=True)
+    return runs
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per state the median over rounds; the median of the per-round ratios working / idle."""
+    out: dict[str, Any] = {}
+    for state in STATES:
+        mine = [r for r in runs if r["state"] == state]
+        out[state] = {
+            key: statistics.median(r[key] for r in mine)
+            for key in ("rate", "p50", "p95", "p99", "server_cpu", "loop_cpu", "embedding_cpu", "load_avg")
+        }
+        out[state]["failed"] = sum(r["failed"] for r in mine)
+        out[state]["archived"] = statistics.median(r["archived"] for r in mine)
+        out[state]["read_today"] = statistics.median(r["read_today"] for r in mine)
+        out[state]["pending"] = (
+            statistics.median(r["pending"][0] for r in mine),
+            statistics.median(r["pending"][1] for r in mine),
+        )
+    pairs = [
+        (i, w)
+        for i in runs
+        if i["state"] == "idle"
+        for w in runs
+        if w["state"] == "working" and w["round"] == i["round"]
+    ]
+    out["ratio"] = {
+        key: statistics.median(w[key] / i[key] for i, w in pairs) for key in ("rate", "p50", "p95", "p99")
+    }
+    out["ratio_p99_rounds"] = [w["p99"] / i["p99"] for i, w in pairs]
+    return out
+
+
+def write_section(args: argparse.Namespace, summaries: dict[int, dict[str, Any]]) -> None:
+    command = (
+        f"python bench/bench_background.py --agents {args.agents} --memories {args.memories} "
+        f"--seconds {args.seconds:g} --rounds {args.rounds}"
+        + (" --locomo ../shared/data/locomo" if args.locomo else "")
+        + (f" --embedder {args.embedder}" if args.embedder else "")
+        + " --out bench/RESULTS.md"
+    )
+    layout = Layout(args.memories, args.stale, args.over)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"## {stamp}: background work against requests (issue 49), {args.agents} agents x "
+        f"{args.memories:,} memories",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {machine_line()}. The load average column is the machine's 1-minute load when "
+        "each turn began (median over the rounds); other engineers' work shares these two cores.",
+        "",
+        f"Each agent on its own token, for {args.seconds:g} s right after the tokens loaded, bench_load's "
+        "mix (55% read_memory, 15% recall, 10% list_memory_titles, 12% write_memory, 8% update_memory), "
+        f"{args.rounds} rounds, the two states in turns (idle first in odd rounds, working first in even "
+        "ones), a fresh copy of the vault and a fresh server each turn. Idle: every vector in the "
+        "sidecar (the turn starts once /healthz reports none pending), every memory read today, the "
+        "last sweep just done. Both start once the embedding model is loaded. Working: no vector "
+        "computed, memories last read 1-60 days ago (first "
+        f"reads write lastAccessedAt back), {layout.n_stale} of each token's memories past the P2 TTL "
+        f"and {layout.n_over} more over MEMVAULT_CAPACITY={layout.capacity} (each token's first read "
+        "starts a lazy sweep that archives them). Medians over the rounds; the ratios are the medians "
+        "of the per-round ratios working / idle. Target: p99 working <= 1.2 x idle.",
+        "",
+        "| agents | state | calls/s | p50 ms | p95 ms | p99 ms | failed | server cores | loop core "
+        "| embedding core | vectors pending (start -> end) | archived | lastAccessedAt written | load avg |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for agents, summary in summaries.items():
+        for state in STATES:
+            s = summary[state]
+            lines.append(
+                f"| {agents} | {state} | {s['rate']:,.0f} | {ms(s['p50'])} | {ms(s['p95'])} | {ms(s['p99'])} "
+                f"| {s['failed']} | {s['server_cpu']:.2f} | {s['loop_cpu']:.2f} | {s['embedding_cpu']:.3f} "
+                f"| {s['pending'][0]:,.0f} -> {s['pending'][1]:,.0f} | {s['archived']:,.0f} "
+                f"| {s['read_today']:,.0f} | {s['load_avg']:.2f} |"
+            )
+    lines += [
+        "",
+        "| agents | working / idle: calls/s | p50 | p95 | p99 | p99 per round |",
+        "|---:|---:|---:|---:|---:|---|",
+    ]
+    for agents, summary in summaries.items():
+        ratio = summary["ratio"]
+        rounds = ", ".join(f"{x:.2f}" for x in summary["ratio_p99_rounds"])
+        lines.append(
+            f"| {agents} | {ratio['rate']:.2f} | {ratio['p50']:.2f} | {ratio['p95']:.2f} | "
+            f"**{ratio['p99']:.2f}** | {rounds} |"
+        )
+    lines.append("")
+    update_results(args.out, "\n".join(lines), command, MARK_START, MARK_END, grouped=False)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", default="8,32", help="agent counts, one token each (comma-separated)")
+    parser.add_argument("--memories", type=int, default=1000, help="memories per token")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--stale", type=float, default=0.1, help="share of each token past the P2 TTL")
+    parser.add_argument("--over", type=float, default=0.1, help="share of each token over capacity")
+    parser.add_argument("--embedder", help="MEMVAULT_EMBEDDER for both states (default: memvault's)")
+    parser.add_argument("--locomo", type=Path)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", type=Path, help="also write every turn's figures to this file")
+    args = parser.parse_args()
+    counts = [int(x) for x in args.agents.split(",")]
+
+    work = Path(tempfile.mkdtemp(prefix="memvault-background-"))
+    try:
+        n_docs = min(max(counts) * args.memories, 20_000)
+        docs = (
+            corpus.locomo_docs(args.locomo, n_docs)
+            if args.locomo
+            else corpus.synthetic_docs(n_docs, args.seed)
+        )
+        words = [w for d in docs[:2000] for w in d.content.split() if w.isalpha() and len(w) > 5][:5000]
+        runs = {agents: run_size(args, agents, docs, words, work) for agents in counts}
+        summaries = {agents: summarize(r) for agents, r in runs.items()}
+        for agents, summary in summaries.items():
+            ratio = summary["ratio"]
+            print(
+                f"{agents} agents: p99 idle {ms(summary['idle']['p99'])} ms, working "
+                f"{ms(summary['working']['p99'])} ms, working / idle p99 {ratio['p99']:.2f} "
+                f"(rounds {', '.join(f'{x:.2f}' for x in summary['ratio_p99_rounds'])}), "
+                f"calls/s {ratio['rate']:.2f}"
+            )
+        if args.json:
+            args.json.write_text(json.dumps(runs, indent=1, default=str))
+        if args.out:
+            write_section(args, summaries)
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
