@@ -32,6 +32,7 @@ import random
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -220,7 +221,23 @@ def one_turn(
             time.process_time(),
         )
         ticks = cpu_ticks()
+        spy = None
+        if args.spy:
+            args.spy.mkdir(parents=True, exist_ok=True)
+            out = args.spy / f"{tokens}-{state}-{len(list(args.spy.glob(f'{tokens}-{state}-*')))}.txt"
+            spy_cmd = [
+                shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"),
+                "record",
+                "-p",
+                str(server.pid),
+                "-d",
+                str(int(args.seconds)),
+            ]
+            spy_cmd += ["-r", "100", "-f", "raw", "--threads", "-o", str(out)]
+            spy = subprocess.Popen(spy_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         tally, elapsed = asyncio.run(drive(urls, args.seconds, plan))
+        if spy is not None:
+            spy.wait(60)
         steal = steal_share(ticks, cpu_ticks())
         embed1 = embedding_state(port)
         result = report(tally, elapsed)
@@ -387,6 +404,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=Path, help="also write every turn's figures to this file")
+    parser.add_argument(
+        "--spy", type=Path, help="py-spy each turn's server (--threads, raw stacks) into this folder"
+    )
     args = parser.parse_args()
     counts = [int(x) for x in args.agents.split(",")]
 
