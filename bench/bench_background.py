@@ -191,6 +191,7 @@ def background_done(root: Path, tokens: int) -> tuple[int, int]:
 
 def one_turn(
     args: argparse.Namespace,
+    version: tuple[str, Path | None],
     state: str,
     template: Path,
     base: dict[str, str],
@@ -199,14 +200,19 @@ def one_turn(
     plan: Any,
     work: Path,
 ) -> dict[str, Any]:
-    """A copy of the state's template, a fresh server on it, the tokens loaded, then the load."""
+    """A copy of the state's template, a fresh server (of ``version``: its label and the folder
+    holding its memvault package, None for the installed one) on it, the tokens loaded, the load."""
+    label, folder = version
     root = work / f"run-{state}"
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(template, root, symlinks=True)
     _, read_before = background_done(root, tokens)
     port = free_port()
+    env = env_for(base, root, port, state, layout)
+    if folder is not None:  # PYTHONPATH alone decides the package (started outside the repository)
+        env["PYTHONPATH"] = str(folder.resolve())
     cmd = [sys.executable, "-m", "memvault", "serve"]
-    server = start(cmd, env_for(base, root, port, state, layout), port, work / f"serve-{state}.log")
+    server = start(cmd, env, port, work / f"serve-{label}-{state}.log", cwd=tempfile.gettempdir())
     try:
         loaded = load_all(port, tokens)
         wait_model(port)
@@ -224,16 +230,11 @@ def one_turn(
         spy = None
         if args.spy:
             args.spy.mkdir(parents=True, exist_ok=True)
-            out = args.spy / f"{tokens}-{state}-{len(list(args.spy.glob(f'{tokens}-{state}-*')))}.txt"
-            spy_cmd = [
-                shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"),
-                "record",
-                "-p",
-                str(server.pid),
-                "-d",
-                str(int(args.seconds)),
-            ]
-            spy_cmd += ["-r", "100", "-f", "raw", "--threads", "-o", str(out)]
+            name = f"{tokens}-{label or 'installed'}-{state}"
+            out = args.spy / f"{name}-{len(list(args.spy.glob(name + '-*')))}.txt"
+            spy_cmd = [shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"), "record"]
+            spy_cmd += ["-p", str(server.pid), "-d", str(int(args.seconds)), "-r", str(args.spy_rate)]
+            spy_cmd += ["-f", "raw", "--threads", "-o", str(out)]
             spy = subprocess.Popen(spy_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         tally, elapsed = asyncio.run(drive(urls, args.seconds, plan))
         if spy is not None:
@@ -242,6 +243,7 @@ def one_turn(
         embed1 = embedding_state(port)
         result = report(tally, elapsed)
         result |= {
+            "version": label,
             "state": state,
             "loaded_s": loaded,
             "load_avg": load_avg,
@@ -262,8 +264,14 @@ def one_turn(
 
 
 def run_size(
-    args: argparse.Namespace, agents: int, docs: list[corpus.Doc], words: list[str], work: Path
+    args: argparse.Namespace,
+    versions: list[tuple[str, Path | None]],
+    agents: int,
+    docs: list[corpus.Doc],
+    words: list[str],
+    work: Path,
 ) -> list[dict[str, Any]]:
+    """Every (version, state) turn, ``--rounds`` times, the order turning by one each round."""
     layout = Layout(args.memories, args.stale, args.over)
     base = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
     if args.embedder:
@@ -279,20 +287,20 @@ def run_size(
         prepare(templates[state], base, agents, layout, state, work)
         print(f"{agents} agents, {state} template: {time.monotonic() - t0:.1f} s", flush=True)
     kept = [[name for i, name in enumerate(mine) if layout.kept(i)] for mine in names]
+    turns = [(version, state) for version in versions for state in STATES]
     runs: list[dict[str, Any]] = []
     for r in range(args.rounds):
-        order = STATES if r % 2 == 0 else STATES[::-1]
-        for state in order:
+        shift = r % len(turns)
+        for version, state in turns[shift:] + turns[:shift]:
             # Every turn the same calls: the same seeds, the same counter for new titles.
-            result = one_turn(
-                args, state, templates[state], base, agents, layout, memvault_plan(kept, words), work
-            )
+            plan = memvault_plan(kept, words)
+            result = one_turn(args, version, state, templates[state], base, agents, layout, plan, work)
             result["round"] = r
             runs.append(result)
             print(
-                f"{agents} agents, round {r + 1}, {state}: {result['rate']:.0f} calls/s, "
-                f"p50 {ms(result['p50'])} p99 {ms(result['p99'])} ms, failed {result['failed']}, "
-                f"pending {result['pending']}, archived {result['archived']}, "
+                f"{agents} agents, round {r + 1}, {version[0] or 'installed'} {state}: "
+                f"{result['rate']:.0f} calls/s, p50 {ms(result['p50'])} p99 {ms(result['p99'])} ms, "
+                f"failed {result['failed']}, pending {result['pending']}, archived {result['archived']}, "
                 f"written back {result['read_today']}, load {result['load_avg']:.2f}",
                 flush=True,
             )
@@ -301,9 +309,11 @@ def run_size(
     return runs
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per state the median over rounds; the median of the per-round ratios working / idle."""
+def summarize(runs: list[dict[str, Any]], label: str) -> dict[str, Any]:
+    """One version's figures: per state the median over rounds; the median of the per-round
+    ratios working / idle."""
     out: dict[str, Any] = {}
+    runs = [r for r in runs if r["version"] == label]
     for state in STATES:
         mine = [r for r in runs if r["state"] == state]
         out[state] = {
@@ -317,6 +327,13 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             statistics.median(r["pending"][0] for r in mine),
             statistics.median(r["pending"][1] for r in mine),
         )
+        out[state]["per_tool"] = {
+            tool: (
+                statistics.median(r["per_tool"][tool][1] for r in mine if tool in r["per_tool"]),
+                statistics.median(r["per_tool"][tool][2] for r in mine if tool in r["per_tool"]),
+            )
+            for tool in sorted({t for r in mine for t in r["per_tool"]})
+        }
     pairs = [
         (i, w)
         for i in runs
@@ -331,16 +348,18 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def write_section(args: argparse.Namespace, summaries: dict[int, dict[str, Any]]) -> None:
+def write_section(args: argparse.Namespace, summaries: dict[tuple[int, str], dict[str, Any]]) -> None:
     command = (
         f"python bench/bench_background.py --agents {args.agents} --memories {args.memories} "
         f"--seconds {args.seconds:g} --rounds {args.rounds}"
+        + "".join(f" --package {spec.split('=')[0]}=..." for spec in args.package or [])
         + (" --locomo ../shared/data/locomo" if args.locomo else "")
         + (f" --embedder {args.embedder}" if args.embedder else "")
         + " --out bench/RESULTS.md"
     )
     layout = Layout(args.memories, args.stale, args.over)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    several = len(args.package or []) > 1
     lines = [
         f"## {stamp}: background work against requests (issue 49), {args.agents} agents x "
         f"{args.memories:,} memories",
@@ -352,40 +371,44 @@ def write_section(args: argparse.Namespace, summaries: dict[int, dict[str, Any]]
         "",
         f"Each agent on its own token, for {args.seconds:g} s right after the tokens loaded, bench_load's "
         "mix (55% read_memory, 15% recall, 10% list_memory_titles, 12% write_memory, 8% update_memory), "
-        f"{args.rounds} rounds, the two states in turns (idle first in odd rounds, working first in even "
-        "ones), a fresh copy of the vault and a fresh server each turn. Idle: every vector in the "
-        "sidecar (the turn starts once /healthz reports none pending), every memory read today, the "
-        "last sweep just done. Both start once the embedding model is loaded. Working: no vector "
-        "computed, memories last read 1-60 days ago (first "
-        f"reads write lastAccessedAt back), {layout.n_stale} of each token's memories past the P2 TTL "
-        f"and {layout.n_over} more over MEMVAULT_CAPACITY={layout.capacity} (each token's first read "
-        "starts a lazy sweep that archives them). Medians over the rounds; the ratios are the medians "
-        "of the per-round ratios working / idle. Target: p99 working <= 1.2 x idle.",
+        f"{args.rounds} rounds, "
+        + ("each version in " if several else "")
+        + "the two states in turns (the order turning by one each round), a fresh copy of the vault and "
+        "a fresh server each turn. Idle: every vector in the sidecar (the turn starts once /healthz "
+        "reports none pending), every memory read today, the last sweep just done. Both start once the "
+        "embedding model is loaded. Working: no vector computed, memories last read 1-60 days ago "
+        f"(first reads write lastAccessedAt back), {layout.n_stale} of each token's memories past the "
+        f"P2 TTL and {layout.n_over} more over MEMVAULT_CAPACITY={layout.capacity} (each token's first "
+        "read starts a lazy sweep that archives them). Medians over the rounds; the ratios are the "
+        "medians of the per-round ratios working / idle. Target: p99 working <= 1.2 x idle.",
         "",
-        "| agents | state | calls/s | p50 ms | p95 ms | p99 ms | failed | server cores | loop core "
-        "| embedding core | vectors pending (start -> end) | archived | lastAccessedAt written | load avg |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "| agents | version | state | calls/s | p50 ms | p95 ms | p99 ms | write p99 ms | failed "
+        "| server cores | loop core | embedding core | vectors pending (start -> end) | archived "
+        "| lastAccessedAt written | load avg |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
-    for agents, summary in summaries.items():
+    for (agents, label), summary in summaries.items():
         for state in STATES:
             s = summary[state]
+            write_p99 = s["per_tool"].get("write_memory", (0.0, 0.0))[1]
             lines.append(
-                f"| {agents} | {state} | {s['rate']:,.0f} | {ms(s['p50'])} | {ms(s['p95'])} | {ms(s['p99'])} "
-                f"| {s['failed']} | {s['server_cpu']:.2f} | {s['loop_cpu']:.2f} | {s['embedding_cpu']:.3f} "
+                f"| {agents} | {label or 'installed'} | {state} | {s['rate']:,.0f} | {ms(s['p50'])} "
+                f"| {ms(s['p95'])} | {ms(s['p99'])} | {ms(write_p99)} | {s['failed']} "
+                f"| {s['server_cpu']:.2f} | {s['loop_cpu']:.2f} | {s['embedding_cpu']:.3f} "
                 f"| {s['pending'][0]:,.0f} -> {s['pending'][1]:,.0f} | {s['archived']:,.0f} "
                 f"| {s['read_today']:,.0f} | {s['load_avg']:.2f} |"
             )
     lines += [
         "",
-        "| agents | working / idle: calls/s | p50 | p95 | p99 | p99 per round |",
-        "|---:|---:|---:|---:|---:|---|",
+        "| agents | version | working / idle: calls/s | p50 | p95 | p99 | p99 per round |",
+        "|---:|---|---:|---:|---:|---:|---|",
     ]
-    for agents, summary in summaries.items():
+    for (agents, label), summary in summaries.items():
         ratio = summary["ratio"]
         rounds = ", ".join(f"{x:.2f}" for x in summary["ratio_p99_rounds"])
         lines.append(
-            f"| {agents} | {ratio['rate']:.2f} | {ratio['p50']:.2f} | {ratio['p95']:.2f} | "
-            f"**{ratio['p99']:.2f}** | {rounds} |"
+            f"| {agents} | {label or 'installed'} | {ratio['rate']:.2f} | {ratio['p50']:.2f} "
+            f"| {ratio['p95']:.2f} | **{ratio['p99']:.2f}** | {rounds} |"
         )
     lines.append("")
     update_results(args.out, "\n".join(lines), command, MARK_START, MARK_END, grouped=False)
@@ -407,8 +430,19 @@ def main() -> int:
     parser.add_argument(
         "--spy", type=Path, help="py-spy each turn's server (--threads, raw stacks) into this folder"
     )
+    parser.add_argument("--spy-rate", type=int, default=100, help="py-spy's samples a second")
+    parser.add_argument(
+        "--package",
+        action="append",
+        metavar="LABEL=DIR",
+        help="a version to serve: DIR holds its memvault package (git archive <rev> memvault | tar -x "
+        "-C DIR); repeat for several, taking turns with each other (default: the installed one)",
+    )
     args = parser.parse_args()
     counts = [int(x) for x in args.agents.split(",")]
+    versions: list[tuple[str, Path | None]] = [("", None)]
+    if args.package:
+        versions = [(spec.partition("=")[0], Path(spec.partition("=")[2])) for spec in args.package]
 
     work = Path(tempfile.mkdtemp(prefix="memvault-background-"))
     try:
@@ -419,12 +453,14 @@ def main() -> int:
             else corpus.synthetic_docs(n_docs, args.seed)
         )
         words = [w for d in docs[:2000] for w in d.content.split() if w.isalpha() and len(w) > 5][:5000]
-        runs = {agents: run_size(args, agents, docs, words, work) for agents in counts}
-        summaries = {agents: summarize(r) for agents, r in runs.items()}
-        for agents, summary in summaries.items():
+        runs = {agents: run_size(args, versions, agents, docs, words, work) for agents in counts}
+        summaries = {
+            (agents, label): summarize(r, label) for agents, r in runs.items() for label, _ in versions
+        }
+        for (agents, label), summary in summaries.items():
             ratio = summary["ratio"]
             print(
-                f"{agents} agents: p99 idle {ms(summary['idle']['p99'])} ms, working "
+                f"{agents} agents, {label or 'installed'}: p99 idle {ms(summary['idle']['p99'])} ms, working "
                 f"{ms(summary['working']['p99'])} ms, working / idle p99 {ratio['p99']:.2f} "
                 f"(rounds {', '.join(f'{x:.2f}' for x in summary['ratio_p99_rounds'])}), "
                 f"calls/s {ratio['rate']:.2f}"

@@ -221,9 +221,11 @@ def write_tokens(
     return names
 
 
-def start(cmd: list[str], env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+def start(
+    cmd: list[str], env: dict[str, str], port: int, log: Path, cwd: str | None = None
+) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
