@@ -58,7 +58,7 @@ from bench_load import (
 from harness import cpu_ticks, free_port, machine_line, ms, steal_share, update_results
 
 from memvault.ops.sweeps import LAST_EVICTION
-from memvault.records.sidecar import Sidecar
+from memvault.records.sidecar import DB_NAME, SIDECAR_DIR, Sidecar
 
 MARK_START = "<!-- bench_background:start -->"
 MARK_END = "<!-- bench_background:end -->"
@@ -105,15 +105,27 @@ class Layout:
         return fields_for
 
 
-def env_for(base: dict[str, str], root: Path, port: int, state: str, layout: Layout) -> dict[str, str]:
-    capacity = layout.capacity if state == "working" else 1_000_000_000
-    return {
+PARTS = ("embed", "writeback", "sweep")
+
+
+def env_for(
+    base: dict[str, str], root: Path, port: int, state: str, layout: Layout, parts: set[str]
+) -> dict[str, str]:
+    """The server's settings; in the working state, a part left out of ``parts`` is switched off
+    (no write-back; no sweep that archives anything)."""
+    working = state == "working"
+    env = {
         **base,
         "MEMVAULT_ROOT": str(root),
         "MEMVAULT_PORT": str(port),
-        "MEMVAULT_CAPACITY": str(capacity),
+        "MEMVAULT_CAPACITY": str(layout.capacity if working and "sweep" in parts else 1_000_000_000),
         "MEMVAULT_LOG_LEVEL": "warning",
     }
+    if working and "sweep" not in parts:
+        env["MEMVAULT_TTL_P2_DAYS"] = "100000"
+    if working and "writeback" not in parts:
+        env["MEMVAULT_ACCESS_WRITEBACK"] = "never"
+    return env
 
 
 def load_all(port: int, tokens: int) -> float:
@@ -146,20 +158,40 @@ def wait_vectors(port: int, timeout: float) -> int:
 
 
 def prepare(
-    template: Path, base: dict[str, str], tokens: int, layout: Layout, state: str, work: Path
+    template: Path,
+    base: dict[str, str],
+    tokens: int,
+    layout: Layout,
+    state: str,
+    work: Path,
+    parts: set[str],
+    idle: Path | None = None,
 ) -> None:
     """Give a template its derived state once (each round starts from a copy): the sidecar's
     parses and the snapshot for both; every vector and a sweep just done for the idle one. The
-    working one is served with the built-in hash embedder, so WordLlama finds no vector of its own."""
+    working one is served with the built-in hash embedder, so WordLlama finds no vector of its own;
+    without "embed" in ``parts`` it starts from the ``idle`` template's sidecar instead (the same
+    texts: every vector is found there) and no sweep recorded."""
+    embed = state == "idle" or "embed" not in parts
+    if embed and state == "working" and idle is not None:
+        for t in range(tokens):
+            folder = template / f"agent{t:02d}" / SIDECAR_DIR
+            folder.mkdir(exist_ok=True)
+            shutil.copy2(idle / f"agent{t:02d}" / SIDECAR_DIR / DB_NAME, folder / DB_NAME)
+            sidecar = Sidecar.open(template / f"agent{t:02d}")
+            try:
+                sidecar.set_state(LAST_EVICTION, "")
+            finally:
+                sidecar.close()
     port = free_port()
-    env = env_for(base, template, port, state, layout)
-    if state == "working":
+    env = env_for(base, template, port, state, layout, parts)
+    if not embed:
         env["MEMVAULT_EMBEDDER"] = "hash"
     server = start([sys.executable, "-m", "memvault", "serve"], env, port, work / f"prepare-{state}.log")
     try:
         load_all(port, tokens)
-        if state == "idle" and wait_vectors(port, 600):
-            raise RuntimeError("the idle template's vectors were not all computed in 10 minutes")
+        if embed and wait_vectors(port, 600):
+            raise RuntimeError(f"the {state} template's vectors were not all computed in 10 minutes")
     finally:
         stop(server)
     if state == "idle":
@@ -208,7 +240,7 @@ def one_turn(
     shutil.copytree(template, root, symlinks=True)
     _, read_before = background_done(root, tokens)
     port = free_port()
-    env = env_for(base, root, port, state, layout)
+    env = env_for(base, root, port, state, layout, args.parts)
     if folder is not None:  # PYTHONPATH alone decides the package (started outside the repository)
         env["PYTHONPATH"] = str(folder.resolve())
     cmd = [sys.executable, "-m", "memvault", "serve"]
@@ -216,8 +248,8 @@ def one_turn(
     try:
         loaded = load_all(port, tokens)
         wait_model(port)
-        if state == "idle" and wait_vectors(port, 300):
-            raise RuntimeError("the idle server's vectors were not all loaded in 5 minutes")
+        if (state == "idle" or "embed" not in args.parts) and wait_vectors(port, 300):
+            raise RuntimeError(f"the {state} server's vectors were not all loaded in 5 minutes")
         urls = [f"http://127.0.0.1:{port}/mcp/agent{t:02d}" for t in range(tokens)]
         load_avg = os.getloadavg()[0]
         embed0 = embedding_state(port)
@@ -254,11 +286,12 @@ def one_turn(
             "pending": (embed0[0], embed1[0]),
             "embedding_cpu": (embed1[1] - embed0[1]) / elapsed,
         }
+        # Counted before the server stops: at shutdown it writes back every access still queued.
+        archived, read_after = background_done(root, tokens)
+        result["archived"] = archived
+        result["read_today"] = read_after - read_before
     finally:
         stop(server)
-    archived, read_after = background_done(root, tokens)
-    result["archived"] = archived
-    result["read_today"] = read_after - read_before
     shutil.rmtree(root, ignore_errors=True)
     return result
 
@@ -284,7 +317,7 @@ def run_size(
         names = write_tokens(
             templates[state], agents, docs, args.memories, args.seed, layout.fields(state == "working")
         )
-        prepare(templates[state], base, agents, layout, state, work)
+        prepare(templates[state], base, agents, layout, state, work, args.parts, templates.get("idle"))
         print(f"{agents} agents, {state} template: {time.monotonic() - t0:.1f} s", flush=True)
     kept = [[name for i, name in enumerate(mine) if layout.kept(i)] for mine in names]
     turns = [(version, state) for version in versions for state in STATES]
@@ -355,6 +388,7 @@ def write_section(args: argparse.Namespace, summaries: dict[tuple[int, str], dic
         + "".join(f" --package {spec.split('=')[0]}=..." for spec in args.package or [])
         + (" --locomo ../shared/data/locomo" if args.locomo else "")
         + (f" --embedder {args.embedder}" if args.embedder else "")
+        + (f" --parts {','.join(p for p in PARTS if p in args.parts)}" if args.parts != set(PARTS) else "")
         + " --out bench/RESULTS.md"
     )
     layout = Layout(args.memories, args.stale, args.over)
@@ -380,7 +414,14 @@ def write_section(args: argparse.Namespace, summaries: dict[tuple[int, str], dic
         f"(first reads write lastAccessedAt back), {layout.n_stale} of each token's memories past the "
         f"P2 TTL and {layout.n_over} more over MEMVAULT_CAPACITY={layout.capacity} (each token's first "
         "read starts a lazy sweep that archives them). Medians over the rounds; the ratios are the "
-        "medians of the per-round ratios working / idle. Target: p99 working <= 1.2 x idle.",
+        "medians of the per-round ratios working / idle. Target: p99 working <= 1.2 x idle."
+        + (
+            ""
+            if args.parts == set(PARTS)
+            else " In this run the working state does only: " + ", ".join(sorted(args.parts)) + " (the "
+            "rest as in idle: vectors from the sidecar, MEMVAULT_ACCESS_WRITEBACK=never, nothing a "
+            "sweep archives)."
+        ),
         "",
         "| agents | version | state | calls/s | p50 ms | p95 ms | p99 ms | write p99 ms | failed "
         "| server cores | loop core | embedding core | vectors pending (start -> end) | archived "
@@ -430,6 +471,11 @@ def main() -> int:
     parser.add_argument(
         "--spy", type=Path, help="py-spy each turn's server (--threads, raw stacks) into this folder"
     )
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help="the background work the working state does, of " + ", ".join(PARTS) + " (the rest idle)",
+    )
     parser.add_argument("--spy-rate", type=int, default=100, help="py-spy's samples a second")
     parser.add_argument(
         "--package",
@@ -440,6 +486,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     counts = [int(x) for x in args.agents.split(",")]
+    args.parts = {p for p in args.parts.split(",") if p}
+    if not args.parts <= set(PARTS):
+        parser.error(f"--parts takes {', '.join(PARTS)}")
     versions: list[tuple[str, Path | None]] = [("", None)]
     if args.package:
         versions = [(spec.partition("=")[0], Path(spec.partition("=")[2])) for spec in args.package]
