@@ -106,11 +106,8 @@ class Sweeps:
                     await self.background.run(sync_folders, folders)  # outside the token's lock
                 done += moved
                 start += taken
-            sidecar = state.ensure_sidecar()
-            bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
-            if done:
-                report = json.dumps({"at": now.isoformat(), "summary": summary(done)})
-                bookkeep("remember what the sweep archived", lambda: sidecar.set_state(LAST_REPORT, report))
+            # In a thread: on the loop, the sidecar's lock may be held by the embedding worker.
+            await self.background.run(remember_sweep, state, now, done)
             state.last_sweep, state.sweep_known = now, True
             return Sweep(done, held)
 
@@ -173,19 +170,21 @@ class Sweeps:
         """Lazy eviction: after a read, at most once per interval, in the background."""
         if state.evicting or state.sidecar is None:
             return
-        if not state.sweep_known:  # read once per load of the token: not a query on every read
-            try:
-                raw = state.sidecar.get_state(LAST_EVICTION)
-            except sqlite3.Error as exc:
-                note_failure("read the last sweep time", exc)
-                return
-            state.last_sweep, state.sweep_known = (datetime.fromisoformat(raw) if raw else None), True
-        if not eviction.sweep_due(state.last_sweep, self.clock(), self.settings.evict_interval_hours):
+        if state.sweep_known and not self._due(state):
             return
         state.evicting = True
 
         async def sweep() -> None:
             try:
+                if not state.sweep_known:  # read once per load of the token (in a thread: see sweep)
+                    try:
+                        raw = await self.background.run(last_sweep, state)
+                    except sqlite3.Error as exc:
+                        note_failure("read the last sweep time", exc)
+                        return
+                    state.last_sweep, state.sweep_known = (datetime.fromisoformat(raw) if raw else None), True
+                    if not self._due(state):
+                        return
                 evicted = (await self.sweep(state.token, lazy=True)).evicted
                 if evicted:
                     log.info("a lazy sweep archived %s", summary(evicted))
@@ -196,6 +195,23 @@ class Sweeps:
                 state.evicting = False
 
         self.spawn(sweep())
+
+    def _due(self, state: TokenState) -> bool:
+        return eviction.sweep_due(state.last_sweep, self.clock(), self.settings.evict_interval_hours)
+
+
+def last_sweep(state: TokenState) -> str | None:
+    """When the token's last sweep ran, as the sidecar has it (worker thread)."""
+    return None if state.sidecar is None else state.sidecar.get_state(LAST_EVICTION)
+
+
+def remember_sweep(state: TokenState, now: datetime, done: Sequence[Evicted]) -> None:
+    """Note in the sidecar when a sweep ran and what it archived (worker thread)."""
+    sidecar = state.ensure_sidecar()
+    bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
+    if done:
+        report = json.dumps({"at": now.isoformat(), "summary": summary(done)})
+        bookkeep("remember what the sweep archived", lambda: sidecar.set_state(LAST_REPORT, report))
 
 
 def sync_folders(folders: set[Path]) -> None:
