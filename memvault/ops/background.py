@@ -1,8 +1,9 @@
 """Background file work's share of the process: one piece at a time, a rest after each, requests first.
 
 Access write-backs and lazy eviction sweeps change files under a token's lock, in a worker thread.
-Under 32 agents, 32 sweeps at once filled anyio's threads and held each token's lock for a hundred
-file moves, and writes to those tokens waited seconds (bench/bench_background.py). So each piece
+Under 32 agents, each token's first read started a sweep: 32 ran at once, in as many threads, each
+holding its token's lock for a hundred file moves (two folder fsyncs each), and writes to those
+tokens waited seconds (bench/bench_background.py). So each piece
 (a sweep's plan, a batch of its moves, a batch of write-backs) takes its turn here: one at a time
 in the process, in a thread of its own (never one a request is waiting for), and the next waits
 as long as the last one took, or BUSY_PAUSE times that while requests come in. A piece holding a
