@@ -186,10 +186,22 @@ class Client:
         return None
 
 
+def recent_reads(i: int, now: datetime, rng: random.Random) -> dict[str, Any]:
+    """The fields a memory gets by default: a P1 memory last read 1-20 days ago."""
+    return {"priority": "P1", "lastAccessedAt": now - timedelta(days=rng.uniform(1, 20))}
+
+
 def write_tokens(
-    root: Path, tokens: int, docs: list[corpus.Doc], per_token: int, seed: int
+    root: Path,
+    tokens: int,
+    docs: list[corpus.Doc],
+    per_token: int,
+    seed: int,
+    fields_for: Any = recent_reads,
 ) -> list[list[str]]:
-    """Each token's files (last accessed 1-20 days ago); returns each token's file names."""
+    """Each token's files, created 21-60 days ago, their priority and last read from
+    ``fields_for(i, now, rng)`` (i: the memory's number in its token); returns each token's file
+    names."""
     rng = random.Random(seed)
     now = datetime.now(UTC)
     names: list[list[str]] = []
@@ -200,12 +212,8 @@ def write_tokens(
         for i in range(per_token):
             doc = docs[(t * per_token + i) % len(docs)]
             created = now - timedelta(days=rng.uniform(21, 60))
-            fields = {
-                "priority": "P1",
-                "createdAt": created,
-                "updatedAt": created,
-                "lastAccessedAt": now - timedelta(days=rng.uniform(1, 20)),
-            }
+            fields = {"priority": "P1", "createdAt": created, "updatedAt": created}
+            fields |= fields_for(i, now, rng)
             name = f"{slugify(doc.title)[:60]}-{i}.md"
             (folder / name).write_text(render_new(doc.title, doc.content, fields), encoding="utf-8")
             mine.append(name)
@@ -213,9 +221,11 @@ def write_tokens(
     return names
 
 
-def start(cmd: list[str], env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+def start(
+    cmd: list[str], env: dict[str, str], port: int, log: Path, cwd: str | None = None
+) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

@@ -161,8 +161,9 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def move_no_overwrite(src: Path, dst: Path) -> Path:
-    """Move src to dst, adding -2, -3, ... to the stem if dst exists. Returns the final path."""
+def move_no_overwrite(src: Path, dst: Path, *, sync: bool = True) -> Path:
+    """Move src to dst, adding -2, -3, ... to the stem if dst exists. Returns the final path.
+    Without ``sync`` the two folders are not fsynced: the caller does it once for a batch."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     for candidate in numbered(dst):
         try:
@@ -171,8 +172,9 @@ def move_no_overwrite(src: Path, dst: Path) -> Path:
             continue
         with contextlib.suppress(FileNotFoundError):  # gone already if the fallback renamed it
             os.unlink(src)
-        fsync_dir(candidate.parent)
-        fsync_dir(src.parent)
+        if sync:
+            fsync_dir(candidate.parent)
+            fsync_dir(src.parent)
         return candidate
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -323,20 +323,23 @@ class Vault:
                 "to rename that file; the memories stay where they are meanwhile."
             )
 
-    def move(self, id: str, *, to_archive: bool) -> str:
-        """Move a memory between hot and archive; returns the new id (suffixed on collision)."""
+    def move(self, id: str, *, to_archive: bool, sync: bool = True) -> str:
+        """Move a memory between hot and archive; returns the new id (suffixed on collision).
+        Without ``sync`` the folders are left to the caller to fsync (a sweep: once a batch)."""
         if to_archive:
             self.check_archive()
         src = self.path_of(id, archived=not to_archive)
         if not src.is_file():
             raise NotFound(check_id(id), archived=not to_archive)
         dst = self.path_of(id, archived=to_archive)  # refuses an `archive` that is a link
-        final = move_no_overwrite(src, dst)
+        final = move_no_overwrite(src, dst, sync=sync)
         self._prune_empty(src.parent)
         return final.relative_to(self.area(to_archive)).as_posix()
 
     def _prune_empty(self, folder: Path) -> None:
         """Remove folders the server emptied, up to (not including) the hot or archive root."""
+        if folder in (self.dir, self.archive_dir):
+            return  # a file at the top of an area, as most are: no folder to resolve (a stat each)
         stops = {self.dir.resolve(), self.archive_dir.resolve()}
         while folder.resolve() not in stops and folder.resolve().is_relative_to(self.dir.resolve()):
             try:

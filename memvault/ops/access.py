@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -20,14 +20,13 @@ from memvault.disk.files import fsync_dir
 from memvault.disk.markdown import Memory
 from memvault.errors import Conflict, InvalidArgument, InvalidName, MemvaultError, NotFound
 from memvault.logs import bookkeep, note_failure
+from memvault.ops.background import Background, give_way
 from memvault.records.sidecar import Sidecar
 from memvault.registry.state import TokenState
 from memvault.registry.tokens import Tokens
 from memvault.threads import IN_THREAD, MAX_ROWS, ON_LOOP, NeedsThread, Where
 
-BATCH = 16  # file write-backs per turn of the token's lock: a mutation waits for at most one batch
-BUSY_PAUSE = 19.0  # while requests come in, write-backs rest this many times as long as they took
-MAX_PAUSE = 5.0  # seconds, at most, between two batches
+BATCH = 16  # file write-backs per turn of the token's lock, at most (fewer when a request waits for it)
 # Seconds a round of access records waits for more: one trip records many reads. 0.25 against 0.02:
 # under 32 agents a round held a few reads of each token, a transaction each; two processes side by
 # side, 0.7-5.3% more calls/s (six rounds) and 3% less CPU a call. Queued records are visible to
@@ -43,11 +42,16 @@ class Recorder:
     as much CPU as the reads themselves. File write-backs go per token, in batches.
     """
 
-    def __init__(self, tokens: Tokens, spawn: Callable[[Coroutine[Any, Any, Any]], None]) -> None:
+    def __init__(
+        self,
+        tokens: Tokens,
+        spawn: Callable[[Coroutine[Any, Any, Any]], None],
+        background: Background | None = None,
+    ) -> None:
         self.tokens = tokens
         self.spawn = spawn
+        self.background = background if background is not None else Background(tokens.embeddings.busy)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._one_at_a_time = asyncio.Lock()
         self._due: dict[str, TokenState] = {}  # tokens with access rows to record
         self._recording = False
 
@@ -112,18 +116,20 @@ class Recorder:
             state.pending.draining = False
 
     async def _write_some(self, state: TokenState) -> None:
-        """One batch of write-backs, one token at a time in the process, then a pause as long as
-        the batch took (they use at most half the disk), or BUSY_PAUSE times that while requests
-        come in: requests go first (in a thread, each of a batch's system calls waits for the GIL
-        while the event loop holds it; under 32 agents they took a tenth of the calls/s)."""
-        async with self._one_at_a_time:
+        """One batch of write-backs in a turn of the process's background work, which then rests
+        as long as the batch took, or BUSY_PAUSE times that while requests come in (in a thread,
+        each of a batch's system calls waits for the GIL while the event loop holds it; under 32
+        agents they took a tenth of the calls/s). The batch stops after the file in hand when a
+        request waits for the token's lock; the rest stays queued. The folders' fsync comes after
+        the lock is given back (memvault.ops.background)."""
+        async with self.background.turn():
             due = state.pending.take_files()
             if not due:
                 return
-            started = time.monotonic()
             async with state.lock:
-                await anyio.to_thread.run_sync(write_back, state, due)
-            await asyncio.sleep(rest_after(time.monotonic() - started, self.tokens.embeddings.busy()))
+                left, folders = await self.background.run(write_files, state, due, give_way(state))
+            state.pending.requeue_files(left)
+            await self.background.run(sync_folders, folders, "write lastAccessedAt back")
 
     def drain_now(self, state: TokenState) -> None:
         """Everything pending, at once (worker thread; at shutdown)."""
@@ -131,11 +137,6 @@ class Recorder:
         due = state.pending.take_files(len(state.pending.files))
         if due:
             write_back(state, due)
-
-
-def rest_after(took: float, busy: bool) -> float:
-    """Seconds write-backs rest after a batch that took ``took`` (see Recorder._write_some)."""
-    return min(MAX_PAUSE, took * (BUSY_PAUSE if busy else 1.0))
 
 
 def recorded(state: TokenState, where: Where = IN_THREAD) -> dict[str, datetime]:
@@ -245,27 +246,43 @@ def frontmatter_for(memory: Memory, now: datetime, accessed: datetime | None = N
 def write_back(state: TokenState, due: Sequence[tuple[Memory, datetime]]) -> None:
     """Write each access time into its file (one folder fsync for the batch); a file changed or
     removed under us, or a full disk, skips it: the read stood either way."""
+    _, folders = write_files(state, due)
+    sync_folders(folders, "write lastAccessedAt back")
+
+
+def write_files(
+    state: TokenState, due: Sequence[tuple[Memory, datetime]], give_way: Callable[[], bool] = lambda: False
+) -> tuple[list[tuple[Memory, datetime]], set[Path]]:
+    """write_back's files, without the folders' fsync: the write-backs not made because
+    ``give_way()`` said so after one (at least one is made), and the folders to fsync."""
     by_id = {memory.id: now for memory, now in due}
-    done = _update_each(
+    memories = [memory for memory, _ in due]
+    done, handled = _update_each(
         state,
-        [memory for memory, _ in due],
+        memories,
         lambda memory: {"lastAccessedAt": by_id[memory.id]},
         "write lastAccessedAt back",
         sync_folder=False,
+        give_way=give_way,
     )
-    for folder in {(state.vault.area(False) / id).parent for id in done}:
+    return list(due[handled:]), {(state.vault.area(False) / id).parent for id in done}
+
+
+def sync_folders(folders: set[Path], what: str) -> None:
+    for folder in folders:
         try:
             fsync_dir(folder)
         except OSError as exc:
-            note_failure("write lastAccessedAt back", exc)
+            note_failure(what, exc)
 
 
 def add_frontmatter(state: TokenState, memories: Sequence[Memory], now: datetime) -> list[str]:
     """Give files without frontmatter memvault's (memvault migrate); returns the ids done."""
     times = recorded(state)
-    return _update_each(
+    done, _ = _update_each(
         state, memories, lambda m: frontmatter_for(m, now, times.get(m.id)), "add frontmatter"
     )
+    return done
 
 
 def _update_each(
@@ -275,10 +292,17 @@ def _update_each(
     what: str,
     *,
     sync_folder: bool = True,
-) -> list[str]:
+    give_way: Callable[[], bool] = lambda: False,
+) -> tuple[list[str], int]:
+    """The ids updated, and how many of ``memories`` were handled (all, unless ``give_way()``
+    said to stop after one)."""
     done: list[str] = []
+    handled = 0
     with state.file_lock():
         for memory in memories:
+            if handled and give_way():
+                break
+            handled += 1
             try:
                 updated = state.vault.update(
                     memory.id, fields_for(memory), expect_hash=memory.hash, sync_folder=sync_folder
@@ -290,4 +314,4 @@ def _update_each(
                 continue
             state.remember(updated)
             done.append(memory.id)
-    return done
+    return done, handled

@@ -23,6 +23,7 @@ from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.disk.watcher import Watcher
 from memvault.ops.access import Recorder
+from memvault.ops.background import Background
 from memvault.ops.changes import Changes
 from memvault.ops.store import Store
 from memvault.ops.sweeps import Sweeps
@@ -47,8 +48,10 @@ class Service:
         self._background: set[asyncio.Task[Any]] = set()
         self.embeddings = embeddings if embeddings is not None else embeddings_from_settings(settings)
         self.registry = Tokens(settings, self.embeddings, self._in_background)
-        self.sweeps = Sweeps(self.registry, settings, clock, self._in_background)
-        self.recorder = Recorder(self.registry, self._in_background)
+        # Sweeps and access write-backs take turns, one piece at a time (memvault.ops.background).
+        self.background = Background(self.embeddings.busy)
+        self.sweeps = Sweeps(self.registry, settings, clock, self._in_background, self.background)
+        self.recorder = Recorder(self.registry, self._in_background, self.background)
         # Recall's reranker, loaded on first use; /healthz says which is in effect.
         self.reranking = Reranking(settings.reranker if "recall" in settings.tools else "off")
         # Who listens to which vault's changes; the watcher announces them (see memvault.ops.changes).

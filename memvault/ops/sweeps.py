@@ -6,7 +6,6 @@ its inputs from the index and the sidecar and carries out its plan under the tok
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import logging
@@ -15,17 +14,18 @@ from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
-
-import anyio.to_thread
 
 from memvault.clock import Clock
 from memvault.config import Settings
+from memvault.disk.files import fsync_dir
 from memvault.disk.markdown import Memory
 from memvault.errors import InvalidName, NotFound
 from memvault.logs import bookkeep, note_failure
 from memvault.ops import eviction
 from memvault.ops.access import flush_records, last_access
+from memvault.ops.background import Background, give_way
 from memvault.registry.state import TokenState
 from memvault.registry.tokens import Tokens
 
@@ -33,7 +33,7 @@ log = logging.getLogger("memvault")
 
 LAST_EVICTION = "last_eviction"  # sidecar state key: when the last sweep ran
 LAST_REPORT = "last_eviction_report"  # sidecar state key: what the last sweep that archived did
-CHUNK = 100  # files moved per turn of the token's lock
+CHUNK = 100  # files moved per turn of the token's lock, at most (fewer when a request waits for it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +63,13 @@ class Sweeps:
         settings: Settings,
         clock: Clock,
         spawn: Callable[[Coroutine[Any, Any, Any]], None],
+        background: Background | None = None,
     ) -> None:
         self.tokens = tokens
         self.settings = settings
         self.clock = clock
         self.spawn = spawn
+        self.background = background if background is not None else Background(tokens.embeddings.busy)
         self.limits = eviction.Limits(
             ttl_p1_days=settings.ttl_p1_days,
             ttl_p2_days=settings.ttl_p2_days,
@@ -79,29 +81,33 @@ class Sweeps:
         """What :meth:`sweep` archived (or would archive)."""
         return (await self.sweep(token, dry_run=dry_run)).evicted
 
-    async def sweep(self, token: str, *, dry_run: bool = False) -> Sweep:
-        """Plan, then move the plan's files in batches of CHUNK, each under the token's locks: a
-        sweep of thousands of files never holds a write for more than one batch (it once held
-        one for a minute)."""
+    async def sweep(self, token: str, *, dry_run: bool = False, lazy: bool = False) -> Sweep:
+        """Plan, then move the plan's files in batches of at most CHUNK, each under the token's
+        locks and a turn of the process's background work (memvault.ops.background): a batch
+        stops after the file in hand when a request waits for the token's lock, so a write waits
+        for one move, not a hundred (under 32 agents, 32 lazy sweeps at once held writes for
+        seconds). A ``lazy`` sweep (after a read) also rests between its turns while requests
+        come in; one a person asked for does not."""
         async with self.tokens.using(token) as state:
             if not state.dir.is_dir():
                 return Sweep([], [])
-            async with state.lock:
-                now, plan, held = await anyio.to_thread.run_sync(self._plan, state)
+            async with self.background.turn(rest=lazy), state.lock:
+                now, plan, held = await self.background.run(self._plan, state)
             if dry_run:
                 return Sweep([Evicted(e.id, e.reason, None) for e in plan], held)
             done: list[Evicted] = []
-            for start in range(0, len(plan), CHUNK):
-                async with state.lock:
-                    done += await anyio.to_thread.run_sync(
-                        self._move, state, plan[start : start + CHUNK], now
-                    )
-                await asyncio.sleep(0)  # requests waiting for the loop go first
-            sidecar = state.ensure_sidecar()
-            bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
-            if done:
-                report = json.dumps({"at": now.isoformat(), "summary": summary(done)})
-                bookkeep("remember what the sweep archived", lambda: sidecar.set_state(LAST_REPORT, report))
+            start = 0
+            while start < len(plan):
+                async with self.background.turn(rest=lazy):
+                    async with state.lock:
+                        moved, taken, folders = await self.background.run(
+                            self._move, state, plan[start : start + CHUNK], now, give_way(state)
+                        )
+                    await self.background.run(sync_folders, folders)  # outside the token's lock
+                done += moved
+                start += taken
+            # In a thread: on the loop, the sidecar's lock may be held by the embedding worker.
+            await self.background.run(remember_sweep, state, now, done)
             state.last_sweep, state.sweep_known = now, True
             return Sweep(done, held)
 
@@ -121,8 +127,18 @@ class Sweeps:
                 state.vault.check_archive()  # else every move fails and the sweep looks like a no-op
             return now, plan, held
 
-    def _move(self, state: TokenState, batch: list[eviction.Eviction], planned: datetime) -> list[Evicted]:
-        """Move one batch; a memory read or changed since the plan stays (its access is newer)."""
+    def _move(
+        self,
+        state: TokenState,
+        batch: list[eviction.Eviction],
+        planned: datetime,
+        give_way: Callable[[], bool] = lambda: False,
+    ) -> tuple[list[Evicted], int, set[Path]]:
+        """Move the batch, or its first files until ``give_way()`` (at least one); a memory read
+        or changed since the plan stays (its access is newer). Returns what moved, how many of
+        the batch were handled, and the folders to fsync (once for the batch, by the caller)."""
+        folders: set[Path] = set()
+        taken = 0
         with state.file_lock():
             flush_records(state)
             sidecar = state.ensure_sidecar()
@@ -133,36 +149,43 @@ class Sweeps:
             renamed: list[tuple[str, str]] = []
             try:
                 for item in batch:
+                    if taken and give_way():
+                        break
+                    taken += 1
                     if item.id in touched and touched[item.id] > planned:
                         continue
                     try:
-                        new_id = state.move(item.id, to_archive=True, renamed=renamed)
+                        new_id = state.move(item.id, to_archive=True, renamed=renamed, sync=False)
                     except (NotFound, InvalidName, OSError) as exc:
                         log.warning("eviction skipped a memory: %s", type(exc).__name__)
                         continue
+                    folders.add((state.vault.area(False) / item.id).parent)
+                    folders.add((state.vault.area(True) / new_id).parent)
                     done.append(Evicted(item.id, item.reason, new_id))
             finally:
                 bookkeep("move access records", lambda: sidecar.rename_accesses(renamed))
-            return done
+            return done, taken, folders
 
     def maybe_sweep(self, state: TokenState) -> None:
         """Lazy eviction: after a read, at most once per interval, in the background."""
         if state.evicting or state.sidecar is None:
             return
-        if not state.sweep_known:  # read once per load of the token: not a query on every read
-            try:
-                raw = state.sidecar.get_state(LAST_EVICTION)
-            except sqlite3.Error as exc:
-                note_failure("read the last sweep time", exc)
-                return
-            state.last_sweep, state.sweep_known = (datetime.fromisoformat(raw) if raw else None), True
-        if not eviction.sweep_due(state.last_sweep, self.clock(), self.settings.evict_interval_hours):
+        if state.sweep_known and not self._due(state):
             return
         state.evicting = True
 
         async def sweep() -> None:
             try:
-                evicted = await self.evict(state.token)
+                if not state.sweep_known:  # read once per load of the token (in a thread: see sweep)
+                    try:
+                        raw = await self.background.run(last_sweep, state)
+                    except sqlite3.Error as exc:
+                        note_failure("read the last sweep time", exc)
+                        return
+                    state.last_sweep, state.sweep_known = (datetime.fromisoformat(raw) if raw else None), True
+                    if not self._due(state):
+                        return
+                evicted = (await self.sweep(state.token, lazy=True)).evicted
                 if evicted:
                     log.info("a lazy sweep archived %s", summary(evicted))
                     state.sweep_notice = notice(evicted)
@@ -172,6 +195,34 @@ class Sweeps:
                 state.evicting = False
 
         self.spawn(sweep())
+
+    def _due(self, state: TokenState) -> bool:
+        return eviction.sweep_due(state.last_sweep, self.clock(), self.settings.evict_interval_hours)
+
+
+def last_sweep(state: TokenState) -> str | None:
+    """When the token's last sweep ran, as the sidecar has it (worker thread)."""
+    return None if state.sidecar is None else state.sidecar.get_state(LAST_EVICTION)
+
+
+def remember_sweep(state: TokenState, now: datetime, done: Sequence[Evicted]) -> None:
+    """Note in the sidecar when a sweep ran and what it archived (worker thread)."""
+    sidecar = state.ensure_sidecar()
+    bookkeep("remember the sweep", lambda: sidecar.set_state(LAST_EVICTION, now.isoformat()))
+    if done:
+        report = json.dumps({"at": now.isoformat(), "summary": summary(done)})
+        bookkeep("remember what the sweep archived", lambda: sidecar.set_state(LAST_REPORT, report))
+
+
+def sync_folders(folders: set[Path]) -> None:
+    """fsync the folders a batch of moves changed (a folder pruned since is gone: nothing to do)."""
+    for folder in folders:
+        try:
+            fsync_dir(folder)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            note_failure("archive a memory", exc)
 
 
 def plan_memories(

@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +53,25 @@ class Phase(enum.Enum):
     LOADED = "loaded"
 
 
+class TokenLock(asyncio.Lock):
+    """A token's mutation lock that counts who waits for it: background work holding it (a sweep's
+    moves, access write-backs; memvault.ops.background) gives it up after the file in hand when
+    someone does, so a write waits for one file, not a batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = 0
+
+    async def acquire(self) -> Literal[True]:
+        if not self.locked():
+            return await super().acquire()
+        self.waiting += 1
+        try:
+            return await super().acquire()
+        finally:
+            self.waiting -= 1
+
+
 class TokenState:
     """Everything memvault holds for one token. ``mem_lock`` guards the dicts and indexes."""
 
@@ -62,7 +81,7 @@ class TokenState:
         self.lock_path = str(settings.token_dir(token) / STATE_DIR / LOCK_FILE)  # see file_lock
         self.hot = Area()
         self.archive = Area()
-        self.lock = asyncio.Lock()  # serialises this token's mutations within the process
+        self.lock = TokenLock()  # serialises this token's mutations within the process
         self.mem_lock = threading.Lock()
         self.vectors = TokenVectors()  # embeddings of hot and archived memories, filled in the background
         self.sidecar: Sidecar | None = None
@@ -213,11 +232,14 @@ class TokenState:
                 lambda: sidecar.delete_file_stats([key(id, archived)]),
             )
 
-    def move(self, id: str, *, to_archive: bool, renamed: list[tuple[str, str]] | None = None) -> str:
+    def move(
+        self, id: str, *, to_archive: bool, renamed: list[tuple[str, str]] | None = None, sync: bool = True
+    ) -> str:
         """Move a memory between hot and archive (file lock held): the file, then the index and
         the access records follow. Returns its id in the other area. ``renamed``: the access
-        records' move is added to it for the caller to make (a sweep: one transaction a batch)."""
-        new_id = self.vault.move(id, to_archive=to_archive)
+        records' move is added to it for the caller to make (a sweep: one transaction a batch);
+        without ``sync`` the caller fsyncs the folders (a sweep: once a batch)."""
+        new_id = self.vault.move(id, to_archive=to_archive, sync=sync)
         moved = self.read_file(new_id, to_archive)
         self.drop(id, not to_archive)
         if moved is not None:
@@ -315,3 +337,10 @@ class Pending:
         with self._lock:
             ids = list(self.files)[:limit]
             return [self.files.pop(id) for id in ids]
+
+    def requeue_files(self, items: Sequence[tuple[Memory, datetime]]) -> None:
+        """Queue again write-backs taken but not made (a batch gave way to a request); one queued
+        for the same memory meanwhile is newer and stays."""
+        with self._lock:
+            for memory, at in items:
+                self.files.setdefault(memory.id, (memory, at))

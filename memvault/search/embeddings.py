@@ -202,9 +202,13 @@ class Embeddings:
         return sum(v.pending for v in list(self._tokens)) + self._taken
 
     def _wake(self) -> None:
+        """New work: wake the worker if it waits for some. Not while it works or rests: it looks
+        for work again after its rest, and a wake-up per change (a sweep moves hundreds of files,
+        two changes each) only handed the GIL to the worker and back for nothing."""
         self._start()
         with self._cond:
-            self._cond.notify_all()
+            if not self._busy:
+                self._cond.notify_all()
 
     def _start(self) -> None:
         if self._thread is None and not self._closed:

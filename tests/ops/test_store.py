@@ -770,11 +770,11 @@ async def test_a_sweep_moves_in_batches_and_keeps_what_was_read_since_its_plan(
     real_move = sweeps.Sweeps._move
     batches = []
 
-    def move_and_read(self, state, batch, planned):
+    def move_and_read(self, state, batch, planned, give_way):
         batches.append([e.id for e in batch])
         if len(batches) == 1:  # between two batches, someone reads d.md
             state.pending.add(["d.md"], planned + timedelta(seconds=1), True)
-        return real_move(self, state, batch, planned)
+        return real_move(self, state, batch, planned, give_way)
 
     monkeypatch.setattr(sweeps.Sweeps, "_move", move_and_read)
     try:

@@ -7,13 +7,15 @@ import os
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
+import anyio
 import anyio.to_thread
 import pytest
 
 from memvault.config import Settings
 from memvault.ops.service import Service
-from memvault.registry.state import Pending, TokenState
+from memvault.registry.state import Pending, TokenLock, TokenState
 
 pytestmark = pytest.mark.anyio
 
@@ -125,3 +127,41 @@ def test_pending_accesses_stay_visible_until_recorded() -> None:
     pending.committed(records)
     assert pending.empty() and pending.latest() == {}
     assert pending.take_records() == ([], [])  # taken once
+
+
+async def test_the_token_lock_counts_who_waits_for_it() -> None:
+    """Background work holding a token's lock asks this between two files (see ops.background)."""
+    lock = TokenLock()
+    assert lock.waiting == 0
+    async with lock:
+        async with anyio.create_task_group() as tg:
+
+            async def wait_for_it() -> None:
+                async with lock:
+                    pass
+
+            tg.start_soon(wait_for_it)
+            with anyio.fail_after(5):
+                while lock.waiting != 1:
+                    await anyio.sleep(0.001)
+            tg.start_soon(wait_for_it)
+            with anyio.fail_after(5):
+                while lock.waiting != 2:
+                    await anyio.sleep(0.001)
+            lock.release()  # the first waiter takes it, then the second
+            with anyio.fail_after(5):
+                while lock.waiting:
+                    await anyio.sleep(0.001)
+            await lock.acquire()  # for the block's own release
+    assert lock.waiting == 0 and not lock.locked()
+
+
+def test_write_backs_given_back_stay_queued_behind_newer_ones() -> None:
+    pending = Pending()
+    at, later = datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 3, 2, tzinfo=UTC)
+    a, b = SimpleNamespace(id="a.md"), SimpleNamespace(id="b.md")
+    pending.add(["a.md", "b.md"], at, True, [a, b])  # type: ignore[list-item]
+    taken = pending.take_files(2)
+    pending.add(["a.md"], later, True, [a])  # type: ignore[list-item]  # read again meanwhile
+    pending.requeue_files(taken)  # the batch gave way before writing either
+    assert {id: when for id, (_, when) in pending.files.items()} == {"a.md": later, "b.md": at}
