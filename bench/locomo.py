@@ -30,6 +30,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import re
 import shlex
 import shutil
@@ -40,7 +41,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -635,10 +636,14 @@ async def run_quality(
 
 
 def write_scale_vault(folder: Path, conversations: list[Conversation], n: int) -> None:
-    """n memories as files, the turns cycled (later passes shift the year), one second apart."""
+    """n memories as files, the turns cycled (later passes shift the year), one second apart, each
+    last read an hour ago: a vault in use, which the first touch's sweep leaves as it is (with the
+    creation time as the last access, every one was a P2 past its TTL, and recall was timed while
+    the sweep archived the 10,000 files)."""
     folder.mkdir(parents=True)
     turns = [t for conv in conversations for t in conv.turns]
     base = datetime(2024, 1, 1, tzinfo=UTC).timestamp()
+    read = datetime.now(UTC) - timedelta(hours=1)
     for i in range(n):
         turn = turns[i % len(turns)]
         cycle = i // len(turns)
@@ -652,7 +657,7 @@ def write_scale_vault(folder: Path, conversations: list[Conversation], n: int) -
                 "priority": "P2",
                 "createdAt": at,
                 "updatedAt": at,
-                "lastAccessedAt": at,
+                "lastAccessedAt": read,
             },
         )
         (folder / f"m{i:06d}.md").write_text(text, encoding="utf-8")
@@ -688,6 +693,22 @@ async def run_scale(
 
 def fmt(value: float) -> str:
     return f"{value:.1f}"
+
+
+def latency_line(res: Results) -> str:
+    """What the latency token measured (``res.scale_n`` memories)."""
+    http50 = statistics.median(res.scale_http) * 1000
+    body50 = statistics.median(res.scale_body) * 1000
+    ok = http50 <= TARGETS["p50_ms_10k"]
+    return (
+        f"recall at {res.scale_n:,} memories in one token (turns cycled, written as files; loading and "
+        f"embedding them took {res.scale_embed_s:.1f} s): p50 {http50:.1f} ms over HTTP "
+        f"(<= {TARGETS['p50_ms_10k']:g} ({'met' if ok else 'MISSED'})), "
+        f"p95 {pct(res.scale_http, 0.95) * 1000:.1f} ms; "
+        f"the tool's body alone (Recaller.recall, no MCP) p50 {body50:.1f} ms, "
+        f"p95 {pct(res.scale_body, 0.95) * 1000:.1f} ms ({len(res.scale_http)} queries each; load "
+        f"average {os.getloadavg()[0]:.1f})."
+    )
 
 
 def report(res: Results, command: str) -> str:
@@ -755,17 +776,7 @@ def report(res: Results, command: str) -> str:
     if res.cv is not None:
         lines += cv_lines(res.cv)
     if res.scale_n:
-        http50 = statistics.median(res.scale_http) * 1000
-        body50 = statistics.median(res.scale_body) * 1000
-        lines += [
-            "",
-            f"recall at {res.scale_n:,} memories in one token (turns cycled, written as files; loading and "
-            f"embedding them took {res.scale_embed_s:.1f} s): p50 {http50:.1f} ms over HTTP "
-            f"({verdict(http50, TARGETS['p50_ms_10k'], higher=False)}), "
-            f"p95 {pct(res.scale_http, 0.95) * 1000:.1f} ms; "
-            f"the tool's body alone (Recaller.recall, no MCP) p50 {body50:.1f} ms, "
-            f"p95 {pct(res.scale_body, 0.95) * 1000:.1f} ms ({len(res.scale_http)} queries each).",
-        ]
+        lines += ["", latency_line(res)]
     lines += [
         "",
         "Notes: the ranking's constants were chosen by cross-validation over the development "
@@ -810,6 +821,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "printed with each conversation's figures, not written to --out): with --latency-memories 0, "
         "a candidate change costs about a minute",
     )
+    parser.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only the latency token (--latency-memories): its figures are printed, --out is not written",
+    )
     args = parser.parse_args(argv)
     tries = [parse_weights(spec) for spec in args.tries]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -826,7 +842,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings.validate()
     try:
         quality = settings.replace(root=root / "quality")
-        asyncio.run(run_quality(conversations, quality, res, ablation=args.ablation, cv=args.cv, tries=tries))
+        if not args.latency_only:
+            asyncio.run(
+                run_quality(conversations, quality, res, ablation=args.ablation, cv=args.cv, tries=tries)
+            )
         if args.latency_memories:
             asyncio.run(
                 run_scale(
@@ -839,6 +858,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    if args.latency_only:
+        print(latency_line(res))
+        return 0
     section = report(res, command)
     print(section)
     for line in tried_lines(res.tried):

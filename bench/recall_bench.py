@@ -892,6 +892,8 @@ async def run_memvault(
                 per.append([ids[h][name] for name in found if name in ids[h]])
             out.append(per)
         info["recall_p50_ms"] = statistics.median(latency) * 1000
+        info["recall_p95_ms"] = sorted(latency)[min(len(latency) - 1, int(0.95 * len(latency)))] * 1000
+        info["load"] = os.getloadavg()[0]
         if grid:
             info["grid"] = {}
             for label, weights in settings(grid).items():
@@ -1043,7 +1045,9 @@ def report(runs: Sequence[Run], command: str, started: float) -> str:
             lines += [
                 f"memvault: written through Store.write in {info['write_s']:.1f} s (p50 "
                 f"{info['write_p50_ms']:.2f} ms), vectors ready {info['settle_s']:.1f} s later "
-                f"(embedder {info['embedder']}); recall p50 {info['recall_p50_ms']:.1f} ms.",
+                f"(embedder {info['embedder']}); recall through Recaller.recall p50 "
+                f"{info['recall_p50_ms']:.1f} ms, p95 {info['recall_p95_ms']:.1f} ms (load average "
+                f"{info['load']:.1f}).",
                 "",
             ]
         lines += [

@@ -20,7 +20,9 @@ _ASCII_WORD_RE = re.compile(rf"([a-z0-9]{{1,{MAX_TERM_CHARS}}})[a-z0-9]*")
 ASCII_WORDS_AND_NUL = re.compile(r"[a-z0-9]+|\x00")
 _WORD_RE = re.compile(r"[^\W_]+")
 _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
-_NON_ASCII_TERM_CHAR = re.compile(rf"[{_CJK}]|(?![\x00-\x7f])[^\W_]")
+# A character outside ASCII that is CJK or a letter or digit: the engine scans for the first test
+# alone (a pattern opening with an alternation or a lookahead tried every character: slow).
+_NON_ASCII_TERM_CHAR = re.compile(rf"[^\x00-\x7f](?<=[{_CJK}]|[^\W_])")
 
 # German umlauts are also written ae, oe, ue (Mueller, Koeln): both spellings make the same term.
 # (ß casefolds to ss already.)
@@ -70,6 +72,22 @@ def _bigrams(run: str) -> list[str]:
     return [run[i : i + 2] for i in range(len(run) - 1)]
 
 
+def _fold(text: str) -> str:
+    """NFKC, casefold, and ä, ö, ü as ae, oe, ue."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    # translate() with a table costs a dictionary lookup per character: only where it changes some.
+    return text.translate(_UMLAUTS) if "ä" in text or "ö" in text or "ü" in text else text
+
+
+def _ascii_terms(text: str) -> list[str]:
+    """The terms of a lowercase text whose words are all ASCII."""
+    # Only words of 5+ letters ending in s/d/g can change (_stem_uncached): skip the cache for the rest.
+    cached = _STEM_CACHE.get
+    return [
+        w if len(w) < 5 or w[-1] not in "sdg" else cached(w) or _stem(w) for w in _ASCII_WORD_RE.findall(text)
+    ]
+
+
 def terms_of(text: str) -> list[str]:
     """The index terms of ``text`` in reading order, duplicates kept.
 
@@ -78,20 +96,20 @@ def terms_of(text: str) -> list[str]:
     CJK runs become overlapping character bigrams (a lone character stays as it is).
     """
     if text.isascii():
-        # Only words of 5+ letters ending in s/d/g can change: skip the cache for the rest.
-        cached = _STEM_CACHE.get
-        return [
-            w if len(w) < 5 or w[-1] not in "sdg" else cached(w) or _stem(w)
-            for w in _ASCII_WORD_RE.findall(text.lower())
-        ]
-    text = unicodedata.normalize("NFKC", text).casefold().translate(_UMLAUTS)
+        return _ascii_terms(text.lower())
+    text = _fold(text)
+    if not _NON_ASCII_TERM_CHAR.search(text):
+        # Only ASCII words once folded (curly quotes, dashes and emoji stand between them): the
+        # terms the loop below would find, found as in an ASCII text, several times faster.
+        return _ascii_terms(text)
+    cached = _STEM_CACHE.get
     out: list[str] = []
-    for match in _TERM_RE.finditer(text):
-        cjk, word = match.groups()
-        if cjk is not None:
+    for cjk, word in _TERM_RE.findall(text):
+        if cjk:
             out.extend(_bigrams(cjk))
         else:
-            out.append(_stem(word[:MAX_TERM_CHARS]))
+            word = word[:MAX_TERM_CHARS]
+            out.append(word if len(word) < 5 or word[-1] not in "sdg" else cached(word) or _stem(word))
     return out
 
 
@@ -112,7 +130,7 @@ def ascii_term(word: str) -> str:
 
 def normalize_title(text: str) -> str:
     """Words of ``text`` (unstemmed) joined by single spaces, for whole-title similarity."""
-    return " ".join(_WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold().translate(_UMLAUTS)))
+    return " ".join(_WORD_RE.findall(_fold(text)))
 
 
 def is_cjk_char(ch: str) -> bool:

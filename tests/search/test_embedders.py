@@ -59,6 +59,30 @@ def test_maxsim_reads_past_the_function_words_search_leaves_out():
     assert embedder.maxsim("could she", kept).tolist() == [0.0, 0.0]
 
 
+def test_maxsim_weighs_each_query_words_best_match_in_each_memory():
+    # Forty candidates at once, as recall asks: some empty, some sharing tokens, some alike.
+    embedder = load_embedder("wordllama")
+    table = embedder.tokens
+    rng = np.random.default_rng(7)
+    usable = np.flatnonzero(~table.skip)
+    kept = [rng.choice(usable, size=n, replace=False).astype(np.uint16) for n in rng.integers(0, 129, 36)]
+    guitar = np.array(table.tokenizer.encode("guitar", add_special_tokens=False).ids, dtype=np.uint16)
+    kept += [np.zeros(0, np.uint16), kept[1].copy(), np.concatenate([kept[2][:5], guitar]), guitar]
+    query = "Which guitar did Melanie buy for the concert in Berlin last summer?"
+    ids = np.asarray(table.tokenizer.encode(query, add_special_tokens=False).ids)
+    q = np.unique(ids)
+    q = q[~table.skip[q]]
+
+    def unit(rows: np.ndarray) -> np.ndarray:
+        return table.table[rows].astype(np.float64) / table.norms[rows][:, None]
+
+    w = table.norms[q] / table.norms[q].sum()
+    plain = [float(w @ (unit(q) @ unit(d.astype(int)).T).max(axis=1)) if len(d) else 0.0 for d in kept]
+    scores = embedder.maxsim(query, kept)
+    assert scores == pytest.approx(plain, rel=1e-5)
+    assert scores[-4] == 0.0 and scores[-3] == scores[1]
+
+
 def test_hash_embedder_puts_related_words_closer_than_unrelated_ones():
     rows = HashEmbedder().embed(
         ["we deployed postgres", "postgres deployment checklist", "the cat eats salmon"]

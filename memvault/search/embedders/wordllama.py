@@ -28,6 +28,7 @@ WORDLLAMA_TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
 WORDLLAMA_WEIGHTS = ("weights", "l2_supercat_256.safetensors")
 WORD_CACHE = 1000  # distinct words the tokenizer keeps split (see WordLlamaEmbedder)
 MAX_QUERY_CHARS = 2000  # MaxSim tokenizes at most this much of a query, on the request path
+BLOCK = 1 << 18  # multiply-adds in one matrix product of MaxSim's (see _products)
 
 
 class TokenTable(NamedTuple):
@@ -144,24 +145,45 @@ class WordLlamaEmbedder:
         """Late interaction (ColBERT's MaxSim) over the table: for each of the query's word tokens,
         the best cosine with any of a memory's kept tokens, averaged with the tokens' row lengths
         as weights; 0 for a memory without tokens. The query is tokenized here (at most
-        MAX_QUERY_CHARS); the memories' tokens come from :meth:`embed_with_tokens`."""
+        MAX_QUERY_CHARS); the memories' tokens come from :meth:`embed_with_tokens`.
+
+        All the memories at once: each distinct token among them is widened and compared with the
+        query once (the candidates of one recall share many), then each memory takes the best of
+        its own tokens' columns."""
         out = np.zeros(len(memories), dtype=np.float64)
         raw = self._tokenizer.encode(query[:MAX_QUERY_CHARS], add_special_tokens=False).ids
         q = np.unique(np.clip(np.asarray(raw, dtype=np.intp), 0, self._table.shape[0] - 1))
         q = q[~self._skip[q]]
-        if not q.size:
+        sizes = np.fromiter(map(len, memories), dtype=np.intp, count=len(memories))
+        have = np.flatnonzero(sizes)
+        if not q.size or not have.size:
             return out
         w = self._norms[q]
         w = w / w.sum()
-        qv = self._unit(q)
-        for i, d in enumerate(memories):
-            if len(d):
-                out[i] = float(w @ (qv @ self._unit(d.astype(np.intp)).T).max(axis=1))
+        ids = np.concatenate([memories[i] for i in have.tolist()])
+        distinct = np.unique(ids)
+        rows = distinct.astype(np.intp)
+        cosines = _products(self._unit(q), self._table[rows].astype(np.float32))
+        cosines /= np.maximum(self._norms[rows], 1e-9)
+        starts = np.zeros(len(have), dtype=np.intp)
+        np.cumsum(sizes[have][:-1], out=starts[1:])
+        best = np.maximum.reduceat(cosines[:, np.searchsorted(distinct, ids)], starts, axis=1)
+        out[have] = w @ best
         return out
 
     def _unit(self, ids: npt.NDArray[np.intp]) -> FloatMatrix:
         rows: FloatMatrix = self._table[ids].astype(np.float32) / np.maximum(self._norms[ids], 1e-9)[:, None]
         return rows
+
+
+def _products(a: FloatMatrix, b: FloatMatrix) -> FloatMatrix:
+    """``a @ b.T`` in blocks of ``b``'s rows, each under BLOCK multiply-adds: OpenBLAS spreads a
+    larger product over threads, which on a busy machine wait for a free core."""
+    out = np.empty((len(a), len(b)), dtype=np.float32)
+    step = max(1, BLOCK // max(1, a.size))
+    for start in range(0, len(b), step):
+        np.matmul(a, b[start : start + step].T, out=out[:, start : start + step])
+    return out
 
 
 def load(target: str, options: EmbedOptions) -> WordLlamaEmbedder:
