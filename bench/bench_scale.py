@@ -121,6 +121,7 @@ class ServerProc:
                     "--rate",
                     "200",
                     "--threads",
+                    "--subprocesses",
                     "--format",
                     "raw",
                     "--output",
