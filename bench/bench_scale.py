@@ -80,6 +80,7 @@ BURST_TARGET_S = 2.0
 
 
 SERVER_TOOLS: str | None = None  # --tools: MEMVAULT_TOOLS for the server (default: all groups)
+PY_SPY_HELPERS = False  # --py-spy-helpers: py-spy follows the helper processes too
 
 
 def server_env() -> dict[str, str]:
@@ -121,7 +122,7 @@ class ServerProc:
                     "--rate",
                     "200",
                     "--threads",
-                    "--subprocesses",
+                    *(["--subprocesses"] if PY_SPY_HELPERS else []),
                     "--format",
                     "raw",
                     "--output",
@@ -1109,6 +1110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         help="attach `py-spy record --threads --format raw` to every server; collapsed stacks go to DIR",
     )
+    parser.add_argument(
+        "--py-spy-helpers",
+        action="store_true",
+        help="with --py-spy, follow the cold load's helper processes too (their answers may then come "
+        "out cut off, and the server loads in process instead)",
+    )
     args = parser.parse_args(argv)
     if args.memories < 1000:
         parser.error("--memories must be at least 1000")
@@ -1130,8 +1137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # install; a first run writes it). Where PYTHONDONTWRITEBYTECODE is set, as on our machines,
     # every start would otherwise compile memvault's modules again (about 0.2 s).
     compileall.compile_dir(Path(memvault.__file__).parent, quiet=1)
-    global SERVER_TOOLS
+    global SERVER_TOOLS, PY_SPY_HELPERS
     SERVER_TOOLS = args.tools
+    PY_SPY_HELPERS = args.py_spy_helpers
     start = time.perf_counter()
     docs = (
         corpus.locomo_docs(args.locomo, args.memories)
