@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Issue 3's scale targets, measured on one token of N memories served by a separate server process.
+"""Issues 3 and 49: scale targets and a growth-table row, one token of N memories, a server process.
 
     python bench/bench_scale.py --memories 100000 [--locomo /work/shared/data/locomo] [--out bench/RESULTS.md]
 
@@ -63,10 +63,15 @@ MARK_END = "<!-- bench_scale:end -->"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 HEAD_RE = re.compile(r"^(\d+) hot memor")
 
-# Targets (issue 3), stated for 100,000 memories; the read target is 5 ms at 10,000.
-COLD_TARGET_S = 10.0
-RESTART_TARGET_S = 3.0
-RSS_TARGET_MB = 500.0
+# Targets of issue 49, stated for 100,000 memories (read p50 while vectors are computed: 10 ms);
+# at 10,000: read p50 3 ms, write p50 3 ms (fsync kept), recall p50 10 ms. Issue 3's for the rest.
+COLD_TARGET_S = 5.0
+RESTART_TARGET_S = 1.5
+RSS_TARGET_MB = 400.0
+READ_BUSY_TARGET_S = 0.010
+SMALL_READ_TARGET_S = 0.003
+SMALL_WRITE_TARGET_S = 0.003
+SMALL_RECALL_TARGET_S = 0.010
 EDIT_P95_TARGET_S = 0.300
 BURST_TARGET_S = 2.0
 
@@ -75,6 +80,7 @@ BURST_TARGET_S = 2.0
 
 
 SERVER_TOOLS: str | None = None  # --tools: MEMVAULT_TOOLS for the server (default: all groups)
+PY_SPY_HELPERS = False  # --py-spy-helpers: py-spy follows the helper processes too
 
 
 def server_env() -> dict[str, str]:
@@ -116,6 +122,7 @@ class ServerProc:
                     "--rate",
                     "200",
                     "--threads",
+                    *(["--subprocesses"] if PY_SPY_HELPERS else []),
                     "--format",
                     "raw",
                     "--output",
@@ -337,18 +344,50 @@ async def bare_uvicorn_idle(seconds: float, *, sse: bool = False) -> Idle:
 
 @dataclass
 class Reads:
+    """One server's timed calls: read_memory per query kind, recall and write_memory, in turns."""
+
     label: str
     times: dict[str, list[float]] = field(default_factory=dict)
     hits: dict[str, int] = field(default_factory=dict)
-    server_cpu_ms: float = 0.0  # server CPU per timed call
-    mem: dict[str, float] = field(default_factory=dict)  # after the reads
+    recalls: list[float] = field(default_factory=list)
+    writes: list[float] = field(default_factory=list)
+    server_cpu_ms: float = 0.0  # server CPU per timed read_memory (the rounds' reads only)
+    mem: dict[str, float] = field(default_factory=dict)  # after the calls
+    pending: tuple[int, int] | None = None  # memories waiting for a vector (/healthz) before / after
+
+    def read_times(self) -> list[float]:
+        return [t for k in KINDS for t in self.times[k]]
+
+
+def pending_vectors(server: ServerProc) -> int:
+    """Memories waiting for a vector, as /healthz says (-1 if it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"{server.base}/healthz", timeout=10) as resp:
+            return int(json.loads(resp.read())["embeddings"]["pending"])
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+WRITTEN_RE = re.compile(r"Saved as (\S+\.md)")
 
 
 async def reads(
-    server: ServerProc, queries: dict[str, list[str]], calls: int, warmup: int, offset: int, label: str
+    server: ServerProc,
+    queries: dict[str, list[str]],
+    questions: Sequence[str],
+    docs: Sequence[corpus.Doc],
+    calls: int,
+    warmup: int,
+    offset: int,
+    label: str,
 ) -> Reads:
-    """read_memory round-robin over the four kinds; `offset` picks other queries per server."""
+    """Rounds of calls on one session: read_memory of each of the four kinds, one recall (a
+    question), one write_memory (a new memory, fsynced); `offset` picks other queries per server.
+    The memories written are deleted afterwards (untimed), so the vault keeps its N memories."""
     out = Reads(label, {k: [] for k in KINDS}, dict.fromkeys(KINDS, 0))
+    out.pending = (await asyncio.to_thread(pending_vectors, server), 0)
+    rng = random.Random(offset * 7919 + len(label))
+    written: list[str] = []
     cpu_total, n = 0.0, 0
     async with client(server.url) as session:
         for i in range(warmup + calls):
@@ -364,8 +403,39 @@ async def reads(
             if timed:
                 cpu_total += server.cpu() - cpu0
                 n += len(KINDS)
-    out.server_cpu_ms = cpu_total / n * 1000
-    out.mem = server.mem()
+            question = questions[(offset * 101 + i) % len(questions)]
+            elapsed, _ = await call(session, "recall", {"query": question, "limit": 10})
+            if timed:
+                out.recalls.append(elapsed)
+            doc = docs[rng.randrange(len(docs))]
+            title = f"Scale write {label.split()[0]} {offset} {i} {doc.title}"[:150]
+            elapsed, text = await call(
+                session, "write_memory", {"title": title, "content": doc.content, "priority": "P1"}
+            )
+            if timed:
+                out.writes.append(elapsed)
+            m = WRITTEN_RE.search(text)
+            if m:
+                written.append(m.group(1))
+        out.server_cpu_ms = cpu_total / n * 1000
+        out.mem = server.mem()
+        out.pending = (out.pending[0], await asyncio.to_thread(pending_vectors, server))
+        for name in written:
+            await call(session, "delete_memory", {"filename": name})
+    return out
+
+
+def recall_questions(locomo: Path | None, queries: dict[str, list[str]]) -> list[str]:
+    """recall's queries: LoCoMo's questions where the turns are LoCoMo's, else the two-word queries."""
+    out: list[str] = []
+    if locomo is not None:
+        files = sorted(locomo.glob("*.json")) if locomo.is_dir() else [locomo]
+        for file in files:
+            data = json.loads(file.read_text(encoding="utf-8"))
+            out += [str(qa["question"]) for qa in data.get("qa", []) if qa.get("question")]
+    if not out:
+        out = list(queries["two words"])
+    random.Random(5).shuffle(out)
     return out
 
 
@@ -599,7 +669,8 @@ class Results:
     snapshot_mb: float = 0.0
     after_kill: list[Start] = field(default_factory=list)
     after_term: list[Start] = field(default_factory=list)
-    reads: list[Reads] = field(default_factory=list)
+    reads: list[Reads] = field(default_factory=list)  # once the server is quiet
+    busy: Reads | None = None  # server A right after its first answer, while vectors are computed
     idle: list[Idle] = field(default_factory=list)
     idle_floor: Idle | None = None
     idle_sse_floor: Idle | None = None
@@ -621,6 +692,7 @@ async def run(args: argparse.Namespace, tmp: Path, docs: list[corpus.Doc], res: 
         spy.mkdir(parents=True, exist_ok=True)
     queries = corpus.pick_queries(docs, args.calls + args.warmup, args.seed)
     first_q = queries["body word"]
+    questions = recall_questions(args.locomo, queries)
     taken: set[str] = set()
     servers: list[ServerProc] = []
 
@@ -636,21 +708,29 @@ async def run(args: argparse.Namespace, tmp: Path, docs: list[corpus.Doc], res: 
         a = ServerProc(root, logs, "A-cold", spy)
         servers.append(a)
         res.cold = await first_answer(a, first_q[0], "A")
+        answered = time.time()
         note(f"A cold: first answer {res.cold.answer_s:.2f} s (up {res.cold.up_s:.2f} s), {res.cold.mem}")
+        # Right away, while the background embedder computes the vectors of the whole token.
+        res.busy = await reads(
+            a, queries, questions, docs, args.calls, args.warmup, 3, "A (while vectors are computed)"
+        )
+        note(f"A reads while vectors are computed done, pending {res.busy.pending}, {res.busy.mem}")
         snap = state / "snapshot.npz"
         t = time.perf_counter()
         while not snap.exists():
             if time.perf_counter() - t > 600 or not a.alive():
                 raise RuntimeError(f"no snapshot from server A:\n{a.log_tail()}")
             await asyncio.sleep(0.05)
-        res.snapshot_s = time.perf_counter() - t
+        res.snapshot_s = snap.stat().st_mtime - answered
         res.snapshot_mb = snap.stat().st_size / 1e6
         await settle(a, res.cold)
         note(
             f"A: snapshot after {res.snapshot_s:.2f} s ({res.snapshot_mb:.0f} MB); settled after "
             f"{res.cold.settle_s:.1f} s"
         )
-        res.reads.append(await reads(a, queries, args.calls, args.warmup, 0, "A (cold-loaded)"))
+        res.reads.append(
+            await reads(a, queries, questions, docs, args.calls, args.warmup, 0, "A (cold-loaded)")
+        )
         note(f"A reads done, {res.reads[-1].mem}")
         a.stop(signal.SIGKILL)
 
@@ -667,7 +747,9 @@ async def run(args: argparse.Namespace, tmp: Path, docs: list[corpus.Doc], res: 
             if k < args.kills - 1:
                 b.stop(signal.SIGKILL)
         last = f"B{args.kills}"
-        res.reads.append(await reads(b, queries, args.calls, args.warmup, 1, f"{last} (after SIGKILL)"))
+        res.reads.append(
+            await reads(b, queries, questions, docs, args.calls, args.warmup, 1, f"{last} (after SIGKILL)")
+        )
         res.idle.append(await idle_cpu(b.pid, args.idle, f"server {last}, after loading and the reads"))
         note(f"B idle: {res.idle[-1]}")
         res.edits = await hand_edits(b, folder, args.edits, args.seed, taken)
@@ -694,12 +776,16 @@ async def run(args: argparse.Namespace, tmp: Path, docs: list[corpus.Doc], res: 
             if k == args.restarts - 1:
                 await settle(c, st)
                 res.reads.append(
-                    await reads(c, queries, args.calls, args.warmup, 2, f"C{k + 1} (after SIGTERM)")
+                    await reads(
+                        c, queries, questions, docs, args.calls, args.warmup, 2, f"C{k + 1} (after SIGTERM)"
+                    )
                 )
             st.stop_s = c.stop(signal.SIGTERM)
             res.after_term.append(st)
         res.peak_mb = max(s.mem.get("VmHWM", 0.0) for s in [res.cold, *res.after_kill, *res.after_term])
-        res.peak_mb = max(res.peak_mb, *(r.mem.get("VmHWM", 0.0) for r in res.reads))
+        res.peak_mb = max(
+            res.peak_mb, *(r.mem.get("VmHWM", 0.0) for r in [*res.reads, *([res.busy] if res.busy else [])])
+        )
     finally:
         for server in servers:
             server.ensure_dead()
@@ -722,9 +808,13 @@ p = pct
 def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) -> str:
     info = machine()
     n = res.n
-    read_target = 0.030 if n > 10_000 else 0.005
-    all_reads = [t for r in res.reads for k in KINDS for t in r.times[k]]
+    read_target = READ_BUSY_TARGET_S if n > 10_000 else SMALL_READ_TARGET_S
+    all_reads = [t for r in res.reads for t in r.read_times()]
     read_p50 = statistics.median(all_reads)
+    busy = res.busy
+    busy_p50 = statistics.median(busy.read_times()) if busy else float("nan")
+    all_writes = [t for r in res.reads for t in r.writes]
+    all_recalls = [t for r in res.reads for t in r.recalls]
     restart = statistics.median([s.answer_s for s in res.after_term])
     restart_kill = statistics.median([s.answer_s for s in res.after_kill])
     edit_all = [t for mode in ("write", "replace") for t in res.edits.times[mode]]
@@ -767,15 +857,25 @@ def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) 
         f"| target{scale_note} | measured | target | |",
         "|---|---:|---:|---|",
         f"| first answer after a cold start (empty `.memvault/`) | {res.cold.answer_s:.2f} s "
-        f"| <= {COLD_TARGET_S:.0f} s | {verdict(res.cold.answer_s <= COLD_TARGET_S)} |",
+        f"| <= {COLD_TARGET_S:g} s | {verdict(res.cold.answer_s <= COLD_TARGET_S)} |",
         f"| first answer after a restart with the cache (SIGTERM, shutdown snapshot; median of "
-        f"{len(res.after_term)}) | {restart:.2f} s | <= {RESTART_TARGET_S:.0f} s | "
+        f"{len(res.after_term)}) | {restart:.2f} s | <= {RESTART_TARGET_S:g} s | "
         f"{verdict(restart <= RESTART_TARGET_S)} |",
         f"| first answer after a restart following SIGKILL (background snapshot; median of "
         f"{len(res.after_kill)}) | {restart_kill:.2f} s "
-        f"| <= {RESTART_TARGET_S:.0f} s | {verdict(restart_kill <= RESTART_TARGET_S)} |",
-        f"| read_memory p50 over HTTP (all {len(all_reads)} timed reads, {len(res.reads)} servers) "
-        f"| {ms(read_p50)} ms | <= {ms(read_target)} ms | {verdict(read_p50 <= read_target)} |",
+        f"| <= {RESTART_TARGET_S:g} s | {verdict(restart_kill <= RESTART_TARGET_S)} |",
+        f"| read_memory p50 over HTTP while vectors are computed (server A right after its first answer, "
+        f"{len(busy.read_times()) if busy else 0} reads; memories waiting for a vector before / after: "
+        f"{busy.pending if busy else '-'}) | {ms(busy_p50)} ms | <= {ms(READ_BUSY_TARGET_S)} ms | "
+        f"{verdict(busy_p50 <= READ_BUSY_TARGET_S)} |",
+        f"| read_memory p50 over HTTP, servers quiet (all {len(all_reads)} timed reads, {len(res.reads)} "
+        f"servers) | {ms(read_p50)} ms | <= {ms(read_target)} ms | {verdict(read_p50 <= read_target)} |",
+        f"| write_memory p50 over HTTP, fsynced ({len(all_writes)} writes, servers quiet) "
+        f"| {ms(statistics.median(all_writes))} ms | <= {ms(SMALL_WRITE_TARGET_S)} ms (at 10,000) | "
+        f"{verdict(statistics.median(all_writes) <= SMALL_WRITE_TARGET_S)} |",
+        f"| recall p50 over HTTP ({len(all_recalls)} recalls, servers quiet) "
+        f"| {ms(statistics.median(all_recalls))} ms | <= {ms(SMALL_RECALL_TARGET_S)} ms (at 10,000) | "
+        f"{verdict(statistics.median(all_recalls) <= SMALL_RECALL_TARGET_S)} |",
         f"| server RSS with the vault loaded (VmRSS after the reads, highest of {len(res.reads)} servers) "
         f"| {rss_loaded:,.0f} MB | <= {RSS_TARGET_MB:.0f} MB | {verdict(rss_loaded <= RSS_TARGET_MB)} |",
         f"| server peak RSS (VmHWM, highest of all servers) | {res.peak_mb:,.0f} MB | <= "
@@ -850,13 +950,16 @@ def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) 
         "left dirty is written out (`os.sync`, outside the timed part), so that no start pays for "
         "its predecessors' writeback.",
         "",
-        f"### read_memory over HTTP ({args.calls} timed calls per kind per server, round-robin, after "
-        f"{args.warmup} warm-up rounds)",
+        f"### read_memory, recall and write_memory over HTTP ({args.calls} timed rounds per server after "
+        f"{args.warmup} warm-up rounds; a round is one read_memory of each kind, one recall of a question "
+        "and one write_memory of a new memory, fsynced, on one session; the memories written are deleted "
+        "afterwards)",
         "",
         "| server | kind | p50 ms | p95 ms | non-empty replies |",
         "|---|---|---:|---:|---:|",
     ]
-    for r in res.reads:
+    timed = [*([busy] if busy else []), *res.reads]
+    for r in timed:
         for kind in KINDS:
             t = r.times[kind]
             lines.append(
@@ -865,17 +968,36 @@ def report(res: Results, args: argparse.Namespace, command: str, vault_fs: str) 
             )
     lines += [
         "",
-        "| server | p50 ms (all kinds) | server CPU ms per call | VmRSS after MB | VmHWM MB | RssAnon MB |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| server | read p50 / p99 ms (all kinds) | recall p50 / p99 ms | write p50 / p99 ms "
+        "| server CPU ms per read | waiting for a vector before / after | VmRSS after MB | VmHWM MB "
+        "| RssAnon MB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in res.reads:
-        t = [x for k in KINDS for x in r.times[k]]
+    for r in timed:
+        t = r.read_times()
         lines.append(
-            f"| {r.label} | {ms(statistics.median(t))} | {r.server_cpu_ms:.2f} | "
-            f"{r.mem.get('VmRSS', 0):,.0f} "
-            f"| {r.mem.get('VmHWM', 0):,.0f} | {r.mem.get('RssAnon', 0):,.0f} |"
+            f"| {r.label} | {ms(statistics.median(t))} / {ms(p(t, 0.99))} "
+            f"| {ms(statistics.median(r.recalls))} / {ms(p(r.recalls, 0.99))} "
+            f"| {ms(statistics.median(r.writes))} / {ms(p(r.writes, 0.99))} | {r.server_cpu_ms:.2f} "
+            f"| {r.pending[0] if r.pending else '-'} / {r.pending[1] if r.pending else '-'} "
+            f"| {r.mem.get('VmRSS', 0):,.0f} | {r.mem.get('VmHWM', 0):,.0f} "
+            f"| {r.mem.get('RssAnon', 0):,.0f} |"
         )
     lines += [
+        "",
+        "The growth table's row (restarts: medians; RSS: VmRSS after the calls, highest of the quiet "
+        "servers, and the peak; read, recall and write: all the quiet servers' calls pooled):",
+        "",
+        "| memories | cold start s | restart s (SIGTERM / SIGKILL) | RSS / peak MB "
+        "| read p50 / p99 ms (while vectors are computed) | read p50 / p99 ms | recall p50 / p99 ms "
+        "| write p50 / p99 ms |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {n:,} | {res.cold.answer_s:.2f} | {restart:.2f} / {restart_kill:.2f} "
+        f"| {rss_loaded:,.0f} / {res.peak_mb:,.0f} "
+        f"| {ms(busy_p50)} / {ms(p(busy.read_times(), 0.99)) if busy else '-'} "
+        f"| {ms(read_p50)} / {ms(p(all_reads, 0.99))} "
+        f"| {ms(statistics.median(all_recalls))} / {ms(p(all_recalls, 0.99))} "
+        f"| {ms(statistics.median(all_writes))} / {ms(p(all_writes, 0.99))} |",
         "",
         f"### Outside changes (server B{args.kills})",
         "",
@@ -988,6 +1110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         help="attach `py-spy record --threads --format raw` to every server; collapsed stacks go to DIR",
     )
+    parser.add_argument(
+        "--py-spy-helpers",
+        action="store_true",
+        help="with --py-spy, follow the cold load's helper processes too (their answers may then come "
+        "out cut off, and the server loads in process instead)",
+    )
     args = parser.parse_args(argv)
     if args.memories < 1000:
         parser.error("--memories must be at least 1000")
@@ -1009,8 +1137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # install; a first run writes it). Where PYTHONDONTWRITEBYTECODE is set, as on our machines,
     # every start would otherwise compile memvault's modules again (about 0.2 s).
     compileall.compile_dir(Path(memvault.__file__).parent, quiet=1)
-    global SERVER_TOOLS
+    global SERVER_TOOLS, PY_SPY_HELPERS
     SERVER_TOOLS = args.tools
+    PY_SPY_HELPERS = args.py_spy_helpers
     start = time.perf_counter()
     docs = (
         corpus.locomo_docs(args.locomo, args.memories)

@@ -219,11 +219,23 @@ class Vault:
         raw, st = self.read_raw(id, archived=archived)
         return raw, parse_memory(raw, check_id(id), archived=archived, **file_stamp(st))
 
-    def read_scanned(self, id: str, archived: bool) -> tuple[bytes, os.stat_result] | None:
+    def opened(self) -> safe.Folder | None:
+        """The token folder opened once for many read_scanned calls (close it); None if it cannot
+        be (a link, or gone): read_scanned then opens it per file, and says None as it always did."""
+        try:
+            return safe.Folder(self._area_names[0])
+        except OSError:
+            return None
+
+    def read_scanned(
+        self, id: str, archived: bool, folder: safe.Folder | None = None
+    ) -> tuple[bytes, os.stat_result] | None:
         """Bytes and stat of a file ``scan`` listed (no name checks: the scan made them); None if
-        it cannot be read now."""
+        it cannot be read now. ``folder``: the token folder, ``opened`` once for many files."""
         rel = f"{ARCHIVE}/{id}" if archived else id
         try:
+            if folder is not None:
+                return folder.read(rel, MAX_INDEXED_BYTES)
             return safe.read_in(self._area_names[0], rel, MAX_INDEXED_BYTES)
         except safe.LinkRefused as exc:
             if exc.name != rel:

@@ -74,7 +74,12 @@ def read_and_parse(vault: Vault, files: Sequence[tuple[str, bool]]) -> list[Memo
     memories = []
     for start in range(0, len(files), READ_BATCH):
         batch = files[start : start + READ_BATCH]
-        reads = [(id, archived, vault.read_scanned(id, archived)) for id, archived in batch]
+        folder = vault.opened()  # once a batch: each file is then one open, not three
+        try:
+            reads = [(id, archived, vault.read_scanned(id, archived, folder)) for id, archived in batch]
+        finally:
+            if folder is not None:
+                folder.close()
         for id, archived, read in reads:
             if read is not None:
                 raw, st = read

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import logging
 import sys
+import zipfile
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -46,6 +47,7 @@ def answer(helper: str, instead: str, status: int, stdout: bytes, stderr: bytes)
     try:
         with np.load(io.BytesIO(stdout), allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
-    except (OSError, ValueError) as exc:
+    # A cut-off archive (it starts like a zip file) raises BadZipFile, an incomplete member EOFError.
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
         log.warning("%s gave unreadable output (%s); %s", helper, type(exc).__name__, instead)
         return None

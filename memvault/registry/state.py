@@ -36,6 +36,7 @@ from memvault.config import Settings
 from memvault.disk.files import file_stamp, try_lock, unchanged
 from memvault.disk.markdown import Memory, content_hash, parse_memory
 from memvault.disk.names import LOCK_FILE, STATE_DIR, key, split_key
+from memvault.disk.safe import Folder
 from memvault.disk.vault import Vault, folder_lock
 from memvault.load import snapshot
 from memvault.logs import bookkeep
@@ -191,9 +192,12 @@ class TokenState:
             self.snapshot_stale = False
         snapshot.save(self.dir, ready if ready is not None else snapshot.encode_areas(frozen))
 
-    def read_file(self, id: str, archived: bool, previous: Memory | FileStat | None = None) -> Memory | None:
-        """Read one file; parse it unless its bytes equal the previous parse (git touches mtimes)."""
-        read = self.vault.read_scanned(id, archived)
+    def read_file(
+        self, id: str, archived: bool, previous: Memory | FileStat | None = None, folder: Folder | None = None
+    ) -> Memory | None:
+        """Read one file; parse it unless its bytes equal the previous parse (git touches mtimes).
+        ``folder``: the token folder opened once for many reads (memvault.disk.vault.Vault.opened)."""
+        read = self.vault.read_scanned(id, archived, folder)
         if read is None:
             return None
         raw, st = read

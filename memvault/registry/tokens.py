@@ -504,13 +504,18 @@ class Tokens:
                     (archive if memory.archived else hot).put(memory)
                 if progress is not None:
                     progress(len(ready))
-                for id, archived, cached in todo:
-                    read = state.read_file(id, archived, cached)
-                    if read is not None:
-                        refreshed.append(read)
-                        (archive if archived else hot).put(read)
-                    if progress is not None:
-                        progress(1)  # file by file: `memvault reindex` shows a moving bar
+                folder = state.vault.opened() if todo else None  # each file one open, not three
+                try:
+                    for id, archived, cached in todo:
+                        read = state.read_file(id, archived, cached, folder)
+                        if read is not None:
+                            refreshed.append(read)
+                            (archive if archived else hot).put(read)
+                        if progress is not None:
+                            progress(1)  # file by file: `memvault reindex` shows a moving bar
+                finally:
+                    if folder is not None:
+                        folder.close()
                 if len(seen) < snapshot.MIN_MEMORIES:
                     # Large vaults restart from the snapshot written after this load instead; serialising
                     # 100,000 parses into SQLite as well would add seconds to a cold start.

@@ -168,6 +168,27 @@ async def test_a_failing_helper_means_loading_in_process(make_settings, vault_ro
         await service.close()
 
 
+async def test_a_helper_answering_a_broken_archive_means_loading_in_process(
+    make_settings, vault_root, monkeypatch, caplog
+):
+    """A helper that exits 0 with a cut-off .npz (it starts like a zip file) costs time, not the
+    load: the tool call that loads the token still answers."""
+    _fill(vault_root / "alice", 30)
+    monkeypatch.setattr(loader, "PARALLEL_MIN", 8)
+    broken = "import sys; sys.stdin.buffer.read(); sys.stdout.buffer.write(b'PK\\x03\\x04' + bytes(40))"
+    monkeypatch.setattr(loader.processes, "command", lambda module: [sys.executable, "-c", broken])
+    service = Service(make_settings(load_processes=2))
+    store = service.store
+    try:
+        with caplog.at_level(logging.WARNING, logger="memvault"):
+            state = await store.state("alice")
+        assert len(state.hot.memories) + len(state.archive.memories) == 32
+        assert "a loader process gave unreadable output" in caplog.text
+        assert str(vault_root) not in caplog.text
+    finally:
+        await service.close()
+
+
 @pytest.mark.slow
 def test_the_helper_refuses_a_bad_request(tmp_path):
     import subprocess

@@ -332,8 +332,8 @@ async def test_an_outside_change_reported_during_a_load_is_applied_after_it(
     real_read = TokenState.read_file
     edited = []
 
-    def read_then_edit(self, id, archived, previous=None):
-        memory = real_read(self, id, archived, previous)
+    def read_then_edit(self, id, archived, previous=None, opened=None):
+        memory = real_read(self, id, archived, previous, opened)
         if id == "note-2.md" and not edited:
             # A person saves the file just after the load read it; the watcher reports it at once.
             _hand_write(folder, "note-2.md", "fresh zebra words")

@@ -67,6 +67,51 @@ def test_a_sidecar_of_schema_7_keeps_its_vectors_and_gains_maxsim_tokens(token_d
         assert sc.vectors_by_hash("m", ["h1"])["h1"].tokens is None
 
 
+def _vector(i: int) -> StoredVector:
+    """A WordLlama-sized vector: 256 float32 and 128 uint16 token ids."""
+    return StoredVector("wordllama-l2-256", 256, f"h{i}", i.to_bytes(4, "little") * 256, bytes(256))
+
+
+def _row(v: StoredVector) -> tuple[object, ...]:
+    return (v.model, v.dim, v.hash, v.vec, v.tokens)
+
+
+def _file_bytes(db: Path) -> int:
+    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
+
+
+def test_a_vector_takes_about_its_own_size_on_disk(token_dir: Path) -> None:
+    with Sidecar.open(token_dir) as sc:
+        sc.put_vectors({f"m{i}.md": _vector(i) for i in range(600)})
+    # 1.3 KB of data a row; an overflow page per row made it 4.7 KB
+    assert _file_bytes(sidecar_path(token_dir)) < 600 * 2_000
+    with Sidecar.open(token_dir) as sc:
+        assert sc.get_vectors(["m7.md"])["m7.md"] == _vector(7)
+        assert sc.vectors_by_hash("wordllama-l2-256", ["h9"])["h9"] == _vector(9)
+
+
+def test_a_sidecar_of_schema_8_keeps_its_vectors_in_a_smaller_file(token_dir: Path) -> None:
+    db = sidecar_path(token_dir)
+    db.parent.mkdir(parents=True)
+    with closing(sqlite3.connect(db)) as conn:  # what the previous memvault made: schema 8
+        for number, statements in enumerate(MIGRATIONS[:8], start=1):
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+        rows = [(f"m{i}.md", *_row(_vector(i))) for i in range(2_000)]
+        conn.executemany("INSERT INTO vectors VALUES (?, ?, ?, ?, ?, ?)", rows)
+        conn.commit()
+    before = _file_bytes(db)
+    with Sidecar.open(token_dir) as sc:
+        assert sc.get_vectors([f"m{i}.md" for i in range(2_000)]) == {
+            f"m{i}.md": _vector(i) for i in range(2_000)
+        }
+        sc.put_vectors({"new.md": _vector(5)})
+        assert sc.vectors_by_hash("wordllama-l2-256", ["h5"])["h5"] == _vector(5)
+    assert _user_version(db) == SCHEMA_VERSION
+    assert _file_bytes(db) < before / 2
+
+
 def test_database_uses_wal(token_dir: Path) -> None:
     Sidecar.open(token_dir).close()
     with closing(sqlite3.connect(sidecar_path(token_dir))) as conn:
