@@ -83,9 +83,10 @@ def http_protocol() -> type[asyncio.Protocol]:
 
 
 def guarded_protocol(max_connections: int, header_timeout: float) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol (:func:`http_protocol`) with a cap on open connections (the next one is answered 503 and
-    closed at once, so held connections cannot exhaust the descriptors) and a deadline for a new
-    connection's first request (slow or silent clients are dropped; keep-alive covers the rest)."""
+    """uvicorn's HTTP protocol (:func:`http_protocol`) with a cap on open connections (the next
+    one is answered 503 and closed at once, so held connections cannot exhaust the descriptors)
+    and a deadline for a new connection's first request (slow or silent clients are dropped;
+    keep-alive covers the rest)."""
     base = http_protocol()
     refused = OncePer(lambda record: True)
 
