@@ -110,6 +110,54 @@ def _remove_leftovers(state: TokenState) -> None:
     state.young_leftovers = [p for p in seen if os.path.lexists(p)]
 
 
+async def _remove_when_due(folder: Path, young: list[Path]) -> None:
+    """Remove temp files left by an interrupted write once they are old enough: they waited
+    for the token's next load, which may be days away (they sit in `git status` meanwhile)."""
+
+    def newest() -> float | None:
+        times = [p.lstat().st_mtime for p in young if os.path.lexists(p)]
+        return max(times) if times else None
+
+    while (latest := await anyio.to_thread.run_sync(newest)) is not None:
+        wait = TEMP_MIN_AGE_SECONDS - (time.time() - latest)
+        if wait > 0:
+            await asyncio.sleep(wait + 0.05)
+            continue
+
+        try:
+            removed = await anyio.to_thread.run_sync(_remove_leftovers_in, folder, list(young))
+        except (Timeout, OSError):
+            return  # the next load tries again
+        if removed:
+            log.info("removed %d temp file(s) left by an interrupted write", removed)
+        young = [p for p in young if os.path.lexists(p)]
+
+
+def _scan_in_helper(state: TokenState, load_processes: int) -> folderscan.Scan | None:
+    """A helper process scanning the folder, for a large snapshot and a second CPU."""
+    where = snapshot.path(state.dir)
+    try:
+        large = where.stat().st_size >= processes.HELPER_MIN_BYTES
+    except OSError:
+        return None
+    most = processes.scan_helpers(load_processes)
+    if not large or most == 0:
+        return None
+    return folderscan.start(state.dir, where, most=most)
+
+
+def _idle(state: TokenState, warming: set[str]) -> bool:
+    """Nothing in flight holds the token: no operation, lock, load, sweep or queued access."""
+    return not (
+        state.users
+        or state.lock.locked()
+        or state.load_lock.locked()
+        or state.evicting
+        or state.token in warming
+        or not state.pending.empty()
+    )
+
+
 class Tokens:
     """The registry of tokens this process knows, loading and unloading them; ``spawn`` runs
     background work (a snapshot save, a heap release) after the current request."""
@@ -131,8 +179,7 @@ class Tokens:
         self.on_loaded: Callable[[str, bool], None] | None = None
         # Unloaded tokens' sidecars, being closed in a worker thread, and whose they were.
         self.closing: dict[Sidecar, TokenState] = {}
-        self._releasing = False  # a heap release runs (see _release_heap)
-        self._release_again = False  # an unload came while it ran: one more after it
+        self.releases = heap.Releases(spawn)  # the unloaded tokens' memory, given back in turn
         # Every state is in one of these two or is loading: the loaded ones, least recently used
         # first (moved to the end on each use), and the unloaded ones still held by something in
         # flight (queued accesses, a failed load's caller), oldest first, to forget once idle.
@@ -213,7 +260,7 @@ class Tokens:
                         self.spawn(anyio.to_thread.run_sync(self.settle, state))
                     if state.young_leftovers:
                         young, state.young_leftovers = state.young_leftovers, []
-                        self.spawn(self._remove_when_due(state.dir, young))
+                        self.spawn(_remove_when_due(state.dir, young))
                     if state.snapshot_stale:
                         self.spawn(anyio.to_thread.run_sync(state.save_snapshot))
                     elif state.large:
@@ -249,7 +296,7 @@ class Tokens:
             token, state = self._unloaded.popitem(last=False)
             if self.states.get(token) is not state or state.loaded:
                 continue  # forgotten or loaded again meanwhile
-            if self._idle(state):
+            if _idle(state, self.warming):
                 self._forget(state)
             else:
                 self._unloaded[token] = state
@@ -287,34 +334,13 @@ class Tokens:
             self.spawn(self._close(sidecar))
         if self.on_loaded is not None:
             self.on_loaded(state.token, False)
-        if self._idle(state):
+        if _idle(state, self.warming):
             self._forget(state)
         else:
             self._unloaded[state.token] = state
         self.unloads += 1
         heap.unkeep()  # its objects go back to the collector (the others are kept at the next load)
-        self._release_heap()
-
-    def _release_heap(self) -> None:
-        """Give the unloaded token's free memory back (heap.release, in a worker thread), one
-        release at a time: under churn an unload came every 25 ms, and releases ran side by side,
-        each holding glibc's arena locks (p99 48 ms a release) while loads allocated. Unloads that
-        come while one runs get one more after it."""
-        if self._releasing:
-            self._release_again = True
-            return
-        self._releasing = True
-        self.spawn(self._release())
-
-    async def _release(self) -> None:
-        try:
-            again = True
-            while again:
-                self._release_again = False
-                await anyio.to_thread.run_sync(heap.release)
-                again = self._release_again
-        finally:
-            self._releasing = False
+        self.releases.request()
 
     async def _close(self, sidecar: Sidecar) -> None:
         try:
@@ -337,17 +363,6 @@ class Tokens:
         """Whether the token is loaded, or a load of it has begun."""
         state = self.states.get(token)
         return state is not None and (state.loaded or state.loading or state.load_lock.locked())
-
-    def _idle(self, state: TokenState) -> bool:
-        """Nothing in flight holds the token: no operation, lock, load, sweep or queued access."""
-        return not (
-            state.users
-            or state.lock.locked()
-            or state.load_lock.locked()
-            or state.evicting
-            or state.token in self.warming
-            or not state.pending.empty()
-        )
 
     def _forget(self, state: TokenState) -> None:
         """Drop an unloaded token's state: memory follows the loaded tokens only (an unloaded one
@@ -413,46 +428,14 @@ class Tokens:
         if missed or rescan:
             reconcile.apply_changes(state, missed, rescan)
 
-    async def _remove_when_due(self, folder: Path, young: list[Path]) -> None:
-        """Remove temp files left by an interrupted write once they are old enough: they waited
-        for the token's next load, which may be days away (they sit in `git status` meanwhile)."""
-
-        def newest() -> float | None:
-            times = [p.lstat().st_mtime for p in young if os.path.lexists(p)]
-            return max(times) if times else None
-
-        while (latest := await anyio.to_thread.run_sync(newest)) is not None:
-            wait = TEMP_MIN_AGE_SECONDS - (time.time() - latest)
-            if wait > 0:
-                await asyncio.sleep(wait + 0.05)
-                continue
-
-            try:
-                removed = await anyio.to_thread.run_sync(_remove_leftovers_in, folder, list(young))
-            except (Timeout, OSError):
-                return  # the next load tries again
-            if removed:
-                log.info("removed %d temp file(s) left by an interrupted write", removed)
-            young = [p for p in young if os.path.lexists(p)]
-
-    def _scan_in_helper(self, state: TokenState) -> folderscan.Scan | None:
-        """A helper process scanning the folder, for a large snapshot and a second CPU."""
-        where = snapshot.path(state.dir)
-        try:
-            large = where.stat().st_size >= processes.HELPER_MIN_BYTES
-        except OSError:
-            return None
-        most = processes.scan_helpers(self.settings.load_processes)
-        if not large or most == 0:
-            return None
-        return folderscan.start(state.dir, where, most=most)
-
     def _load_files(self, state: TokenState, progress: Callable[[int], None] | None = None) -> None:
         """Read a token's folder: from the index snapshot plus what changed since, else from the files,
         re-parsing only files whose bytes differ from the sidecar's parse cache."""
         if state.dir.is_dir():
             state.ensure_sidecar()
-            scan = self._scan_in_helper(state)  # the folder, walked while the snapshot decodes
+            scan = _scan_in_helper(
+                state, self.settings.load_processes
+            )  # the folder, walked while the snapshot decodes
             try:
                 restored = snapshot.load(state.dir)
                 if restored is not None:

@@ -14,6 +14,7 @@ from rapidfuzz import fuzz, process
 
 from memvault.search.columns import pack_strings, unpack_strings
 from memvault.search.lexicon import Lexicon
+from memvault.search.order import stable_order, top
 from memvault.search.text import STOP_WORDS, normalize_title, terms_of
 
 __all__ = ["DOC_LIMIT", "F_NAME", "F_TAG", "F_TITLE", "TF_MAX", "Hit", "Index", "IndexSnapshot", "name_text"]
@@ -248,7 +249,7 @@ class Index:
         if not self._pending_tids:
             return
         tids = np.frombuffer(self._pending_tids, dtype=np.uint32)
-        order = _stable_order(tids)
+        order = stable_order(tids)
         sorted_tids = tids[order]
         data = np.frombuffer(self._pending_postings, dtype=np.uint32)[order].tobytes()
         del tids
@@ -383,7 +384,7 @@ class Index:
             self._lexicon, self._postings, terms, ndocs, len(self._docno), norm, fields=False, near=near
         )
         docs = np.flatnonzero(matched)
-        ranked = _top(docs, total.astype(np.float64), len(docs) if limit is None else limit)
+        ranked = top(docs, total.astype(np.float64), len(docs) if limit is None else limit)
         ids = self._ids_by_no
         return [cast("str", ids[docno]) for docno in ranked], total[ranked]
 
@@ -430,7 +431,7 @@ class Index:
         ranked = near[:want]
         rest = want - len(ranked)
         if rest > 0:
-            ranked += [d for d in _top(chosen, key, rest + len(near)) if d not in near_set][:rest]
+            ranked += [d for d in top(chosen, key, rest + len(near)) if d not in near_set][:rest]
         return ranked, total, matched == nterms, count
 
     def _near_titles(
@@ -454,7 +455,7 @@ class Index:
         titles = self._titles
         near = [
             docno
-            for docno in _top(candidates, key, _TITLE_POOL)
+            for docno in top(candidates, key, _TITLE_POOL)
             if titles[docno] and abs(len(titles[docno]) - size) <= slack * (len(titles[docno]) + size)
         ]
         if not near:
@@ -543,35 +544,12 @@ def _matches(lexicon: Lexicon, term: str, near: str) -> list[tuple[int, float]]:
     return lexicon.expand(term) if near == NEAR_MISSING else []
 
 
-def _stable_order(keys: npt.NDArray[np.uint32]) -> npt.NDArray[np.intp]:
-    """``np.argsort(keys, kind="stable")``, by 16-bit halves: numpy sorts 16-bit keys by radix and
-    32-bit ones by timsort, several times slower (this sort was most of the flush that the first
-    query after a burst of writes pays)."""
-    if not keys.size or int(keys.max()) <= 0xFFFF:
-        return np.argsort(keys.astype(np.uint16), kind="stable")
-    low = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
-    return low[np.argsort((keys[low] >> 16).astype(np.uint16), kind="stable")]
-
-
 def _position(plist: array[int], value: int) -> int:
     """Index of ``value`` in ``plist``; numpy scans long lists (array.index boxes every item)."""
     if len(plist) < 512:
         return plist.index(value)
     found = np.flatnonzero(np.frombuffer(plist, dtype=np.uint32) == value)
     return int(found[0])  # the temporary view is gone here, so plist may be resized again
-
-
-def _top(docs: npt.NDArray[np.intp], key: npt.NDArray[np.float64], k: int) -> list[int]:
-    """The ``k`` docnos of ``docs`` with the highest ``key``, best first (ties: lower docno)."""
-    if k <= 0 or docs.size == 0:
-        return []
-    values = key[docs]
-    if k < docs.size:
-        part = np.argpartition(-values, k - 1)[:k]
-        docs, values = docs[part], values[part]
-    order = np.lexsort((docs, -values))
-    result: list[int] = docs[order].tolist()
-    return result
 
 
 @dataclass(frozen=True, slots=True)

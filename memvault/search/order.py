@@ -55,3 +55,26 @@ def creation_order(
         before.append(prev)
         after.append(nxt)
     return Layout(n, live, archived, tuple(before), tuple(after), position, thread)
+
+
+def stable_order(keys: npt.NDArray[np.uint32]) -> npt.NDArray[np.intp]:
+    """``np.argsort(keys, kind="stable")``, by 16-bit halves: numpy sorts 16-bit keys by radix and
+    32-bit ones by timsort, several times slower (this sort was most of the flush that the first
+    query after a burst of writes pays)."""
+    if not keys.size or int(keys.max()) <= 0xFFFF:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    low = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
+    return low[np.argsort((keys[low] >> 16).astype(np.uint16), kind="stable")]
+
+
+def top(docs: npt.NDArray[np.intp], key: npt.NDArray[np.float64], k: int) -> list[int]:
+    """The ``k`` docnos of ``docs`` with the highest ``key``, best first (ties: lower docno)."""
+    if k <= 0 or docs.size == 0:
+        return []
+    values = key[docs]
+    if k < docs.size:
+        part = np.argpartition(-values, k - 1)[:k]
+        docs, values = docs[part], values[part]
+    order = np.lexsort((docs, -values))
+    result: list[int] = docs[order].tolist()
+    return result
