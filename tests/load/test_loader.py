@@ -152,38 +152,36 @@ async def test_a_cold_load_with_helpers_equals_one_without(make_settings, vault_
         await restarted_service.close()
 
 
-async def test_a_failing_helper_means_loading_in_process(make_settings, vault_root, monkeypatch, caplog):
-    _fill(vault_root / "alice", 30)
-    monkeypatch.setattr(loader, "PARALLEL_MIN", 8)
-    monkeypatch.setattr(loader.sys, "executable", sys.executable + "-missing")
-    service = Service(make_settings(load_processes=2))
-    store = service.store
-    try:
-        with caplog.at_level(logging.WARNING, logger="memvault"):
-            state = await store.state("alice")
-        assert len(state.hot.memories) + len(state.archive.memories) == 32
-        assert "could not start a loader process" in caplog.text
-        assert str(vault_root) not in caplog.text
-    finally:
-        await service.close()
+BROKEN_ARCHIVE = "import sys; sys.stdin.buffer.read(); sys.stdout.buffer.write(b'PK\\x03\\x04' + bytes(40))"
 
 
-async def test_a_helper_answering_a_broken_archive_means_loading_in_process(
-    make_settings, vault_root, monkeypatch, caplog
+@pytest.mark.parametrize(
+    ("helper", "said"),
+    [
+        ("missing", "could not start a loader process"),
+        # A helper that exits 0 with a cut-off .npz (it starts like a zip file) costs time, not the
+        # load: the tool call that loads the token still answers.
+        ("broken archive", "a loader process gave unreadable output"),
+    ],
+)
+async def test_a_failing_helper_means_loading_in_process(
+    make_settings, vault_root, monkeypatch, caplog, helper, said
 ):
-    """A helper that exits 0 with a cut-off .npz (it starts like a zip file) costs time, not the
-    load: the tool call that loads the token still answers."""
     _fill(vault_root / "alice", 30)
     monkeypatch.setattr(loader, "PARALLEL_MIN", 8)
-    broken = "import sys; sys.stdin.buffer.read(); sys.stdout.buffer.write(b'PK\\x03\\x04' + bytes(40))"
-    monkeypatch.setattr(loader.processes, "command", lambda module: [sys.executable, "-c", broken])
+    if helper == "missing":
+        monkeypatch.setattr(loader.sys, "executable", sys.executable + "-missing")
+    else:
+        monkeypatch.setattr(
+            loader.processes, "command", lambda module: [sys.executable, "-c", BROKEN_ARCHIVE]
+        )
     service = Service(make_settings(load_processes=2))
     store = service.store
     try:
         with caplog.at_level(logging.WARNING, logger="memvault"):
             state = await store.state("alice")
         assert len(state.hot.memories) + len(state.archive.memories) == 32
-        assert "a loader process gave unreadable output" in caplog.text
+        assert said in caplog.text
         assert str(vault_root) not in caplog.text
     finally:
         await service.close()

@@ -15,6 +15,7 @@ from conftest import wait_for
 from memvault.config import Settings
 from memvault.ops.service import Service
 from memvault.records.sidecar import Sidecar
+from memvault.registry.tokens import Tokens
 
 pytestmark = pytest.mark.anyio
 
@@ -195,6 +196,10 @@ async def test_many_cold_tokens_loading_leave_worker_threads_for_other_calls(
         await service.close()
 
 
+def _loaded(registry: Tokens) -> set[str]:
+    return {t for t, s in registry.states.items() if s.loaded}
+
+
 async def test_a_token_used_again_is_no_longer_the_least_recently_used(
     make_settings: Callable[..., Settings], vault_root: Path
 ) -> None:
@@ -202,9 +207,6 @@ async def test_a_token_used_again_is_no_longer_the_least_recently_used(
         notes(vault_root / token, 1)
     service = Service(make_settings(embedder="hash", max_loaded_tokens=2))
     registry = service.registry
-
-    def loaded() -> set[str]:
-        return {t for t, s in registry.states.items() if s.loaded}
 
     try:
         for token in ("a", "b"):
@@ -214,13 +216,13 @@ async def test_a_token_used_again_is_no_longer_the_least_recently_used(
             pass
         async with registry.using("c"):
             pass
-        assert loaded() == {"a", "c"}  # b was the least recently used
+        assert _loaded(registry) == {"a", "c"}  # b was the least recently used
         for token in ("c", "a", "c"):
             async with registry.using(token):
                 pass
         async with registry.using("d"):
             pass
-        assert loaded() == {"c", "d"}
+        assert _loaded(registry) == {"c", "d"}
     finally:
         await service.close()
 
@@ -233,18 +235,15 @@ async def test_the_cap_holds_while_the_least_recently_used_token_is_in_use(
     service = Service(make_settings(embedder="hash", max_loaded_tokens=2))
     registry = service.registry
 
-    def loaded() -> set[str]:
-        return {t for t, s in registry.states.items() if s.loaded}
-
     try:
         async with registry.using("held"):
             for token in ("b", "c"):
                 async with registry.using(token):
                     pass
-            assert loaded() == {"held", "c"}  # the oldest is in use: the next oldest went instead
+            assert _loaded(registry) == {"held", "c"}  # the oldest is in use: the next oldest went instead
         async with registry.using("d"):
             pass
-        assert loaded() == {"c", "d"}  # released, and still the least recently used: it goes now
+        assert _loaded(registry) == {"c", "d"}  # released, and still the least recently used: it goes now
     finally:
         await service.close()
 
