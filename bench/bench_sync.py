@@ -41,7 +41,8 @@ import corpus
 from harness import call, client, fs_type, machine_line, ms, pct, serve, update_results
 
 from memvault.config import Settings
-from memvault.git.loop import running, sync_vault
+from memvault.git.loop import sync_vault
+from memvault.git.running import running
 
 TOKEN = "bench"
 MARK_START = "<!-- bench_sync:start -->"

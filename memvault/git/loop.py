@@ -16,9 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -27,8 +25,10 @@ from memvault.disk.names import STATE_DIR
 from memvault.disk.vault import LOCK_TIMEOUT, folder_lock
 from memvault.errors import MemvaultError, SyncFailed
 from memvault.git import repo as git_repo
+from memvault.git import running as running_loops
 from memvault.git.commit import commit
 from memvault.git.repo import NETWORK_TIMEOUT, Repo, split_z
+from memvault.git.running import Status
 
 log = logging.getLogger("memvault")
 
@@ -308,50 +308,6 @@ def ensure_driver(root: Path) -> None:
 # ---------------------------------------------------------------- the loop
 
 
-@dataclass(frozen=True, slots=True)
-class Status:
-    """What /healthz shows: ``ok``, ``failing`` or ``off`` (``starting`` until the first sync)."""
-
-    state: str
-    last_ok: datetime | None = None
-    error: str | None = None
-    ahead: int = 0
-    behind: int = 0
-    failing_since: datetime | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "last_ok": format_time(self.last_ok) if self.last_ok else None,
-            "error": self.error,
-            "ahead": self.ahead,
-            "behind": self.behind,
-        }
-
-
-OFF = Status("off")
-_RUNNING: dict[Path, SyncLoop] = {}  # the loops this process runs, by resolved vault root
-_RUNNING_LOCK = threading.Lock()
-
-
-def running(root: Path) -> SyncLoop | None:
-    """The sync loop this process runs for the vault at ``root``, if any."""
-    with _RUNNING_LOCK:
-        return _RUNNING.get(root.resolve())
-
-
-def stale_note(root: Path) -> str | None:
-    """A sentence for an agent when the vault has not synced for a while, else None (memory_stats)."""
-    loop = running(root)
-    return loop.stale_note() if loop is not None else None
-
-
-def stale_note_once(root: Path, token: str) -> str | None:
-    """stale_note, said once per vault (token) while the sync keeps failing (a write's reply)."""
-    loop = running(root)
-    return loop.stale_note(once_for=token) if loop is not None else None
-
-
 class SyncLoop:
     """Syncs one vault root on its own thread: a full sync every ``interval`` seconds, and one
     ``DEBOUNCE_SECONDS`` after a change (:meth:`soon`); one sync at a time per repository, across
@@ -385,8 +341,7 @@ class SyncLoop:
     # -- life
 
     def start(self) -> None:
-        with _RUNNING_LOCK:
-            _RUNNING[self.root.resolve()] = self
+        running_loops.register(self.root, self)
         self._thread = threading.Thread(target=self._run, name="memvault-git-sync", daemon=True)
         self._thread.start()
 
@@ -397,9 +352,7 @@ class SyncLoop:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        with _RUNNING_LOCK:
-            if _RUNNING.get(self.root.resolve()) is self:
-                del _RUNNING[self.root.resolve()]
+        running_loops.unregister(self.root, self)
 
     def soon(self) -> None:
         """Something in the vault changed: sync it shortly (changes that follow join the same sync).

@@ -25,8 +25,7 @@ from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.disk.names import valid_token
 from memvault.errors import InvalidArgument, MemvaultError
-from memvault.git.loop import OFF as SYNC_OFF
-from memvault.git.loop import SyncLoop
+from memvault.git.running import OFF as SYNC_OFF
 from memvault.logs import OncePer
 from memvault.ops.service import Service
 from memvault.server.keys import KeyRing
@@ -411,11 +410,11 @@ def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool
     opened = revocations(keyring, manager, sessions) if keyring is not None else None
     # MEMVAULT_SYNC=git: commit, fetch, merge, push on a thread of its own; every write's batch
     # from the watcher asks for a sync a moment later.
-    sync = (
-        SyncLoop(settings.root, settings.sync_interval_seconds, clock=clock)
-        if settings.sync == "git"
-        else None
-    )
+    sync = None
+    if settings.sync == "git":
+        from memvault.git.loop import SyncLoop  # imported only for a vault kept in git
+
+        sync = SyncLoop(settings.root, settings.sync_interval_seconds, clock=clock)
     if sync is not None:
         service.changes.on_batch = lambda token: sync.soon()
 

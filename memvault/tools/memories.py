@@ -14,8 +14,7 @@ from pydantic import Field
 from memvault.config import Settings
 from memvault.disk.markdown import Memory
 from memvault.errors import InvalidArgument, quote
-from memvault.git.loop import stale_note_once
-from memvault.git.mergememory import conflict_copy_of
+from memvault.git.running import stale_note_once
 from memvault.ops.edits import Edit, version_of
 from memvault.ops.store import Found, Store, Sweep, Written
 from memvault.tools.common import (
@@ -167,6 +166,13 @@ def add_notes(reply: Reply, found: Found, shown: int, budget: int) -> None:
         )
 
 
+def _conflict_copy_of(memory_id: str) -> str | None:
+    # Imported here: the merge code is for vaults kept in git, and most names never get this far.
+    from memvault.git.mergememory import conflict_copy_of
+
+    return conflict_copy_of(memory_id)
+
+
 def render_titles(
     rows: Sequence[Memory], last_access: Callable[[Memory], datetime | None], budget: int
 ) -> str:
@@ -180,7 +186,7 @@ def render_titles(
             line += "|CONFLICT: git conflict markers, read-only until a person resolves them"
         elif memory.problem:
             line += f"|NEEDS FIXING: {memory.problem}"
-        elif (copy_of := conflict_copy_of(memory.id)) is not None:
+        elif ".conflict-" in memory.id and (copy_of := _conflict_copy_of(memory.id)) is not None:
             line += (
                 f"|CONFLICT COPY of {copy_of}, kept by a git merge: move what to keep "
                 "into that memory with update_memory, then delete_memory this one"

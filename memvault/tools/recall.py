@@ -10,7 +10,7 @@ from pydantic import Field
 
 from memvault.config import Settings
 from memvault.errors import quote
-from memvault.git.loop import stale_note
+from memvault.git.running import stale_note
 from memvault.ops.arguments import check_query
 from memvault.ops.recall import STALE_DAYS, Recall, Recalled, Recaller, Stats, accessed
 from memvault.ops.store import Store
