@@ -80,7 +80,6 @@ async def longmemeval_questions(
     import recall_bench as bench
     from opening import open_store
 
-    from memvault.config import Settings
     from memvault.search import embeddings
     from memvault.search.rerankers import Reranking
 
@@ -88,15 +87,7 @@ async def longmemeval_questions(
     loaded = loaded[:haystacks] if haystacks else loaded
     embeddings.WORKER_DUTY_PAUSE = 0.0  # nothing else waits for the CPU while the vectors come
     clock = bench.Clock()
-    settings = Settings(
-        root=root,
-        capacity=10**9,
-        ttl_p1_days=1e9,
-        ttl_p2_days=1e9,
-        max_loaded_tokens=10_000,
-        max_content_chars=1_000_000,
-        watch=False,
-    )
+    settings = bench.bench_settings(root)
     opened = open_store(settings, clock=clock)
     recaller = opened.recaller(reranking=Reranking(settings.reranker))
     for h, hay in enumerate(loaded):

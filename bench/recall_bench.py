@@ -669,19 +669,10 @@ class Clock:
         return self.now
 
 
-def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
-    """The one place that knows memvault's import paths: the store opened, a recall function over it, and the
-    grid of ranking weights that ``--grid`` scores (for bench/recall_cv.py --package)."""
-    from opening import open_store
-
+def bench_settings(root: Path, embedder: str | None = None) -> Any:
+    """The settings a recall bench serves its vault with: nothing evicted, every token kept loaded,
+    no watcher; the embedder as asked (else the product's default)."""
     from memvault.config import Settings
-    from memvault.search import embeddings
-    from memvault.search.index import NEAR_ALL, NEAR_MISSING, NEAR_MODES
-    from memvault.search.ranking import DEFAULT_WEIGHTS
-
-    # The embedding worker rests as long as each batch took (half a core at most) so that a server
-    # stays responsive; here nothing else waits for the CPU, and the vectors are what is waited for.
-    embeddings.WORKER_DUTY_PAUSE = 0.0
 
     settings = Settings(
         root=root,
@@ -698,6 +689,23 @@ def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
         embed_model=os.environ.get("MEMVAULT_EMBED_MODEL") or None,
     )
     settings.validate()
+    return settings
+
+
+def memvault_store(root: Path, clock: Clock, embedder: str | None) -> Any:
+    """The one place that knows memvault's import paths: the store opened, a recall function over it, and the
+    grid of ranking weights that ``--grid`` scores (for bench/recall_cv.py --package)."""
+    from opening import open_store
+
+    from memvault.search import embeddings
+    from memvault.search.index import NEAR_ALL, NEAR_MISSING, NEAR_MODES
+    from memvault.search.ranking import DEFAULT_WEIGHTS
+
+    # The embedding worker rests as long as each batch took (half a core at most) so that a server
+    # stays responsive; here nothing else waits for the CPU, and the vectors are what is waited for.
+    embeddings.WORKER_DUTY_PAUSE = 0.0
+
+    settings = bench_settings(root, embedder)
     from memvault.search import ranking as recall_module
     from memvault.search.rerankers import Reranking
 
