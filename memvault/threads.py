@@ -11,12 +11,14 @@ argument and hands it on to what it calls.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import functools
 import threading
 from collections.abc import Callable
 from typing import Any, Self, TypeVar
 
+import anyio
 import anyio.to_thread
 
 T = TypeVar("T")
@@ -70,3 +72,21 @@ async def look(work: Callable[..., T], *args: Any) -> T:
         return work(*args, ON_LOOP)
     except NeedsThread:
         return await anyio.to_thread.run_sync(functools.partial(work, *args, IN_THREAD))
+
+
+class Threads:
+    """At most ``total`` worker threads for one kind of work, in whichever event loop runs it (an
+    anyio CapacityLimiter belongs to the loop it was made in: tests and the CLI run several)."""
+
+    __slots__ = ("_made", "_total")
+
+    def __init__(self, total: int) -> None:
+        self._total = total
+        self._made: tuple[asyncio.AbstractEventLoop, anyio.CapacityLimiter] | None = None
+
+    def limiter(self) -> anyio.CapacityLimiter:
+        """This event loop's limiter (made at its first use in it)."""
+        loop = asyncio.get_running_loop()
+        if self._made is None or self._made[0] is not loop:
+            self._made = (loop, anyio.CapacityLimiter(self._total))
+        return self._made[1]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 
+import anyio
 import pytest
 
-from memvault.threads import IN_THREAD, ON_LOOP, NeedsThread, Where, held, look
+from memvault.threads import IN_THREAD, ON_LOOP, NeedsThread, Threads, Where, held, look
 
 pytestmark = pytest.mark.anyio
 
@@ -79,3 +80,15 @@ async def test_a_look_that_must_wait_runs_again_in_a_worker_thread(thread_hops: 
     holder.join(10)
     assert calls == [(ON_LOOP, True), (IN_THREAD, False)]
     assert thread_hops == ["work"]
+
+
+def test_threads_gives_each_event_loop_its_own_limiter_of_the_same_size() -> None:
+    threads = Threads(3)
+
+    async def twice() -> tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]:
+        return threads.limiter(), threads.limiter()
+
+    first, again = anyio.run(twice)
+    assert first is again and first.total_tokens == 3
+    other, _ = anyio.run(twice)  # a second loop (the CLI, another test) gets a limiter of its own
+    assert other is not first and other.total_tokens == 3

@@ -22,6 +22,7 @@ import anyio
 import anyio.to_thread
 
 from memvault.registry.state import TokenState
+from memvault.threads import Threads
 
 __all__ = ["BUSY_PAUSE", "MAX_PAUSE", "Background", "give_way", "rest_after"]
 
@@ -50,7 +51,7 @@ class Background:
         self.busy = busy
         self._one_at_a_time = asyncio.Lock()
         self._rested = 0.0  # time.monotonic() when the next piece may start
-        self._limiter: tuple[asyncio.AbstractEventLoop, anyio.CapacityLimiter] | None = None
+        self._threads = Threads(1)
 
     @contextlib.asynccontextmanager
     async def turn(self, *, rest: bool = True) -> AsyncIterator[None]:
@@ -77,7 +78,4 @@ class Background:
     async def run(self, work: Callable[..., T], *args: object) -> T:
         """``work(*args)`` in a worker thread of background work's own (one at a time): a request
         that needs a thread never queues behind background work for one."""
-        loop = asyncio.get_running_loop()
-        if self._limiter is None or self._limiter[0] is not loop:
-            self._limiter = (loop, anyio.CapacityLimiter(1))
-        return await anyio.to_thread.run_sync(work, *args, limiter=self._limiter[1])
+        return await anyio.to_thread.run_sync(work, *args, limiter=self._threads.limiter())

@@ -40,6 +40,7 @@ from memvault.registry import reconcile
 from memvault.registry.state import Phase, TokenState
 from memvault.search.area import Area
 from memvault.search.embeddings import Embeddings
+from memvault.threads import Threads
 
 log = logging.getLogger("memvault")
 
@@ -186,7 +187,7 @@ class Tokens:
         # Both are changed on the event loop only.
         self._recency: OrderedDict[str, TokenState] = OrderedDict()
         self._unloaded: OrderedDict[str, TokenState] = OrderedDict()
-        self._loads: tuple[asyncio.AbstractEventLoop, anyio.CapacityLimiter] | None = None
+        self._loads = Threads(LOAD_THREADS)
 
     def warm(self, token: str) -> None:
         """Begin loading a token a request just addressed, without waiting for it. A client's
@@ -250,7 +251,7 @@ class Tokens:
                 if not state.loaded:
                     with self.embeddings.paused():
                         await anyio.to_thread.run_sync(
-                            self.load, state, progress, limiter=self._load_limiter()
+                            self.load, state, progress, limiter=self._loads.limiter()
                         )
                     if state.loaded:
                         self._loaded(state)
@@ -265,13 +266,6 @@ class Tokens:
                         self.spawn(anyio.to_thread.run_sync(state.save_snapshot))
                     elif state.large:
                         self.spawn(anyio.to_thread.run_sync(heap.release))  # the load's garbage
-
-    def _load_limiter(self) -> anyio.CapacityLimiter:
-        """LOAD_THREADS, for this event loop (a limiter belongs to the loop it was made in)."""
-        loop = asyncio.get_running_loop()
-        if self._loads is None or self._loads[0] is not loop:
-            self._loads = (loop, anyio.CapacityLimiter(LOAD_THREADS))
-        return self._loads[1]
 
     def _loaded(self, state: TokenState) -> None:
         """A load of this state succeeded: it is the most recently used (event loop)."""
