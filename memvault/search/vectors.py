@@ -194,6 +194,23 @@ def quantize(vector: FloatMatrix) -> tuple[Int8Matrix, np.float32]:
     return np.round(vector / scale).astype(np.int8), np.float32(scale)
 
 
+def quantize_rows(vectors: Sequence[FloatMatrix]) -> tuple[Int8Matrix, FloatMatrix] | None:
+    """:func:`quantize` of each vector, all of them in one pass (a restore's batches quantized
+    row by row spent a third of their time in numpy's per-call cost), with the same results; None
+    unless they share one shape (1-d) and one type."""
+    if not vectors or len({(v.dtype, v.shape) for v in vectors}) != 1 or vectors[0].ndim != 1:
+        return None
+    matrix = np.stack(vectors)
+    tops = np.abs(matrix).max(axis=1).astype(np.float64) if matrix.shape[1] else np.zeros(len(matrix))
+    usable = np.isfinite(tops) & (tops != 0)
+    scales = np.where(usable, tops, 0.0) / 127.0  # in double, as quantize's Python float
+    out = np.zeros(matrix.shape, dtype=np.int8)
+    # The vectors' type for the divisor, as numpy takes quantize's Python float.
+    divisors = scales[usable].astype(matrix.dtype)[:, None]
+    out[usable] = np.round(matrix[usable] / divisors).astype(np.int8)
+    return out, scales.astype(np.float32)
+
+
 class TokenVectors:
     """One token's memory rows, their vectors and the queue of memories to embed. Thread-safe.
 
@@ -408,6 +425,7 @@ class TokenVectors:
         meanwhile; ``tokens``: each one's kept token ids for MaxSim (a model that keeps them)."""
         if not found:
             return
+        quantized = quantize_rows([vector for _, _, vector in found])  # outside the lock
         with self._lock:
             dim = found[0][2].shape[0]
             if self._matrix is None or self._name != name or self._matrix.shape[1] != dim:
@@ -423,7 +441,9 @@ class TokenVectors:
                 row = self._rows.get(work.key)
                 if row is None or self._generation[row] != work.generation:
                     continue
-                self._matrix[row], self._scale[row] = quantize(vector)
+                self._matrix[row], self._scale[row] = (
+                    quantize(vector) if quantized is None else (quantized[0][i], quantized[1][i])
+                )
                 self._has[row] = True
                 self._hashes[row] = _ascii(digest)
                 if self._kept is not None:

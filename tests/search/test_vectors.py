@@ -6,7 +6,7 @@ import numpy as np
 
 from memvault.disk.markdown import Memory
 from memvault.search.embedders import TOKEN_BUDGET, normalise_rows
-from memvault.search.vectors import TokenVectors, matvec, quantize
+from memvault.search.vectors import TokenVectors, matvec, quantize, quantize_rows
 
 
 def test_quantized_vectors_keep_dot_products_within_one_percent():
@@ -122,3 +122,20 @@ def test_kept_token_ids_take_the_room_they_need_and_a_view_keeps_what_it_saw():
         got = view.tokens_of(view.rows[key]) if key in view.rows else None
         assert (got.tolist() if got is not None else None) == (None if key == "m1.md" else ids)
     assert {k: before.tokens_of(before.rows[k]).tolist() for k in old} == old  # the old view's ids stand
+
+
+def test_vectors_quantized_together_are_quantized_as_one_by_one():
+    rng = np.random.default_rng(1)
+    for dtype in (np.float32, np.float64):
+        for _ in range(50):
+            n, dim = int(rng.integers(4, 70)), int(rng.integers(1, 300))
+            vectors = [(rng.normal(size=dim) * 10.0 ** rng.integers(-20, 20)).astype(dtype) for _ in range(n)]
+            vectors[0][:] = 0
+            vectors[1][0], vectors[2][0] = np.inf, np.nan
+            together = quantize_rows(vectors)
+            assert together is not None
+            for i, vector in enumerate(vectors):
+                alone, scale = quantize(vector)
+                assert np.array_equal(together[0][i], alone) and together[1][i] == scale
+    assert quantize_rows([np.ones(4, np.float32), np.ones(5, np.float32)]) is None  # one shape only
+    assert quantize_rows([np.ones(4, np.float32), np.ones(4, np.float64)]) is None  # one type only
