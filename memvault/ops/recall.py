@@ -222,7 +222,8 @@ class Recaller:
         kept = self._kept.get(state)
         if kept is not None and kept.rows_version == view.rows_version:
             return kept  # only vectors moved since: the rows stand where they were
-        kept = self._kept[state] = _Kept(view.rows_version, layout(view))
+        since = kept.layout if kept is not None else None
+        kept = self._kept[state] = _Kept(view.rows_version, layout(view, since=since))
         return kept
 
     def _recall_sync(
@@ -328,12 +329,8 @@ class Recaller:
         state: TokenState, view: VectorView, order: Layout, lexical: FloatArray, depth: int
     ) -> FloatArray:
         """The words of each row that borrows context (a neighbour of a lexical hit); 0 for the rest."""
-        hits = np.flatnonzero(lexical > 0)
         n = order.n
-        rows = np.unique(
-            np.concatenate([side[hits] for side in (*order.before[:depth], *order.after[:depth])])
-        )
-        rows = rows[rows < n]
+        rows = order.near(np.flatnonzero(lexical > 0), depth)
         lengths = np.zeros(n, dtype=np.float64)
         if rows.size:
             lengths[rows] = state.lengths([view.keys[r] or "" for r in rows.tolist()])

@@ -108,7 +108,7 @@ class Weights:
     """The ranking's tunable weights, passed per call so a benchmark can try candidates without
     touching module state (bench/recall_cv.py chooses the defaults by cross-validation)."""
 
-    context: tuple[float, ...] = CONTEXT  # at most len(CONTEXT) places (the layout's depth)
+    context: tuple[float, ...] = CONTEXT  # at most len(CONTEXT) places (fuse reads no further)
     context_words: float = CONTEXT_WORDS  # longer memories borrow less context (0: all alike)
     vector: float = VECTOR_WEIGHT
     neighbour: float = NEIGHBOUR_PENALTY
@@ -128,13 +128,11 @@ DEFAULT_WEIGHTS = Weights()
 # ---------------------------------------------------------------------------- pure ranking
 
 
-def layout(view: VectorView, depth: int | None = None, gap: float | None = None) -> Layout:
-    """The rows of ``view`` in creation order, with neighbours up to ``len(CONTEXT)`` places away."""
+def layout(view: VectorView, gap: float | None = None, since: Layout | None = None) -> Layout:
+    """The rows of ``view`` in creation order; ``since``: their layout a little earlier, which only
+    the rows that moved since change (order.creation_order)."""
     return creation_order(
-        view.keys,
-        view.created,
-        depth=len(CONTEXT) if depth is None else depth,
-        gap=CONTEXT_GAP_SECONDS if gap is None else gap,
+        view.keys, view.created, gap=CONTEXT_GAP_SECONDS if gap is None else gap, since=since
     )
 
 
@@ -170,10 +168,16 @@ def fuse(
     if top > 0:
         lx = np.append(lexical / top, 0.0)  # index n is "no neighbour"
         score += lx[:-1]
-        for weight, prev, nxt in zip(context, where.before, where.after, strict=False):
-            read += weight * (lx[prev] + lx[nxt])
+        # Only a hit's neighbours borrow anything: their shares are worked out, not every row's.
+        context = context[: len(CONTEXT)]
+        rows = where.near(np.flatnonzero(lexical), len(context))
+        lent = np.zeros(rows.size, dtype=np.float64)
+        for k, weight in enumerate(context, 1):
+            prev, nxt = where.neighbours(rows, k)
+            lent += weight * (lx[prev] + lx[nxt])
         if lengths is not None and context_words > 0:
-            read *= np.minimum(1.0, context_words / np.maximum(lengths, context_words))
+            lent *= np.minimum(1.0, context_words / np.maximum(lengths[rows], context_words))
+        read[rows] = lent
         score += read
     if vector is not None and eligible.any():
         if centre:
