@@ -207,6 +207,8 @@ class StoredRows:
             a.ndim != 1 for a in (*self._numbers, self._codes)
         ):
             raise ValueError("snapshot columns differ in length")
+        if self._codes.dtype.kind not in "iu" or self._numbers[-1].dtype.kind not in "iu":  # codes, flags
+            raise ValueError("snapshot holds codes that are not integers")
         if n and not 0 <= int(self._codes.min()) <= int(self._codes.max()) < len(PRIORITIES):
             raise ValueError("snapshot holds an unknown priority")
         for name in _TIME_COLUMNS:  # a time out of datetime's range would fail its build

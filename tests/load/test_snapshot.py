@@ -124,6 +124,11 @@ def test_snapshot_columns_from_another_parser_version_are_refused() -> None:
     columns["priority"] = columns["priority"] + len(PRIORITIES)
     with pytest.raises(ValueError, match="unknown priority"):
         memories_from_columns(columns, archived=False)
+    for name in ("priority", "flags"):  # a build would fail on them
+        columns = memories_to_columns([parse_memory(b"# T\n\nbody", "t.md")])
+        columns[name] = columns[name].astype(np.float64)
+        with pytest.raises(ValueError, match="not integers"):
+            StoredRows(columns, archived=False)
     # Memories are built from their rows when first asked for (memvault.search.area.Memories), so what
     # would fail a build is refused when the columns are decoded, while a restart can still fall
     # back to the files.
