@@ -358,10 +358,15 @@ def save(folder: Path, areas: dict[str, npt.NDArray[Any]]) -> None:
 
 def areas_from(data: Mapping[str, npt.NDArray[Any]]) -> tuple[Area, Area]:
     """Hot and archive areas from arrays in the snapshot's format. Raises ValueError (or KeyError,
-    TypeError, IndexError) if they do not fit together."""
+    TypeError, IndexError) if they do not fit together. An index without its postings (a loader's)
+    gets them sorted out of its term lists, added to ``data`` too when it is a dict."""
     areas = []
     for name, archived in (("hot", False), ("archive", True)):
         index_columns = prefixed(data, f"{name}.index.")
+        if "postings" not in index_columns and isinstance(data, dict):
+            # A loader's arrays, saved as the snapshot later: sorted once, here, for both.
+            index_columns = add_postings(index_columns)
+            data.update({f"{name}.index.{key}": index_columns[key] for key in ("postings", "term_postings")})
         columns = prefixed(data, f"{name}.memories.")
         index = Index.from_snapshot(index_columns)
         # Memories stored in the index's order share its id strings (100,000 of them at 100k).
