@@ -30,6 +30,7 @@ DOCS_AT_ONCE = 4096  # arrays_of's batch
 _FOLD_ASCII = bytes(
     c + 32 if 65 <= c <= 90 else c if c == 0 or 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256)
 )
+_TITLE_ASCII = _FOLD_ASCII.replace(b"\x00", b" ")  # a title's words, as normalize_title finds them
 
 
 def arrays_of(docs: Sequence[tuple[str, str, str, Sequence[str]]]) -> dict[str, npt.NDArray[Any]]:
@@ -57,11 +58,19 @@ def arrays_of(docs: Sequence[tuple[str, str, str, Sequence[str]]]) -> dict[str, 
     }
     for name, values in (
         ("ids", [id for id, _, _, _ in docs]),
-        ("titles", [normalize_title(title) for _, title, _, _ in docs]),
+        ("titles", [_normal_title(title) for _, title, _, _ in docs]),
         ("terms", terms),
     ):
         out[f"{name}.blob"], out[f"{name}.len"] = pack_strings(values)
     return out
+
+
+def _normal_title(title: str) -> str:
+    """``normalize_title``, a quarter of its time for an ASCII title (NFKC leaves it alone, and
+    casefold is lower)."""
+    if not title.isascii():
+        return normalize_title(title)
+    return b" ".join(title.encode("ascii").translate(_TITLE_ASCII).split()).decode("ascii")
 
 
 def _batch(
