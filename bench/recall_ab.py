@@ -9,13 +9,17 @@ LongMemEval's haystacks.
 With ``--locomo``, each version builds a token of N memories (``--memories``, bench/locomo.py's
 10,000-memory vault: LoCoMo turns cycled, written as files), waits for its vectors with its own
 default configuration, then the two take turns: each round asks 60 LoCoMo questions through the
-tool's body (``Recaller.recall``, limit 10).
+tool's body (``Recaller.recall``, limit 10). ``--writes``: each call writes a memory first (untimed,
+its vector made before the recall), so the rows move between recalls as they do for an agent that
+writes and recalls; ``--vault DIR`` keeps each version's vault in DIR/old and DIR/new and reuses it
+(copy one vault there for both: the writes stay in it).
 
 With ``--longmemeval``, each version loads every LongMemEval question's haystack into a token of its
 own as bench/recall_bench.py does (``--units``: one memory per session, the default, or per turn;
 written through ``Store.write`` with the store's clock at the session's date), waits for its
 vectors, and each round asks every question once, with the clock at the question's date. The two
-versions' answers are compared round by round: the memories listed, in order, and their scores.
+versions' answers are compared round by round (in both modes): the memories listed, in order, and
+their scores.
 
 Per version: the median of the rounds' p50 and p95 wall time and the process CPU per call; and the
 median of the per-round ratios new / old, which a noisy machine affects alike. ``--profile FILE``
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import json
 import os
@@ -39,20 +44,28 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+written = [0.0]  # with --writes: when the last write ended (perf_counter), read by the timing loop
 LOCOMO_ROUND = 60  # questions per round at 10,000 memories
 
 
-async def locomo_questions(root: Path, locomo: Path, memories: int) -> tuple[Any, Any, list[Any]]:
-    """The 10,000-memory token of LoCoMo turns, and one call per question (no clock)."""
+async def locomo_questions(
+    root: Path, locomo: Path, memories: int, writes: bool
+) -> tuple[Any, Any, list[Any]]:
+    """The 10,000-memory token of LoCoMo turns, and one call per question (no clock); with
+    ``writes``, each call writes a memory (a LoCoMo turn, untimed, its vector made) before its
+    recall: the rows move between recalls, as they do for an agent that writes and recalls."""
     import locomo as bench
     from opening import open_store
 
     from memvault.config import Settings
+    from memvault.search import embeddings
     from memvault.search.rerankers import Reranking
 
+    embeddings.WORKER_DUTY_PAUSE = 0.0  # nothing else waits for the CPU while the vectors come
     conversations = [bench.load_conversation(p) for p in bench.conversation_files([locomo])]
     questions = [q.text for c in conversations for q in c.questions]
-    bench.write_scale_vault(root / "scale", conversations, memories)
+    if not (root / "scale").is_dir():  # a kept vault (--vault) is reused as it is
+        bench.write_scale_vault(root / "scale", conversations, memories)
     settings = Settings(root=root, capacity=10**9)
     opened = open_store(settings)
     # As the recall tool builds it: the configured reranker (MaxSim with WordLlama by default).
@@ -63,11 +76,20 @@ async def locomo_questions(root: Path, locomo: Path, memories: int) -> tuple[Any
     for question in questions[:20]:
         await recaller.recall("scale", question, limit=10)
     asked = [0]
+    turns = [t for c in conversations for t in c.turns]
+    store = opened.store
 
-    def one() -> Awaitable[Any]:
+    async def one() -> Any:
         q = questions[asked[0] % len(questions)]
         asked[0] += 1
-        return recaller.recall("scale", q, limit=10)
+        if writes:
+            turn = turns[asked[0] % len(turns)]
+            await store.write("scale", title=f"{turn.title} w{asked[0]}", content=turn.text)
+            # Its vector made before the recall, in both versions alike (else a race decides
+            # whether the new memory can be found by meaning).
+            await asyncio.to_thread(opened.embeddings.wait_idle, 60)
+            written[0] = time.perf_counter()  # the write's time is left out of the call's
+        return await recaller.recall("scale", q, limit=10)
 
     return opened, recaller, [one] * LOCOMO_ROUND
 
@@ -127,14 +149,19 @@ def profiled(profile: cProfile.Profile, work: Callable[..., Any]) -> Callable[..
 async def worker(args: argparse.Namespace) -> None:
     """Build the vault, then time one round per line on stdin; each round's answers go to stdout."""
     sys.path.insert(0, str(HERE))
-    with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as folder:
-        root = Path(folder)
+    with contextlib.ExitStack() as stack:
+        if args.vault:
+            root = args.vault
+            root.mkdir(parents=True, exist_ok=True)
+        else:
+            shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=shm)))
         if args.longmemeval:
             opened, recaller, calls = await longmemeval_questions(
                 root, args.longmemeval, args.units, args.haystacks
             )
         else:
-            opened, recaller, calls = await locomo_questions(root, args.locomo, args.memories)
+            opened, recaller, calls = await locomo_questions(root, args.locomo, args.memories, args.writes)
         print("ready", flush=True)
         if args.profile:
             profile = cProfile.Profile()
@@ -145,9 +172,10 @@ async def worker(args: argparse.Namespace) -> None:
             answers = []
             cpu = time.process_time()
             for one in calls:
+                written[0] = 0.0
                 started = time.perf_counter()
                 found = await one()
-                wall.append(time.perf_counter() - started)
+                wall.append(time.perf_counter() - max(started, written[0]))
                 answers.append([[hit.memory.id, hit.score] for hit in found.results])
             used = (time.process_time() - cpu) / len(calls) * 1000
             wall.sort()
@@ -192,6 +220,12 @@ def main() -> int:
     parser.add_argument("--haystacks", type=int, default=0, help="only the first N haystacks (0: all)")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--profile", type=Path, help="write a cProfile of the new version's rounds here")
+    parser.add_argument(
+        "--vault", type=Path, help="LoCoMo: keep each version's vault in VAULT/old, VAULT/new and reuse it"
+    )
+    parser.add_argument(
+        "--writes", action="store_true", help="LoCoMo: write a memory (untimed) before each recall"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -206,6 +240,8 @@ def main() -> int:
             command += ["--haystacks", str(args.haystacks)]
         else:
             command += ["--locomo", str(args.locomo), "--memories", str(args.memories)]
+            command += ["--writes"] if args.writes else []
+            command += ["--vault", str((args.vault / name).resolve())] if args.vault else []
         if args.profile and name == "new":
             command += ["--profile", str(args.profile.resolve())]
         procs[name] = subprocess.Popen(
@@ -241,13 +277,12 @@ def main() -> int:
     for k in ("p50", "cpu"):
         ratio = statistics.median(b[k] / a[k] for a, b in pairs)
         print(f"new / old {k}, median of the rounds: {ratio:.2f}")
-    if args.longmemeval:
-        differ = [compare(a["answers"], b["answers"]) for a, b in pairs]
-        print(
-            f"answers: {sum(d for d, _, _ in differ)} of {sum(n for _, n, _ in differ)} lists differ "
-            "(memories or order); largest score difference where they agree "
-            f"{max(w for _, _, w in differ):.2g}"
-        )
+    differ = [compare(a["answers"], b["answers"]) for a, b in pairs]
+    print(
+        f"answers: {sum(d for d, _, _ in differ)} of {sum(n for _, n, _ in differ)} lists differ "
+        "(memories or order); largest score difference where they agree "
+        f"{max(w for _, _, w in differ):.2g}"
+    )
     return 0
 
 

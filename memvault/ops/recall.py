@@ -211,9 +211,12 @@ class Recaller:
             raise InvalidArgument(f"after ({after}) must be earlier than before ({before}).")
         filters = _Filters(include_archive, wanted_tags, priorities, span[0], span[1])
         async with self.store.using(token) as state:
-            return await look(
+            found = await look(
                 self._recall_sync, state, query, min(limit, 100), filters, weights or self.weights
             )
+            # Counted here, on the loop: from a worker thread the count woke the loop by its pipe.
+            self.store.note_search(state, bool(found.results))
+            return found
 
     def _layout(self, state: TokenState, view: VectorView) -> Layout:
         return self._kept_of(state, view).layout
@@ -222,7 +225,8 @@ class Recaller:
         kept = self._kept.get(state)
         if kept is not None and kept.rows_version == view.rows_version:
             return kept  # only vectors moved since: the rows stand where they were
-        kept = self._kept[state] = _Kept(view.rows_version, layout(view))
+        since = kept.layout if kept is not None else None
+        kept = self._kept[state] = _Kept(view.rows_version, layout(view, since=since))
         return kept
 
     def _recall_sync(
@@ -246,12 +250,17 @@ class Recaller:
             lexical, in_archive = _lexical(state, view, order.n, words, filters.include_archive, weights.near)
             if filters.tags or filters.priorities:
                 _keep_fields(state, view, eligible, filters)
+            # The rows that borrow context: a lexical hit's neighbours (ranking.fuse).
+            depth = min(len(weights.context), len(ranking.CONTEXT))
+            borrowers = order.near(np.flatnonzero(lexical), depth)
             lengths = (
-                self._lengths(state, view, order, lexical, len(weights.context))
+                _lengths(state, view, order, lexical, borrowers, depth)
                 if weights.context_words > 0 and any(weights.context)
                 else None
             )
-        score, lent, model = self._fused(view, order, words, embedder, lexical, eligible, lengths, weights)
+        score, lent, model = self._fused(
+            view, order, words, embedder, lexical, eligible, lengths, weights, borrowers
+        )
         if spoken is not None and weights.span > 0:
             with np.errstate(invalid="ignore"):  # NaN: unknown creation time, never inside
                 created = view.created[: order.n]
@@ -260,14 +269,14 @@ class Recaller:
         worded = bool((lexical[eligible] > 0).any())
         matched = int(np.count_nonzero(score > 0))
         if matched == 0:
-            return self._record(state, Recall([], model, 0, in_archive=in_archive))
+            return Recall([], model, 0, in_archive=in_archive)
         candidates = _pool(score, max(ranking.POOL, 4 * limit))
         memories, weighted = _weighed(state, view, candidates, score, now, where)
         if reranker is not None and memories:
             self._rerank(reranker, words, memories, weighted, view, embedder)
         terms = {t for t in terms_of(words)} - QUESTION_WORDS
         results = _picked(state, memories, weighted, lent, order, limit, weights, terms, where)
-        return self._record(state, Recall(results, model, matched, worded, in_archive))
+        return Recall(results, model, matched, worded, in_archive)
 
     def _ready(self, state: TokenState, where: Where) -> tuple[Reranker | None, Embedder | None, VectorView]:
         """The reranker and the embedder that take part, and the vectors' rows (the candidates); on
@@ -297,6 +306,7 @@ class Recaller:
         eligible: BoolArray,
         lengths: FloatArray | None,
         weights: Weights,
+        borrowers: IntArray,
     ) -> tuple[FloatArray, FloatArray, str | None]:
         """Each row's score, lexical and vector fused (ranking.fuse); the share of it that its
         neighbours lent it; the model whose vectors took part (None: lexical only)."""
@@ -318,26 +328,14 @@ class Recaller:
             vector_weight=weights.vector,
             vector_floor=traits(embedder).noise,
             centre=traits(embedder).crowds,
+            borrowers=borrowers,
         )
-        # What share of each score its neighbours lent it (the factors after scale both alike).
-        lent = np.divide(borrowed, score, out=np.zeros_like(score), where=score > 0)
+        # What share of each score its neighbours lent it (the factors after scale both alike);
+        # only the borrowers have borrowed anything.
+        lent = np.zeros_like(score)
+        rows = borrowers[score[borrowers] > 0]
+        lent[rows] = borrowed[rows] / score[rows]
         return score, lent, model
-
-    @staticmethod
-    def _lengths(
-        state: TokenState, view: VectorView, order: Layout, lexical: FloatArray, depth: int
-    ) -> FloatArray:
-        """The words of each row that borrows context (a neighbour of a lexical hit); 0 for the rest."""
-        hits = np.flatnonzero(lexical > 0)
-        n = order.n
-        rows = np.unique(
-            np.concatenate([side[hits] for side in (*order.before[:depth], *order.after[:depth])])
-        )
-        rows = rows[rows < n]
-        lengths = np.zeros(n, dtype=np.float64)
-        if rows.size:
-            lengths[rows] = state.lengths([view.keys[r] or "" for r in rows.tolist()])
-        return lengths
 
     def _rerank(
         self,
@@ -377,10 +375,6 @@ class Recaller:
             self.reranking.failed(exc)
             return
         blend(weighted, list(memories), rows, scored, raw, weight)
-
-    def _record(self, state: TokenState, found: Recall) -> Recall:
-        self.store.note_search(state, bool(found.results))
-        return found
 
     async def stats(self, token: str) -> Stats:
         async with self.store.using(token) as state:
@@ -468,6 +462,21 @@ def _lexical(
         best = float(lexical.max()) if n else 0.0
         in_archive = int(np.count_nonzero(found >= 0.5 * best)) if found.size else 0
     return lexical, in_archive
+
+
+def _lengths(
+    state: TokenState, view: VectorView, order: Layout, lexical: FloatArray, borrowers: IntArray, depth: int
+) -> FloatArray:
+    """The words of each row that borrows context (a neighbour of a lexical hit); 0 for the rest.
+    With ``mem_lock`` held."""
+    rows = borrowers
+    if (lexical < 0).any():  # never from BM25; the lengths were only ever those of positive hits' neighbours
+        rows = order.near(np.flatnonzero(lexical > 0), depth)
+    lengths = np.zeros(order.n, dtype=np.float64)
+    if rows.size:
+        keys = view.keys
+        lengths[rows] = state.lengths([keys[r] or "" for r in rows.tolist()])
+    return lengths
 
 
 def _keep_fields(state: TokenState, view: VectorView, eligible: BoolArray, filters: _Filters) -> None:

@@ -342,7 +342,7 @@ class Tokens:
         else:
             self._unloaded[state.token] = state
         self.unloads += 1
-        heap.unkeep()  # its objects go back to the collector (the others are kept at the next load)
+        heap.unkeep()  # what died while frozen is collected (at most once a minute, rarer if little)
         self.releases.request()
 
     async def _close(self, sidecar: Sidecar) -> None:

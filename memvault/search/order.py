@@ -6,55 +6,224 @@ is a memory written within ``gap`` seconds of the next one, a thread a run of su
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+_T = TypeVar("_T", bound=np.generic)
+
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Where each row sits in creation order: neighbours (``n`` = none), position, thread."""
+    """Where each row sits in creation order: position and thread; neighbours on demand.
+
+    Never changed once made (a recall in another thread may be reading it): the next layout of the
+    same rows is a new one, made from this (``creation_order``'s ``since``)."""
 
     n: int
     live: npt.NDArray[np.bool_]
     archived: npt.NDArray[np.bool_]
-    before: tuple[npt.NDArray[np.intp], ...]  # before[k][row]: the row written k + 1 places earlier, or n
-    after: tuple[npt.NDArray[np.intp], ...]
     position: npt.NDArray[np.float64]  # rank in creation order (NaN: unknown creation time)
     thread: npt.NDArray[np.intp]  # runs of memories written within ``gap`` seconds of each other; -1 = none
+    order: npt.NDArray[np.intp]  # the rows with a known creation time in creation order (ties: by row)
+    # What it was made from, for the next one: keys and creation times by row, the gap.
+    keys: Sequence[str | None] = field(repr=False)
+    created: npt.NDArray[np.float64] = field(repr=False)
+    gap: float = field(repr=False)
+
+    def neighbours(
+        self, rows: npt.NDArray[np.intp], k: int
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        """For each of ``rows``, the row written ``k`` places earlier and the one ``k`` places
+        later in the same thread, or ``n`` where there is none."""
+        rank = self.position[rows]
+        known = ~np.isnan(rank)
+        at = np.where(known, rank, -1.0).astype(np.intp)
+        size = self.order.size
+        own = self.thread[rows]
+        sides = []
+        for step in (-k, k):
+            j = at + step
+            inside = known & (j >= 0) & (j < size)
+            if not inside.any():
+                sides.append(np.full(len(rows), self.n, dtype=np.intp))
+                continue
+            other = self.order[np.where(inside, j, 0)]
+            sides.append(np.where(inside & (self.thread[other] == own), other, self.n))
+        return sides[0], sides[1]
+
+    def near(self, rows: npt.NDArray[np.intp], depth: int) -> npt.NDArray[np.intp]:
+        """The rows at most ``depth`` places from one of ``rows`` in its thread (``rows`` not
+        counted unless they are one another's neighbours), ascending."""
+        sides = [side for k in range(1, depth + 1) for side in self.neighbours(rows, k)]
+        if not sides:
+            return np.zeros(0, dtype=np.intp)
+        found = np.unique(np.concatenate(sides))
+        return found[found < self.n]
 
 
 def creation_order(
-    keys: Sequence[str | None], created: npt.NDArray[np.float64], *, depth: int, gap: float
+    keys: Sequence[str | None],
+    created: npt.NDArray[np.float64],
+    *,
+    gap: float,
+    since: Layout | None = None,
 ) -> Layout:
     """Rows (keys by row, None = free) in the order they were written (``created``: POSIX seconds,
-    NaN = unknown); neighbours are only those written within ``gap`` seconds of the next one."""
+    NaN = unknown); neighbours are only those written within ``gap`` seconds of the next one.
+
+    ``since``: the layout of the same rows a little earlier (``keys`` and ``created`` are the
+    caller's copies, never changed in place). Only the rows whose key or creation time moved since
+    are placed again, and only the ranks from the first that moved are counted again: a write moves
+    a row or two, mostly at the end, where sorting 100,000 rows took tens of milliseconds."""
     n = len(keys)
+    created = created[:n]
+    if since is not None and since.gap == gap and n >= since.n:
+        moved = _moved(since, keys, created, max(_FEW, n // 8))
+        if moved is not None:
+            return _updated(since, keys, created, moved)
     live = np.array([key is not None for key in keys], dtype=bool)
     archived = np.array([key is not None and key.startswith("archive/") for key in keys], dtype=bool)
-    created = created[:n]
     rows = np.flatnonzero(live & ~np.isnan(created))
     order = rows[np.argsort(created[rows], kind="stable")]  # ties: the order the rows were added
     position = np.full(n, np.nan)
-    position[order] = np.arange(order.size, dtype=np.float64)
     thread = np.full(n, -1, dtype=np.intp)
-    if order.size:
-        breaks = np.concatenate([[True], np.diff(created[order]) > gap])
-        thread[order] = np.cumsum(breaks) - 1
-    before: list[npt.NDArray[np.intp]] = []
-    after: list[npt.NDArray[np.intp]] = []
-    for k in range(1, depth + 1):
-        prev = np.full(n, n, dtype=np.intp)
-        nxt = np.full(n, n, dtype=np.intp)
-        if order.size > k:
-            same = thread[order[k:]] == thread[order[:-k]]
-            prev[order[k:][same]] = order[:-k][same]
-            nxt[order[:-k][same]] = order[k:][same]
-        before.append(prev)
-        after.append(nxt)
-    return Layout(n, live, archived, tuple(before), tuple(after), position, thread)
+    _rank(order, created, gap, position, thread, 0)
+    return Layout(n, live, archived, position, thread, order, keys, created, gap)
+
+
+_FEW = 64  # up to this many moved rows (or an eighth), placing them again beats a sort
+_SEARCHED = 8  # up to this many rows placed by a binary search each (else by one over all times)
+
+
+def _moved(
+    since: Layout, keys: Sequence[str | None], created: npt.NDArray[np.float64], most: int
+) -> npt.NDArray[np.intp] | None:
+    """The rows whose key or creation time differs from ``since``'s, and the rows added after it;
+    None if there are more than ``most``."""
+    m = since.n
+    if len(keys) - m > most:
+        return None
+    # Bit for bit: NaN == NaN here (a NaN of other bits is only placed again for nothing).
+    old = np.ascontiguousarray(since.created[:m]).view(np.int64)
+    new = np.ascontiguousarray(created[:m]).view(np.int64)
+    times = np.flatnonzero(old != new)
+    named = _differing(since.keys, keys, m, most) if times.size <= most else None
+    if named is None:
+        return None
+    moved = np.unique(np.concatenate([times, named, np.arange(m, len(keys), dtype=np.intp)]))
+    return moved if moved.size <= most else None
+
+
+def _differing(
+    old: Sequence[str | None], new: Sequence[str | None], m: int, most: int
+) -> npt.NDArray[np.intp] | None:
+    """The rows below ``m`` whose key differs (None: more than ``most``), by halving: list
+    comparison runs in C and mostly meets the same string objects, so a few changes among 100,000
+    keys cost about two passes over them instead of a Python loop."""
+    if old == (new if len(new) == m else new[:m]):  # ``old`` holds m keys
+        return np.zeros(0, dtype=np.intp)
+    out: list[int] = []
+    spans = [(0, m, True)]  # (lo, hi, known to differ)
+    while spans:
+        lo, hi, differs = spans.pop()
+        if not differs and old[lo:hi] == new[lo:hi]:
+            continue
+        if hi - lo <= 32:
+            out.extend(i for i in range(lo, hi) if old[i] != new[i])
+            if len(out) > most:
+                return None
+            continue
+        mid = (lo + hi) // 2
+        if old[lo:mid] == new[lo:mid]:
+            spans.append((mid, hi, True))  # the difference is on the right
+        else:
+            spans += [(mid, hi, False), (lo, mid, True)]
+    return np.array(out, dtype=np.intp)
+
+
+def _updated(
+    since: Layout, keys: Sequence[str | None], created: npt.NDArray[np.float64], moved: npt.NDArray[np.intp]
+) -> Layout:
+    """``since`` with the ``moved`` rows taken out and put back where they belong now (by creation
+    time, ties by row, as the full sort puts them); ranks and threads counted again from the first
+    place that changed."""
+    n, m = len(keys), since.n
+    live, archived = _grown(since.live, n, False), _grown(since.archived, n, False)
+    position, thread = _grown(since.position, n, np.nan), _grown(since.thread, n, -1)
+    for row in moved.tolist():
+        key = keys[row]
+        live[row] = key is not None
+        archived[row] = key is not None and key.startswith("archive/")
+    was = moved[moved < m]
+    was = was[~np.isnan(since.position[was])]
+    order = since.order
+    first = order.size
+    if was.size:
+        ranks = since.position[was].astype(np.intp)
+        first = int(ranks.min())
+        order = np.delete(order, ranks)
+        position[was] = np.nan
+        thread[was] = -1
+    come = moved[live[moved] & ~np.isnan(created[moved])]
+    if come.size:
+        come = come[np.lexsort((come, created[come]))]
+        at = _places(order, created, come)
+        first = min(first, int(at.min()))
+        order = np.insert(order, at, come)
+    _rank(order, created, since.gap, position, thread, first)
+    return Layout(n, live, archived, position, thread, order, keys, created, since.gap)
+
+
+def _grown(values: npt.NDArray[_T], n: int, fill: object) -> npt.NDArray[_T]:
+    """A copy of ``values`` as long as ``n``, ``fill`` past its end."""
+    out = np.empty(n, dtype=values.dtype)
+    out[: len(values)] = values
+    out[len(values) :] = fill
+    return out
+
+
+def _places(
+    order: npt.NDArray[np.intp], created: npt.NDArray[np.float64], come: npt.NDArray[np.intp]
+) -> npt.NDArray[np.intp]:
+    """Where each of ``come`` (rows not in ``order``) goes into ``order``: after the rows created
+    before it and those created at the same time with a lower row number."""
+    if come.size <= _SEARCHED:  # a binary search each, without gathering every row's time
+        return np.array(
+            [bisect.bisect_left(order, (created[r], r), key=lambda o: (created[o], o)) for r in come],
+            dtype=np.intp,
+        )
+    times = created[order]
+    at = np.searchsorted(times, created[come], side="left")
+    ends = np.searchsorted(times, created[come], side="right")
+    for i in np.flatnonzero(ends > at).tolist():  # equal creation times: by row among them
+        at[i] += int(np.searchsorted(order[at[i] : ends[i]], come[i]))
+    return at
+
+
+def _rank(
+    order: npt.NDArray[np.intp],
+    created: npt.NDArray[np.float64],
+    gap: float,
+    position: npt.NDArray[np.float64],
+    thread: npt.NDArray[np.intp],
+    first: int,
+) -> None:
+    """Set (in place) the position and thread of the rows ``order[first:]``; those before them
+    stand. Threads are numbered from 0 in creation order, each a run without a gap over ``gap``."""
+    if first >= order.size:
+        return
+    rows = order[first:]
+    position[rows] = np.arange(first, order.size, dtype=np.float64)
+    breaks = np.diff(created[order[max(first - 1, 0) :]]) > gap
+    if first == 0:
+        thread[rows] = np.concatenate([[0], np.cumsum(breaks, dtype=np.intp)])
+    else:
+        thread[rows] = thread[order[first - 1]] + np.cumsum(breaks, dtype=np.intp)
 
 
 def stable_order(keys: npt.NDArray[np.uint32]) -> npt.NDArray[np.intp]:

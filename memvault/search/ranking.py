@@ -108,7 +108,7 @@ class Weights:
     """The ranking's tunable weights, passed per call so a benchmark can try candidates without
     touching module state (bench/recall_cv.py chooses the defaults by cross-validation)."""
 
-    context: tuple[float, ...] = CONTEXT  # at most len(CONTEXT) places (the layout's depth)
+    context: tuple[float, ...] = CONTEXT  # at most len(CONTEXT) places (fuse reads no further)
     context_words: float = CONTEXT_WORDS  # longer memories borrow less context (0: all alike)
     vector: float = VECTOR_WEIGHT
     neighbour: float = NEIGHBOUR_PENALTY
@@ -128,13 +128,11 @@ DEFAULT_WEIGHTS = Weights()
 # ---------------------------------------------------------------------------- pure ranking
 
 
-def layout(view: VectorView, depth: int | None = None, gap: float | None = None) -> Layout:
-    """The rows of ``view`` in creation order, with neighbours up to ``len(CONTEXT)`` places away."""
+def layout(view: VectorView, gap: float | None = None, since: Layout | None = None) -> Layout:
+    """The rows of ``view`` in creation order; ``since``: their layout a little earlier, which only
+    the rows that moved since change (order.creation_order)."""
     return creation_order(
-        view.keys,
-        view.created,
-        depth=len(CONTEXT) if depth is None else depth,
-        gap=CONTEXT_GAP_SECONDS if gap is None else gap,
+        view.keys, view.created, gap=CONTEXT_GAP_SECONDS if gap is None else gap, since=since
     )
 
 
@@ -150,6 +148,7 @@ def fuse(
     vector_weight: float | None = None,
     vector_floor: float = 0.0,
     centre: bool = False,
+    borrowers: IntArray | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Relevance of every row: normalised lexical score read in context, plus normalised cosines
     with the query's embedding (those below ``vector_floor`` count as 0); and the part of it
@@ -160,31 +159,48 @@ def fuse(
     ``VECTOR_CENTRE``, at ``CROWDED`` of the best or more) are measured from that quartile, those
     below it counting 0. E5's sit in 0.7-0.9, so dividing them by the best left them all near 1
     and meaning ranked next to nothing; MiniLM's and the static tables' spread by themselves, and
-    lost when centred (bench/RESULTS.md)."""
-    context = CONTEXT if context is None else context
+    lost when centred (bench/RESULTS.md).
+    ``borrowers``: ``where.near`` of the rows with a lexical score, if the caller has them."""
+    context = (CONTEXT if context is None else context)[: len(CONTEXT)]  # neighbours read no further
     context_words = CONTEXT_WORDS if context_words is None else context_words
     vector_weight = VECTOR_WEIGHT if vector_weight is None else vector_weight
-    score = np.zeros(where.n, dtype=np.float64)
-    read = np.zeros(where.n, dtype=np.float64)
-    top = float(lexical[eligible].max()) if eligible.any() else 0.0
+    n = where.n
+    read = np.zeros(n, dtype=np.float64)
+    some = bool(eligible.any())
+    top = float(np.max(lexical, where=eligible, initial=-np.inf)) if some else 0.0
     if top > 0:
-        lx = np.append(lexical / top, 0.0)  # index n is "no neighbour"
-        score += lx[:-1]
-        for weight, prev, nxt in zip(context, where.before, where.after, strict=False):
-            read += weight * (lx[prev] + lx[nxt])
+        lx = np.empty(n + 1, dtype=np.float64)  # index n is "no neighbour"
+        np.divide(lexical, top, out=lx[:n])
+        lx[n] = 0.0
+        score = lx[:n].copy()
+        # Only a hit's neighbours borrow anything: their shares are worked out, not every row's.
+        rows = where.near(np.flatnonzero(lexical), len(context)) if borrowers is None else borrowers
+        lent = np.zeros(rows.size, dtype=np.float64)
+        for k, weight in enumerate(context, 1):
+            prev, nxt = where.neighbours(rows, k)
+            lent += weight * (lx[prev] + lx[nxt])
         if lengths is not None and context_words > 0:
-            read *= np.minimum(1.0, context_words / np.maximum(lengths, context_words))
-        score += read
-    if vector is not None and eligible.any():
+            lent *= np.minimum(1.0, context_words / np.maximum(lengths[rows], context_words))
+        read[rows] = lent
+        score[rows] += lent
+    else:
+        score = np.zeros(n, dtype=np.float64)
+    if vector is not None and some:
         if centre:
             low = float(np.percentile(vector[eligible], VECTOR_CENTRE))
             if low >= CROWDED * float(vector[eligible].max()):
                 vector = vector - low
-        best = float(vector[eligible].max())
+        best = float(np.max(vector, where=eligible, initial=-np.inf))
         if best > 0 and best >= vector_floor:
-            score += vector_weight * np.where(vector >= vector_floor, np.clip(vector, 0.0, None), 0.0) / best
-    score[~eligible] = 0.0
-    read[~eligible] = 0.0
+            # In place, in the order of vector_weight * where(vector >= floor, clip(vector), 0) / best.
+            part = np.clip(vector, 0.0, None)
+            part[~(vector >= vector_floor)] = 0.0
+            part *= vector_weight
+            part /= best
+            score += part
+    outside = ~eligible
+    score[outside] = 0.0
+    read[outside] = 0.0
     return score, read
 
 

@@ -31,12 +31,12 @@ NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 def chat(n: int, seconds: float = 10.0):
     """``n`` memories written ``seconds`` apart: one conversation, each the next one's neighbour."""
-    return creation_order([f"m{i}.md" for i in range(n)], np.arange(n) * seconds, depth=2, gap=3600.0)
+    return creation_order([f"m{i}.md" for i in range(n)], np.arange(n) * seconds, gap=3600.0)
 
 
 def test_only_crowded_cosines_are_measured_from_the_lower_quartile():
     n = 8
-    where = creation_order([f"m{i}.md" for i in range(n)], np.full(n, np.nan), depth=2, gap=3600.0)
+    where = creation_order([f"m{i}.md" for i in range(n)], np.full(n, np.nan), gap=3600.0)
     lexical, eligible = np.zeros(n), np.ones(n, dtype=bool)
 
     def leg(cosines: list[float], centre: bool) -> np.ndarray:
@@ -68,9 +68,10 @@ def test_neighbours_stay_within_an_hour_of_each_other():
     order = ["a", "b", "d", "c"]  # by creation time; c is 66 minutes after d
     assert [keys[int(r)] for r in np.argsort(where.position)[:4]] == order
     n = where.n
-    assert where.before[0].tolist() == [n, 0, n, n, 1]
-    assert where.after[0].tolist() == [1, 4, n, n, n]
-    assert where.before[1][4] == 0  # two places back
+    before, after = where.neighbours(np.arange(n), 1)
+    assert before.tolist() == [n, 0, n, n, 1]
+    assert after.tolist() == [1, 4, n, n, n]
+    assert where.neighbours(np.array([4]), 2)[0].tolist() == [0]  # two places back
     assert where.thread[2] != where.thread[0] and where.thread[3] == -1
 
 
@@ -143,9 +144,7 @@ def test_importance_recency_and_priority_order_near_ties():
 
 def test_after_the_free_picks_a_near_neighbour_gives_way_to_another_conversation():
     # Rows 0-2 one conversation, row 3 another, a day later, scoring a little less.
-    where = creation_order(
-        [f"m{i}.md" for i in range(4)], np.array([0.0, 10.0, 20.0, 86400.0]), depth=2, gap=3600.0
-    )
+    where = creation_order([f"m{i}.md" for i in range(4)], np.array([0.0, 10.0, 20.0, 86400.0]), gap=3600.0)
     scores = np.array([1.0, 0.95, 0.9, 0.85])
     by_score = [row for row, _, _ in diversify(range(4), scores, 4, where, neighbour_penalty=0.0)]
     assert by_score == [0, 1, 2, 3]
@@ -164,7 +163,7 @@ def test_after_the_free_picks_a_near_neighbour_gives_way_to_another_conversation
 )
 def test_picked_values_never_rise_down_the_list(scores: list[float], limit: int, free: int):
     n = len(scores)
-    where = creation_order([f"m{i}.md" for i in range(n)], np.arange(n) * 600.0, depth=2, gap=3600.0)
+    where = creation_order([f"m{i}.md" for i in range(n)], np.arange(n) * 600.0, gap=3600.0)
     picked = diversify(range(n), np.array(scores), limit, where, free=free)
     assert len(picked) == min(limit, n) and len({row for row, _, _ in picked}) == len(picked)
     values = [value for _, value, _ in picked]
