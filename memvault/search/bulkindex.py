@@ -125,7 +125,7 @@ class _Coder:
 
     def __init__(self) -> None:
         self.code_of: dict[str, int] = {}  # term -> code; in insertion order, like the terms
-        self._coded: dict[bytes, int] = {b"\x00": -1}  # an ASCII word -> its term's code; NUL ends a text
+        self._coded = _WordCodes(self.code_of)  # an ASCII word -> its term's code; NUL ends a text
 
     def code(self, texts: Sequence[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(owner, code)`` of each term of ``texts`` (see terms_of_many)."""
@@ -145,9 +145,6 @@ class _Coder:
             del plain
             words = joined.translate(_FOLD_ASCII).split()
             del joined
-            for word in dict.fromkeys(words):
-                if word not in coded:
-                    coded[word] = code_of.setdefault(ascii_term(word.decode("ascii")), len(code_of))
             flat = np.fromiter(map(coded.__getitem__, words), dtype=np.int64, count=len(words))
             ends = np.flatnonzero(flat < 0)
             words_in = np.diff(ends, prepend=-1) - 1  # each text's, among `fast`
@@ -160,3 +157,17 @@ class _Coder:
         if not owners:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return np.concatenate(owners), np.concatenate(codes)
+
+
+class _WordCodes(dict[bytes, int]):
+    """ASCII words and their terms' codes, a new word coded (stemmed once) when first looked up:
+    one pass over a batch's words, each a dict lookup in C (a pass to find the new words first
+    cost as much again)."""
+
+    def __init__(self, code_of: dict[str, int]) -> None:
+        super().__init__({b"\x00": -1})
+        self._code_of = code_of
+
+    def __missing__(self, word: bytes) -> int:
+        code = self[word] = self._code_of.setdefault(ascii_term(word.decode("ascii")), len(self._code_of))
+        return code
