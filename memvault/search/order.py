@@ -40,13 +40,32 @@ class Layout:
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
         """For each of ``rows``, the row written ``k`` places earlier and the one ``k`` places
         later in the same thread, or ``n`` where there is none."""
+        before, after = self._around(rows, (-k, k))
+        return before, after
+
+    def near(self, rows: npt.NDArray[np.intp], depth: int) -> npt.NDArray[np.intp]:
+        """The rows at most ``depth`` places from one of ``rows`` in its thread (``rows`` not
+        counted unless they are one another's neighbours), ascending."""
+        if depth < 1 or not len(rows):
+            return np.zeros(0, dtype=np.intp)
+        found = np.concatenate(self._around(rows, [s for k in range(1, depth + 1) for s in (-k, k)]))
+        found.sort()
+        # Distinct, without "no neighbour" (n, the largest): np.unique costs ten times more here.
+        keep = np.empty(found.size, dtype=bool)
+        keep[0] = True
+        np.not_equal(found[1:], found[:-1], out=keep[1:])
+        found = found[keep]
+        return found[: int(np.searchsorted(found, self.n))]
+
+    def _around(self, rows: npt.NDArray[np.intp], steps: Sequence[int]) -> list[npt.NDArray[np.intp]]:
+        """For each step, each row's neighbour that many places away in its thread, or ``n``."""
         rank = self.position[rows]
         known = ~np.isnan(rank)
         at = np.where(known, rank, -1.0).astype(np.intp)
         size = self.order.size
         own = self.thread[rows]
         sides = []
-        for step in (-k, k):
+        for step in steps:
             j = at + step
             inside = known & (j >= 0) & (j < size)
             if not inside.any():
@@ -54,16 +73,7 @@ class Layout:
                 continue
             other = self.order[np.where(inside, j, 0)]
             sides.append(np.where(inside & (self.thread[other] == own), other, self.n))
-        return sides[0], sides[1]
-
-    def near(self, rows: npt.NDArray[np.intp], depth: int) -> npt.NDArray[np.intp]:
-        """The rows at most ``depth`` places from one of ``rows`` in its thread (``rows`` not
-        counted unless they are one another's neighbours), ascending."""
-        sides = [side for k in range(1, depth + 1) for side in self.neighbours(rows, k)]
-        if not sides:
-            return np.zeros(0, dtype=np.intp)
-        found = np.unique(np.concatenate(sides))
-        return found[found < self.n]
+        return sides
 
 
 def creation_order(

@@ -244,10 +244,11 @@ def diversify(
     left only loses value."""
     neighbour_penalty = NEIGHBOUR_PENALTY if neighbour_penalty is None else neighbour_penalty
     scale = NEIGHBOUR_SCALE if scale is None else scale
-    left = sorted(candidates, key=lambda r: (-scores[r], r))
-    if not left:
+    given = np.asarray(candidates, dtype=np.intp)
+    if not given.size:
         return []
-    rows = np.array(left)
+    rows = given[np.lexsort((given, -scores[given]))]  # best first; ties: lower row first
+    left: list[int] = rows.tolist()
     top = float(scores[left[0]]) or 1.0
     rel = scores[rows].astype(np.float64) / top
     # Every pair's closeness at once (a few dozen candidates): the loop below reads rows of it.
