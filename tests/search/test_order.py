@@ -173,3 +173,33 @@ def test_neighbours_and_near_are_those_of_the_sorted_rows(times: list[float], pi
         assert after.tolist() == [naive(r, k) for r in rows.tolist()]
     expected = {naive(r, s) for r in rows.tolist() for s in (-2, -1, 1, 2)} - {n}
     assert where.near(rows, 2).tolist() == sorted(expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=20),
+    st.lists(st.integers(min_value=5, max_value=9), min_size=1, max_size=5),
+    st.lists(st.integers(min_value=5, max_value=9), min_size=1, max_size=5),
+)
+def test_layouts_made_from_one_layout_leave_it_and_each_other_as_they_were(start, first, second):
+    """A recall may still read a layout while the next is made from it, and two recalls may each
+    make their own from the same one: rows written after it (at its end, the common case) change
+    neither it nor the other."""
+    keys: list[str | None] = [f"m{i}.md" for i in range(len(start))]
+    created = np.array([t * 10.0 for t in start], dtype=np.float64)
+    where = creation_order(list(keys), created.copy(), gap=15.0)
+    kept = creation_order(list(keys), created.copy(), gap=15.0)
+
+    def grown(times: list[int], name: str) -> tuple[list[str | None], np.ndarray]:
+        more = keys + [f"{name}{i}.md" for i in range(len(times))]
+        return more, np.concatenate([created, np.array(times, dtype=np.float64) * 10.0])
+
+    one = grown(first, "a")
+    a = creation_order(*one, gap=15.0, since=where)
+    two = grown(second, "b")
+    b = creation_order(*two, gap=15.0, since=where)
+    c = creation_order(*grown(first + second, "c"), gap=15.0, since=a)
+    assert same_layout(where, kept)
+    assert same_layout(a, creation_order(*one, gap=15.0))
+    assert same_layout(b, creation_order(*two, gap=15.0))
+    assert same_layout(c, creation_order(*grown(first + second, "c"), gap=15.0))
