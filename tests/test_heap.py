@@ -207,3 +207,37 @@ def test_counts_see_memory_allocated_outside_python_objects():
     assert before is not None and after is not None
     assert after.in_use - before.in_use >= 900 * 1024, (before, after)
     del blocks
+
+
+def test_hand_backs_come_rarer_while_they_find_nothing_and_at_once_again_when_they_do():
+    """A hand-back walks every object the process holds: while they find no dead objects the wait
+    between two doubles (from a minute), and one that finds some brings the minute back."""
+    import gc
+
+    def frozen_garbage() -> None:
+        gc.disable()  # no automatic pass finds the cycles before the freeze
+        try:
+            for _ in range(heap.FEW_FOUND + 100):
+                cycle: list[object] = []
+                cycle.append(cycle)
+            gc.freeze()  # dead but frozen: only a hand-back finds them
+        finally:
+            gc.enable()
+
+    minute = heap.UNKEEP_EVERY
+    t = 1e12  # later than any hand-back before this test
+    try:
+        gc.collect()
+        frozen_garbage()
+        assert heap.unkeep(now=t)  # it found the garbage: the wait is a minute again
+        assert gc.get_freeze_count() > 0  # and the living are kept again
+        gc.collect()
+        assert heap.unkeep(now=(t := t + minute + 1))  # found nothing: the wait doubles...
+        assert not heap.unkeep(now=t + minute + 1)
+        assert heap.unkeep(now=(t := t + 2 * minute + 1))  # ...and doubles again
+        assert not heap.unkeep(now=t + 3 * minute)
+        frozen_garbage()
+        assert heap.unkeep(now=(t := t + 4 * minute + 1))  # found some: back to the minute
+        assert heap.unkeep(now=t + minute + 1)
+    finally:
+        gc.unfreeze()

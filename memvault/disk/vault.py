@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -34,6 +34,9 @@ class Vault:
         self.archive_dir = token_dir / ARCHIVE
         self._area_names = (str(token_dir), str(self.archive_dir))
         self.leftovers: list[Path] = []  # temp files of ours the last scan saw (see remove_leftovers)
+        # Told of each folder below the token's a scan meets, before it lists it: (folder, whether
+        # the scan leaves it unlisted). A load watches them so (memvault.disk.watcher.watch_folder).
+        self.entering: Callable[[Path, bool], None] | None = None
 
     # ---- names and paths
 
@@ -146,9 +149,12 @@ class Vault:
                     if is_dir:
                         if entry.is_symlink():
                             continue
+                        sessions = not prefix and name == SESSIONS_DIR
+                        if self.entering is not None:
+                            self.entering(Path(entry.path), sessions)
                         if not prefix and not archived and name == ARCHIVE:
                             yield from self._walk(Path(entry.path), "", True, root, with_stat)
-                        elif not prefix and name == SESSIONS_DIR:
+                        elif sessions:
                             if not archived:  # session files (records.summaryfiles), not memories
                                 self._temps_in(entry)
                         else:

@@ -184,9 +184,10 @@ if InotifyWatchGroup is not None:
                 self._drop_tree(move_dst_path)
             return moved
 
-        def want(self, token: bytes, wanted: bool) -> None:
+        def want(self, token: bytes, wanted: bool, *, walk: bool = True) -> None:
             """Watch a token's folder (if it exists: else its creation is seen on the root's
-            watch), or stop watching it; the caller holds ``wants.lock``."""
+            watch) and, with ``walk``, every folder in it; or stop watching it. The caller holds
+            ``wants.lock``."""
             with self._lock:
                 if wanted:
                     self.wants.tokens.add(token)
@@ -194,10 +195,28 @@ if InotifyWatchGroup is not None:
                     self.wants.tokens.discard(token)
                 if not self.is_active:
                     return
-                if wanted:
+                if not wanted:
+                    self._drop_tree(os.path.join(self.path, token))
+                elif walk:
                     self._add_token(token)
                 else:
-                    self._drop_tree(os.path.join(self.path, token))
+                    folder = os.path.join(self.path, token)
+                    if os.path.isdir(folder) and (self.follow_symlink or not os.path.islink(folder)):
+                        self._add_callback(folder)
+
+        def watch_folder(self, path: bytes, whole: bool) -> None:
+            """Watch a folder of a wanted token (and, with ``whole``, every folder in it)."""
+            with self._lock:
+                if (
+                    not self.is_active
+                    or _hidden(self.path, path)
+                    or self._token_of(path) not in self.wants.tokens
+                ):
+                    return
+                if whole:
+                    self._add_tree(path)
+                else:
+                    self._add_callback(path)
 
     class _VaultEmitter(InotifyEmitter):
         wants: _Wants  # set by _VaultObserver on a subclass of its own
@@ -287,23 +306,42 @@ class Watcher:
         self._busy = False
         self._wants = _Wants()
 
-    def want(self, token: str) -> None:
+    def want(self, token: str, *, walk: bool = True) -> None:
         """Watch ``token``'s folder from now on (any thread; idempotent). Only wanted folders take
         inotify watches, and a token is wanted while it is loaded or listened to: the index and the
         listeners are all that use its events. Call it before reading the folder, so that an edit
-        made after the read is seen. The poller walks every folder regardless."""
-        self._set_wanted(token, True)
+        made after the read is seen. The poller walks every folder regardless.
+
+        Without ``walk`` only the token's own folder is watched: the caller is about to list the
+        folder and calls ``watch_folder`` for each folder in it before reading that one (a load of
+        100,000 files listed them twice, once here to find the folders among them)."""
+        self._set_wanted(token, True, walk=walk)
+
+    def watch_folder(self, path: Path, *, whole: bool = False) -> None:
+        """Watch a folder of a wanted token (any thread), and with ``whole`` every folder below
+        it: one the caller's listing found and is about to read (``whole``: one it does not read,
+        as a load does not read ``sessions/``). Other paths are ignored."""
+        try:
+            rel = path.relative_to(self.root)
+        except ValueError:
+            return
+        if not rel.parts:
+            return  # the root's watch is the observer's own
+        with self._wants.lock:
+            group = self._wants.group
+            if group is not None:
+                group.watch_folder(os.path.join(group.path, os.fsencode(rel)), whole)
 
     def unwant(self, token: str) -> None:
         """Stop watching ``token``'s folder (any thread; idempotent)."""
         self._set_wanted(token, False)
 
-    def _set_wanted(self, token: str, wanted: bool) -> None:
+    def _set_wanted(self, token: str, wanted: bool, *, walk: bool = True) -> None:
         name = os.fsencode(token)
         with self._wants.lock:
             group = self._wants.group
             if group is not None:
-                group.want(name, wanted)
+                group.want(name, wanted, walk=walk)
             elif wanted:
                 self._wants.tokens.add(name)
             else:

@@ -29,14 +29,17 @@ from memvault.disk.markdown import NO_META, PRIORITIES, Memory
 from memvault.disk.names import SNAPSHOT_FILE, STATE_DIR
 from memvault.records.sidecar import FileStat
 from memvault.search.area import Area, Memories
-from memvault.search.columns import pack_strings, prefixed, unpack_strings
-from memvault.search.index import Index, IndexSnapshot
+from memvault.search.columns import StringColumn, pack_strings, prefixed, unpack_strings
+from memvault.search.index import Index
+from memvault.search.indexarrays import IndexSnapshot, add_postings
 
 log = logging.getLogger("memvault")
 
 # 3: a file's ctime and inode (Memory.change) beside mtime and size; 4: priority codes; 5: terms of
-# at most 64 characters, umlauts as ae/oe/ue (search.text)
-VERSION = 5
+# at most 64 characters, umlauts as ae/oe/ue (search.text); 6: each index's postings (a restart
+# sorted them out of the term lists). A version 5 file still loads, its postings sorted as before.
+VERSION = 6
+READABLE = (5, 6)
 MIN_MEMORIES = 500  # smaller vaults load from their files fast enough (and keep the parse cache)
 
 # Bump when parse_memory's result for the same bytes changes: older cache entries are parsed again.
@@ -130,7 +133,7 @@ def from_cache(
     return dataclasses.replace(memory, id=id, mtime_ns=mtime_ns, size=size, change=change, hash=hash)
 
 
-_STRINGS = ("id", "title", "content", "hash", "problem", "tags")
+_LAZY_STRINGS = ("title", "content", "hash")  # sliced row by row as memories are built
 _PRIORITY_CODES = {p: code for code, p in enumerate(PRIORITIES)}  # a column of uint8
 _TIME_COLUMNS = ("created", "updated", "accessed")
 _NUMBER_COLUMNS = ("importance", "mtime_ns", "size", "change", "flags")
@@ -175,28 +178,36 @@ def memories_to_columns(memories: Sequence[Memory]) -> dict[str, npt.NDArray[Any
 
 
 class StoredRows:
-    """A snapshot's memory columns decoded into lists, each row built into a Memory on demand
-    (``build``; memvault.search.area.Memories asks). Everything a build could fail on is checked here:
-    the constructor raises ValueError (or KeyError) on data that do not fit, including data from
-    another parser version, and ``build`` never fails."""
+    """A snapshot's memory columns, each row built into a Memory on demand (``build``;
+    memvault.search.area.Memories asks): the strings stay in one decoded text per column and the
+    numbers in their arrays until then, so a restart's first answer waits for neither.
+    Everything a build could fail on is checked here: the constructor raises ValueError (or
+    KeyError) on data that do not fit, including data from another parser version, and ``build``
+    never fails."""
 
     def __init__(
         self, columns: Mapping[str, npt.NDArray[Any]], *, archived: bool, ids: list[str] | None = None
     ) -> None:
         if columns["version"].tolist() != [PARSER_VERSION]:
             raise ValueError("snapshot from another parser version")
-        strings = {
-            name: unpack_strings(columns[f"{name}.blob"], columns[f"{name}.len"])
-            for name in _STRINGS
-            if ids is None or name != "id"
-        }
-        self.ids: list[str] = ids if ids is not None else strings["id"]
+        self.ids: list[str] = (
+            ids if ids is not None else unpack_strings(columns["id.blob"], columns["id.len"])
+        )
         n = len(self.ids)
-        numbers = {name: columns[name].tolist() for name in (*_TIME_COLUMNS, *_NUMBER_COLUMNS)}
-        codes = columns["priority"].tolist()
-        if any(len(values) != n for values in (*strings.values(), *numbers.values(), codes)):
+        self._titles, self._contents, self._hashes = (
+            StringColumn(columns[f"{name}.blob"], columns[f"{name}.len"]) for name in _LAZY_STRINGS
+        )
+        # Mostly empty: decoded at once (only the filled rows are sliced).
+        problems = unpack_strings(columns["problem.blob"], columns["problem.len"])
+        tag_texts = unpack_strings(columns["tags.blob"], columns["tags.len"])
+        self._numbers = [np.asarray(columns[name]) for name in (*_TIME_COLUMNS, *_NUMBER_COLUMNS)]
+        self._codes = np.asarray(columns["priority"])
+        sized = (self._titles, self._contents, self._hashes, problems, tag_texts, *self._numbers, self._codes)
+        if any(len(values) != n for values in sized) or any(
+            a.ndim != 1 for a in (*self._numbers, self._codes)
+        ):
             raise ValueError("snapshot columns differ in length")
-        if codes and not 0 <= min(codes) <= max(codes) < len(PRIORITIES):
+        if n and not 0 <= int(self._codes.min()) <= int(self._codes.max()) < len(PRIORITIES):
             raise ValueError("snapshot holds an unknown priority")
         for name in _TIME_COLUMNS:  # a time out of datetime's range would fail its build
             stamps = np.asarray(columns[name], dtype=np.float64)
@@ -209,47 +220,47 @@ class StoredRows:
         # Few distinct priorities and tag sets: one object each, shared (tuples and strings are
         # immutable), and one json.loads per tag set; a copy per memory added up at scale.
         tag_sets: dict[str, tuple[str, ...]] = {"": ()}
-        for text in strings["tags"]:
+        for text in tag_texts:
             if text not in tag_sets:
                 tag_sets[text] = tuple(json.loads(text))
         self.archived = archived
-        self._titles, self._contents = strings["title"], strings["content"]
-        self._hashes, self._problems = strings["hash"], strings["problem"]
-        self._tags = list(map(tag_sets.__getitem__, strings["tags"]))
-        self._priorities = list(map(PRIORITIES.__getitem__, codes))
-        self._created, self._updated = numbers["created"], numbers["updated"]
-        self._accessed, self._importance = numbers["accessed"], numbers["importance"]
-        self._mtime_ns, self._size = numbers["mtime_ns"], numbers["size"]
-        self._change, self._flags = numbers["change"], numbers["flags"]
+        self._problems = problems
+        self._tags = list(map(tag_sets.__getitem__, tag_texts))
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def build(self, rows: Sequence[int]) -> list[Memory]:
-        at = datetime.fromtimestamp  # NaN: no time
+        at = np.asarray(rows, dtype=np.intp)
+        ids, tags, problems, archived = self.ids, self._tags, self._problems, self.archived
+        when = datetime.fromtimestamp  # NaN: no time
+        numbers = [column[at].tolist() for column in self._numbers]
         out = []
-        for i in rows:
-            created, updated, accessed = self._created[i], self._updated[i], self._accessed[i]
-            importance, flags = self._importance[i], self._flags[i]
+        rows_of = zip(
+            at.tolist(), self._titles.take(at), self._contents.take(at), self._hashes.take(at),
+            self._codes[at].tolist(), *numbers, strict=True,
+        )  # fmt: skip
+        for (i, title, content, hash, code, created, updated, accessed, importance, mtime_ns, size, change,
+             flags) in rows_of:  # fmt: skip
             out.append(
                 _stored(
-                    self.archived,
-                    self.ids[i],
-                    self._titles[i],
-                    self._contents[i],
-                    self._priorities[i],
-                    None if created != created else at(created, UTC),
-                    None if updated != updated else at(updated, UTC),
-                    None if accessed != accessed else at(accessed, UTC),
-                    self._tags[i],
+                    archived,
+                    ids[i],
+                    title,
+                    content,
+                    PRIORITIES[code],
+                    None if created != created else when(created, UTC),
+                    None if updated != updated else when(updated, UTC),
+                    None if accessed != accessed else when(accessed, UTC),
+                    tags[i],
                     None if importance != importance else importance,
                     bool(flags & _HAS_FRONTMATTER),
-                    self._problems[i] if flags & _HAS_PROBLEM else None,
+                    problems[i] if flags & _HAS_PROBLEM else None,
                     bool(flags & _CONFLICTED),
-                    self._mtime_ns[i],
-                    self._size[i],
-                    self._hashes[i],
-                    self._change[i],
+                    mtime_ns,
+                    size,
+                    hash,
+                    change,
                 )
             )
         return out
@@ -302,7 +313,7 @@ def load(folder: Path) -> tuple[Area, Area] | None:
         return None
     try:
         with np.load(where, allow_pickle=False) as data:
-            if data["version"].tolist() != [VERSION]:  # written by another version of memvault
+            if data["version"].tolist() not in [[v] for v in READABLE]:  # another version of memvault
                 log.info("index snapshot in another format; reading the files once instead")
                 return None
             return areas_from(data)
@@ -317,6 +328,10 @@ def save(folder: Path, areas: dict[str, npt.NDArray[Any]]) -> None:
     parts: dict[str, npt.NDArray[Any]] = {"version": np.array([VERSION], dtype=np.int64)}
     parts.update(areas)
     del areas
+    for name in ("hot", "archive"):  # a loader's parts come without postings
+        index = prefixed(parts, f"{name}.index.")
+        if "doc_terms" in index:
+            parts.update({f"{name}.index.{key}": value for key, value in add_postings(index).items()})
     where = path(folder)
     fd, tmp = tempfile.mkstemp(dir=where.parent, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
     try:

@@ -61,7 +61,8 @@ class Service:
         self._watcher: Watcher | None = None
         # Told before a load reads the folder (its thread) or after an unload (the loop); a
         # listener still hears of hand edits after an unload.
-        self.registry.on_loaded = functools.partial(self._watch, still=self.changes.listening)
+        self.registry.on_loaded = functools.partial(self._watch, still=self.changes.listening, walk=False)
+        self.registry.on_folder = self._watch_folder  # the load's listing finds the folders in it
         # Told when a token's first listener came (before listen returns) or its last one went.
         self.changes.on_listened = functools.partial(self._watch, still=self.registry.loaded_or_loading)
 
@@ -94,16 +95,21 @@ class Service:
         state = self.registry.states.get(token)
         return None if state is None else reconcile.stale_paths(state)
 
-    def _watch(self, token: str, wanted: bool, *, still: Callable[[str], object]) -> None:
+    def _watch(self, token: str, wanted: bool, *, still: Callable[[str], object], walk: bool = True) -> None:
         """A token became wanted by one of its two users (loaded, listened to), or one stopped
-        wanting it: its folder is unwatched only if the other (``still``) does not want it."""
+        wanting it: its folder is unwatched only if the other (``still``) does not want it. A load
+        (``walk`` False) has the folders in it watched as its listing finds them (_watch_folder)."""
         watcher = self._watcher
         if watcher is None:
             return
         if wanted:
-            watcher.want(token)
+            watcher.want(token, walk=walk)
         elif not still(token):
             watcher.unwant(token)
+
+    def _watch_folder(self, folder: Path, whole: bool) -> None:
+        if self._watcher is not None:
+            self._watcher.watch_folder(folder, whole=whole)
 
     # ------------------------------------------------------------------ life
 

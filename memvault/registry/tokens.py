@@ -134,8 +134,11 @@ async def _remove_when_due(folder: Path, young: list[Path]) -> None:
         young = [p for p in young if os.path.lexists(p)]
 
 
-def _scan_in_helper(state: TokenState, load_processes: int) -> folderscan.Scan | None:
-    """A helper process scanning the folder, for a large snapshot and a second CPU."""
+def _scan_in_helper(
+    state: TokenState, load_processes: int, watch: Callable[[Path, bool], None] | None
+) -> folderscan.Scan | None:
+    """A helper process scanning the folder, for a large snapshot and a second CPU (``watch``:
+    Tokens.on_folder, told of the whole folder first, since this process does not list it)."""
     where = snapshot.path(state.dir)
     try:
         large = where.stat().st_size >= processes.HELPER_MIN_BYTES
@@ -144,6 +147,8 @@ def _scan_in_helper(state: TokenState, load_processes: int) -> folderscan.Scan |
     most = processes.scan_helpers(load_processes)
     if not large or most == 0:
         return None
+    if watch is not None:
+        watch(state.dir, True)
     return folderscan.start(state.dir, where, most=most)
 
 
@@ -178,6 +183,10 @@ class Tokens:
         # Told (token, True) before a load reads the token's folder (in the load's thread), and
         # (token, False) once it is unloaded: the store watches the folders of loaded tokens only.
         self.on_loaded: Callable[[str, bool], None] | None = None
+        # Told of each folder in a loading token's folder before the load lists it, (folder, whether
+        # to watch all below it), in the load's thread: on_loaded watches the token's folder alone,
+        # and the load's own listing finds the folders in it (Vault.entering), so it is listed once.
+        self.on_folder: Callable[[Path, bool], None] | None = None
         # Unloaded tokens' sidecars, being closed in a worker thread, and whose they were.
         self.closing: dict[Sidecar, TokenState] = {}
         self.releases = heap.Releases(spawn)  # the unloaded tokens' memory, given back in turn
@@ -333,7 +342,7 @@ class Tokens:
         else:
             self._unloaded[state.token] = state
         self.unloads += 1
-        heap.unkeep()  # its objects go back to the collector (the others are kept at the next load)
+        heap.unkeep()  # what died while frozen is collected (at most once a minute, rarer if little)
         self.releases.request()
 
     async def _close(self, sidecar: Sidecar) -> None:
@@ -407,11 +416,13 @@ class Tokens:
         # at it again (ops.store's _caught_up looks when the folder's mtime moved since).
         with contextlib.suppress(OSError):
             state.folder_seen = os.stat(state.dir).st_mtime_ns
+        state.vault.entering = self.on_folder
         try:
             with heap.uncollected():
                 self._load_files(state, progress)
             _remove_leftovers(state)
         finally:
+            state.vault.entering = None
             with state.mem_lock:
                 state.phase = Phase.LOADED if state.phase is Phase.LOADED else Phase.UNLOADED
                 failed = state.phase is not Phase.LOADED
@@ -428,7 +439,7 @@ class Tokens:
         if state.dir.is_dir():
             state.ensure_sidecar()
             scan = _scan_in_helper(
-                state, self.settings.load_processes
+                state, self.settings.load_processes, self.on_folder
             )  # the folder, walked while the snapshot decodes
             try:
                 restored = snapshot.load(state.dir)

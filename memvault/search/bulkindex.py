@@ -17,11 +17,19 @@ import numpy.typing as npt
 from memvault.search.columns import pack_strings
 from memvault.search.index import DOC_LIMIT, F_NAME, F_TAG, F_TITLE, TF_MAX, name_text
 from memvault.search.lexicon import TERM_LIMIT
-from memvault.search.text import ASCII_WORDS_AND_NUL, ascii_term, ascii_words, normalize_title, terms_of
+from memvault.search.text import ascii_term, ascii_words, normalize_title, terms_of
 
 __all__ = ["arrays_of", "terms_of_many"]
 
 DOCS_AT_ONCE = 4096  # arrays_of's batch
+
+# Bytes as ``str.lower`` and then ``[a-z0-9]+|\x00`` see them: ASCII letters and digits lowercased,
+# NUL kept, everything else (and "?", which every other character encodes to) a space. Casefolded
+# text lowercases to no new ASCII character (checked over every code point), so the words of the
+# bytes are those of the text.
+_FOLD_ASCII = bytes(
+    c + 32 if 65 <= c <= 90 else c if c == 0 or 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256)
+)
 
 
 def arrays_of(docs: Sequence[tuple[str, str, str, Sequence[str]]]) -> dict[str, npt.NDArray[Any]]:
@@ -102,13 +110,13 @@ class _Coder:
     """Terms coded in the order first seen, for texts given in batches.
 
     A cold load indexes 100,000 short texts: those whose words are ASCII once folded (NFKC and
-    casefold, as ``terms_of`` does) are lowercased and split as one string, NUL-separated, and
-    each distinct word is stemmed once, so the per-word work is a dict lookup in C. The rest
-    (letters outside ASCII, CJK, a NUL) go through ``terms_of``."""
+    casefold, as ``terms_of`` does) are joined with NULs between them, lowercased and split as
+    one string of bytes, and each distinct word is stemmed once, so the per-word work is a dict
+    lookup in C. The rest (letters outside ASCII, CJK, a NUL) go through ``terms_of``."""
 
     def __init__(self) -> None:
         self.code_of: dict[str, int] = {}  # term -> code; in insertion order, like the terms
-        self._coded: dict[str, int] = {"\x00": -1}  # an ASCII word -> its term's code; NUL ends a text
+        self._coded: dict[bytes, int] = {b"\x00": -1}  # an ASCII word -> its term's code; NUL ends a text
 
     def code(self, texts: Sequence[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(owner, code)`` of each term of ``texts`` (see terms_of_many)."""
@@ -123,11 +131,14 @@ class _Coder:
                 fast.append(i)
                 plain.append(folded)
         if fast:
-            words = ASCII_WORDS_AND_NUL.findall("\x00".join(plain).lower() + "\x00")
+            # Split as bytes: a translation table and ``bytes.split`` in C, four times the regex's pace.
+            joined = " \x00 ".join(plain).encode("ascii", "replace") + b" \x00"
             del plain
+            words = joined.translate(_FOLD_ASCII).split()
+            del joined
             for word in dict.fromkeys(words):
                 if word not in coded:
-                    coded[word] = code_of.setdefault(ascii_term(word), len(code_of))
+                    coded[word] = code_of.setdefault(ascii_term(word.decode("ascii")), len(code_of))
             flat = np.fromiter(map(coded.__getitem__, words), dtype=np.int64, count=len(words))
             ends = np.flatnonzero(flat < 0)
             words_in = np.diff(ends, prepend=-1) - 1  # each text's, among `fast`

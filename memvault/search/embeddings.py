@@ -46,6 +46,7 @@ WORKER_DUTY_PAUSE = 1.0  # after each batch the worker rests as long as the batc
 BUSY_DUTY_PAUSE = 19.0
 BUSY_SECONDS = 1.0  # a request within this long makes the process busy
 LOAD_PATIENCE = 3.0  # the longest a model's load waits for a pause in the requests
+HOLD_PATIENCE = 60.0  # ... and for the loads of tokens to end (a cold load of 100,000 files: 5-20 s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,14 +241,18 @@ class Embeddings:
             thread.join(timeout=10)
 
     def _run(self) -> None:
-        deadline = time.monotonic() + LOAD_PATIENCE
-        with self._cond:  # a model's load holds the GIL for a while: requests first
-            while (
-                self._patient and self._embedder is None and not (self._closed or self._hurry) and self.busy()
-            ):
-                if (left := deadline - time.monotonic()) <= 0:
+        started = time.monotonic()
+        with self._cond:  # a model's load holds the GIL for a while: requests and loads first
+            while self._patient and self._embedder is None and not (self._closed or self._hurry):
+                # A token's load holds the worker (paused) and its caller waits for it: the model's
+                # load took a core from a cold load's helpers, before its first answer.
+                waited = time.monotonic() - started
+                if self._holds and waited < HOLD_PATIENCE:
+                    self._cond.wait(BUSY_SECONDS)
+                elif self.busy() and waited < LOAD_PATIENCE:
+                    self._cond.wait(min(LOAD_PATIENCE - waited, BUSY_SECONDS))
+                else:
                     break
-                self._cond.wait(min(left, BUSY_SECONDS))
         try:
             embedder = self.load()
         except Exception:  # pragma: no cover - load() falls back instead of raising

@@ -6,45 +6,27 @@ from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias, cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 from rapidfuzz import fuzz, process
 
-from memvault.search.columns import pack_strings, unpack_strings
+from memvault.search.columns import StringColumn, unpack_strings
+from memvault.search.indexarrays import (
+    NO_TERMS,
+    RESTORED,
+    DocTerms,
+    IndexSnapshot,
+    entries_of,
+    postings_of,
+    uint32s,
+)
 from memvault.search.lexicon import Lexicon
 from memvault.search.order import stable_order, top
 from memvault.search.text import STOP_WORDS, normalize_title, terms_of
 
-__all__ = ["DOC_LIMIT", "F_NAME", "F_TAG", "F_TITLE", "TF_MAX", "Hit", "Index", "IndexSnapshot", "name_text"]
-
-
-def _uint32s(data: memoryview) -> array[int]:
-    """An array('I') of the given bytes (array's constructor would take each byte as one item)."""
-    out = array("I")
-    out.frombytes(data)
-    return out
-
-
-class _Restored:
-    """A restored document's entry in Index._doc_terms: its terms are in Index._restored."""
-
-    __slots__ = ()
-
-
-_RESTORED = _Restored()
-_NO_TERMS = memoryview(b"").cast("I")
-DocTerms: TypeAlias = "array[int] | _Restored | None"
-
-
-def _entries(
-    terms: DocTerms, restored: memoryview, at: array[int], docno: int
-) -> array[int] | memoryview | None:
-    """A document's term entries, wherever they are kept."""
-    if terms is _RESTORED:
-        return restored[at[docno] : at[docno + 1]]
-    return cast("array[int] | None", terms)
+__all__ = ["DOC_LIMIT", "F_NAME", "F_TAG", "F_TITLE", "TF_MAX", "Hit", "Index", "name_text"]
 
 
 def name_text(id: str) -> str:
@@ -108,10 +90,12 @@ class Index:
         self._free_docnos: list[int] = []
         self._doc_terms: list[DocTerms] = []  # termid << 8 | low byte of its posting
         # A restored index keeps its documents' term entries in one buffer, sliced on demand
-        # (building 100,000 arrays was an eighth of a restart's decode): see _entries.
-        self._restored: memoryview = _NO_TERMS
+        # (building 100,000 arrays was an eighth of a restart's decode): see entries_of.
+        self._restored: memoryview = NO_TERMS
         self._restored_at: array[int] = array("q")  # document no's entries: [at[no], at[no + 1])
         self._titles: list[str] = []  # normalized titles, by docno
+        # A restored index's titles, until something needs them as a list (see _listed_titles).
+        self._stored_titles: StringColumn | None = None
         self._dl: _FloatArray = np.zeros(64, dtype=np.float32)  # body lengths, by docno
         self._title_len = np.zeros(64, dtype=np.int64)  # len(self._titles[docno]), for _near_titles
         self._total_len = 0
@@ -183,8 +167,9 @@ class Index:
         self._doc_terms[docno] = array("I", entries)
         if len(self._pending_tids) >= _FLUSH_AT:
             self._flush_postings()
-        self._titles[docno] = normalize_title(title)
-        self._title_len[docno] = len(self._titles[docno])
+        titles = self._listed_titles()
+        titles[docno] = normalize_title(title)
+        self._title_len[docno] = len(titles[docno])
         self._dl[docno] = len(body_tokens)
         self._total_len += len(body_tokens)
 
@@ -195,7 +180,7 @@ class Index:
             return
         self._drop_doc_terms(docno)
         self._ids_by_no[docno] = None
-        self._titles[docno] = ""
+        self._listed_titles()[docno] = ""
         self._title_len[docno] = 0
         self._free_docnos.append(docno)
 
@@ -209,7 +194,7 @@ class Index:
                 raise OverflowError(f"the index holds at most {DOC_LIMIT} memories")
             self._ids_by_no.append(id)
             self._doc_terms.append(None)
-            self._titles.append("")
+            self._listed_titles().append("")
             if docno >= len(self._dl):  # the per-docno arrays, always of one length, grow together
                 self._dl = np.concatenate([self._dl, np.zeros_like(self._dl)])
                 self._title_len = np.concatenate([self._title_len, np.zeros_like(self._title_len)])
@@ -220,7 +205,7 @@ class Index:
         """Take the document's postings out, but those ``keep`` (term -> low byte of its new
         posting) has unchanged: returns their entries, which stay where they are (an edit of a
         tag or a sentence looked up every term's posting otherwise)."""
-        entries = _entries(self._doc_terms[docno], self._restored, self._restored_at, docno)
+        entries = entries_of(self._doc_terms[docno], self._restored, self._restored_at, docno)
         kept: set[int] = set()
         if entries is None:
             return kept
@@ -275,17 +260,19 @@ class Index:
             doc_terms=list(self._doc_terms),
             restored=self._restored,
             restored_at=self._restored_at,
-            titles=list(self._titles),
+            titles=list(self._listed_titles()),
             dl=self._dl.copy(),
             terms=list(self._lexicon.terms),
         )
 
     @classmethod
     def from_snapshot(cls, arrays: Mapping[str, npt.NDArray[Any]]) -> Index:
-        """Inverse of ``snapshot().arrays()``. Raises ValueError (or KeyError) if the data do not fit."""
+        """Inverse of ``snapshot().arrays()``. Raises ValueError (or KeyError) if the data do not fit.
+        Without ``postings`` (a loader's arrays) they are sorted out of the documents' term lists."""
         index = cls()
         ids = unpack_strings(arrays["ids.blob"], arrays["ids.len"])
-        titles = unpack_strings(arrays["titles.blob"], arrays["titles.len"])
+        titles = StringColumn(arrays["titles.blob"], arrays["titles.len"])
+        title_len = np.asarray(arrays["titles.len"], dtype=np.int64)
         terms = unpack_strings(arrays["terms.blob"], arrays["terms.len"])
         counts = np.asarray(arrays["doc_term_counts"], dtype=np.int64)
         flat = np.ascontiguousarray(arrays["doc_terms"], dtype=np.uint32)
@@ -293,36 +280,48 @@ class Index:
         n = len(ids)
         if not (len(counts) == len(dl) == len(titles) == n) or int(counts.sum()) != len(flat):
             raise ValueError("index snapshot is inconsistent")
-        if len(set(ids)) != n or len(set(filter(None, terms))) != sum(1 for t in terms if t):
+        index._docno = {id: no for no, id in enumerate(ids)}
+        if len(index._docno) != n or len(set(filter(None, terms))) != sum(1 for t in terms if t):
             raise ValueError("index snapshot repeats an id or a term")
         tids = flat >> 8
         if len(tids) and int(tids.max()) >= len(terms):
             raise ValueError("index snapshot refers to unknown terms")
-        index._ids_by_no = list(ids)
-        index._docno = {id: no for no, id in enumerate(ids)}
-        index._titles = titles
-        index._title_len = np.concatenate(
-            [np.fromiter(map(len, titles), dtype=np.int64, count=n), np.zeros(max(64, n), dtype=np.int64)]
-        )
+        if "postings" in arrays:
+            postings = np.ascontiguousarray(arrays["postings"], dtype=np.uint32)
+            per_term = np.asarray(arrays["term_postings"], dtype=np.int64)
+            # The file's checksum guards its bytes; this, that it was written whole and by its index.
+            if len(postings) != len(flat) or not np.array_equal(
+                per_term, np.bincount(tids, minlength=len(terms))
+            ):
+                raise ValueError("index snapshot's postings do not fit its documents")
+            if len(postings) and int(postings.max() >> 8) >= n:
+                raise ValueError("index snapshot's postings refer to unknown documents")
+        else:
+            postings, per_term = postings_of(flat, counts, len(terms))
+        index._ids_by_no = cast("list[str | None]", ids)
+        index._stored_titles = titles
+        index._title_len = np.concatenate([title_len, np.zeros(max(64, n), dtype=np.int64)])
         index._dl = np.concatenate([dl, np.zeros(max(64, n), dtype=np.float32)])
         index._total_len = int(dl.astype(np.int64).sum())
-        index._restored = memoryview(flat.tobytes()).cast("I")
+        index._restored = memoryview(flat).cast("B").cast("I")  # never resized: the view may stay
         index._restored_at = array("q", np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tobytes())
-        index._doc_terms = [_RESTORED] * n
-        # Postings: docno << 8 | low byte, grouped by term id.
-        docnos = np.repeat(np.arange(n, dtype=np.uint32), counts)
-        postings = (docnos << np.uint32(8)) | (flat & np.uint32(0xFF))
-        # A stable sort of 16-bit keys is a radix sort, far faster than on 32-bit keys.
-        order = np.argsort(tids.astype(np.uint16) if len(terms) <= 1 << 16 else tids, kind="stable")
-        data = memoryview(postings[order].tobytes())
-        per_term = np.bincount(tids, minlength=len(terms)).tolist()
+        index._doc_terms = [RESTORED] * n
+        data = memoryview(postings).cast("B")
         index._postings = []
         start = 0
-        for count in per_term:
-            index._postings.append(_uint32s(data[4 * start : 4 * (start + count)]))
+        for count in per_term.tolist():
+            index._postings.append(uint32s(data[4 * start : 4 * (start + count)]))
             start += count
         index._lexicon = Lexicon.from_terms(terms)
         return index
+
+    def _listed_titles(self) -> list[str]:
+        """The titles by docno as a list, the restored ones decoded on the first change (a restart
+        answers without them: a query compares only a few candidates' titles)."""
+        if self._stored_titles is not None:
+            self._titles = self._stored_titles.take(range(len(self._stored_titles)))
+            self._stored_titles = None
+        return self._titles
 
     # --- vocabulary ----------------------------------------------------------------------------
 
@@ -452,20 +451,20 @@ class Index:
         low, high = size * (1 - slack) / (1 + slack) * 0.999, size * (1 + slack) / (1 - slack) * 1.001
         if not ((lengths >= low) & (lengths <= high)).any():
             return []
-        titles = self._titles
+        pool = top(candidates, key, _TITLE_POOL)
         near = [
             docno
-            for docno in top(candidates, key, _TITLE_POOL)
-            if titles[docno] and abs(len(titles[docno]) - size) <= slack * (len(titles[docno]) + size)
+            for docno, length in zip(pool, self._title_len[pool].tolist(), strict=True)
+            if length and abs(length - size) <= slack * (length + size)
         ]
         if not near:
             return []
+        stored = self._stored_titles
+        titles = stored.take(near) if stored is not None else [self._titles[d] for d in near]
         # Each scorer over all of them in one call: a call per title cost more than the scoring.
         similarity: dict[int, float] = {}
         for scorer in (fuzz.ratio, fuzz.token_sort_ratio):
-            found = process.extract(
-                wanted, [titles[d] for d in near], scorer=scorer, score_cutoff=_TITLE_SIMILARITY, limit=None
-            )
+            found = process.extract(wanted, titles, scorer=scorer, score_cutoff=_TITLE_SIMILARITY, limit=None)
             for _, score, i in found:
                 similarity[i] = max(score, similarity.get(i, 0.0))
         scored = sorted((-score, -float(key[near[i]]), near[i]) for i, score in similarity.items())
@@ -550,39 +549,3 @@ def _position(plist: array[int], value: int) -> int:
         return plist.index(value)
     found = np.flatnonzero(np.frombuffer(plist, dtype=np.uint32) == value)
     return int(found[0])  # the temporary view is gone here, so plist may be resized again
-
-
-@dataclass(frozen=True, slots=True)
-class IndexSnapshot:
-    """An index's documents and vocabulary at one moment (see Index.snapshot)."""
-
-    ids_by_no: list[str | None]
-    doc_terms: list[DocTerms]
-    restored: memoryview
-    restored_at: array[int]
-    titles: list[str]
-    dl: _FloatArray
-    terms: list[str]
-
-    def live_ids(self) -> list[str]:
-        """The documents' ids in the order arrays() stores them."""
-        return [id for id in self.ids_by_no if id is not None]
-
-    def arrays(self) -> dict[str, npt.NDArray[Any]]:
-        """The index as numpy arrays, freed document numbers compacted away. Postings are not
-        stored: Index.from_snapshot rebuilds them from each document's term list."""
-        live = [no for no, id in enumerate(self.ids_by_no) if id is not None]
-        terms, restored, at = self.doc_terms, self.restored, self.restored_at
-        entries = [_entries(terms[no], restored, at, no) or _NO_TERMS for no in live]
-        out: dict[str, npt.NDArray[Any]] = {
-            "dl": self.dl[live].astype(np.float32),
-            "doc_term_counts": np.fromiter(map(len, entries), dtype=np.int64, count=len(entries)),
-            "doc_terms": np.frombuffer(b"".join(e.tobytes() for e in entries), dtype=np.uint32),
-        }
-        for name, values in (
-            ("ids", self.live_ids()),
-            ("titles", [self.titles[no] for no in live]),
-            ("terms", self.terms),
-        ):
-            out[f"{name}.blob"], out[f"{name}.len"] = pack_strings(values)
-        return out

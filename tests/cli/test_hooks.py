@@ -296,8 +296,11 @@ def test_a_held_vault_lock_cannot_hold_the_hook(setup: Setup) -> None:
     setup.transcript.turn("Hello", "Hi.")
     setup.env["MEMVAULT_HOOK_TIMEOUT_SECONDS"] = "0.5"
     (setup.root / "alice" / ".memvault").mkdir()
-    with FileLock(str(setup.root / "alice" / ".memvault" / "lock")):  # another process is writing
-        done = setup.run("stop", setup.payload("Stop"))
+    with socket.socket() as closed:  # bound, not listening: refused, whatever serves the default port
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/mcp/alice"
+        with FileLock(str(setup.root / "alice" / ".memvault" / "lock")):  # another process is writing
+            done = setup.run("stop", setup.payload("Stop"), "--url", url)
     assert (done.returncode, done.stdout) == (0, "")
     assert "gave up" in one_line(done.stderr)
 

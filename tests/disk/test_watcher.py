@@ -1030,3 +1030,86 @@ def hits_of(srv: Running, token: str, query: str) -> set[str]:
     with state.mem_lock:
         hits, _ = state.hot.index.search(query, limit=None)
     return {h.id for h in hits}
+
+
+@pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="reads inotify watches from /proc")
+async def test_a_load_lists_its_folder_once_and_watches_every_folder_in_it(
+    server_factory, vault_root, monkeypatch
+):
+    """Issue 49: the watcher walked a loading token's folder to find the folders to watch in it, and
+    then the load listed it again (100,000 files: twice, before the first answer). The load's own
+    listing now finds them, and watches each before reading it: an edit made in any of them
+    after the listing passed it still reaches the index."""
+    from memvault.disk.vault import Vault
+
+    folder = vault_root / TOKEN
+    put(folder / "seed.md", note("Seed", "the top folder"))
+    for sub in ("archive", "archive/older", "projects", "projects/deep", "archive/sessions"):
+        put(folder / sub / "seed.md", note("Seed", f"in {sub}"))
+    put(folder / "sessions" / "s1.md", "a session summary, not a memory\n")
+    (folder / ".memvault" / "inside").mkdir(parents=True)
+
+    listings: list[str] = []
+    real_scandir = os.scandir
+
+    def counted_scandir(path: Any = ".") -> Any:
+        if isinstance(path, str | bytes | os.PathLike) and os.fsdecode(path) == str(folder):
+            listings.append(os.fsdecode(path))
+        return real_scandir(path)
+
+    real_files = Vault._files
+    listed_by_load: list[int] = []
+
+    def then_edit(self: Vault, **kwargs: Any) -> Any:
+        yield from real_files(self, **kwargs)
+        if self.dir == folder and not listed_by_load:  # the load's listing is done
+            listed_by_load.append(len(listings))
+            for i, sub in enumerate(("archive/older", "projects/deep", "archive", "projects", "")):
+                put(folder / sub / f"late{i}.md", note("Late", f"made after the listing: quokkaoboe{i}"))
+
+    monkeypatch.setattr(os, "scandir", counted_scandir)
+    monkeypatch.setattr(Vault, "_files", then_edit)
+    async with live(server_factory, seed=False) as (srv, _s, _folder):
+        assert listed_by_load == [1]  # by the load alone
+        every = {".", "archive", "archive/older", "archive/sessions", "projects", "projects/deep", "sessions"}
+        assert watched_folders(folder) == every
+        await wait_for(lambda: hot_hits(srv, "quokkaoboe1") == {"projects/deep/late1.md"}, DEADLINE)
+        await wait_for(
+            lambda: hot_ids(srv) >= {"projects/deep/late1.md", "projects/late3.md", "late4.md"}, DEADLINE
+        )
+        await wait_for(lambda: archive_ids(srv) >= {"older/late0.md", "late2.md"}, DEADLINE)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="reads inotify watches from /proc")
+async def test_a_restart_whose_folder_a_helper_lists_watches_every_folder_first(
+    server_factory, make_settings, vault_root, monkeypatch
+):
+    """A restart's folder scan runs in a helper process, which this one cannot follow: every folder
+    of the token is watched before the helper starts, and an edit made after its scan is seen."""
+    from memvault.load import folderscan, processes, snapshot
+    from memvault.ops.service import Service
+
+    folder = vault_root / TOKEN
+    for sub in ("", "archive", "projects/deep", "sessions"):
+        put(folder / sub / "seed.md", note("Seed", f"in {sub or 'the top'}"))
+    monkeypatch.setattr(snapshot, "MIN_MEMORIES", 1)
+    service = Service(make_settings(watch=False))
+    await service.store.state(TOKEN)
+    await service.close()  # the snapshot written
+    monkeypatch.setattr(processes, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(processes, "usable_cpus", lambda: 2)
+    real_result = folderscan.Scan.result
+    scanned: list[str] = []
+
+    def then_edit(self: folderscan.Scan) -> Any:
+        found = real_result(self)
+        scanned.append(str(found is not None))
+        put(folder / "projects" / "deep" / "late.md", note("Late", "after the helper's scan: tapirsitar"))
+        return found
+
+    monkeypatch.setattr(folderscan.Scan, "result", then_edit)
+    async with live(server_factory, seed=False) as (srv, _s, _folder):
+        assert scanned == ["True"]  # the helper's scan was used
+        assert watched_folders(folder) == {".", "archive", "projects", "projects/deep", "sessions"}
+        await wait_for(lambda: hot_hits(srv, "tapirsitar") == {"projects/deep/late.md"}, DEADLINE)

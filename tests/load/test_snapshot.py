@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,14 +14,19 @@ from strategies import MEM_MCP, PROPS, contents, fm_ish, tags_st, titles
 
 from memvault.disk.markdown import PRIORITIES, Memory, parse_memory, render_new
 from memvault.load.snapshot import (
+    READABLE,
+    VERSION,
     StoredRows,
     areas_from,
     encode_areas,
     from_cache,
+    load,
     memories_from_columns,
     memories_to_columns,
+    save,
     to_cache,
 )
+from memvault.load.snapshot import path as snapshot_path
 from memvault.search.index import Index
 
 
@@ -137,3 +143,43 @@ def test_the_store_does_not_keep_the_frontmatter_mapping() -> None:
 @pytest.mark.parametrize("junk", ["", "[]", "not json", "[1, 2, 3]", '{"a": 1}', "null"])
 def test_an_unusable_cache_entry_means_parse_again(junk: str) -> None:
     assert from_cache(junk, "x.md", archived=False, mtime_ns=0, size=0, hash="") is None
+
+
+def _hot_and_archive(memories: list[Memory]) -> dict[str, np.ndarray]:
+    index = Index()
+    for m in memories:
+        index.upsert(m.id, title=m.title, body=m.content, tags=m.tags)
+    return encode_areas([("hot", index.snapshot(), memories), ("archive", Index().snapshot(), [])])
+
+
+def test_a_version_5_snapshot_still_loads_and_the_next_save_adds_the_postings(tmp_path: Path) -> None:
+    memories = [parse_memory(f"# Note {i}\n\nbody word{i % 4}".encode(), f"n{i}.md") for i in range(12)]
+    data = _hot_and_archive(memories)
+    (tmp_path / ".memvault").mkdir()
+    old = {k: v for k, v in data.items() if not k.endswith(("postings", "term_postings"))}
+    with open(snapshot_path(tmp_path), "wb") as handle:  # as memvault wrote it before version 6
+        np.savez(handle, version=np.array([5]), **old)
+    loaded = load(tmp_path)
+    assert loaded is not None
+    hot, archive = loaded
+    assert {id: without_meta(m) for id, m in hot.memories.items()} == {
+        m.id: without_meta(m) for m in memories
+    }
+    assert [h.id for h in hot.index.search("word3")[0]] == ["n3.md", "n7.md", "n11.md"]
+    assert len(archive.memories) == 0
+    save(tmp_path, old)  # a loader's parts have no postings either: the file gets them
+    with np.load(snapshot_path(tmp_path)) as saved:
+        assert saved["version"].tolist() == [VERSION]
+        assert np.array_equal(saved["hot.index.postings"], data["hot.index.postings"])
+    again = load(tmp_path)
+    assert again is not None
+    assert [h.id for h in again[0].index.search("word3")[0]] == ["n3.md", "n7.md", "n11.md"]
+
+
+def test_a_snapshot_of_an_unknown_version_is_not_used(tmp_path: Path) -> None:
+    data = _hot_and_archive([parse_memory(b"# T\n\nbody", "t.md")])
+    (tmp_path / ".memvault").mkdir()
+    for version in (min(READABLE) - 1, VERSION + 1):
+        with open(snapshot_path(tmp_path), "wb") as handle:
+            np.savez(handle, version=np.array([version]), **data)
+        assert load(tmp_path) is None

@@ -21,6 +21,7 @@ from memvault.disk import files
 from memvault.disk.markdown import MAX_INDEXED_BYTES
 from memvault.disk.names import STATE_DIR
 from memvault.errors import InvalidArgument, InvalidName
+from memvault.load.snapshot import READABLE as SNAPSHOT_READABLE
 from memvault.load.snapshot import VERSION as SNAPSHOT_VERSION
 from memvault.ops.recall import Recaller
 from memvault.ops.service import Service
@@ -269,7 +270,7 @@ async def test_a_snapshot_in_an_older_format_is_ignored(make_settings, vault_roo
     # A snapshot of another version (an upgrade) is read from the files too, said without alarm.
     with np.load(folder / ".memvault" / "snapshot.npz") as data:
         arrays = dict(data)
-    arrays["version"] = arrays["version"] - 1
+    arrays["version"] = np.array([min(SNAPSHOT_READABLE) - 1])
     with open(folder / ".memvault" / "snapshot.npz", "wb") as handle:
         np.savez(handle, **arrays)
     caplog.clear()

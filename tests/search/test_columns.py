@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memvault.search.columns import pack_strings, unpack_strings
+from memvault.search.columns import StringColumn, pack_strings, unpack_strings
 
 
 @given(st.lists(st.text()))
@@ -31,3 +31,21 @@ def test_lengths_that_do_not_fit_the_blob_are_refused() -> None:
         unpack_strings(blob, lengths + 1)
     with pytest.raises(ValueError, match="inconsistent"):
         unpack_strings(blob, np.array([6, -1]))
+
+
+@given(st.lists(st.text()), st.data())
+def test_a_string_column_gives_any_rows_as_unpacking_would(values: list[str], data: st.DataObject) -> None:
+    column = StringColumn(*pack_strings(values))
+    assert len(column) == len(values)
+    assert column.take(range(len(values))) == values
+    rows = data.draw(st.lists(st.integers(0, len(values) - 1))) if values else []
+    assert column.take(rows) == [values[i] for i in rows]
+
+
+def test_a_string_column_refuses_lengths_that_do_not_fit_the_blob() -> None:
+    blob, lengths = pack_strings(["abc", "dé"])
+    for bad in (lengths + 1, np.array([6, -1])):
+        with pytest.raises(ValueError, match="inconsistent"):
+            StringColumn(blob, bad)
+    with pytest.raises(ValueError):  # not UTF-8
+        StringColumn(np.frombuffer(b"\xff", dtype=np.uint8), np.array([1]))

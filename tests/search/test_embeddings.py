@@ -307,6 +307,27 @@ def test_a_preloaded_model_makes_way_for_requests_until_someone_waits_for_it():
     embeddings.close()
 
 
+def test_a_preloaded_model_waits_for_a_token_load_to_end(monkeypatch: pytest.MonkeyPatch):
+    import threading
+
+    from memvault.search import embeddings as module
+
+    monkeypatch.setattr(module, "LOAD_PATIENCE", 0.0)  # no request waits for the model: only the load
+    loaded = threading.Event()
+
+    def loader() -> HashEmbedder:
+        loaded.set()
+        return HashEmbedder()
+
+    embeddings = Embeddings("wordllama", loader=loader)
+    with embeddings.paused():  # a cold load of a large token, whose first answer waits for it
+        embeddings.preload()
+        embeddings.last_request = 0.0  # its request came long ago
+        assert not loaded.wait(0.3)
+    assert loaded.wait(20)  # loaded once the token is
+    embeddings.close()
+
+
 async def test_wordllama_keeps_maxsim_token_ids_and_an_older_vector_without_them_is_embedded_once(
     make_settings: Callable[..., Settings],
 ):

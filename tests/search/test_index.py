@@ -592,3 +592,44 @@ def test_one_terms_character_set_is_the_vectorised_ones(term: str) -> None:
     from memvault.search.lexicon import char_mask, char_masks
 
     assert char_mask(term) == int(char_masks([term, "x"])[0])
+
+
+def test_a_snapshot_stores_the_postings_and_one_without_them_restores_the_same() -> None:
+    """The postings a restart once sorted out of the documents' term lists come with the snapshot;
+    a loader's arrays, and snapshots of version 5, have none and give the same index."""
+    ix = Index()
+    ix.upsert("target.md", title="Postgres upgrade checklist", body="steps: backup, test, switch")
+    for i in range(40):
+        ix.upsert(
+            f"n{i}.md", title=f"Note {i} on postgres", body=f"word{i % 5} shared upgrade{i % 3}", tags=["t"]
+        )
+    ix.remove("n7.md")
+    arrays = ix.snapshot().arrays()
+    assert {"postings", "term_postings"} <= set(arrays)
+    bare = {k: v for k, v in arrays.items() if k not in ("postings", "term_postings")}
+    queries = ["postgres upgrad checklist", "word3", "upgrade1", "shared", "note 12 on postgres", "t"]
+    want = _results(ix, queries)
+    for restored in (Index.from_snapshot(arrays), Index.from_snapshot(bare)):
+        assert _results(restored, queries) == want
+        restored.upsert(
+            "late.md", title="Postgres upgrade checklists", body="more steps"
+        )  # titles as a list now
+        restored.remove("n3.md")
+        ix2 = Index.from_snapshot(restored.snapshot().arrays())
+        assert _results(ix2, queries) == _results(restored, queries)
+        assert [h.id for h in ix2.search("postgres upgrade checklist")[0][:2]] == ["target.md", "late.md"]
+
+
+def test_postings_that_do_not_fit_the_documents_are_refused() -> None:
+    ix = Index()
+    for i in range(10):
+        ix.upsert(f"n{i}.md", title=f"Note {i}", body=f"word{i % 3} common")
+    arrays = ix.snapshot().arrays()
+    short = dict(arrays, postings=arrays["postings"][:-1])
+    moved = dict(arrays, term_postings=np.roll(arrays["term_postings"], 1))
+    for bad in (short, moved):
+        with pytest.raises(ValueError, match="postings do not fit"):
+            Index.from_snapshot(bad)
+    beyond = dict(arrays, postings=arrays["postings"] | np.uint32(0xFFFF00))
+    with pytest.raises(ValueError, match="unknown documents"):
+        Index.from_snapshot(beyond)

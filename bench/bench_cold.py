@@ -1,0 +1,196 @@
+#!/usr/bin/env python
+"""Cold start of a large vault, versions in turns: wall, server CPU and helper CPU to the first answer.
+
+    python bench/bench_cold.py --root DIR --token scale --query WORD --package old=/tmp/old \\
+        --package new=/tmp/new --rounds 5 [--out bench/RESULTS.md]
+
+DIR is a memvault root holding one large token folder (bench_scale.py --keep, or corpus.write_vault).
+Each round starts every version once, in an order that rotates: the token's `.memvault/` is deleted,
+`python -m memvault serve` starts with PYTHONPATH at the version's folder (from `git archive`), the
+official MCP client calls `read_memory` as soon as the port accepts, and at its answer the server's
+own CPU (utime + stime) and its reaped children's (cutime + cstime: the loader helpers, which have
+all finished by then) are read from /proc. Then a few more `read_memory` answers are taken and the
+server is killed (SIGKILL: no shutdown snapshot). Every version's answers must be byte-identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness import machine_line
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu(pid: int) -> tuple[float, float]:
+    """(the process's own CPU s, its reaped children's CPU s)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK, (int(fields[13]) + int(fields[14])) / CLK_TCK
+
+
+def text_of(result: object) -> str:
+    return "\n".join(getattr(c, "text", "") for c in getattr(result, "content", []))
+
+
+async def one_start(
+    root: Path, token: str, package: Path | None, queries: Sequence[str], extra: dict[str, str]
+) -> tuple[float, float, float, list[str]]:
+    shutil.rmtree(root / token / ".memvault", ignore_errors=True)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MEMVAULT_") and k != "PYTHONDONTWRITEBYTECODE"
+    }
+    env.update(MEMVAULT_ROOT=str(root), MEMVAULT_LOG_LEVEL="warning", MEMVAULT_CAPACITY="1000000000")
+    env.update(extra)
+    cwd = None
+    if package is not None:
+        env["PYTHONPATH"] = str(package.resolve())
+        cwd = tempfile.gettempdir()
+    port = free_port()
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memvault", "serve", "--port", str(port)],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=None if os.environ.get("BENCH_STDERR") else subprocess.DEVNULL,
+    )
+    try:
+        while True:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}")
+            if time.perf_counter() - start > 60:
+                raise RuntimeError("server did not listen within 60 s")
+            await asyncio.sleep(0.005)
+        url = f"http://127.0.0.1:{port}/mcp/{token}"
+        async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            texts = [text_of(await session.call_tool("read_memory", {"query": queries[0]}))]
+            wall = time.perf_counter() - start
+            own, children = cpu(proc.pid)
+            for query in queries[1:]:
+                texts.append(text_of(await session.call_tool("read_memory", {"query": query})))
+        return wall, own, children, texts
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+async def run(args: argparse.Namespace) -> dict[str, list[tuple[float, float, float]]]:
+    versions = {}
+    for spec in args.package or ["installed="]:
+        label, _, folder = spec.partition("=")
+        versions[label] = Path(folder) if folder else None
+    extra: dict[str, dict[str, str]] = {name: {} for name in versions}
+    for spec in args.env or []:
+        label, _, setting = spec.partition(":")
+        key, _, value = setting.partition("=")
+        extra[label][key] = value
+    names = list(versions)
+    timings: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
+    answers: dict[str, list[str]] = {}
+    for r in range(args.rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            wall, own, children, texts = await one_start(
+                args.root, args.token, versions[name], args.query, extra[name]
+            )
+            if answers.setdefault(name, texts) != texts:
+                raise RuntimeError(f"{name}: answers differ between rounds")
+            timings[name].append((wall, own, children))
+            load = os.getloadavg()[0]
+            print(f"round {r + 1} {name}: wall {wall:.2f} s, server CPU {own:.2f} s, "
+                  f"helpers CPU {children:.2f} s (load {load:.1f})", flush=True)  # fmt: skip
+    first = answers[names[0]]
+    for name in names[1:]:
+        if answers[name] != first:
+            raise RuntimeError(f"{name}'s answers differ from {names[0]}'s")
+    return timings
+
+
+def report(
+    timings: dict[str, list[tuple[float, float, float]]], command: str, load: tuple[float, float]
+) -> str:
+    names = list(timings)
+    lines = [
+        f"`{command}` ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC). Machine: {machine_line()}; load average "
+        f"{load[0]:.1f} before, {load[1]:.1f} after. Medians of {len(timings[names[0]])} rounds in turns;"
+        " answers byte-identical across versions.",
+        "",
+        "| version | first answer s | server CPU s | helpers CPU s | total CPU s |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, runs in timings.items():
+        wall, own, kids = (statistics.median(r[k] for r in runs) for k in range(3))
+        total = statistics.median(r[1] + r[2] for r in runs)
+        lines.append(f"| {name} | {wall:.2f} | {own:.2f} | {kids:.2f} | {total:.2f} |")
+    if len(names) > 1:
+        base = timings[names[0]]
+        for name in names[1:]:
+            ratios = [
+                statistics.median(b[k] / a[k] for a, b in zip(base, timings[name], strict=True) if a[k])
+                for k in range(3)
+            ]
+            total = statistics.median(
+                (b[1] + b[2]) / (a[1] + a[2]) for a, b in zip(base, timings[name], strict=True)
+            )
+            lines.append(
+                f"| {name} / {names[0]}, per-round ratio median | {ratios[0]:.2f} | {ratios[1]:.2f} | "
+                f"{ratios[2]:.2f} | {total:.2f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, required=True, help="a memvault root holding the token's folder")
+    parser.add_argument("--token", default="scale")
+    parser.add_argument(
+        "--query", action="append", required=True, help="read_memory queries (the first timed)"
+    )
+    parser.add_argument("--package", action="append", metavar="LABEL=DIR", help="a version's package folder")
+    parser.add_argument("--env", action="append", metavar="LABEL:KEY=VALUE", help="a setting for one version")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, help="append the table to this file")
+    args = parser.parse_args(argv)
+    command = "python bench/bench_cold.py " + " ".join(
+        a if not a.startswith("/") else ".../" + Path(a).name for a in (argv or sys.argv[1:])
+    )
+    before = os.getloadavg()[0]
+    timings = asyncio.run(run(args))
+    section = report(timings, command, (before, os.getloadavg()[0]))
+    print(section)
+    if args.out:
+        with args.out.open("a", encoding="utf-8") as handle:
+            handle.write("\n" + section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
