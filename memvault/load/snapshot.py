@@ -18,7 +18,7 @@ import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -27,11 +27,12 @@ from memvault import heap
 from memvault.disk.files import TEMP_PREFIX, TEMP_SUFFIX, file_stamp
 from memvault.disk.markdown import NO_META, PRIORITIES, Memory
 from memvault.disk.names import SNAPSHOT_FILE, STATE_DIR
-from memvault.records.sidecar import FileStat
-from memvault.search.area import Area, Memories
 from memvault.search.columns import StringColumn, pack_strings, prefixed, unpack_strings
-from memvault.search.index import Index
 from memvault.search.indexarrays import IndexSnapshot, add_postings
+
+if TYPE_CHECKING:
+    from memvault.records.sidecar import FileStat
+    from memvault.search.area import Area
 
 log = logging.getLogger("memvault")
 
@@ -360,6 +361,11 @@ def areas_from(data: Mapping[str, npt.NDArray[Any]]) -> tuple[Area, Area]:
     """Hot and archive areas from arrays in the snapshot's format. Raises ValueError (or KeyError,
     TypeError, IndexError) if they do not fit together. An index without its postings (a loader's)
     gets them sorted out of its term lists, added to ``data`` too when it is a dict."""
+    # Imported here: a loader helper imports this module for its codecs (memories_to_columns), and
+    # the index, the areas and the sidecar (SQLite, asyncio) were most of its import time.
+    from memvault.search.area import Area, Memories
+    from memvault.search.index import Index
+
     areas = []
     for name, archived in (("hot", False), ("archive", True)):
         index_columns = prefixed(data, f"{name}.index.")
@@ -389,6 +395,8 @@ def from_stat(cached: FileStat, id: str, archived: bool, st: os.stat_result) -> 
 
 
 def file_stat(memory: Memory) -> FileStat:
+    from memvault.records.sidecar import FileStat  # (see areas_from)
+
     return FileStat(
         memory.path_id, memory.mtime_ns, memory.size, memory.hash, to_cache(memory), memory.change
     )
