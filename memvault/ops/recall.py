@@ -8,11 +8,12 @@ the floors.
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anyio.to_thread
 import numpy as np
@@ -447,7 +448,7 @@ def _lexical(
         )
         # Hundreds of hits a query: their rows looked up in one pass, set in one call.
         at = np.fromiter(
-            (rows.get(k, -1) for k in ([key(id, True) for id in ids] if archived else ids)),
+            map(rows.get, [key(id, True) for id in ids] if archived else ids, itertools.repeat(-1)),
             dtype=np.intp,
             count=len(ids),
         )
@@ -473,9 +474,8 @@ def _lengths(
     if (lexical < 0).any():  # never from BM25; the lengths were only ever those of positive hits' neighbours
         rows = order.near(np.flatnonzero(lexical > 0), depth)
     lengths = np.zeros(order.n, dtype=np.float64)
-    if rows.size:
-        keys = view.keys
-        lengths[rows] = state.lengths([keys[r] or "" for r in rows.tolist()])
+    if rows.size:  # rows in creation order: live, so each has a key
+        lengths[rows] = state.lengths(cast("list[str]", list(map(view.keys.__getitem__, rows.tolist()))))
     return lengths
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -34,19 +34,41 @@ class Layout:
     keys: Sequence[str | None] = field(repr=False)
     created: npt.NDArray[np.float64] = field(repr=False)
     gap: float = field(repr=False)
+    # The arrays above are the heads of longer ones (live, archived, position, thread, order): the
+    # room past their ends, which this layout never reads, is for the next one made from it, once.
+    room: list[tuple[npt.NDArray[Any], ...]] = field(default_factory=list, repr=False, compare=False)
 
     def neighbours(
         self, rows: npt.NDArray[np.intp], k: int
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
         """For each of ``rows``, the row written ``k`` places earlier and the one ``k`` places
         later in the same thread, or ``n`` where there is none."""
+        before, after = self._around(rows, (-k, k))
+        return before, after
+
+    def near(self, rows: npt.NDArray[np.intp], depth: int) -> npt.NDArray[np.intp]:
+        """The rows at most ``depth`` places from one of ``rows`` in its thread (``rows`` not
+        counted unless they are one another's neighbours), ascending."""
+        if depth < 1 or not len(rows):
+            return np.zeros(0, dtype=np.intp)
+        found = np.concatenate(self._around(rows, [s for k in range(1, depth + 1) for s in (-k, k)]))
+        found.sort()
+        # Distinct, without "no neighbour" (n, the largest): np.unique costs ten times more here.
+        keep = np.empty(found.size, dtype=bool)
+        keep[0] = True
+        np.not_equal(found[1:], found[:-1], out=keep[1:])
+        found = found[keep]
+        return found[: int(np.searchsorted(found, self.n))]
+
+    def _around(self, rows: npt.NDArray[np.intp], steps: Sequence[int]) -> list[npt.NDArray[np.intp]]:
+        """For each step, each row's neighbour that many places away in its thread, or ``n``."""
         rank = self.position[rows]
         known = ~np.isnan(rank)
         at = np.where(known, rank, -1.0).astype(np.intp)
         size = self.order.size
         own = self.thread[rows]
         sides = []
-        for step in (-k, k):
+        for step in steps:
             j = at + step
             inside = known & (j >= 0) & (j < size)
             if not inside.any():
@@ -54,16 +76,7 @@ class Layout:
                 continue
             other = self.order[np.where(inside, j, 0)]
             sides.append(np.where(inside & (self.thread[other] == own), other, self.n))
-        return sides[0], sides[1]
-
-    def near(self, rows: npt.NDArray[np.intp], depth: int) -> npt.NDArray[np.intp]:
-        """The rows at most ``depth`` places from one of ``rows`` in its thread (``rows`` not
-        counted unless they are one another's neighbours), ascending."""
-        sides = [side for k in range(1, depth + 1) for side in self.neighbours(rows, k)]
-        if not sides:
-            return np.zeros(0, dtype=np.intp)
-        found = np.unique(np.concatenate(sides))
-        return found[found < self.n]
+        return sides
 
 
 def creation_order(
@@ -85,15 +98,41 @@ def creation_order(
     if since is not None and since.gap == gap and n >= since.n:
         moved = _moved(since, keys, created, max(_FEW, n // 8))
         if moved is not None:
-            return _updated(since, keys, created, moved)
+            grown = _appended(since, keys, created, moved)
+            return grown if grown is not None else _updated(since, keys, created, moved)
     live = np.array([key is not None for key in keys], dtype=bool)
     archived = np.array([key is not None and key.startswith("archive/") for key in keys], dtype=bool)
     rows = np.flatnonzero(live & ~np.isnan(created))
     order = rows[np.argsort(created[rows], kind="stable")]  # ties: the order the rows were added
-    position = np.full(n, np.nan)
-    thread = np.full(n, -1, dtype=np.intp)
-    _rank(order, created, gap, position, thread, 0)
-    return Layout(n, live, archived, position, thread, order, keys, created, gap)
+    room = _room_for(n)
+    arrays = (
+        _grown(live, n, False, room),
+        _grown(archived, n, False, room),
+        np.full(room, np.nan),
+        np.full(room, -1, dtype=np.intp),
+        _grown(order, order.size, 0, room),
+    )
+    _rank(order, created, gap, arrays[2][:n], arrays[3][:n], 0)
+    return _made(arrays, n, order.size, keys, created, gap)
+
+
+def _room_for(n: int) -> int:
+    """Places in a layout's arrays for ``n`` rows: an eighth more, for the rows written next."""
+    return n + n // 8 + 64
+
+
+def _made(
+    arrays: tuple[npt.NDArray[Any], ...],
+    n: int,
+    size: int,
+    keys: Sequence[str | None],
+    created: npt.NDArray[np.float64],
+    gap: float,
+) -> Layout:
+    """The layout whose arrays are the heads of ``arrays`` (``size``: rows in creation order)."""
+    live, archived, position, thread, order = arrays
+    heads = live[:n], archived[:n], position[:n], thread[:n], order[:size]
+    return Layout(n, *heads, keys, created, gap, [arrays])
 
 
 _FEW = 64  # up to this many moved rows (or an eighth), placing them again beats a sort
@@ -153,8 +192,9 @@ def _updated(
     time, ties by row, as the full sort puts them); ranks and threads counted again from the first
     place that changed."""
     n, m = len(keys), since.n
-    live, archived = _grown(since.live, n, False), _grown(since.archived, n, False)
-    position, thread = _grown(since.position, n, np.nan), _grown(since.thread, n, -1)
+    room = _room_for(n)
+    live, archived = _grown(since.live, n, False, room)[:n], _grown(since.archived, n, False, room)[:n]
+    position, thread = _grown(since.position, n, np.nan, room)[:n], _grown(since.thread, n, -1, room)[:n]
     for row in moved.tolist():
         key = keys[row]
         live[row] = key is not None
@@ -176,12 +216,47 @@ def _updated(
         first = min(first, int(at.min()))
         order = np.insert(order, at, come)
     _rank(order, created, since.gap, position, thread, first)
-    return Layout(n, live, archived, position, thread, order, keys, created, since.gap)
+    arrays = (live.base, archived.base, position.base, thread.base, _grown(order, order.size, 0, room))
+    return _made(arrays, n, order.size, keys, created, since.gap)
 
 
-def _grown(values: npt.NDArray[_T], n: int, fill: object) -> npt.NDArray[_T]:
-    """A copy of ``values`` as long as ``n``, ``fill`` past its end."""
-    out = np.empty(n, dtype=values.dtype)
+def _appended(
+    since: Layout, keys: Sequence[str | None], created: npt.NDArray[np.float64], moved: npt.NDArray[np.intp]
+) -> Layout | None:
+    """``since`` grown in the room past its arrays' ends, when rows only came after its last row
+    and those with a creation time go after every row it orders (a memory written now): nothing
+    is copied. None otherwise, or when the room is taken or too small. Only one layout grows into
+    a layout's room (the next made from the same one copies), so two never write the same places,
+    and none writes where an older one reads."""
+    n, m, size = len(keys), since.n, since.order.size
+    if not moved.size or moved[0] < m:  # ``moved`` is ascending
+        return None
+    try:
+        arrays = since.room.pop()
+    except IndexError:
+        return None
+    live, archived, position, thread, order = arrays
+    rows = moved.tolist()
+    comes = [r for r in rows if keys[r] is not None and not np.isnan(created[r])]
+    come = np.array(comes, dtype=np.intp)
+    last = float(created[since.order[-1]]) if size else -np.inf
+    if len(live) < n or len(order) < size + come.size or (come.size and float(created[come].min()) < last):
+        since.room.append(arrays)  # nothing written: the room is free again
+        return None
+    for row in rows:
+        key = keys[row]
+        live[row] = key is not None
+        archived[row] = key is not None and key.startswith("archive/")
+    position[m:n] = np.nan
+    thread[m:n] = -1
+    order[size : size + come.size] = come[np.lexsort((come, created[come]))]
+    _rank(order[: size + come.size], created, since.gap, position[:n], thread[:n], size)
+    return _made(arrays, n, size + come.size, keys, created, since.gap)
+
+
+def _grown(values: npt.NDArray[_T], n: int, fill: object, room: int) -> npt.NDArray[_T]:
+    """``values`` in a new array of ``room`` places, ``fill`` from ``n`` on (``n`` >= its length)."""
+    out = np.empty(room, dtype=values.dtype)
     out[: len(values)] = values
     out[len(values) :] = fill
     return out

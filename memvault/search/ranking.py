@@ -182,6 +182,7 @@ def fuse(
         if lengths is not None and context_words > 0:
             lent *= np.minimum(1.0, context_words / np.maximum(lengths[rows], context_words))
         read[rows] = lent
+        read[rows[~eligible[rows]]] = 0.0
         score[rows] += lent
     else:
         score = np.zeros(n, dtype=np.float64)
@@ -194,13 +195,12 @@ def fuse(
         if best > 0 and best >= vector_floor:
             # In place, in the order of vector_weight * where(vector >= floor, clip(vector), 0) / best.
             part = np.clip(vector, 0.0, None)
-            part[~(vector >= vector_floor)] = 0.0
+            if vector_floor > 0:  # else clip did it (a NaN row is left out below, or NaN is the best)
+                part[~(vector >= vector_floor)] = 0.0
             part *= vector_weight
             part /= best
             score += part
-    outside = ~eligible
-    score[outside] = 0.0
-    read[outside] = 0.0
+    score[~eligible] = 0.0
     return score, read
 
 
@@ -244,10 +244,11 @@ def diversify(
     left only loses value."""
     neighbour_penalty = NEIGHBOUR_PENALTY if neighbour_penalty is None else neighbour_penalty
     scale = NEIGHBOUR_SCALE if scale is None else scale
-    left = sorted(candidates, key=lambda r: (-scores[r], r))
-    if not left:
+    given = np.asarray(candidates, dtype=np.intp)
+    if not given.size:
         return []
-    rows = np.array(left)
+    rows = given[np.lexsort((given, -scores[given]))]  # best first; ties: lower row first
+    left: list[int] = rows.tolist()
     top = float(scores[left[0]]) or 1.0
     rel = scores[rows].astype(np.float64) / top
     # Every pair's closeness at once (a few dozen candidates): the loop below reads rows of it.

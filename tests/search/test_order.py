@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -142,3 +144,62 @@ def test_a_burst_of_rows_at_equal_times_goes_among_the_others_by_row(start: list
         keys[row], created[row] = f"burst{i}.md", t * 10.0
     again = creation_order(list(keys), created.copy(), gap=15.0, since=where)
     assert same_layout(again, creation_order(list(keys), created.copy(), gap=15.0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TIMES, min_size=0, max_size=30), st.lists(st.integers(min_value=0, max_value=29), max_size=8))
+def test_neighbours_and_near_are_those_of_the_sorted_rows(times: list[float], picked: list[int]):
+    """Neighbours k places away are the rows k places away in creation order with no gap over
+    ``gap`` between; near is every such row within ``depth`` of the rows asked."""
+    n = len(times)
+    keys: list[str | None] = [None if i % 5 == 4 else f"m{i}.md" for i in range(n)]
+    where = creation_order(keys, np.array(times, dtype=np.float64), gap=60.0)
+    known = sorted((t, i) for i, t in enumerate(times) if keys[i] is not None and not np.isnan(t))
+    ranked = [i for _, i in known]
+
+    def naive(row: int, step: int) -> int:
+        if row not in ranked or not 0 <= ranked.index(row) + step < len(ranked):
+            return n
+        lo, hi = sorted((ranked.index(row), ranked.index(row) + step))
+        run = [times[r] for r in ranked[lo : hi + 1]]
+        return (
+            ranked[ranked.index(row) + step] if all(b - a <= 60.0 for a, b in itertools.pairwise(run)) else n
+        )
+
+    rows = np.array([p for p in picked if p < n], dtype=np.intp)
+    for k in (1, 2):
+        before, after = where.neighbours(rows, k)
+        assert before.tolist() == [naive(r, -k) for r in rows.tolist()]
+        assert after.tolist() == [naive(r, k) for r in rows.tolist()]
+    expected = {naive(r, s) for r in rows.tolist() for s in (-2, -1, 1, 2)} - {n}
+    assert where.near(rows, 2).tolist() == sorted(expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=20),
+    st.lists(st.integers(min_value=5, max_value=9), min_size=1, max_size=5),
+    st.lists(st.integers(min_value=5, max_value=9), min_size=1, max_size=5),
+)
+def test_layouts_made_from_one_layout_leave_it_and_each_other_as_they_were(start, first, second):
+    """A recall may still read a layout while the next is made from it, and two recalls may each
+    make their own from the same one: rows written after it (at its end, the common case) change
+    neither it nor the other."""
+    keys: list[str | None] = [f"m{i}.md" for i in range(len(start))]
+    created = np.array([t * 10.0 for t in start], dtype=np.float64)
+    where = creation_order(list(keys), created.copy(), gap=15.0)
+    kept = creation_order(list(keys), created.copy(), gap=15.0)
+
+    def grown(times: list[int], name: str) -> tuple[list[str | None], np.ndarray]:
+        more = keys + [f"{name}{i}.md" for i in range(len(times))]
+        return more, np.concatenate([created, np.array(times, dtype=np.float64) * 10.0])
+
+    one = grown(first, "a")
+    a = creation_order(*one, gap=15.0, since=where)
+    two = grown(second, "b")
+    b = creation_order(*two, gap=15.0, since=where)
+    c = creation_order(*grown(first + second, "c"), gap=15.0, since=a)
+    assert same_layout(where, kept)
+    assert same_layout(a, creation_order(*one, gap=15.0))
+    assert same_layout(b, creation_order(*two, gap=15.0))
+    assert same_layout(c, creation_order(*grown(first + second, "c"), gap=15.0))

@@ -188,3 +188,49 @@ def test_weights_are_replaced_per_call_not_in_place():
     lighter = DEFAULT_WEIGHTS.replace(vector=0.0, floor=0.0)
     assert (lighter.vector, lighter.floor) == (0.0, 0.0)
     assert DEFAULT_WEIGHTS.vector == ranking.VECTOR_WEIGHT and DEFAULT_WEIGHTS.floor == ranking.FLOOR
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.just(0.0), st.floats(min_value=0.1, max_value=20.0)),  # lexical
+            st.floats(min_value=-0.5, max_value=1.0),  # cosine
+            st.booleans(),  # eligible
+            st.integers(min_value=0, max_value=400),  # words
+            st.integers(min_value=0, max_value=40),  # minutes
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    st.sampled_from([0.0, 0.1]),
+)
+def test_fuse_gives_every_row_what_reading_all_rows_gives(rows, floor: float):
+    """Context is worked out for a hit's neighbours only; every row's score and borrowed share are
+    those of the plain definition over every row, to the last bit."""
+    n = len(rows)
+    lexical = np.array([r[0] for r in rows])
+    cosines = np.array([r[1] for r in rows])
+    eligible = np.array([r[2] for r in rows])
+    lengths = np.array([float(r[3]) for r in rows])
+    where = creation_order([f"m{i}.md" for i in range(n)], np.array([r[4] * 60.0 for r in rows]), gap=600.0)
+    score, read = fuse(lexical, cosines, eligible, where, lengths=lengths, vector_floor=floor)
+    # The plain definition, over every row.
+    want_score, want_read = np.zeros(n), np.zeros(n)
+    top = float(lexical[eligible].max()) if eligible.any() else 0.0
+    if top > 0:
+        lx = np.append(lexical / top, 0.0)
+        want_score += lx[:-1]
+        for k, weight in enumerate(ranking.CONTEXT, 1):
+            prev, nxt = where.neighbours(np.arange(n), k)
+            want_read += weight * (lx[prev] + lx[nxt])
+        words = ranking.CONTEXT_WORDS
+        want_read *= np.minimum(1.0, words / np.maximum(lengths, words))
+        want_score += want_read
+    if eligible.any():
+        best = float(cosines[eligible].max())
+        if best > 0 and best >= floor:
+            kept = np.where(cosines >= floor, np.clip(cosines, 0.0, None), 0.0)
+            want_score += ranking.VECTOR_WEIGHT * kept / best
+    want_score[~eligible] = 0.0
+    want_read[~eligible] = 0.0
+    assert score.tolist() == want_score.tolist() and read.tolist() == want_read.tolist()
