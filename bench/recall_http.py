@@ -96,14 +96,20 @@ class Server:
 
 
 async def one_round(
-    server: Server, session: Any, http: httpx2.AsyncClient, asks: list[tuple[str, str]], writes: bool
+    server: Server,
+    session: Any,
+    http: httpx2.AsyncClient,
+    asks: list[tuple[str, str]],
+    writes: bool,
+    wait: bool = True,
 ) -> dict[str, Any]:
     """``asks``: (question, text to write first); the recalls' seconds, CPU and answers."""
     wall, cpu, answers = [], 0.0, []
     for question, content in asks:
         if writes:
             await call(session, "write_memory", {"title": content[:60], "content": content})
-            await server.vectors_done(http)
+            if wait:
+                await server.vectors_done(http)
         before = server.cpu()
         elapsed, reply = await call(session, "recall", {"query": question, "limit": 10})
         cpu += server.cpu() - before
@@ -150,7 +156,9 @@ async def run(args: argparse.Namespace, root: Path) -> None:
                 load.append(os.getloadavg()[0])
                 for server in servers if r % 2 == 0 else servers[::-1]:
                     rounds[server.name].append(
-                        await one_round(server, sessions[server.name], http, asks, args.writes)
+                        await one_round(
+                            server, sessions[server.name], http, asks, args.writes, not args.no_wait
+                        )
                     )
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
@@ -198,6 +206,11 @@ def main() -> int:
     parser.add_argument("--writes", action="store_true", help="a write_memory (untimed) before each recall")
     parser.add_argument(
         "--spy", type=Path, help="py-spy the new version's server during the rounds, into SPY"
+    )
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="with --writes, recall while the write's vector is made (as bench_scale does; lists may differ)",
     )
     parser.add_argument("--dir", type=Path, help="parent folder for the vaults (default: system temp)")
     args = parser.parse_args()
