@@ -9,8 +9,9 @@ Each round starts every version once, in an order that rotates: the token's `.me
 `python -m memvault serve` starts with PYTHONPATH at the version's folder (from `git archive`), the
 official MCP client calls `read_memory` as soon as the port accepts, and at its answer the server's
 own CPU (utime + stime) and its reaped children's (cutime + cstime: the loader helpers, which have
-all finished by then) are read from /proc. Then a few more `read_memory` answers are taken and the
-server is killed (SIGKILL: no shutdown snapshot). Every version's answers must be byte-identical.
+all finished by then) are read from /proc. Then a few more `read_memory` answers are taken, and
+`--reads` timed ones (while the token's vectors are computed), and the server is killed (SIGKILL:
+no shutdown snapshot). Every version's answers to the queries must be byte-identical.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def text_of(result: object) -> str:
 
 
 async def one_start(
-    root: Path, token: str, package: Path | None, queries: Sequence[str], extra: dict[str, str]
-) -> tuple[float, float, float, list[str]]:
+    root: Path, token: str, package: Path | None, queries: Sequence[str], extra: dict[str, str], reads: int
+) -> tuple[float, float, float, list[str], list[float]]:
     shutil.rmtree(root / token / ".memvault", ignore_errors=True)
     env = {
         k: v
@@ -96,10 +97,18 @@ async def one_start(
             own, children = cpu(proc.pid)
             for query in queries[1:]:
                 texts.append(text_of(await session.call_tool("read_memory", {"query": query})))
-        return wall, own, children, texts
+            times = []  # while the token's vectors are computed and its snapshot written
+            for i in range(reads):
+                began = time.perf_counter()
+                await session.call_tool("read_memory", {"query": queries[i % len(queries)]})
+                times.append(time.perf_counter() - began)
+        return wall, own, children, texts, times
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+
+
+read_times: dict[str, list[list[float]]] = {}  # per version, per round: the reads after the first answer
 
 
 async def run(args: argparse.Namespace) -> dict[str, list[tuple[float, float, float]]]:
@@ -115,12 +124,14 @@ async def run(args: argparse.Namespace) -> dict[str, list[tuple[float, float, fl
     names = list(versions)
     timings: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
     answers: dict[str, list[str]] = {}
+    read_times.update({name: [] for name in names})
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
-            wall, own, children, texts = await one_start(
-                args.root, args.token, versions[name], args.query, extra[name]
+            wall, own, children, texts, times = await one_start(
+                args.root, args.token, versions[name], args.query, extra[name], args.reads
             )
+            read_times[name].append(times)
             if answers.setdefault(name, texts) != texts:
                 raise RuntimeError(f"{name}: answers differ between rounds")
             timings[name].append((wall, own, children))
@@ -143,13 +154,19 @@ def report(
         f"{load[0]:.1f} before, {load[1]:.1f} after. Medians of {len(timings[names[0]])} rounds in turns;"
         " answers byte-identical across versions.",
         "",
-        "| version | first answer s | server CPU s | helpers CPU s | total CPU s |",
-        "|---|---:|---:|---:|---:|",
+        "| version | first answer s | server CPU s | helpers CPU s | total CPU s | reads p50 / p99 ms |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, runs in timings.items():
         wall, own, kids = (statistics.median(r[k] for r in runs) for k in range(3))
         total = statistics.median(r[1] + r[2] for r in runs)
-        lines.append(f"| {name} | {wall:.2f} | {own:.2f} | {kids:.2f} | {total:.2f} |")
+        pooled = sorted(t for times in read_times.get(name, []) for t in times)
+        reads = (
+            f"{statistics.median(pooled) * 1000:.1f} / {pooled[int(0.99 * (len(pooled) - 1))] * 1000:.1f}"
+            if pooled
+            else "-"
+        )
+        lines.append(f"| {name} | {wall:.2f} | {own:.2f} | {kids:.2f} | {total:.2f} | {reads} |")
     if len(names) > 1:
         base = timings[names[0]]
         for name in names[1:]:
@@ -162,7 +179,7 @@ def report(
             )
             lines.append(
                 f"| {name} / {names[0]}, per-round ratio median | {ratios[0]:.2f} | {ratios[1]:.2f} | "
-                f"{ratios[2]:.2f} | {total:.2f} |"
+                f"{ratios[2]:.2f} | {total:.2f} | |"
             )
     return "\n".join(lines) + "\n"
 
@@ -177,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--package", action="append", metavar="LABEL=DIR", help="a version's package folder")
     parser.add_argument("--env", action="append", metavar="LABEL:KEY=VALUE", help="a setting for one version")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--reads", type=int, default=0, help="timed reads right after the first answer")
     parser.add_argument("--out", type=Path, help="append the table to this file")
     args = parser.parse_args(argv)
     command = "python bench/bench_cold.py " + " ".join(

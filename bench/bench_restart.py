@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_scale
 import corpus
-from bench_scale import TOKEN, ServerProc, first_answer, pending_vectors, recall_questions, settle
+from bench_scale import TOKEN, ServerProc, Start, first_answer, pending_vectors, recall_questions, settle
 from harness import call, client
 
 STATE = ".memvault"
@@ -49,6 +49,8 @@ class Run:
     answer_s: float = 0.0
     up_s: float = 0.0
     cpu_s: float = 0.0  # server CPU to the first answer
+    load_s: float = 0.0  # /healthz -> first answer: the token's load (and the call itself)
+    load_cpu_s: float = 0.0  # server CPU in that time
     rss_first: float = 0.0
     settle_s: float = 0.0
     settle_cpu_s: float = 0.0
@@ -81,6 +83,25 @@ def which(package: Path, cwd: Path) -> str:
         check=True,
     )
     return out.stdout.strip()
+
+
+async def first_answer_from_up(server: ServerProc, query: str, label: str) -> tuple[Start, float]:
+    """bench_scale's first_answer, and the server's CPU time when /healthz first answered."""
+    cpu_up = 0.0
+    real_mem = server.mem
+
+    def mem_and_cpu() -> dict[str, float]:  # first_answer reads the memory right after /healthz
+        nonlocal cpu_up, real_mem
+        if not cpu_up:
+            cpu_up = server.cpu()
+        return real_mem()
+
+    server.mem = mem_and_cpu  # type: ignore[method-assign]
+    try:
+        start = await first_answer(server, query, label)
+    finally:
+        server.mem = real_mem  # type: ignore[method-assign]
+    return start, cpu_up
 
 
 async def wait_vectors(server: ServerProc, deadline_s: float = 3600.0) -> None:
@@ -134,8 +155,9 @@ async def one_run(
     server = ServerProc(folder.parent, logs, f"{label}-{turn}", args.py_spy)
     run = Run(label)
     try:
-        start = await first_answer(server, query, f"{label}-{turn}")
+        start, cpu_up = await first_answer_from_up(server, query, f"{label}-{turn}")
         run.answer_s, run.up_s, run.cpu_s = start.answer_s, start.up_s, start.cpu_s
+        run.load_s, run.load_cpu_s = start.answer_s - start.up_s, start.cpu_s - cpu_up
         run.rss_first = start.mem.get("VmRSS", 0.0)
         if args.first_only:
             server.stop(signal.SIGTERM, timeout=300)
@@ -159,7 +181,8 @@ def med(values: list[float]) -> float:
 
 def table(runs: list[Run], labels: list[str]) -> str:
     cols = (
-        ("first answer s", "answer_s"), ("up (/healthz) s", "up_s"), ("server CPU to answer s", "cpu_s"),
+        ("first answer s", "answer_s"), ("up (/healthz) s", "up_s"), ("/healthz to answer s", "load_s"),
+        ("server CPU to answer s", "cpu_s"), ("of it after /healthz s", "load_cpu_s"),
         ("RSS at answer MB", "rss_first"), ("settle CPU s", "settle_cpu_s"), ("RSS after rounds MB", "rss"),
         ("peak MB", "hwm"),
     )  # fmt: skip
@@ -219,7 +242,8 @@ async def main_async(args: argparse.Namespace) -> int:
             runs.append(run)
             load.append(os.getloadavg()[0])
             print(
-                f"[{label} {turn}] answer {run.answer_s:.2f} s (up {run.up_s:.2f}), cpu {run.cpu_s:.2f} s, "
+                f"[{label} {turn}] answer {run.answer_s:.2f} s (up {run.up_s:.2f}), cpu {run.cpu_s:.2f} s "
+                f"({run.load_cpu_s:.2f} after up), "
                 f"settle cpu {run.settle_cpu_s:.2f} s, rss {run.rss_first:.0f} -> {run.rss:.0f} MB "
                 f"(peak {run.hwm:.0f}), answers {run.answers}, load {load[-1]:.1f}",
                 file=sys.stderr,

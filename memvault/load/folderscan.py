@@ -12,7 +12,7 @@ fails, answers nonsense or read another snapshot than the store (one written mea
 only time: the store then walks the folder itself.
 
 Protocol: the token folder and the snapshot file as a JSON list on stdin (which may come long
-after the helper started: memvault.load.processes starts one early); an ``.npz`` on stdout
+after the helper started: memvault.load.processes starts one early); arrays on stdout
 (``changed.*``: files new or different, ``gone.*``: in the snapshot but not found,
 ``leftovers.*``: our temp files seen, ``snapshot``: the snapshot file's identity); exit status 0.
 Anything else is a failure.

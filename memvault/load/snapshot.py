@@ -207,6 +207,8 @@ class StoredRows:
             a.ndim != 1 for a in (*self._numbers, self._codes)
         ):
             raise ValueError("snapshot columns differ in length")
+        if self._codes.dtype.kind not in "iu" or self._numbers[-1].dtype.kind not in "iu":  # codes, flags
+            raise ValueError("snapshot holds codes that are not integers")
         if n and not 0 <= int(self._codes.min()) <= int(self._codes.max()) < len(PRIORITIES):
             raise ValueError("snapshot holds an unknown priority")
         for name in _TIME_COLUMNS:  # a time out of datetime's range would fail its build
@@ -224,6 +226,7 @@ class StoredRows:
             if text not in tag_sets:
                 tag_sets[text] = tuple(json.loads(text))
         self.archived = archived
+        self._sizes: dict[int, int] = {}
         self._problems = problems
         self._tags = list(map(tag_sets.__getitem__, tag_texts))
 
@@ -240,8 +243,12 @@ class StoredRows:
             at.tolist(), self._titles.take(at), self._contents.take(at), self._hashes.take(at),
             self._codes[at].tolist(), *numbers, strict=True,
         )  # fmt: skip
+        sizes = self._sizes
         for (i, title, content, hash, code, created, updated, accessed, importance, mtime_ns, size, change,
              flags) in rows_of:  # fmt: skip
+            # Equal values share one object: a memory never edited has its creation time twice, and
+            # files' sizes repeat (immutable both, so nothing can tell).
+            made = None if created != created else when(created, UTC)
             out.append(
                 _stored(
                     archived,
@@ -249,8 +256,8 @@ class StoredRows:
                     title,
                     content,
                     PRIORITIES[code],
-                    None if created != created else when(created, UTC),
-                    None if updated != updated else when(updated, UTC),
+                    made,
+                    made if updated == created else None if updated != updated else when(updated, UTC),
                     None if accessed != accessed else when(accessed, UTC),
                     tags[i],
                     None if importance != importance else importance,
@@ -258,7 +265,7 @@ class StoredRows:
                     problems[i] if flags & _HAS_PROBLEM else None,
                     bool(flags & _CONFLICTED),
                     mtime_ns,
-                    size,
+                    sizes.setdefault(size, size),
                     hash,
                     change,
                 )

@@ -242,15 +242,18 @@ class Embeddings:
 
     def _run(self) -> None:
         started = time.monotonic()
+        deadline = started + LOAD_PATIENCE
         with self._cond:  # a model's load holds the GIL for a while: requests and loads first
             while self._patient and self._embedder is None and not (self._closed or self._hurry):
                 # A token's load holds the worker (paused) and its caller waits for it: the model's
-                # load took a core from a cold load's helpers, before its first answer.
-                waited = time.monotonic() - started
-                if self._holds and waited < HOLD_PATIENCE:
+                # load took a core from a cold load's helpers, before its first answer. Once the
+                # loads end, the requests that follow have the usual patience.
+                now = time.monotonic()
+                if self._holds and now - started < HOLD_PATIENCE:
                     self._cond.wait(BUSY_SECONDS)
-                elif self.busy() and waited < LOAD_PATIENCE:
-                    self._cond.wait(min(LOAD_PATIENCE - waited, BUSY_SECONDS))
+                    deadline = time.monotonic() + LOAD_PATIENCE
+                elif self.busy() and now < deadline:
+                    self._cond.wait(min(deadline - now, BUSY_SECONDS))
                 else:
                     break
         try:

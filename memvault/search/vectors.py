@@ -29,14 +29,76 @@ if TYPE_CHECKING:
 Int8Matrix = npt.NDArray[np.int8]
 
 
-def kept_tokens(tokens: npt.NDArray[np.uint16], counts: npt.NDArray[np.uint8], row: int) -> TokenIds | None:
+def kept_tokens(
+    ids: npt.NDArray[np.uint16], starts: npt.NDArray[np.int64], counts: npt.NDArray[np.uint8], row: int
+) -> TokenIds | None:
     """A row's kept token ids (a view), or None if it has none yet: ``counts[row]`` is their
-    number plus one, 0 for none (see VectorView.tokens)."""
+    number plus one, 0 for none; they are ``ids[starts[row]:]`` (see KeptTokens)."""
     count = int(counts[row])
-    return tokens[row, : count - 1] if count else None
+    if not count:
+        return None
+    start = int(starts[row])
+    return ids[start : start + count - 1]
+
+
+class KeptTokens:
+    """Each row's kept token ids (MaxSim's, WordLlama only), one row after another in one buffer:
+    a memory mostly keeps far fewer than TOKEN_BUDGET (a LoCoMo turn about 30), and a matrix
+    TOKEN_BUDGET wide was mostly zeros. A row given new ids gets them at the end of the buffer, the
+    old ones left until ``tidy``. What is written is never written over (the buffer is replaced
+    when it grows or is tidied), so a view keeps seeing the ids its starts and counts point to."""
+
+    def __init__(self, rows: int) -> None:
+        self.ids = np.zeros(0, dtype=np.uint16)
+        self.used = 0  # ids[:used] written
+        self.garbage = 0  # of those, ids no row points to any more
+        self.starts = np.zeros(rows, dtype=np.int64)
+        self.counts = np.zeros(rows, dtype=np.uint8)  # ids of the row plus one; 0: none
+
+    def grow_rows(self, extra: int) -> None:
+        self.starts = np.concatenate([self.starts, np.zeros(extra, dtype=np.int64)])
+        self.counts = np.concatenate([self.counts, np.zeros(extra, dtype=np.uint8)])
+
+    def put(self, row: int, ids: TokenIds | None) -> None:
+        if self.counts[row]:
+            self.garbage += int(self.counts[row]) - 1
+        if ids is None:
+            self.counts[row] = 0
+            return
+        ids = ids[:TOKEN_BUDGET]
+        end = self.used + len(ids)
+        if end > len(self.ids):  # a new buffer, a half larger: what views hold stays as it is
+            grown = np.zeros(max(end, len(self.ids) * 3 // 2, 4096), dtype=np.uint16)
+            grown[: self.used] = self.ids[: self.used]
+            self.ids = grown
+        self.ids[self.used : end] = ids
+        self.starts[row], self.counts[row] = self.used, len(ids) + 1
+        self.used = end
+
+    def row(self, row: int) -> TokenIds | None:
+        ids = kept_tokens(self.ids, self.starts, self.counts, row)
+        return None if ids is None else ids.copy()
+
+    def tidy(self) -> None:
+        """Drop the ids of rows given new ones or none, and the buffer's unused end, when they are
+        a good share of it (once a backlog of embeddings is done)."""
+        kept = self.used - self.garbage
+        if len(self.ids) - kept <= max(4096, kept // 8):
+            return
+        counts = self.counts.astype(np.int64) - 1
+        live = counts >= 0
+        lengths = np.where(live, counts, 0)
+        rows = np.flatnonzero(lengths)
+        starts = np.zeros(len(self.starts), dtype=np.int64)
+        starts[rows] = np.cumsum(lengths[rows]) - lengths[rows]
+        at = np.repeat(self.starts[rows] - starts[rows], lengths[rows]) + np.arange(kept)
+        self.ids = np.concatenate([self.ids[at], np.zeros(kept // 16, dtype=np.uint16)])
+        self.starts = np.where(live, starts, 0)
+        self.used, self.garbage = kept, 0
 
 
 RECENT_DROPS = 1024  # vectors of dropped memories kept for a moment, for moves
+HASH_WIDTH = 32  # text_hash's length: a row's hash is kept as that many ASCII bytes
 BLOCK = 1 << 18  # elements per block of a matrix-vector product (see matvec)
 
 
@@ -99,18 +161,19 @@ class VectorView:
     name: str | None  # model of the vectors in the matrix
     version: int
     rows_version: int = 0  # keys, rows and created are the same in two views of one rows_version
-    # MaxSim's tokens (WordLlama): rows x TOKEN_BUDGET uint16 ids, the first token_counts[row] - 1
-    # of each row in use; None when the model keeps none. A row without tokens yet counts 0.
+    # MaxSim's tokens (WordLlama; see KeptTokens): a row's token_counts[row] - 1 ids from
+    # tokens[token_starts[row]:]; None when the model keeps none. A row without tokens yet counts 0.
     tokens: npt.NDArray[np.uint16] | None = None
     token_counts: npt.NDArray[np.uint8] | None = None
+    token_starts: npt.NDArray[np.int64] | None = None
 
     def tokens_of(self, row: int) -> TokenIds | None:
         """The row's kept token ids, or None if it has none (no vector yet, or another model)."""
-        if self.tokens is None or self.token_counts is None or row >= len(self.token_counts):
+        if self.tokens is None or self.token_counts is None or self.token_starts is None:
             return None
-        if not self.has_vector[row]:
+        if row >= len(self.token_counts) or not self.has_vector[row]:
             return None
-        return kept_tokens(self.tokens, self.token_counts, row)
+        return kept_tokens(self.tokens, self.token_starts, self.token_counts, row)
 
     def similarity(self, query: FloatMatrix, n: int) -> npt.NDArray[np.float64] | None:
         """Dot products of the first ``n`` rows with ``query`` (0 where no vector yet); None
@@ -131,6 +194,23 @@ def quantize(vector: FloatMatrix) -> tuple[Int8Matrix, np.float32]:
     return np.round(vector / scale).astype(np.int8), np.float32(scale)
 
 
+def quantize_rows(vectors: Sequence[FloatMatrix]) -> tuple[Int8Matrix, FloatMatrix] | None:
+    """:func:`quantize` of each vector, all of them in one pass (a restore's batches quantized
+    row by row spent a third of their time in numpy's per-call cost), with the same results; None
+    unless they share one shape (1-d) and one type."""
+    if not vectors or len({(v.dtype, v.shape) for v in vectors}) != 1 or vectors[0].ndim != 1:
+        return None
+    matrix = np.stack(vectors)
+    tops = np.abs(matrix).max(axis=1).astype(np.float64) if matrix.shape[1] else np.zeros(len(matrix))
+    usable = np.isfinite(tops) & (tops != 0)
+    scales = np.where(usable, tops, 0.0) / 127.0  # in double, as quantize's Python float
+    out = np.zeros(matrix.shape, dtype=np.int8)
+    # The vectors' type for the divisor, as numpy takes quantize's Python float.
+    divisors = scales[usable].astype(matrix.dtype)[:, None]
+    out[usable] = np.round(matrix[usable] / divisors).astype(np.int8)
+    return out, scales.astype(np.float32)
+
+
 class TokenVectors:
     """One token's memory rows, their vectors and the queue of memories to embed. Thread-safe.
 
@@ -149,7 +229,9 @@ class TokenVectors:
         self._keys: list[str | None] = []
         self._free: list[int] = []
         self._generation: list[int] = []
-        self._vector_hash: list[str] = []  # text hash of the row's vector ("" = none yet)
+        # Text hash of each row's vector (b"": none yet), as bytes: a str a row, 100,000 of them
+        # made in the embedding thread among its batches' garbage, kept the heap from shrinking.
+        self._hashes = np.zeros(64, dtype=f"S{HASH_WIDTH}")
         self._created = np.full(64, np.nan)
         self._has = np.zeros(64, dtype=bool)
         # Vectors quantized to int8 with one scale per row (a quarter of float32's memory), dot
@@ -158,8 +240,7 @@ class TokenVectors:
         self._scale = np.zeros(64, dtype=np.float32)
         self._name: str | None = None
         # MaxSim's tokens beside the vectors (WordLlama only; see VectorView.tokens): 256 bytes a row.
-        self._tokens: npt.NDArray[np.uint16] | None = None
-        self._token_counts: npt.NDArray[np.uint8] | None = None
+        self._kept: KeptTokens | None = None
         self._pending: dict[str, Memory] = {}  # key -> memory to embed (see take)
         self._removed: set[str] = set()
         # Vectors (and tokens) of memories dropped lately, by text hash: a move (archive, restore,
@@ -191,8 +272,8 @@ class TokenVectors:
                 raise ValueError("two memories with the same key")
             self._keys = list(keys)
             self._generation = [1] * n
-            self._vector_hash = [""] * n
-            capacity = n + n // 8 + 64
+            capacity = n + n // 32 + 64  # room for some writes; then rows grow by an eighth
+            self._hashes = np.zeros(capacity, dtype=f"S{HASH_WIDTH}")
             self._created = np.full(capacity, np.nan)
             self._created[:n] = created
             self._has = np.zeros(capacity, dtype=bool)
@@ -224,18 +305,18 @@ class TokenVectors:
             if self._has[row] and self._matrix is not None:
                 if len(self._recent) >= RECENT_DROPS:
                     del self._recent[next(iter(self._recent))]
-                self._recent[self._vector_hash[row]] = (
+                self._recent[self._hashes[row].decode("ascii")] = (
                     self._matrix[row] * self._scale[row],
-                    self._row_tokens(row),
+                    self._kept.row(row) if self._kept is not None else None,
                 )
-            self._vector_hash[row] = ""
+            self._hashes[row] = b""
             self._has[row] = False
             self._created[row] = np.nan
             if self._matrix is not None:
                 self._matrix[row] = 0
                 self._scale[row] = 0.0
-            if self._token_counts is not None:
-                self._token_counts[row] = 0
+            if self._kept is not None:
+                self._kept.put(row, None)
             self._free.append(row)
             self._removed.add(key)
             self.version += 1
@@ -254,7 +335,7 @@ class TokenVectors:
         self._removed.discard(key)
         self._created[row] = created
         self.version += 1
-        if check and key not in self._pending and self._vector_hash[row] == text_hash(embed_text(memory)):
+        if check and key not in self._pending and self._hashes[row] == _ascii(text_hash(embed_text(memory))):
             return False  # same text (an access time or priority changed): the vector stands
         self._generation[row] += 1
         self._pending[key] = memory
@@ -268,10 +349,10 @@ class TokenVectors:
             row = len(self._keys)
             self._keys.append(key)
             self._generation.append(0)
-            self._vector_hash.append("")
             if row >= len(self._has):
-                grow = max(64, len(self._has) // 4)  # a quarter: the int8 matrix grows with these
+                grow = max(64, len(self._has) // 8)  # an eighth: the int8 matrix grows with these
                 self._has = np.concatenate([self._has, np.zeros(grow, dtype=bool)])
+                self._hashes = np.concatenate([self._hashes, np.zeros(grow, dtype=self._hashes.dtype)])
                 self._created = np.concatenate([self._created, np.full(grow, np.nan)])
                 self._scale = np.concatenate([self._scale, np.zeros(grow, dtype=np.float32)])
                 if self._matrix is not None:
@@ -279,9 +360,8 @@ class TokenVectors:
                     # every quarter's growth, and 5,000 writes to one token took gigabytes.
                     extra = np.zeros((grow, self._matrix.shape[1]), dtype=np.int8)
                     self._matrix = np.concatenate([self._matrix, extra])
-                if self._tokens is not None and self._token_counts is not None:
-                    self._tokens = np.concatenate([self._tokens, np.zeros((grow, TOKEN_BUDGET), np.uint16)])
-                    self._token_counts = np.concatenate([self._token_counts, np.zeros(grow, np.uint8)])
+                if self._kept is not None:
+                    self._kept.grow_rows(grow)
         self._rows[key] = row
         return row
 
@@ -314,6 +394,7 @@ class TokenVectors:
             ]
             removed: list[str] = []
             if not self._pending:
+                self._pending = {}  # the emptied dict's table (a restart's 100,000 keys) goes
                 removed = sorted(self._removed)
                 self._removed.clear()
             return work, removed
@@ -322,12 +403,6 @@ class TokenVectors:
         """The vector (and kept tokens) of a lately dropped memory with this text, from model ``name``."""
         with self._lock:
             return self._recent.get(digest) if name == self._name else None
-
-    def _row_tokens(self, row: int) -> TokenIds | None:
-        if self._tokens is None or self._token_counts is None:
-            return None
-        ids = kept_tokens(self._tokens, self._token_counts, row)
-        return None if ids is None else ids.copy()
 
     def requeue(self, work: Sequence[Work]) -> None:
         with self._lock:
@@ -350,33 +425,31 @@ class TokenVectors:
         meanwhile; ``tokens``: each one's kept token ids for MaxSim (a model that keeps them)."""
         if not found:
             return
+        quantized = quantize_rows([vector for _, _, vector in found])  # outside the lock
         with self._lock:
             dim = found[0][2].shape[0]
             if self._matrix is None or self._name != name or self._matrix.shape[1] != dim:
                 self._matrix = np.zeros((len(self._has), dim), dtype=np.int8)
                 self._scale[:] = 0.0
                 self._has[:] = False
-                self._vector_hash = ["" for _ in self._keys]
+                self._hashes[:] = b""
                 self._name = name
-                self._tokens = self._token_counts = None
-            if tokens is not None and self._tokens is None:
-                self._tokens = np.zeros((len(self._has), TOKEN_BUDGET), dtype=np.uint16)
-                self._token_counts = np.zeros(len(self._has), dtype=np.uint8)
+                self._kept = None
+            if tokens is not None and self._kept is None:
+                self._kept = KeptTokens(len(self._has))
             for i, (work, digest, vector) in enumerate(found):
                 row = self._rows.get(work.key)
                 if row is None or self._generation[row] != work.generation:
                     continue
-                self._matrix[row], self._scale[row] = quantize(vector)
+                self._matrix[row], self._scale[row] = (
+                    quantize(vector) if quantized is None else (quantized[0][i], quantized[1][i])
+                )
                 self._has[row] = True
-                self._vector_hash[row] = digest
-                if self._tokens is not None and self._token_counts is not None:
-                    ids = tokens[i] if tokens is not None else None
-                    if ids is None:
-                        self._token_counts[row] = 0  # none yet
-                    else:
-                        count = min(len(ids), TOKEN_BUDGET)
-                        self._tokens[row, :count] = ids[:count]
-                        self._token_counts[row] = count + 1
+                self._hashes[row] = _ascii(digest)
+                if self._kept is not None:
+                    self._kept.put(row, tokens[i] if tokens is not None else None)  # None: none yet
+            if self._kept is not None and not self._pending:
+                self._kept.tidy()  # a backlog done: its garbage, and the buffer's growth room
             self.version += 1
 
     def snapshot(self, where: Where = IN_THREAD) -> VectorView:
@@ -397,7 +470,12 @@ class TokenVectors:
                     name=self._name,
                     version=self.version,
                     rows_version=self.rows_version,
-                    tokens=self._tokens,
-                    token_counts=None if self._token_counts is None else self._token_counts.copy(),
+                    tokens=None if self._kept is None else self._kept.ids,
+                    token_counts=None if self._kept is None else self._kept.counts.copy(),
+                    token_starts=None if self._kept is None else self._kept.starts.copy(),
                 )
             return view
+
+
+def _ascii(digest: str) -> bytes:
+    return digest.encode("ascii")

@@ -3,7 +3,6 @@ used by the restart, and a failing helper costs only time."""
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import subprocess
@@ -17,7 +16,7 @@ import pytest
 from memvault.disk.files import TEMP_PREFIX, TEMP_SUFFIX, file_change
 from memvault.disk.names import SNAPSHOT_FILE
 from memvault.disk.vault import Vault
-from memvault.load import folderscan, processes, snapshot
+from memvault.load import folderscan, pipes, processes, snapshot
 from memvault.ops.service import Service
 from memvault.search.columns import pack_strings
 
@@ -125,10 +124,8 @@ async def test_a_missing_folder_or_snapshot(make_settings, vault_root, monkeypat
 
 def _answer(tmp_path: Path, arrays: dict[str, np.ndarray], status: int = 0) -> folderscan.FolderDiff | None:
     """What the store makes of a helper that wrote ``arrays`` and exited with ``status``."""
-    out = io.BytesIO()
-    np.savez(out, **arrays)
-    dump = tmp_path / "out.npz"
-    dump.write_bytes(out.getvalue())
+    dump = tmp_path / "out.bin"
+    dump.write_bytes(b"".join(pipes.encode(arrays)))
     code = f"import sys; sys.stdout.buffer.write(open({str(dump)!r}, 'rb').read()); sys.exit({status})"
     process = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL

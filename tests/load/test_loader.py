@@ -152,16 +152,19 @@ async def test_a_cold_load_with_helpers_equals_one_without(make_settings, vault_
         await restarted_service.close()
 
 
-BROKEN_ARCHIVE = "import sys; sys.stdin.buffer.read(); sys.stdout.buffer.write(b'PK\\x03\\x04' + bytes(40))"
+CUT_OFF = (  # the start of an answer whose header says 99 bytes: 2 follow
+    "import sys; sys.stdin.buffer.read(); "
+    "sys.stdout.buffer.write(b'memvault-arrays-1\\n' + bytes([99]) + bytes(7) + b'[[')"
+)
 
 
 @pytest.mark.parametrize(
     ("helper", "said"),
     [
         ("missing", "could not start a loader process"),
-        # A helper that exits 0 with a cut-off .npz (it starts like a zip file) costs time, not the
-        # load: the tool call that loads the token still answers.
-        ("broken archive", "a loader process gave unreadable output"),
+        # A helper that exits 0 with a cut-off answer costs time, not the load: the tool call that
+        # loads the token still answers.
+        ("cut off", "a loader process gave unreadable output"),
     ],
 )
 async def test_a_failing_helper_means_loading_in_process(
@@ -172,9 +175,7 @@ async def test_a_failing_helper_means_loading_in_process(
     if helper == "missing":
         monkeypatch.setattr(loader.sys, "executable", sys.executable + "-missing")
     else:
-        monkeypatch.setattr(
-            loader.processes, "command", lambda module: [sys.executable, "-c", BROKEN_ARCHIVE]
-        )
+        monkeypatch.setattr(loader.processes, "command", lambda module: [sys.executable, "-c", CUT_OFF])
     service = Service(make_settings(load_processes=2))
     store = service.store
     try:

@@ -124,6 +124,11 @@ def test_snapshot_columns_from_another_parser_version_are_refused() -> None:
     columns["priority"] = columns["priority"] + len(PRIORITIES)
     with pytest.raises(ValueError, match="unknown priority"):
         memories_from_columns(columns, archived=False)
+    for name in ("priority", "flags"):  # a build would fail on them
+        columns = memories_to_columns([parse_memory(b"# T\n\nbody", "t.md")])
+        columns[name] = columns[name].astype(np.float64)
+        with pytest.raises(ValueError, match="not integers"):
+            StoredRows(columns, archived=False)
     # Memories are built from their rows when first asked for (memvault.search.area.Memories), so what
     # would fail a build is refused when the columns are decoded, while a restart can still fall
     # back to the files.
@@ -183,3 +188,20 @@ def test_a_snapshot_of_an_unknown_version_is_not_used(tmp_path: Path) -> None:
         with open(snapshot_path(tmp_path), "wb") as handle:
             np.savez(handle, version=np.array([version]), **data)
         assert load(tmp_path) is None
+
+
+def test_restored_memories_share_equal_times_and_sizes() -> None:
+    body = "x" * 400  # a size beyond the ints Python keeps one object of anyway
+    texts = [
+        f"---\ncreatedAt: 2026-01-0{i}T10:00:00Z\nupdatedAt: 2026-01-0{i}T10:00:00Z\n---\n# N{i}\n\n{body}"
+        for i in (1, 2)
+    ]
+    memories = [parse_memory(text.encode(), f"n{i}.md") for i, text in enumerate(texts)]
+    edited = parse_memory(
+        b"---\ncreatedAt: 2026-01-01T10:00:00Z\nupdatedAt: 2026-02-01T10:00:00Z\n---\n# E", "e.md"
+    )
+    back = memories_from_columns(memories_to_columns([*memories, edited]), archived=False)
+    assert [without_meta(m) for m in back] == [without_meta(m) for m in [*memories, edited]]
+    assert back[0].updated_at is back[0].created_at and back[1].updated_at is back[1].created_at
+    assert back[2].updated_at is not None and back[2].updated_at > back[2].created_at  # type: ignore[operator]
+    assert back[0].size == back[1].size > 256 and back[0].size is back[1].size

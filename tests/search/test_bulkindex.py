@@ -90,3 +90,20 @@ def test_bulk_arrays_cap_term_counts_and_refuse_a_repeated_id() -> None:
     assert len(empty["dl"]) == len(empty["doc_terms"]) == len(empty["terms.len"]) == 0
     with pytest.raises(ValueError, match="repeated"):
         arrays_of([("a.md", "", "x", ()), ("a.md", "", "y", ())])
+
+
+def test_titles_are_normalised_as_one_at_a_time():
+    from memvault.search.text import normalize_title
+
+    titles = [
+        "Deploy_Plan\x00v2\tFINAL-1.5",
+        "  ",
+        "",
+        "Ünïcode Ｔｉｔｌｅ",
+        "a__b",
+        "x" * 80,
+        "Ǆemal 東京",
+        "\x7fDEL",
+    ]
+    arrays = arrays_of([(f"{i}.md", title, "", ()) for i, title in enumerate(titles)])
+    assert unpack_strings(arrays["titles.blob"], arrays["titles.len"]) == [normalize_title(t) for t in titles]

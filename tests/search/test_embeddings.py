@@ -309,10 +309,12 @@ def test_a_preloaded_model_makes_way_for_requests_until_someone_waits_for_it():
 
 def test_a_preloaded_model_waits_for_a_token_load_to_end(monkeypatch: pytest.MonkeyPatch):
     import threading
+    import time
 
     from memvault.search import embeddings as module
 
-    monkeypatch.setattr(module, "LOAD_PATIENCE", 0.0)  # no request waits for the model: only the load
+    monkeypatch.setattr(module, "LOAD_PATIENCE", 1.0)
+    monkeypatch.setattr(module, "BUSY_SECONDS", 0.1)
     loaded = threading.Event()
 
     def loader() -> HashEmbedder:
@@ -323,8 +325,11 @@ def test_a_preloaded_model_waits_for_a_token_load_to_end(monkeypatch: pytest.Mon
     with embeddings.paused():  # a cold load of a large token, whose first answer waits for it
         embeddings.preload()
         embeddings.last_request = 0.0  # its request came long ago
-        assert not loaded.wait(0.3)
-    assert loaded.wait(20)  # loaded once the token is
+        assert not loaded.wait(1.2)  # longer than requests make it wait
+    for _ in range(4):  # the requests right after the load have their patience too
+        embeddings.last_request = time.monotonic()
+        assert not loaded.wait(0.05)
+    assert loaded.wait(20)  # loaded once they pause
     embeddings.close()
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from memvault.disk.markdown import Memory
-from memvault.search.embedders import normalise_rows
-from memvault.search.vectors import TokenVectors, matvec, quantize
+from memvault.search.embedders import TOKEN_BUDGET, normalise_rows
+from memvault.search.vectors import TokenVectors, matvec, quantize, quantize_rows
 
 
 def test_quantized_vectors_keep_dot_products_within_one_percent():
@@ -82,3 +82,60 @@ def test_a_row_without_token_ids_yet_has_none_and_a_changed_text_drops_them():
     assert view.tokens_of(view.rows["c.md"]) is None  # pending: no vector, no ids
     tv.dropped("a.md")
     assert tv.snapshot().tokens_of(view.rows["a.md"]) is None
+
+
+def test_kept_token_ids_take_the_room_they_need_and_a_view_keeps_what_it_saw():
+    """Memories mostly keep far fewer ids than the budget: they are stored one after another, not in
+    a budget-wide matrix; rows given new ids and dropped rows leave garbage that a drained queue
+    tidies away, while a view taken before keeps its own."""
+    tv = TokenVectors()
+    rng = np.random.default_rng(5)
+    want = {}
+    for i in range(3000):
+        tv.changed(Memory(id=f"m{i}.md", title="t", content=f"c{i}"))
+    vector = np.ones(16, dtype=np.float32) / 4
+    while True:
+        work, _ = tv.take(64)
+        if not work:
+            break
+        ids = [rng.integers(0, 60000, size=rng.integers(0, 40)).astype(np.uint16) for _ in work]
+        want.update({w.key: i.tolist() for w, i in zip(work, ids, strict=True)})
+        tv.install("wordllama-l2-16", [(w, "h", vector) for w in work], ids)
+    before = tv.snapshot()
+    assert before.tokens is not None and before.tokens.nbytes < 3000 * TOKEN_BUDGET * 2 / 4
+    old = {k: before.tokens_of(before.rows[k]).tolist() for k in ("m1.md", "m2.md")}
+    for i in range(0, 3000, 2):  # new texts, new ids: the old ones are garbage
+        tv.changed(Memory(id=f"m{i}.md", title="t", content=f"new {i}"))
+    tv.dropped("m1.md")
+    while True:
+        work, _ = tv.take(500)
+        if not work:
+            break
+        ids = [np.full(5, int(w.key[1:-3]) % 60000, dtype=np.uint16) for w in work]
+        want.update({w.key: i.tolist() for w, i in zip(work, ids, strict=True)})
+        tv.install("wordllama-l2-16", [(w, "h2", vector) for w in work], ids)
+    view = tv.snapshot()
+    assert view.tokens is not None and len(view.tokens) < 1.2 * sum(
+        len(v) for k, v in want.items() if k != "m1.md"
+    )
+    for key, ids in want.items():
+        got = view.tokens_of(view.rows[key]) if key in view.rows else None
+        assert (got.tolist() if got is not None else None) == (None if key == "m1.md" else ids)
+    assert {k: before.tokens_of(before.rows[k]).tolist() for k in old} == old  # the old view's ids stand
+
+
+def test_vectors_quantized_together_are_quantized_as_one_by_one():
+    rng = np.random.default_rng(1)
+    for dtype in (np.float32, np.float64):
+        for _ in range(50):
+            n, dim = int(rng.integers(4, 70)), int(rng.integers(1, 300))
+            vectors = [(rng.normal(size=dim) * 10.0 ** rng.integers(-20, 20)).astype(dtype) for _ in range(n)]
+            vectors[0][:] = 0
+            vectors[1][0], vectors[2][0] = np.inf, np.nan
+            together = quantize_rows(vectors)
+            assert together is not None
+            for i, vector in enumerate(vectors):
+                alone, scale = quantize(vector)
+                assert np.array_equal(together[0][i], alone) and together[1][i] == scale
+    assert quantize_rows([np.ones(4, np.float32), np.ones(5, np.float32)]) is None  # one shape only
+    assert quantize_rows([np.ones(4, np.float32), np.ones(4, np.float64)]) is None  # one type only
