@@ -329,8 +329,11 @@ class Watcher:
             return  # the root's watch is the observer's own
         with self._wants.lock:
             group = self._wants.group
-            if group is not None:
-                group.watch_folder(os.path.join(group.path, os.fsencode(rel)), whole)
+            try:  # an error must not reach the caller's listing, which it would cut short
+                if group is not None:
+                    group.watch_folder(os.path.join(group.path, os.fsencode(rel)), whole)
+            except OSError as exc:
+                log.warning("could not watch a folder (%s)", exc.strerror or type(exc).__name__)
 
     def unwant(self, token: str) -> None:
         """Stop watching ``token``'s folder (any thread; idempotent)."""
