@@ -18,7 +18,7 @@ import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -27,11 +27,12 @@ from memvault import heap
 from memvault.disk.files import TEMP_PREFIX, TEMP_SUFFIX, file_stamp
 from memvault.disk.markdown import NO_META, PRIORITIES, Memory
 from memvault.disk.names import SNAPSHOT_FILE, STATE_DIR
-from memvault.records.sidecar import FileStat
-from memvault.search.area import Area, Memories
 from memvault.search.columns import StringColumn, pack_strings, prefixed, unpack_strings
-from memvault.search.index import Index
 from memvault.search.indexarrays import IndexSnapshot, add_postings
+
+if TYPE_CHECKING:
+    from memvault.records.sidecar import FileStat
+    from memvault.search.area import Area
 
 log = logging.getLogger("memvault")
 
@@ -358,10 +359,20 @@ def save(folder: Path, areas: dict[str, npt.NDArray[Any]]) -> None:
 
 def areas_from(data: Mapping[str, npt.NDArray[Any]]) -> tuple[Area, Area]:
     """Hot and archive areas from arrays in the snapshot's format. Raises ValueError (or KeyError,
-    TypeError, IndexError) if they do not fit together."""
+    TypeError, IndexError) if they do not fit together. An index without its postings (a loader's)
+    gets them sorted out of its term lists, added to ``data`` too when it is a dict."""
+    # Imported here: a loader helper imports this module for its codecs (memories_to_columns), and
+    # the index, the areas and the sidecar (SQLite, asyncio) were most of its import time.
+    from memvault.search.area import Area, Memories
+    from memvault.search.index import Index
+
     areas = []
     for name, archived in (("hot", False), ("archive", True)):
         index_columns = prefixed(data, f"{name}.index.")
+        if "postings" not in index_columns and isinstance(data, dict):
+            # A loader's arrays, saved as the snapshot later: sorted once, here, for both.
+            index_columns = add_postings(index_columns)
+            data.update({f"{name}.index.{key}": index_columns[key] for key in ("postings", "term_postings")})
         columns = prefixed(data, f"{name}.memories.")
         index = Index.from_snapshot(index_columns)
         # Memories stored in the index's order share its id strings (100,000 of them at 100k).
@@ -384,6 +395,8 @@ def from_stat(cached: FileStat, id: str, archived: bool, st: os.stat_result) -> 
 
 
 def file_stat(memory: Memory) -> FileStat:
+    from memvault.records.sidecar import FileStat  # (see areas_from)
+
     return FileStat(
         memory.path_id, memory.mtime_ns, memory.size, memory.hash, to_cache(memory), memory.change
     )

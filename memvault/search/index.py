@@ -253,17 +253,15 @@ class Index:
     def snapshot(self) -> IndexSnapshot:
         """What a snapshot needs, copied by reference (fast: callers hold their lock only for this);
         ``.arrays()`` on the result does the slow part. Document term arrays are replaced, never
-        changed in place, so the copy stays valid while the index changes."""
+        changed in place, so the copy stays valid; the postings change in place: their bytes are
+        copied (sorting them out of the term lists again took a restart's worth of memory)."""
         self._flush_postings()
+        counts = np.fromiter(map(len, self._postings), dtype=np.int64, count=len(self._postings))
         return IndexSnapshot(
-            ids_by_no=list(self._ids_by_no),
-            doc_terms=list(self._doc_terms),
-            restored=self._restored,
-            restored_at=self._restored_at,
-            titles=list(self._listed_titles()),
-            dl=self._dl.copy(),
-            terms=list(self._lexicon.terms),
-        )
+            list(self._ids_by_no), list(self._doc_terms), self._restored, self._restored_at,
+            self._stored_titles or list(self._titles), self._dl.copy(), list(self._lexicon.terms),
+            b"".join(self._postings), counts,
+        )  # fmt: skip
 
     @classmethod
     def from_snapshot(cls, arrays: Mapping[str, npt.NDArray[Any]]) -> Index:

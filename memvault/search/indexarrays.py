@@ -10,7 +10,7 @@ from typing import Any, TypeAlias, cast
 import numpy as np
 import numpy.typing as npt
 
-from memvault.search.columns import pack_strings
+from memvault.search.columns import StringColumn, pack_strings
 
 __all__ = [
     "NO_TERMS",
@@ -89,9 +89,11 @@ class IndexSnapshot:
     doc_terms: list[DocTerms]
     restored: memoryview
     restored_at: array[int]
-    titles: list[str]
+    titles: list[str] | StringColumn  # a restored index's, until it changes (immutable both)
     dl: _FloatArray
     terms: list[str]
+    postings: bytes | None = None  # uint32 each, grouped by term id (any order within a term)
+    term_postings: npt.NDArray[np.int64] | None = None  # how many each term id has
 
     def live_ids(self) -> list[str]:
         """The documents' ids in the order arrays() stores them."""
@@ -99,7 +101,7 @@ class IndexSnapshot:
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """The index as numpy arrays, freed document numbers compacted away, with the postings
-        sorted out of each document's term list (Index.from_snapshot takes them as they are)."""
+        (Index.from_snapshot takes them as they are; sorted out of the term lists if not given)."""
         live = [no for no, id in enumerate(self.ids_by_no) if id is not None]
         terms, restored, at = self.doc_terms, self.restored, self.restored_at
         entries = [entries_of(terms[no], restored, at, no) or NO_TERMS for no in live]
@@ -110,8 +112,24 @@ class IndexSnapshot:
         }
         for name, values in (
             ("ids", self.live_ids()),
-            ("titles", [self.titles[no] for no in live]),
+            (
+                "titles",
+                self.titles.take(live)
+                if isinstance(self.titles, StringColumn)
+                else [self.titles[no] for no in live],
+            ),
             ("terms", self.terms),
         ):
             out[f"{name}.blob"], out[f"{name}.len"] = pack_strings(values)
+        if (
+            self.postings is not None
+            and self.term_postings is not None
+            and len(self.term_postings) == len(self.terms)
+        ):
+            postings = np.frombuffer(self.postings, dtype=np.uint32)
+            if len(live) != len(self.ids_by_no):  # numbers compacted away: the postings' follow
+                renumber = np.zeros(len(self.ids_by_no), dtype=np.uint32)
+                renumber[live] = np.arange(len(live), dtype=np.uint32)
+                postings = (renumber[postings >> 8] << np.uint32(8)) | (postings & np.uint32(0xFF))
+            out["postings"], out["term_postings"] = postings, self.term_postings
         return add_postings(out)

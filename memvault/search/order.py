@@ -51,14 +51,10 @@ class Layout:
         counted unless they are one another's neighbours), ascending."""
         if depth < 1 or not len(rows):
             return np.zeros(0, dtype=np.intp)
-        found = np.concatenate(self._around(rows, [s for k in range(1, depth + 1) for s in (-k, k)]))
-        found.sort()
-        # Distinct, without "no neighbour" (n, the largest): np.unique costs ten times more here.
-        keep = np.empty(found.size, dtype=bool)
-        keep[0] = True
-        np.not_equal(found[1:], found[:-1], out=keep[1:])
-        found = found[keep]
-        return found[: int(np.searchsorted(found, self.n))]
+        found = _distinct(
+            np.concatenate(self._around(rows, [s for k in range(1, depth + 1) for s in (-k, k)]))
+        )
+        return found[: int(np.searchsorted(found, self.n))]  # without "no neighbour" (n, the largest)
 
     def _around(self, rows: npt.NDArray[np.intp], steps: Sequence[int]) -> list[npt.NDArray[np.intp]]:
         """For each step, each row's neighbour that many places away in its thread, or ``n``."""
@@ -79,6 +75,18 @@ class Layout:
         return sides
 
 
+def _distinct(values: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    """``values`` sorted, each once: np.unique, without its overhead, which is most of its time on
+    the few thousand values a query has."""
+    if not values.size:
+        return values
+    values = np.sort(values)
+    keep = np.empty(values.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
+
+
 def creation_order(
     keys: Sequence[str | None],
     created: npt.NDArray[np.float64],
@@ -92,7 +100,7 @@ def creation_order(
     ``since``: the layout of the same rows a little earlier (``keys`` and ``created`` are the
     caller's copies, never changed in place). Only the rows whose key or creation time moved since
     are placed again, and only the ranks from the first that moved are counted again: a write moves
-    a row or two, mostly at the end, where sorting 100,000 rows took tens of milliseconds."""
+    a row or two, mostly at the end, and a large vault's full sort was most of its recall."""
     n = len(keys)
     created = created[:n]
     if since is not None and since.gap == gap and n >= since.n:
@@ -154,7 +162,7 @@ def _moved(
     named = _differing(since.keys, keys, m, most) if times.size <= most else None
     if named is None:
         return None
-    moved = np.unique(np.concatenate([times, named, np.arange(m, len(keys), dtype=np.intp)]))
+    moved = _distinct(np.concatenate([times, named, np.arange(m, len(keys), dtype=np.intp)]))
     return moved if moved.size <= most else None
 
 
@@ -162,7 +170,7 @@ def _differing(
     old: Sequence[str | None], new: Sequence[str | None], m: int, most: int
 ) -> npt.NDArray[np.intp] | None:
     """The rows below ``m`` whose key differs (None: more than ``most``), by halving: list
-    comparison runs in C and mostly meets the same string objects, so a few changes among 100,000
+    comparison runs in C and mostly meets the same string objects, so a few changes among many
     keys cost about two passes over them instead of a Python loop."""
     if old == (new if len(new) == m else new[:m]):  # ``old`` holds m keys
         return np.zeros(0, dtype=np.intp)
