@@ -1002,6 +1002,9 @@ async def test_only_loaded_or_listened_tokens_hold_inotify_watches(server_factor
         async with Client(srv.mcp_url("carol"), mode="legacy", message_handler=on_message) as client:
             await client.subscribe_resource(uri)
             assert watched_folders(carol) == every
+            # The handshake's warm load of carol, done: one still running after bob's call below
+            # would leave carol loaded (and watched) when its listener goes.
+            await wait_for(lambda: "carol" not in tokens_of(srv).warming, DEADLINE)
             async with srv.session("bob") as s:  # carol, if its subscription loaded it, goes
                 err, text = await srv.call(s, "list_memory_titles")
                 assert not err, text
