@@ -16,8 +16,6 @@ _CJK = (
 MAX_TERM_CHARS = 64
 _TERM_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
 _ASCII_WORD_RE = re.compile(rf"([a-z0-9]{{1,{MAX_TERM_CHARS}}})[a-z0-9]*")
-# terms_of's ASCII words, and a NUL: texts joined by NULs are split at once (bulkindex).
-ASCII_WORDS_AND_NUL = re.compile(r"[a-z0-9]+|\x00")
 _WORD_RE = re.compile(r"[^\W_]+")
 _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
 # A character outside ASCII that is CJK or a letter or digit: the engine scans for the first test
