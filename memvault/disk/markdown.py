@@ -5,6 +5,7 @@ Pure functions of text: no file system access (see :mod:`memvault.disk.files` an
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import re
@@ -93,6 +94,44 @@ class Memory:
         return not self.conflicted and self.problem is None
 
 
+# parse_memory builds one Memory per file, 100,000 at a cold start: setting the slots directly, in
+# straight-line code, skips what the frozen dataclass's __init__ does per field (a keyword, the
+# default factory, object.__setattr__ by name), as memvault.load.snapshot does for a restart.
+(_set_id, _set_title, _set_content, _set_priority, _set_created, _set_updated, _set_accessed, _set_tags,
+ _set_importance, _set_archived, _set_meta, _set_has_frontmatter, _set_problem, _set_conflicted,
+ _set_mtime_ns, _set_size, _set_change, _set_hash) = (
+    getattr(Memory, f.name).__set__ for f in dataclasses.fields(Memory))  # fmt: skip
+
+
+def _memory(
+    id: str, title: str, content: str, priority: str, created: datetime | None, updated: datetime | None,
+    accessed: datetime | None, tags: tuple[str, ...], importance: float | None, archived: bool,
+    meta: Mapping[str, Any], has_frontmatter: bool, problem: str | None, conflicted: bool, mtime_ns: int,
+    size: int, change: int, hash: str,
+) -> Memory:  # fmt: skip
+    """``Memory(...)`` of these fields, in declaration order."""
+    m: Memory = object.__new__(Memory)
+    _set_id(m, id)
+    _set_title(m, title)
+    _set_content(m, content)
+    _set_priority(m, priority)
+    _set_created(m, created)
+    _set_updated(m, updated)
+    _set_accessed(m, accessed)
+    _set_tags(m, tags)
+    _set_importance(m, importance)
+    _set_archived(m, archived)
+    _set_meta(m, meta)
+    _set_has_frontmatter(m, has_frontmatter)
+    _set_problem(m, problem)
+    _set_conflicted(m, conflicted)
+    _set_mtime_ns(m, mtime_ns)
+    _set_size(m, size)
+    _set_change(m, change)
+    _set_hash(m, hash)
+    return m
+
+
 # ---------------------------------------------------------------------------- parsing
 
 
@@ -104,31 +143,39 @@ class _Split:
 
 
 def _split(text: str) -> _Split:
-    start = _FM_OPEN.match(text)
-    if start is None:
-        return _Split(None, text, None)
+    return _Split(*_parts(text))
+
+
+def _parts(text: str) -> tuple[str | None, str, str | None]:
+    """_Split's fields: the frontmatter's text, the body, and why the frontmatter is broken."""
+    if text.startswith("---\n"):  # the usual opening line, without the pattern
+        opened = 4
+    else:
+        start = _FM_OPEN.match(text)
+        if start is None:
+            return None, text, None
+        opened = start.end()
     # The closing fence is the first line after the opening one that is `---` (str.find, then
     # the pattern: a multiline search tried every position of the frontmatter).
-    at = start.end() - 1  # the opening line's newline
+    at = opened - 1  # the opening line's newline
     while True:
         at = text.find("\n---", at)
         if at < 0:
-            return _Split(None, text, "frontmatter has no closing '---' line")
+            return None, text, "frontmatter has no closing '---' line"
+        if text.startswith("\n", at + 4):  # `---` and nothing else: what the pattern matches
+            return text[opened : at + 1], text[at + 5 :], None
         close = _FM_CLOSE.match(text, at + 1)
         if close is not None:
             break
         at += 1
-    fm_text = text[start.end() : close.start()]
     body = text[close.end() :]
-    if body.startswith("\n"):
-        body = body[1:]
-    return _Split(fm_text, body, None)
+    return text[opened : close.start()], body[1:] if body.startswith("\n") else body, None
 
 
 # Fast path for the frontmatter memvault and mem-mcp write: one `key: value` per line with plain
 # values. Anything it is not sure of (quotes, block lists, YAML 1.1 booleans, anchors, comments)
 # goes to the YAML loader, so both paths give the same result. PyYAML is ~70% of a parse otherwise.
-_FAST_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*): ([^\n]*)")
+_FAST_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*").fullmatch  # a line is `key: value`
 _FAST_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?Z")
 _FAST_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?")
 _FAST_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
@@ -176,26 +223,56 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_LOADER)
 
 
-def _load_frontmatter(fm_text: str) -> Any:
+# Keys and values the fast path took before (strings, so nothing shared can change), by the
+# hundred in a vault: a set lookup instead of the patterns. Cleared when full.
+_PLAIN_KEYS: set[str] = set()
+_PLAIN_WORDS: set[str] = set()
+_PLAIN_MAX = 4096
+
+
+def _plain_frontmatter(fm_text: str) -> dict[str, Any] | None:
+    """The frontmatter as the fast path reads it; None if YAML must decide."""
     meta: dict[str, Any] = {}
     for line in fm_text.split("\n"):
         if not line:
             continue  # blank lines, including the one the closing fence leaves, mean nothing to YAML
-        match = _FAST_LINE.fullmatch(line)
-        if match is None or match.group(1) in meta or match.group(1).lower() in _YAML_SPECIAL:
-            return load_yaml(fm_text)  # `on:` / `null:` keys are a bool / None to YAML
-        ok, value = _fast_value(match.group(2))
+        # No key character is ":": the key ends at the line's first ": ".
+        key, colon, text = line.partition(": ")
+        if not colon or key in meta:
+            return None
+        if key not in _PLAIN_KEYS:
+            if _FAST_KEY(key) is None or key.lower() in _YAML_SPECIAL:
+                return None  # `on:` / `null:` keys are a bool / None to YAML
+            _remember(_PLAIN_KEYS, key)
+        if text in _PLAIN_WORDS:
+            meta[key] = text
+            continue
+        ok, value = _fast_value(text)
         if not ok:
-            return load_yaml(fm_text)
-        meta[match.group(1)] = value
+            return None
+        if value is text:
+            _remember(_PLAIN_WORDS, text)
+        meta[key] = value
     return meta
 
 
-def _normalise(raw: bytes) -> str:
-    text = raw.decode("utf-8", errors="replace")
+def _remember(plain: set[str], text: str) -> None:
+    if len(plain) >= _PLAIN_MAX:
+        plain.clear()
+    plain.add(text)
+
+
+def _normalise(raw: bytes) -> tuple[str, bool]:
+    """The text to parse, and whether the bytes were valid UTF-8."""
+    try:
+        text, valid = raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        text, valid = raw.decode("utf-8", errors="replace"), False
     if text.startswith("\ufeff"):
         text = text[1:]
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text, valid
 
 
 def has_conflict_markers(text: str) -> bool:
@@ -234,17 +311,28 @@ def _title_and_content(body: str, meta: Mapping[str, Any], stem: str) -> tuple[s
     if footer >= 0 and _FOOTER.match(content, footer):
         content = content[:footer]
     content = content.strip("\n")
-    heading = _HEADING.match(content)
+    heading = _heading(content)
     meta_title = meta.get("title")
     if heading:
-        content = content[heading.end() :].lstrip("\n")
+        content = content[heading[1] :].lstrip("\n")
     if isinstance(meta_title, str) and meta_title.strip():
         title = meta_title.strip()
     elif heading:
-        title = heading.group(1).strip()
+        title = heading[0].strip()
     else:
         title = stem
     return title, content.rstrip()
+
+
+def _heading(content: str) -> tuple[str, int] | None:
+    """_HEADING's group and end: the `# Heading` on the first line without the pattern, the rest with it."""
+    if content.startswith("# "):
+        end = content.find("\n")
+        title = content[2 : end if end >= 0 else None].rstrip(" \t")
+        if title:
+            return title, end + 1 if end >= 0 else len(content)
+    match = _HEADING.match(content)
+    return (match.group(1), match.end()) if match else None
 
 
 def parse_memory(
@@ -261,19 +349,18 @@ def parse_memory(
 
     ``keep_meta=False`` leaves ``meta`` empty: the store holds every memory in memory and does not
     need the frontmatter mapping, which would cost about as much as the rest of the Memory."""
-    text = _normalise(raw)
+    text, valid = _normalise(raw)
     stem = id.rsplit("/", 1)[-1]
     stem = stem[:-3] if stem.lower().endswith(".md") else stem
-    split = _split(text)
-    meta, problem = _frontmatter(split)
+    fm_text, body, broken = _parts(text)
+    meta, problem = _frontmatter(fm_text, broken)
     conflicted = has_conflict_markers(text) and not (
-        split.fm_text is not None
+        fm_text is not None
         and problem is None
-        and not has_conflict_markers(split.fm_text)
-        and str(meta.get(LITERAL_MARKERS)) == body_seal(split.body)
+        and not has_conflict_markers(fm_text)
+        and str(meta.get(LITERAL_MARKERS)) == body_seal(body)
     )
-    body = split.body if split.fm_text is not None and problem is None else text
-    title, content = _title_and_content(body, meta, stem)
+    title, content = _title_and_content(body if fm_text is not None and problem is None else text, meta, stem)
     if problem is not None and title == stem:
         # Broken frontmatter: the whole text is the content (a person must see it to fix it), but
         # its `# Heading` still names it better than the filename.
@@ -284,56 +371,54 @@ def parse_memory(
             f"file is over {MAX_INDEXED_BYTES // 2**20} MiB; only its start is indexed, and the server "
             "will not rewrite it"
         )
-    if problem is None:
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError:
-            # Read with replacement characters, but never written back: that would destroy the bytes.
-            problem = "file is not valid UTF-8; the server will not rewrite it"
-    created = parse_time(meta.get("createdAt"))
+    if problem is None and not valid:
+        # Read with replacement characters, but never written back: that would destroy the bytes.
+        problem = "file is not valid UTF-8; the server will not rewrite it"
+    created = _time(meta.get("createdAt"))
     if created is None:
         footer = _FOOTER_CREATED.search(text)
         created = parse_time(footer.group(1)) if footer else None
-    mtime = datetime.fromtimestamp(mtime_ns / 1e9, UTC) if mtime_ns else None
-    created = created or mtime
-    priority = str(meta.get("priority", DEFAULT_PRIORITY)).strip().upper()
-    if priority not in PRIORITIES:
-        priority = DEFAULT_PRIORITY
+        if created is None and mtime_ns:
+            created = datetime.fromtimestamp(mtime_ns / 1e9, UTC)
+    priority = meta.get("priority", DEFAULT_PRIORITY)
+    if priority.__class__ is not str or priority not in PRIORITIES:
+        priority = str(priority).strip().upper()
+        if priority not in PRIORITIES:
+            priority = DEFAULT_PRIORITY
     importance = meta.get("importance")
     try:
         importance_value = None if importance is None else min(1.0, max(0.0, float(importance)))
     except (TypeError, ValueError):
         importance_value = None
-    return Memory(
-        id=id,
-        title=title,
-        content=content,
-        priority=priority,
-        created_at=created,
-        updated_at=_later(parse_time(meta.get("updatedAt")) or created, parse_time(meta.get("importedAt"))),
-        last_accessed_at=parse_time(meta.get("lastAccessedAt")),
-        tags=_tags(meta.get("tags")),
-        importance=importance_value,
-        archived=archived,
-        meta=meta if keep_meta else NO_META,
-        has_frontmatter=split.fm_text is not None or split.broken is not None,
-        problem=problem,
-        conflicted=conflicted,
-        mtime_ns=mtime_ns,
-        size=len(raw) if size is None else size,
-        change=change,
-        hash=content_hash(raw),
-    )
+    updated = _time(meta.get("updatedAt")) or created
+    imported = meta.get("importedAt")
+    return _memory(
+        id, title, content, priority, created,
+        updated if imported is None else _later(updated, parse_time(imported)),
+        _time(meta.get("lastAccessedAt")), _tags(meta.get("tags")), importance_value, archived,
+        meta if keep_meta else NO_META, fm_text is not None or broken is not None, problem, conflicted,
+        mtime_ns, len(raw) if size is None else size, change, content_hash(raw),
+    )  # fmt: skip
 
 
-def _frontmatter(split: _Split) -> tuple[dict[str, Any], str | None]:
+def _time(value: Any) -> datetime | None:
+    """parse_time(value), which is the value itself for the fast path's UTC times."""
+    if value.__class__ is datetime and value.tzinfo is UTC:
+        return value  # type: ignore[no-any-return]
+    return parse_time(value)
+
+
+def _frontmatter(fm_text: str | None, broken: str | None) -> tuple[dict[str, Any], str | None]:
     """The frontmatter's keys and values (none when there is none, or it is broken), and what is
     wrong with it, if anything."""
-    problem = split.broken
-    if split.fm_text is None:
+    problem = broken
+    if fm_text is None:
         return {}, problem
     try:
-        loaded = _load_frontmatter(split.fm_text) if split.fm_text.strip() else {}
+        plain = _plain_frontmatter(fm_text)  # int() of 5,000 digits raises ValueError, as in YAML
+        if plain is not None:
+            return plain, problem
+        loaded = load_yaml(fm_text) if fm_text.strip() else {}
     except AliasRefused as exc:
         problem = (
             f"YAML alias in frontmatter (line {exc.line + 1}), which memvault does not expand; "
