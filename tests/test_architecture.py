@@ -34,7 +34,16 @@ PROTOCOL = ("mcp", "starlette", "sse_starlette", "uvicorn")
 PROTOCOL_FREE = ("", "disk", "records", "search", "load", "registry", "git", "ops", "importers")
 # Helper processes import these; whatever they pull in, every helper start pays for.
 HELPERS = {
-    "load.loader": ("mcp", "starlette", "memvault.ops", "memvault.registry", "memvault.search.embeddings"),
+    # The loader builds the index's arrays (search.bulkindex) without the index or its fuzzy matching.
+    "load.loader": (
+        "mcp",
+        "starlette",
+        "rapidfuzz",
+        "memvault.ops",
+        "memvault.registry",
+        "memvault.search.embeddings",
+        "memvault.search.index",
+    ),
     "load.folderscan": ("mcp", "starlette", "memvault.ops", "memvault.registry", "memvault.search.index"),
     "load.pipes": ("mcp", "starlette", "memvault.ops", "memvault.registry", "memvault.search.index"),
     # processes starts before the server's own imports: not even numpy.

@@ -15,9 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from memvault.search.columns import pack_strings
-from memvault.search.index import DOC_LIMIT, F_NAME, F_TAG, F_TITLE, TF_MAX, name_text
-from memvault.search.lexicon import TERM_LIMIT
-from memvault.search.text import ascii_term, ascii_words, normalize_title, terms_of
+from memvault.search.indexarrays import DOC_LIMIT, F_NAME, F_TAG, F_TITLE, TERM_LIMIT, TF_MAX
+from memvault.search.text import ascii_term, ascii_words, name_text, normalize_title, terms_of
 
 __all__ = ["arrays_of", "terms_of_many"]
 

@@ -14,8 +14,13 @@ from rapidfuzz import fuzz, process
 
 from memvault.search.columns import StringColumn, unpack_strings
 from memvault.search.indexarrays import (
+    DOC_LIMIT,
+    F_NAME,
+    F_TAG,
+    F_TITLE,
     NO_TERMS,
     RESTORED,
+    TF_MAX,
     DocTerms,
     IndexSnapshot,
     entries_of,
@@ -24,13 +29,9 @@ from memvault.search.indexarrays import (
 )
 from memvault.search.lexicon import Lexicon
 from memvault.search.order import stable_order, top
-from memvault.search.text import STOP_WORDS, normalize_title, terms_of
+from memvault.search.text import STOP_WORDS, name_text, normalize_title, terms_of
 
 __all__ = ["DOC_LIMIT", "F_NAME", "F_TAG", "F_TITLE", "TF_MAX", "Hit", "Index", "name_text"]
-
-
-def name_text(id: str) -> str:
-    return id[:-3] if id.lower().endswith(".md") else id
 
 
 # --- scoring constants -------------------------------------------------------------------------
@@ -46,12 +47,6 @@ _TITLE_POOL = 64  # best-scoring candidates whose titles are compared with the q
 _MAX_QUERY_TERMS = 64
 _SCORE_CELLS = 1 << 20  # (term, document) cells a query scores at once
 
-# Low byte of a posting: tf (capped at 31) << 3 | field flags.
-F_TITLE = 1
-F_NAME = 2
-F_TAG = 4
-TF_MAX = 31
-DOC_LIMIT = 1 << 24  # doc numbers share a uint32 with the low byte
 _FLUSH_AT = 1 << 20  # queued postings appended once this many are waiting
 
 if array("I").itemsize != 4:  # pragma: no cover - every mainstream platform has 4-byte unsigned int

@@ -13,8 +13,14 @@ import numpy.typing as npt
 from memvault.search.columns import StringColumn, pack_strings
 
 __all__ = [
+    "DOC_LIMIT",
+    "F_NAME",
+    "F_TAG",
+    "F_TITLE",
     "NO_TERMS",
     "RESTORED",
+    "TERM_LIMIT",
+    "TF_MAX",
     "DocTerms",
     "IndexSnapshot",
     "Restored",
@@ -23,6 +29,14 @@ __all__ = [
     "postings_of",
     "uint32s",
 ]
+
+# Low byte of a posting: tf (capped at 31) << 3 | field flags (here: bulkindex needs no index).
+F_TITLE = 1
+F_NAME = 2
+F_TAG = 4
+TF_MAX = 31
+DOC_LIMIT = 1 << 24  # doc numbers share a uint32 with the low byte
+TERM_LIMIT = 1 << 24  # term ids share a uint32 with a low byte in a document's term list
 
 
 def uint32s(data: memoryview) -> array[int]:

@@ -14,6 +14,7 @@ import numpy.typing as npt
 from rapidfuzz import process
 from rapidfuzz.distance import OSA
 
+from memvault.search.indexarrays import TERM_LIMIT
 from memvault.search.text import is_cjk_char
 
 PREFIX_WEIGHT = 0.75
@@ -26,7 +27,6 @@ PREFIX_KEY = 3
 EXPANSION_CACHE_MAX = 4096
 REVERSE_MAX = 8 * EXPANSION_CACHE_MAX  # term ids the cached expansions hold, before all are dropped
 ADDED_CHECKED_MAX = 64  # terms added between two lookups beyond which the whole cache goes
-TERM_LIMIT = 1 << 24  # term ids share a uint32 with a low byte in a document's term list
 MASK_CHUNK = 1 << 16
 
 

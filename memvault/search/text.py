@@ -126,6 +126,11 @@ def ascii_term(word: str) -> str:
     return word if len(word) < 5 or word[-1] not in "sdg" else _stem(word)
 
 
+def name_text(id: str) -> str:
+    """The searchable text of a memory's file name: its id without ``.md``."""
+    return id[:-3] if id.lower().endswith(".md") else id
+
+
 def normalize_title(text: str) -> str:
     """Words of ``text`` (unstemmed) joined by single spaces, for whole-title similarity."""
     return " ".join(_WORD_RE.findall(_fold(text)))
