@@ -135,19 +135,9 @@ def _memory(
 # ---------------------------------------------------------------------------- parsing
 
 
-@dataclass(frozen=True, slots=True)
-class _Split:
-    fm_text: str | None  # YAML between the fences, None without a frontmatter block
-    body: str
-    broken: str | None  # why the frontmatter could not be used
-
-
-def _split(text: str) -> _Split:
-    return _Split(*_parts(text))
-
-
-def _parts(text: str) -> tuple[str | None, str, str | None]:
-    """_Split's fields: the frontmatter's text, the body, and why the frontmatter is broken."""
+def _split(text: str) -> tuple[str | None, str, str | None]:
+    """The YAML between the fences (None without a frontmatter block), the body, and why the
+    frontmatter could not be used."""
     if text.startswith("---\n"):  # the usual opening line, without the pattern
         opened = 4
     else:
@@ -246,13 +236,18 @@ def _plain_frontmatter(fm_text: str) -> dict[str, Any] | None:
             _remember(_PLAIN_KEYS, key)
         if text in _PLAIN_WORDS:
             meta[key] = text
-            continue
-        ok, value = _fast_value(text)
-        if not ok:
-            return None
-        if value is text:
-            _remember(_PLAIN_WORDS, text)
-        meta[key] = value
+        elif text[-1:] == "Z" and _FAST_TIME.fullmatch(text):  # _fast_value's first case, inline
+            try:
+                meta[key] = datetime.fromisoformat(text)
+            except ValueError:
+                return None
+        else:
+            ok, value = _fast_value(text)
+            if not ok:
+                return None
+            if value is text:
+                _remember(_PLAIN_WORDS, text)
+            meta[key] = value
     return meta
 
 
@@ -296,11 +291,11 @@ def seal_markers(text: str) -> str:
     body's hash, so the file is not taken for a real conflict, on any machine. A merge that adds
     markers changes the body and the hash no longer matches; markers in the frontmatter always
     count. Without such lines the key is dropped."""
-    split = _split(text.replace("\r\n", "\n").removeprefix("\ufeff"))
-    if split.fm_text is None:
+    fm_text, body, _ = _split(text.replace("\r\n", "\n").removeprefix("\ufeff"))
+    if fm_text is None:
         return text
-    wanted = body_seal(split.body) if has_conflict_markers(split.body) else None
-    if wanted is None and LITERAL_MARKERS not in split.fm_text:
+    wanted = body_seal(body) if has_conflict_markers(body) else None
+    if wanted is None and LITERAL_MARKERS not in fm_text:
         return text
     return rewrite(text, {LITERAL_MARKERS: wanted}, title=None, content=None)
 
@@ -352,7 +347,7 @@ def parse_memory(
     text, valid = _normalise(raw)
     stem = id.rsplit("/", 1)[-1]
     stem = stem[:-3] if stem.lower().endswith(".md") else stem
-    fm_text, body, broken = _parts(text)
+    fm_text, body, broken = _split(text)
     meta, problem = _frontmatter(fm_text, broken)
     conflicted = has_conflict_markers(text) and not (
         fm_text is not None
@@ -564,12 +559,9 @@ def rewrite(raw_text: str, fields: Mapping[str, Any], *, title: str | None, cont
     crlf = "\r\n" in text
     if crlf:
         text = text.replace("\r\n", "\n")
-    split = _split(text)
-    if split.fm_text is None:
-        # Legacy file: the whole original text becomes the body, under a new frontmatter block.
-        fm_text, body = "", text
-    else:
-        fm_text, body = split.fm_text, split.body
+    fm_text, body, _ = _split(text)
+    if fm_text is None:
+        fm_text = ""  # legacy file: the whole original text becomes the body, under a new frontmatter
     new_fm = edit_frontmatter(fm_text, fields)
     if title is not None or content is not None:
         body = _replace_body(body, title, content)

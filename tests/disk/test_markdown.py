@@ -447,10 +447,11 @@ FENCY = st.lists(
 @example("---\na: b\n--- \nbody\n\n---\n*Created: 2026-01-15T12:00:00.000Z*\n")
 def test_split_and_footer_agree_with_the_patterns_they_stand_for(text: str) -> None:
     split = vault_module._split(text)
-    assert (split.fm_text, split.body, split.broken) == _split_by_search(text)
-    by_sub = vault_module._FOOTER.sub("", split.body.rstrip() + "\n").strip("\n")
+    assert split == _split_by_search(text)
+    body = split[1]
+    by_sub = vault_module._FOOTER.sub("", body.rstrip() + "\n").strip("\n")
     heading = vault_module._HEADING.match(by_sub)
-    title, content = vault_module._title_and_content(split.body, {}, "stem")
+    title, content = vault_module._title_and_content(body, {}, "stem")
     assert content == (by_sub[heading.end() :].lstrip("\n") if heading else by_sub).rstrip()
     assert title == (heading.group(1).strip() if heading else "stem")
     assert vault_module.has_conflict_markers(text) == bool(
