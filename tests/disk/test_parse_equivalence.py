@@ -52,8 +52,14 @@ VALUES = st.one_of(
     st.sampled_from(ODD_VALUES),
     st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=12),
 )
+# The keys memvault reads, with values of every kind a time or a priority is written in.
+OWNED = st.tuples(
+    st.sampled_from(["createdAt", "updatedAt", "lastAccessedAt", "importedAt", "priority", "tags"]),
+    st.sampled_from([v for v in ODD_VALUES if v[:1].isdigit() or v[:1] in "Pp[" or v in ("", "null")]),
+)
 LINES = st.one_of(
-    st.tuples(KEYS, VALUES).map(lambda kv: f"{kv[0]}: {kv[1]}"),
+    OWNED.map(": ".join),
+    st.tuples(KEYS, VALUES).map(": ".join),
     st.sampled_from(["", " ", "tags:", "  - a", "- b", "# comment", "key:value", "k:", ":", "a: b: c", "\t"]),
 )
 OPENINGS = st.sampled_from(["---\n", "--- \n", "---\t\n", "----\n", ""])
@@ -80,6 +86,8 @@ def files(draw: st.DrawFn) -> bytes:
     fm = draw(st.lists(LINES, max_size=7))
     body = draw(HEADINGS) + draw(BODIES) + draw(FOOTERS)
     if draw(st.booleans()):  # a seal, matching the body or not: literal conflict markers
+        if draw(st.booleans()):
+            body = draw(HEADINGS) + draw(st.sampled_from(ODD_BODIES[2:])) + draw(FOOTERS)
         fm.append(f"literalMarkers: {body_seal(body) if draw(st.booleans()) else 'hdeadbeef'}")
     text = draw(OPENINGS) + "".join(f"{line}\n" for line in fm) + draw(CLOSINGS) + body
     text = draw(st.sampled_from(["", "\ufeff", "\ufeff\ufeff"])) + text
@@ -170,6 +178,22 @@ def alias_bomb(levels: int = 9) -> bytes:
 )
 def test_hostile_files_parse_as_before(raw: bytes) -> None:
     check(raw, mtime_ns=1_760_000_000_000_000_000)
+
+
+READ_KEYS = "createdAt updatedAt lastAccessedAt importedAt priority tags importance".split()
+
+
+@pytest.mark.parametrize("value", ODD_VALUES)
+@pytest.mark.parametrize("key", READ_KEYS)
+def test_each_owned_key_with_each_odd_value_parses_as_before(key: str, value: str) -> None:
+    check(f"---\ntitle: T\n{key}: {value}\n---\n# H\n\nBody\n".encode())
+
+
+@pytest.mark.parametrize("body", ODD_BODIES)
+@pytest.mark.parametrize("closing", ["---\n", "--- \n", "---"])
+def test_sealed_conflict_markers_parse_as_before(body: str, closing: str) -> None:
+    for seal in (body_seal(body), body_seal("\n" + body), "hdeadbeef"):
+        check(f"---\npriority: P1\nliteralMarkers: {seal}\n{closing}{body}".encode())
 
 
 def test_a_memory_built_by_the_parser_equals_one_built_by_its_constructor() -> None:
