@@ -399,7 +399,7 @@ def parse_memory(
 def _time(value: Any) -> datetime | None:
     """parse_time(value), which is the value itself for the fast path's UTC times."""
     if value.__class__ is datetime and value.tzinfo is UTC:
-        return value  # type: ignore[no-any-return]
+        return value
     return parse_time(value)
 
 
