@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from memvault import heap
 from memvault.disk.files import TEMP_PREFIX, TEMP_SUFFIX, file_stamp
-from memvault.disk.markdown import NO_META, PRIORITIES, Memory
+from memvault.disk.markdown import NO_META, PRIORITIES, Memory, make_memory
 from memvault.disk.names import SNAPSHOT_FILE, STATE_DIR
 from memvault.search.columns import StringColumn, pack_strings, prefixed, unpack_strings
 from memvault.search.indexarrays import IndexSnapshot, add_postings
@@ -70,49 +70,10 @@ def memory_from_row(row: Sequence[Any], *, archived: bool) -> Memory:
 
     (id, title, content, priority, created, updated, accessed, tags, importance, has_fm, problem, conflicted,
      mtime_ns, size, hash, change) = row  # fmt: skip
-    return _stored(
-        archived, id, title, content, priority, when(created), when(updated), when(accessed), tuple(tags),
-        importance, has_fm, problem, conflicted, mtime_ns, size, hash, change,
+    return make_memory(
+        id, title, content, priority, when(created), when(updated), when(accessed), tuple(tags), importance,
+        archived, NO_META, has_fm, problem, conflicted, mtime_ns, size, change, hash,
     )  # fmt: skip
-
-
-# A restart builds 100,000 Memory objects. Setting their slots directly, one call per field in
-# straight-line code, skips what the frozen dataclass's __init__ does per field (a keyword, a
-# default factory, object.__setattr__ by name): 5.3 -> 1.4-1.9 us each (a loop over the setters
-# took 3.2-3.5). The setters are the fields in declaration order (tests/test_vault.py checks it).
-(_id, _title, _content, _priority, _created, _updated, _accessed, _tags, _importance, _archived, _meta,
- _has_frontmatter, _problem, _conflicted, _mtime_ns, _size, _change, _hash) = (
-    getattr(Memory, f.name).__set__ for f in dataclasses.fields(Memory))  # fmt: skip
-_new = object.__new__
-
-
-def _stored(
-    archived: bool, id: str, title: str, content: str, priority: str, created: datetime | None,
-    updated: datetime | None, accessed: datetime | None, tags: tuple[str, ...], importance: float | None,
-    has_frontmatter: bool, problem: str | None, conflicted: bool, mtime_ns: int, size: int, hash: str,
-    change: int,
-) -> Memory:  # fmt: skip
-    """A Memory from the stored form's fields (parse cache and snapshot), meta left out."""
-    m = _new(Memory)
-    _id(m, id)
-    _title(m, title)
-    _content(m, content)
-    _priority(m, priority)
-    _created(m, created)
-    _updated(m, updated)
-    _accessed(m, accessed)
-    _tags(m, tags)
-    _importance(m, importance)
-    _archived(m, archived)
-    _meta(m, NO_META)
-    _has_frontmatter(m, has_frontmatter)
-    _problem(m, problem)
-    _conflicted(m, conflicted)
-    _mtime_ns(m, mtime_ns)
-    _size(m, size)
-    _change(m, change)
-    _hash(m, hash)
-    return m
 
 
 def to_cache(memory: Memory) -> str:
@@ -251,8 +212,7 @@ class StoredRows:
             # files' sizes repeat (immutable both, so nothing can tell).
             made = None if created != created else when(created, UTC)
             out.append(
-                _stored(
-                    archived,
+                make_memory(
                     ids[i],
                     title,
                     content,
@@ -262,13 +222,15 @@ class StoredRows:
                     None if accessed != accessed else when(accessed, UTC),
                     tags[i],
                     None if importance != importance else importance,
+                    archived,
+                    NO_META,
                     bool(flags & _HAS_FRONTMATTER),
                     problems[i] if flags & _HAS_PROBLEM else None,
                     bool(flags & _CONFLICTED),
                     mtime_ns,
                     sizes.setdefault(size, size),
-                    hash,
                     change,
+                    hash,
                 )
             )
         return out

@@ -145,12 +145,13 @@ def test_read_regular_reads_on_after_short_reads_and_stops_at_a_shrunk_end(
 
 
 def test_a_stored_memory_sets_every_field_where_the_dataclass_would() -> None:
-    """snapshot._stored sets slots directly, in declaration order: a field added or moved shows here."""
-    from memvault.load.snapshot import _stored
+    """make_memory (parsing, and a restart's snapshot) sets slots directly, in declaration order: a
+    field added or moved shows here."""
+    from memvault.disk.markdown import NO_META, make_memory
 
     t1, t2, t3 = (datetime(2026, 1, d, tzinfo=UTC) for d in (1, 2, 3))
-    built = _stored(
-        True, "a/b.md", "T", "C", "P0", t1, t2, t3, ("x",), 0.5, False, "bad", True, 11, 22, "h", 33
+    built = make_memory(
+        "a/b.md", "T", "C", "P0", t1, t2, t3, ("x",), 0.5, True, NO_META, False, "bad", True, 11, 22, 33, "h"
     )  # fmt: skip
     assert built == Memory(
         id="a/b.md", title="T", content="C", priority="P0", created_at=t1, updated_at=t2, last_accessed_at=t3,
