@@ -13,6 +13,7 @@ import pytest
 
 from memvault.records.sidecar import DB_NAME, SIDECAR_DIR, Sidecar, StoredVector, sidecar_path
 from memvault.records.sqlitefile import MIGRATIONS, SCHEMA_VERSION
+from tests.oldsidecar import migrate_to
 
 T0 = datetime(2026, 2, 10, 10, 30, tzinfo=UTC)
 
@@ -50,10 +51,7 @@ def test_a_sidecar_of_schema_7_keeps_its_vectors_and_gains_maxsim_tokens(token_d
     db = sidecar_path(token_dir)
     db.parent.mkdir(parents=True)
     with closing(sqlite3.connect(db)) as conn:  # what the previous memvault made: schema 7
-        for number, statements in enumerate(MIGRATIONS[:7], start=1):
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {number}")
+        migrate_to(conn, 7)
         conn.execute("INSERT INTO vectors VALUES ('old.md', 'm', 2, 'h1', ?)", (bytes(8),))
         conn.commit()
     with Sidecar.open(token_dir) as sc:
@@ -94,10 +92,7 @@ def test_a_sidecar_of_schema_8_keeps_its_vectors_in_a_smaller_file(token_dir: Pa
     db = sidecar_path(token_dir)
     db.parent.mkdir(parents=True)
     with closing(sqlite3.connect(db)) as conn:  # what the previous memvault made: schema 8
-        for number, statements in enumerate(MIGRATIONS[:8], start=1):
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {number}")
+        migrate_to(conn, 8)
         rows = [(f"m{i}.md", *_row(_vector(i))) for i in range(2_000)]
         conn.executemany("INSERT INTO vectors VALUES (?, ?, ?, ?, ?, ?)", rows)
         conn.commit()

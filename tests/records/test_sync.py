@@ -450,16 +450,13 @@ def test_a_sidecar_of_the_schema_before_serves_its_sessions_and_graph_after_the_
     import sqlite3
 
     from memvault.records.sidecar import sidecar_path
-    from memvault.records.sqlitefile import MIGRATIONS
+    from tests.oldsidecar import migrate_to
 
     folder = tmp_path / "alice"
     (folder / ".memvault").mkdir(parents=True)
     db = sidecar_path(folder)
     with sqlite3.connect(db) as conn:  # what the previous memvault made: schema 6, whole texts
-        for number, statements in enumerate(MIGRATIONS[:6], start=1):
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {number}")
+        migrate_to(conn, 6)
         day, next_day = "2026-01-01T00:00:00.000Z", "2026-01-02T00:00:00.000Z"
         conn.execute("INSERT INTO session_versions VALUES ('old', 1, ?, NULL, '[]', 'one')", (day,))
         conn.execute(
