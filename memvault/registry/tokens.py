@@ -152,16 +152,14 @@ def _scan_in_helper(
     return folderscan.start(state.dir, where, most=most)
 
 
+def _in_use(state: TokenState) -> bool:
+    """An operation, a mutation, a load or a sweep holds the token: it must not be unloaded."""
+    return bool(state.users or state.lock.locked() or state.load_lock.locked() or state.evicting)
+
+
 def _idle(state: TokenState, warming: set[str]) -> bool:
-    """Nothing in flight holds the token: no operation, lock, load, sweep or queued access."""
-    return not (
-        state.users
-        or state.lock.locked()
-        or state.load_lock.locked()
-        or state.evicting
-        or state.token in warming
-        or not state.pending.empty()
-    )
+    """Nothing in flight holds the token: not in use, nor warming, nor with accesses queued."""
+    return not (_in_use(state) or state.token in warming or not state.pending.empty())
 
 
 class Tokens:
@@ -314,7 +312,7 @@ class Tokens:
             if not state.loaded or self.states.get(token) is not state:
                 gone.append(token)
                 excess -= 1
-            elif not (state.users or state.lock.locked() or state.load_lock.locked() or state.evicting):
+            elif not _in_use(state):
                 going.append(state)
         for token in gone:
             del self._recency[token]
