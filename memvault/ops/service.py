@@ -118,12 +118,13 @@ class Service:
     # ------------------------------------------------------------------ life
 
     async def begin(self, tokens: Iterable[str], *, force_polling: bool = False) -> None:
-        """Start the watcher (if one was made) and the loads of ``tokens``, while the server is
-        still starting: a restart's load (the snapshot's decode, the folder scan helper on the
-        other core) runs beside the server's imports instead of after its first request. The
-        watcher runs first, so an edit made after a load reads a file is caught as at any load.
-        What a load leaves to do in the background (building its memories, a snapshot, the
+        """Start the watcher (made here if it was not) and the loads of ``tokens``, while the
+        server is still starting: a restart's load (the snapshot's decode, the folder scan helper
+        on the other core) runs beside the server's imports instead of after its first request.
+        The watcher runs first, so an edit made after a load reads a file is caught as at any
+        load. What a load leaves to do in the background (building its memories, a snapshot, the
         embedding model's load) waits for ``start``: it would slow the imports down."""
+        self.watcher()
         await self._start_watcher(force_polling)
         for token in tokens:
             self.registry.warm(token)

@@ -214,7 +214,7 @@ def test_a_snapshot_whose_bytes_changed_is_not_used(tmp_path: Path) -> None:
     save(tmp_path, _hot_and_archive(memories))
     assert load(tmp_path) is not None
     raw = bytearray(snapshot_path(tmp_path).read_bytes())
-    at = raw.index("body word11".encode())  # inside the contents' member
+    at = raw.index(b"body word11")  # inside the contents' member
     raw[at] ^= 0x20
     snapshot_path(tmp_path).write_bytes(bytes(raw))
     assert load(tmp_path) is None

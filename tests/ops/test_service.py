@@ -94,9 +94,8 @@ async def test_a_load_begun_while_the_server_starts_misses_no_edit_made_meanwhil
     assert (folder / ".memvault" / "snapshot.npz").is_file()
 
     service = Service(make_settings(embedder="hash"))
-    service.watcher()
     try:
-        await service.begin(["alice"])
+        await service.begin(["alice"])  # (makes the watcher, as serve does not)
         await wait_for(lambda: service.health()["tokens_loaded"] == 1, timeout=10)
         _note(folder, "note-3.md", "changed to mention a zebra")
         await service.start()
