@@ -40,7 +40,8 @@ def _lower_words(lower: str, heads: frozenset[str]) -> Iterator[tuple[int, int]]
 
 
 def _words(flat: str, heads: frozenset[str]) -> Iterator[tuple[int, str]]:
-    """Where each word of ``flat`` that begins with one of ``heads`` (in any case) starts, and the word."""
+    """Where each word of ``flat`` that begins with one of ``heads`` (in any case) starts, and the
+    word lowercased."""
     if all(head.isascii() and head.isalnum() for head in heads) and (
         flat.isascii() or not any(c in flat for c in _CASE_APART)
     ):
@@ -48,11 +49,12 @@ def _words(flat: str, heads: frozenset[str]) -> Iterator[tuple[int, str]]:
         # an ASCII head matches there wherever a case-blind one matches in ``flat``, and a
         # character is a letter or digit exactly when its lowercase is (the pattern's ``[^\W_]``
         # is exactly ``str.isalnum``).
-        for start, end in _lower_words(flat.lower(), heads):
-            yield start, flat[start:end]
+        lower = flat.lower()
+        for start, end in _lower_words(lower, heads):
+            yield start, lower[start:end]
         return
     for match in _words_from(heads).finditer(flat):
-        yield match.start(), match.group()
+        yield match.start(), match.group().lower()
 
 
 def snippet(text: str, terms: set[str], width: int = SNIPPET_CHARS) -> str:
@@ -66,12 +68,15 @@ def snippet(text: str, terms: set[str], width: int = SNIPPET_CHARS) -> str:
         # _words finds just those words (a superset: the test below decides).
         heads = frozenset(t[:3] for t in terms)
         hits: list[tuple[int, str]] = []
-        for at, found in _words(flat, heads):
-            word = found.lower()
+        stems: dict[str, list[str]] = {}  # a long text says the same words again and again
+        for at, word in _words(flat, heads):
             if word in terms:
                 hits.append((at, word))
             elif word[:3] in heads:
-                hits += [(at, t) for t in terms_of(word) if t in terms]
+                found = stems.get(word)
+                if found is None:
+                    found = stems[word] = [t for t in terms_of(word) if t in terms]
+                hits += [(at, t) for t in found]
         # The window of ``width`` characters from each hit on; the first holding the most terms.
         best = 0
         end = 0
