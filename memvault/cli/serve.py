@@ -97,7 +97,9 @@ async def _run(settings: Settings, service: Service, early: list[str]) -> int:
         except MemvaultError as exc:
             print(f"memvault: {exc}", file=sys.stderr)
             return 2
-        heap.keep()  # the imports' 100,000 objects (the SDK's models) live as long as the process
+        # The imports' 100,000 objects (the SDK's models) live as long as the process; no request
+        # has run yet to leave garbage worth a collection first.
+        heap.keep(collect=False)
         sock = listen(settings.host, settings.port)
         if sock is None:
             return 1

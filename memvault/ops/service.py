@@ -126,6 +126,7 @@ class Service:
         embedding model's load) waits for ``start``: it would slow the imports down."""
         self.watcher()
         await self._start_watcher(force_polling)
+        self.registry.keeping = False  # (see Tokens.keeping: the caller keeps all after its imports)
         for token in tokens:
             self.registry.warm(token)
         if self._held is None:
@@ -136,6 +137,7 @@ class Service:
         back since ``begin``, and the embedding model's load, which nothing waits for and which
         makes way for the first requests."""
         await self._start_watcher(force_polling)
+        self.registry.keeping = True
         held, self._held = self._held or [], None
         for work in held:
             self._in_background(work)

@@ -227,6 +227,10 @@ class Tokens:
         self._recency: OrderedDict[str, TokenState] = OrderedDict()
         self._unloaded: OrderedDict[str, TokenState] = OrderedDict()
         self._loads = Threads(LOAD_THREADS)
+        # Whether a load freezes what is alive once it ends (heap.keep). Off while the server still
+        # imports (ops.service.Service.begin): a collection then walked the SDK's half-made objects
+        # (50 ms of the GIL at a restart), and the server freezes them all once its imports end.
+        self.keeping = True
 
     def warm(self, token: str) -> None:
         """Begin loading a token a request just addressed, without waiting for it. A client's
@@ -295,7 +299,8 @@ class Tokens:
                     if state.loaded:
                         self._loaded(state)
                     self.unload_idle()
-                    heap.keep()
+                    if self.keeping:
+                        heap.keep()
                     if not state.settled:
                         self.spawn(anyio.to_thread.run_sync(self.settle, state))
                     if state.young_leftovers:
