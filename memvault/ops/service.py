@@ -35,6 +35,10 @@ from memvault.search.rerankers import Reranking
 
 __all__ = ["Service"]
 
+# A restarted server's background work (building the memories its early load left in their
+# stored form, a snapshot) waits at most this long after the start for a first call to end.
+HOLD_SECONDS = 1.0
+
 
 class Service:
     """One process's parts: the loaded tokens and what works beside them in the background."""
@@ -46,8 +50,9 @@ class Service:
         self.clock = clock
         self.started = time.monotonic()
         self._background: set[asyncio.Task[Any]] = set()
-        # Background work held back until ``start`` while the server is still starting (``begin``).
+        # Background work held back while the server is still starting (``begin``, ``start``).
         self._held: list[Coroutine[Any, Any, Any]] | None = None
+        self._hold_timer: asyncio.TimerHandle | None = None
         self.embeddings = embeddings if embeddings is not None else embeddings_from_settings(settings)
         self.registry = Tokens(settings, self.embeddings, self._in_background)
         # Sweeps and access write-backs take turns, one piece at a time (memvault.ops.background).
@@ -122,8 +127,8 @@ class Service:
         server is still starting: a restart's load (the snapshot's decode, the folder scan helper
         on the other core) runs beside the server's imports instead of after its first request.
         The watcher runs first, so an edit made after a load reads a file is caught as at any
-        load. What a load leaves to do in the background (building its memories, a snapshot, the
-        embedding model's load) waits for ``start``: it would slow the imports down."""
+        load. What a load leaves to do in the background (building its memories, a snapshot)
+        waits (see ``start``): it would slow the imports down."""
         self.watcher()
         await self._start_watcher(force_polling)
         self.registry.keeping = False  # (see Tokens.keeping: the caller keeps all after its imports)
@@ -133,15 +138,29 @@ class Service:
             self._held = []  # from here on (the loads' tasks are made already)
 
     async def start(self, *, force_polling: bool = False) -> None:
-        """Start the watcher (if one was made and ``begin`` did not), the background work held
-        back since ``begin``, and the embedding model's load, which nothing waits for and which
-        makes way for the first requests."""
+        """Start the watcher (if one was made and ``begin`` did not) and the embedding model's
+        load, which nothing waits for and which makes way for the first requests. Background work
+        held back since ``begin`` waits on for the first operation on a token to end (a restarted
+        server's first call: the memories built beside its handshake took the GIL from it), at
+        most HOLD_SECONDS."""
         await self._start_watcher(force_polling)
         self.registry.keeping = True
+        if self._held:
+            self._hold_timer = asyncio.get_running_loop().call_later(HOLD_SECONDS, self._release)
+            self.registry.on_used = self._release
+        else:
+            self._release()
+        self.embeddings.preload()
+
+    def _release(self) -> None:
+        """Run the background work held back since ``begin`` (event loop)."""
+        self.registry.on_used = None
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
         held, self._held = self._held or [], None
         for work in held:
             self._in_background(work)
-        self.embeddings.preload()
 
     async def _start_watcher(self, force_polling: bool) -> None:
         if self._watcher is not None and self._watcher.loop is None:
@@ -200,6 +219,10 @@ class Service:
         snapshots, stop the embedding worker and close every sidecar."""
         if self._watcher is not None:
             await self._watcher.stop()
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        self.registry.on_used = None
         for work in self._held or []:
             work.close()  # never started
         self._held = None

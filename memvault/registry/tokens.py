@@ -217,6 +217,8 @@ class Tokens:
         # to watch all below it), in the load's thread: on_loaded watches the token's folder alone,
         # and the load's own listing finds the folders in it (Vault.entering), so it is listed once.
         self.on_folder: Callable[[Path, bool], None] | None = None
+        # Told on the event loop each time an operation lets go of a token (using's end).
+        self.on_used: Callable[[], None] | None = None
         # Unloaded tokens' sidecars, being closed in a worker thread, and whose they were.
         self.closing: dict[Sidecar, TokenState] = {}
         self.releases = heap.Releases(spawn)  # the unloaded tokens' memory, given back in turn
@@ -266,6 +268,8 @@ class Tokens:
             state.users -= 1
             if not state.loaded and self.states.get(token) is state:
                 self._unloaded[token] = state  # its load failed: forgotten once nothing holds it
+            if self.on_used is not None:
+                self.on_used()
 
     def register(self, token: str) -> TokenState:
         if not valid_token(token):
