@@ -33,6 +33,7 @@ class Vault:
         self.dir = token_dir
         self.archive_dir = token_dir / ARCHIVE
         self._area_names = (str(token_dir), str(self.archive_dir))
+        self._state_dir = f"{token_dir}{os.sep}{STATE_DIR}"
         self.leftovers: list[Path] = []  # temp files of ours the last scan saw (see remove_leftovers)
         # Told of each folder below the token's a scan meets, before it lists it: (folder, whether
         # the scan leaves it unlisted). A load watches them so (memvault.disk.watcher.watch_folder).
@@ -264,6 +265,12 @@ class Vault:
 
     # ---- writing (callers hold the token lock)
 
+    def temp_dir(self) -> str | None:
+        """Where a memory's temp file is made: the token's ``.memvault/``, which the watcher does
+        not watch (a write's temp file made four of the five events the watcher's thread handled
+        for it); None (beside the file) if that is a link, which no write goes through."""
+        return None if os.path.islink(self._state_dir) else self._state_dir
+
     def create(self, title: str, content: str, fields: Mapping[str, Any], *, folder: str = "") -> Memory:
         """Write a new memory named after its title; never overwrites (adds -2, -3, ...)."""
         stem = slugify(title)
@@ -275,11 +282,10 @@ class Vault:
                 continue  # a hand-made link holds this name (maybe pointing out of the vault): next one
             self.path_of(candidate.relative_to(self.dir).as_posix())  # still refuses folders leading out
             try:
-                atomic_write(candidate, data, overwrite=False)
+                st = atomic_write(candidate, data, overwrite=False, temp_dir=self.temp_dir())
             except FileExistsError:
                 continue
             id = candidate.relative_to(self.dir).as_posix()
-            st = candidate.stat()
             return parse_memory(data, id, **file_stamp(st))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -320,8 +326,7 @@ class Vault:
         text = rewrite(raw.decode("utf-8", errors="replace"), fields, title=title, content=content)
         data = seal_markers(text).encode("utf-8")
         path = self.path_of(id, archived=archived)
-        atomic_write(path, data, sync_folder=sync_folder)
-        st = path.stat()
+        st = atomic_write(path, data, sync_folder=sync_folder, temp_dir=self.temp_dir())
         return parse_memory(data, id, archived=archived, **file_stamp(st))
 
     def delete(self, id: str, *, archived: bool = False) -> None:

@@ -88,6 +88,7 @@ class Service:
             poll_interval=settings.poll_interval_seconds,
             announce=self.changes.announce,
             stale=self.stale_paths,
+            in_line=self.in_line,
         )
         for token in list(self.registry.states):
             if self.registry.loaded_or_loading(token) or self.changes.listening(token):
@@ -98,6 +99,11 @@ class Service:
         """Outside changes to a loaded token (worker thread; see memvault.registry.reconcile)."""
         state = self.registry.states.get(token)
         return 0 if state is None else reconcile.apply_changes(state, paths, rescan)
+
+    def in_line(self, token: str, paths: set[Path]) -> bool:
+        """Whether a loaded token holds these files as they are (the loop; reconcile.in_line)."""
+        state = self.registry.states.get(token)
+        return state is not None and reconcile.in_line(state, paths)
 
     def stale_paths(self, token: str) -> set[Path] | None:
         """A loaded token's files a rescan would read again (worker thread; reconcile.stale_paths)."""

@@ -362,10 +362,14 @@ class Store:
     ) -> Memory:
         if where is ON_LOOP and not files.fsync_is_fast():
             raise NeedsThread
-        self._hot(state, id)
+        if state.sidecar is None:
+            self._hot(state, id)  # before the file lock makes the token folder
         now = self.clock()
         with state.file_lock(where):
-            raw, current = state.vault.read_both(id)
+            try:
+                raw, current = state.vault.read_both(id)
+            except NotFound as exc:
+                raise _pointed(state, exc) from None
             if current.conflicted:
                 raise Conflict(id)
             check_version(current, edit.expected)
@@ -386,9 +390,7 @@ class Store:
         try:
             state.vault.existing(id)
         except NotFound as exc:
-            if not exc.archived and state.vault.path_of(id, archived=True).is_file():
-                raise NotFound(exc.id, in_archive=True) from None
-            raise
+            raise _pointed(state, exc) from None
 
     def _accessed(self, state: TokenState, id: str, now: datetime) -> None:
         """A write or update counts as an access: queued like a read's (the file says so already)."""
@@ -453,6 +455,13 @@ class Store:
     async def sweep(self, token: str, *, dry_run: bool = False) -> Sweep:
         """Archive what is stale, and say what stays that would have gone (memvault.ops.sweeps)."""
         return await self._sweeps.sweep(token, dry_run=dry_run)
+
+
+def _pointed(state: TokenState, exc: NotFound) -> NotFound:
+    """A hot memory not found: pointed to the archive if it holds one of that name."""
+    if not exc.archived and state.vault.path_of(exc.id, archived=True).is_file():
+        return NotFound(exc.id, in_archive=True)
+    return exc
 
 
 _EPOCH = datetime.fromtimestamp(0, UTC)
