@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from memvault import __version__
+from memvault import __version__, heap
 from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.disk.watcher import Watcher
@@ -38,6 +38,11 @@ __all__ = ["Service"]
 # A restarted server's background work (building the memories its early load left in their
 # stored form, a snapshot) waits at most this long after the start for a first call to end.
 HOLD_SECONDS = 1.0
+HOLD_POLL_SECONDS = 0.02  # how often the start looks whether that call ended
+
+
+def _nothing() -> None:
+    pass
 
 
 class Service:
@@ -137,7 +142,9 @@ class Service:
         waits (see ``start``): it would slow the imports down."""
         self.watcher()
         await self._start_watcher(force_polling)
-        self.registry.keeping = False  # (see Tokens.keeping: the caller keeps all after its imports)
+        # No heap.keep at a load's end: a collection then walked the SDK's half-made objects (50 ms
+        # of the GIL at a restart); the server freezes them all once its imports end.
+        self.registry.keep = _nothing
         for token in tokens:
             self.registry.warm(token)
         if self._held is None:
@@ -146,21 +153,30 @@ class Service:
     async def start(self, *, force_polling: bool = False) -> None:
         """Start the watcher (if one was made and ``begin`` did not) and the embedding model's
         load, which nothing waits for and which makes way for the first requests. Background work
-        held back since ``begin`` waits on for the first operation on a token to end (a restarted
-        server's first call: the memories built beside its handshake took the GIL from it), at
-        most HOLD_SECONDS."""
+        held back since ``begin`` waits on until a first call has come and gone (a restarted
+        server's: the memories built beside its handshake took the GIL from it), at most
+        HOLD_SECONDS."""
         await self._start_watcher(force_polling)
-        self.registry.keeping = True
-        if self._held:
-            self._hold_timer = asyncio.get_running_loop().call_later(HOLD_SECONDS, self._release)
-            self.registry.on_used = self._release
+        self.registry.keep = heap.keep
+        self.embeddings.preload()
+        if self._held is not None:  # begun: its loads may still be under way
+            self._release_after_a_call(time.monotonic(), time.monotonic() + HOLD_SECONDS)
         else:
             self._release()
-        self.embeddings.preload()
+
+    def _release_after_a_call(self, started: float, until: float) -> None:
+        """Release the held work once an operation began after ``started`` and none is under way
+        (each sets Embeddings.last_request as it begins), or at ``until`` (event loop)."""
+        now = time.monotonic()
+        came = self.embeddings.last_request > started
+        if (came and not any(s.users for s in list(self.registry.states.values()))) or now >= until:
+            self._release()
+        else:
+            loop = asyncio.get_running_loop()
+            self._hold_timer = loop.call_later(HOLD_POLL_SECONDS, self._release_after_a_call, started, until)
 
     def _release(self) -> None:
         """Run the background work held back since ``begin`` (event loop)."""
-        self.registry.on_used = None
         if self._hold_timer is not None:
             self._hold_timer.cancel()
             self._hold_timer = None
@@ -228,7 +244,6 @@ class Service:
         if self._hold_timer is not None:
             self._hold_timer.cancel()
             self._hold_timer = None
-        self.registry.on_used = None
         for work in self._held or []:
             work.close()  # never started
         self._held = None

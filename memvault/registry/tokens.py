@@ -217,8 +217,6 @@ class Tokens:
         # to watch all below it), in the load's thread: on_loaded watches the token's folder alone,
         # and the load's own listing finds the folders in it (Vault.entering), so it is listed once.
         self.on_folder: Callable[[Path, bool], None] | None = None
-        # Told on the event loop each time an operation lets go of a token (using's end).
-        self.on_used: Callable[[], None] | None = None
         # Unloaded tokens' sidecars, being closed in a worker thread, and whose they were.
         self.closing: dict[Sidecar, TokenState] = {}
         self.releases = heap.Releases(spawn)  # the unloaded tokens' memory, given back in turn
@@ -229,10 +227,7 @@ class Tokens:
         self._recency: OrderedDict[str, TokenState] = OrderedDict()
         self._unloaded: OrderedDict[str, TokenState] = OrderedDict()
         self._loads = Threads(LOAD_THREADS)
-        # Whether a load freezes what is alive once it ends (heap.keep). Off while the server still
-        # imports (ops.service.Service.begin): a collection then walked the SDK's half-made objects
-        # (50 ms of the GIL at a restart), and the server freezes them all once its imports end.
-        self.keeping = True
+        self.keep: Callable[[], None] = heap.keep  # at a load's end (Service.begin: not while importing)
 
     def warm(self, token: str) -> None:
         """Begin loading a token a request just addressed, without waiting for it. A client's
@@ -268,8 +263,6 @@ class Tokens:
             state.users -= 1
             if not state.loaded and self.states.get(token) is state:
                 self._unloaded[token] = state  # its load failed: forgotten once nothing holds it
-            if self.on_used is not None:
-                self.on_used()
 
     def register(self, token: str) -> TokenState:
         if not valid_token(token):
@@ -303,8 +296,7 @@ class Tokens:
                     if state.loaded:
                         self._loaded(state)
                     self.unload_idle()
-                    if self.keeping:
-                        heap.keep()
+                    self.keep()
                     if not state.settled:
                         self.spawn(anyio.to_thread.run_sync(self.settle, state))
                     if state.young_leftovers:
