@@ -46,6 +46,8 @@ class Service:
         self.clock = clock
         self.started = time.monotonic()
         self._background: set[asyncio.Task[Any]] = set()
+        # Background work held back until ``start`` while the server is still starting (``begin``).
+        self._held: list[Coroutine[Any, Any, Any]] | None = None
         self.embeddings = embeddings if embeddings is not None else embeddings_from_settings(settings)
         self.registry = Tokens(settings, self.embeddings, self._in_background)
         # Sweeps and access write-backs take turns, one piece at a time (memvault.ops.background).
@@ -71,6 +73,8 @@ class Service:
     def watcher(self) -> Watcher:
         """The watcher that brings outside edits of this vault to its loaded tokens and announces
         them (the HTTP server and stdio each make one; ``start`` starts it, ``close`` stops it)."""
+        if self._watcher is not None:
+            return self._watcher  # made already, before the server's imports (see begin)
         settings = self.settings
         self._watcher = Watcher(
             settings.root,
@@ -119,12 +123,33 @@ class Service:
 
     # ------------------------------------------------------------------ life
 
+    async def begin(self, tokens: Iterable[str], *, force_polling: bool = False) -> None:
+        """Start the watcher (made here if it was not) and the loads of ``tokens``, while the
+        server is still starting: a restart's load (the snapshot's decode, the folder scan helper
+        on the other core) runs beside the server's imports instead of after its first request.
+        The watcher runs first, so an edit made after a load reads a file is caught as at any
+        load. What a load leaves to do in the background (building its memories, a snapshot, the
+        embedding model's load) waits for ``start``: it would slow the imports down."""
+        self.watcher()
+        await self._start_watcher(force_polling)
+        for token in tokens:
+            self.registry.warm(token)
+        if self._held is None:
+            self._held = []  # from here on (the loads' tasks are made already)
+
     async def start(self, *, force_polling: bool = False) -> None:
-        """Start the watcher (if one was made) and the embedding model's load, which nothing waits
-        for and which makes way for the first requests."""
-        if self._watcher is not None:
-            await self._watcher.start(force_polling=force_polling)
+        """Start the watcher (if one was made and ``begin`` did not), the background work held
+        back since ``begin``, and the embedding model's load, which nothing waits for and which
+        makes way for the first requests."""
+        await self._start_watcher(force_polling)
+        held, self._held = self._held or [], None
+        for work in held:
+            self._in_background(work)
         self.embeddings.preload()
+
+    async def _start_watcher(self, force_polling: bool) -> None:
+        if self._watcher is not None and self._watcher.loop is None:
+            await self._watcher.start(force_polling=force_polling)
 
     def health(self) -> dict[str, Any]:
         """What /healthz tells of these parts; ``status`` is "degraded" while the watcher is not
@@ -162,6 +187,9 @@ class Service:
 
     def _in_background(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run work after the current request; close() cancels or awaits what is left."""
+        if self._held is not None:
+            self._held.append(work)
+            return
         task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -176,6 +204,9 @@ class Service:
         snapshots, stop the embedding worker and close every sidecar."""
         if self._watcher is not None:
             await self._watcher.stop()
+        for work in self._held or []:
+            work.close()  # never started
+        self._held = None
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*list(self._background), return_exceptions=True)
