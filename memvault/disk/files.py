@@ -106,7 +106,7 @@ _temp_names = random.Random()  # temp names need to be unlikely to collide, not 
 
 
 def atomic_write(
-    path: Path,
+    path: Path | str,
     data: bytes,
     *,
     overwrite: bool = True,
@@ -126,29 +126,29 @@ def atomic_write(
     cannot be linked from there (another file system below the vault), the temp file is made
     beside ``path`` instead.
     """
-    parent = path.parent
+    parent = os.path.dirname(path) or "."
     if mode is None:
         mode = _NEW_FILE_MODE
         if overwrite:
             with contextlib.suppress(FileNotFoundError):
                 mode = stat.S_IMODE(os.stat(path).st_mode)
     try:
-        st = _write_through(path, data, overwrite, mode, temp_dir or str(parent))
+        st = _write_through(path, data, overwrite, mode, temp_dir or parent)
     except FileNotFoundError:
         if temp_dir is not None and not os.path.isdir(temp_dir):
             temp_dir = None  # gone (a person removed .memvault/): beside the file, as always
-        parent.mkdir(parents=True, exist_ok=True)
-        st = _write_through(path, data, overwrite, mode, temp_dir or str(parent))
+        Path(parent).mkdir(parents=True, exist_ok=True)
+        st = _write_through(path, data, overwrite, mode, temp_dir or parent)
     except OSError as exc:
         if temp_dir is None or exc.errno != errno.EXDEV:
             raise
-        st = _write_through(path, data, overwrite, mode, str(parent))
+        st = _write_through(path, data, overwrite, mode, parent)
     if sync_folder:
         fsync_dir(parent)
     return st
 
 
-def _write_through(path: Path, data: bytes, overwrite: bool, mode: int, folder: str) -> os.stat_result:
+def _write_through(path: Path | str, data: bytes, overwrite: bool, mode: int, folder: str) -> os.stat_result:
     """atomic_write's file part: the temp file in ``folder``, its bytes fsynced, put in place."""
     fd, tmp = _open_temp(folder, mode)
     try:
@@ -161,7 +161,7 @@ def _write_through(path: Path, data: bytes, overwrite: bool, mode: int, folder: 
         if overwrite:
             os.replace(tmp, path)
         else:
-            _link_no_overwrite(Path(tmp), path)
+            _link_no_overwrite(tmp, path)
             with contextlib.suppress(FileNotFoundError):  # (gone if the fallback renamed it)
                 os.unlink(tmp)  # before the stat: dropping a link moves the ctime too
         return os.fstat(fd)  # the file now in place, without looking its name up again
@@ -184,7 +184,7 @@ def _open_temp(folder: str, mode: int) -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temp file name", folder)
 
 
-def _link_no_overwrite(src: Path, dst: Path) -> None:
+def _link_no_overwrite(src: Path | str, dst: Path | str) -> None:
     try:
         os.link(src, dst)  # atomic and refuses an existing name, even across processes
     except (FileExistsError, FileNotFoundError):
@@ -193,12 +193,12 @@ def _link_no_overwrite(src: Path, dst: Path) -> None:
         if exc.errno == errno.EXDEV:
             raise
         # File systems without hard links: we hold the token's file lock, so check-then-rename is safe.
-        if dst.exists():
+        if os.path.exists(dst):
             raise FileExistsError(dst) from None
         os.replace(src, dst)
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path | str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -227,6 +227,20 @@ def move_no_overwrite(src: Path, dst: Path, *, sync: bool = True) -> Path:
             fsync_dir(src.parent)
         return candidate
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def numbered_ids(id: str) -> Iterator[str]:
+    """``numbered`` for a relative name: a/b.md, a/b-2.md, a/b-3.md, ..."""
+    yield id
+    stem, dot, suffix = id.rpartition(".")
+    if not dot or "/" in suffix:
+        stem, suffix = id, ""
+    else:
+        suffix = "." + suffix
+    n = 2
+    while True:
+        yield f"{stem}-{n}{suffix}"
+        n += 1
 
 
 def numbered(path: Path) -> Iterator[Path]:

@@ -19,7 +19,7 @@ from memvault.disk.files import (
     fsync_dir,
     is_our_temp,
     move_no_overwrite,
-    numbered,
+    numbered_ids,
 )
 from memvault.disk.markdown import MAX_INDEXED_BYTES, Memory, parse_memory, render_new, rewrite, seal_markers
 from memvault.disk.names import ARCHIVE, LOCK_FILE, SESSIONS_DIR, STATE_DIR, check_id, slugify
@@ -55,7 +55,7 @@ class Vault:
             raise InvalidName(id, "that is an archived memory; call restore_memory to bring it back first")
         self.check_folder()
         path = self.area(archived) / id
-        if self._through_link(path):
+        if "/" in id and self._through_link(path):  # (no folder between at the top)
             raise InvalidName(id, "a folder on its way is a symbolic link, which memvault does not follow")
         if not os.path.islink(path):
             return path  # no link from the token folder down to it: it is where its name says
@@ -274,18 +274,16 @@ class Vault:
     def create(self, title: str, content: str, fields: Mapping[str, Any], *, folder: str = "") -> Memory:
         """Write a new memory named after its title; never overwrites (adds -2, -3, ...)."""
         stem = slugify(title)
-        base = f"{folder.strip('/')}/{stem}.md" if folder else f"{stem}.md"
+        base = check_id(f"{folder.strip('/')}/{stem}.md" if folder else f"{stem}.md")
         data = seal_markers(render_new(title, content, fields)).encode("utf-8")
-        target = self.dir / check_id(base)
-        for candidate in numbered(target):
-            if candidate.is_symlink():
+        for id in numbered_ids(base):  # ids, not Paths: pathlib was a sixth of a write's own work
+            if os.path.islink(self.file_name(id, False)):
                 continue  # a hand-made link holds this name (maybe pointing out of the vault): next one
-            self.path_of(candidate.relative_to(self.dir).as_posix())  # still refuses folders leading out
+            path = self.path_of(id)  # still refuses folders leading out
             try:
-                st = atomic_write(candidate, data, overwrite=False, temp_dir=self.temp_dir())
+                st = atomic_write(path, data, overwrite=False, temp_dir=self.temp_dir())
             except FileExistsError:
                 continue
-            id = candidate.relative_to(self.dir).as_posix()
             return parse_memory(data, id, **file_stamp(st))
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -315,7 +315,7 @@ class Store:
                 "supersedes": [t.id for t in targets] or None,
             }
             memory = state.vault.create(title, content, fields)
-            state.remember(memory)
+            state.remember(memory, queued=True)  # its parse is cached with its access (_accessed)
             self._note_write(state, key, memory.id, now)
             # From here the memory exists: bookkeeping that fails (a full disk) is logged, not raised.
             self._accessed(state, memory.id, now)
@@ -380,7 +380,7 @@ class Store:
             if not current.has_frontmatter:
                 fields = {"priority": current.priority, "createdAt": current.created_at or now, **fields}
             memory = state.vault.update(id, fields, title=title, content=content, read=(raw, current))
-            state.remember(memory)
+            state.remember(memory, queued=True)
             self._accessed(state, id, now)
         return memory
 

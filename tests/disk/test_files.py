@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from conftest import hidden_files
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memvault.disk.files import atomic_write
 from memvault.disk.markdown import Memory
@@ -138,6 +140,25 @@ def test_atomic_write_with_its_temp_folder_gone_writes_beside(tmp_path: Path) ->
     atomic_write(target, b"new", overwrite=False, temp_dir=str(tmp_path / ".memvault"))
     assert target.read_bytes() == b"new"
     assert hidden_files(tmp_path) == []
+
+
+def test_atomic_write_of_a_bare_name_writes_in_the_working_folder(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    atomic_write(Path("out.json"), b"{}")
+    atomic_write("out.json", b"[]")
+    assert (tmp_path / "out.json").read_bytes() == b"[]"
+    assert os.listdir(tmp_path) == ["out.json"]
+
+
+@given(st.from_regex(r"([a-z0-9]{1,5}/){0,2}[a-z0-9-]{1,8}\.(md|MD)", fullmatch=True))
+def test_numbered_ids_are_numbered_paths_relative_to_the_folder(id: str) -> None:
+    from itertools import islice
+
+    from memvault.disk.files import numbered, numbered_ids
+
+    root = Path("/vault")
+    paths = [p.relative_to(root).as_posix() for p in islice(numbered(root / id), 4)]
+    assert list(islice(numbered_ids(id), 4)) == paths
 
 
 # ============================================================================ try_lock
