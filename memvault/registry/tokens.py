@@ -18,7 +18,7 @@ import stat
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -194,6 +194,38 @@ def _idle(state: TokenState, warming: set[str]) -> bool:
     return not (_in_use(state) or state.token in warming or not state.pending.empty())
 
 
+class Using:
+    """``async with tokens.using(token) as state``: a class, not a generator (every tool call
+    enters two or three of these; contextlib's cost four times the block's own work)."""
+
+    __slots__ = ("_state", "_token", "_tokens")
+
+    def __init__(self, tokens: "Tokens", token: str) -> None:
+        self._tokens = tokens
+        self._token = token
+        self._state: TokenState | None = None
+
+    async def __aenter__(self) -> TokenState:
+        tokens = self._tokens
+        state = tokens.register(self._token)
+        state.users += 1  # before any await: from here on no unload takes this token
+        self._state = state
+        tokens.embeddings.last_request = time.monotonic()  # background embedding makes way
+        if not state.loaded:
+            try:
+                await tokens.ensure_loaded(state)
+            except BaseException:
+                self._state = None
+                tokens._let_go(state)
+                raise
+        return state
+
+    async def __aexit__(self, *exc: object) -> None:
+        state, self._state = self._state, None
+        if state is not None:
+            self._tokens._let_go(state)
+
+
 class Tokens:
     """The registry of tokens this process knows, loading and unloading them; ``spawn`` runs
     background work (a snapshot save, a heap release) after the current request."""
@@ -249,20 +281,16 @@ class Tokens:
         finally:
             self.warming.discard(token)
 
-    @contextlib.asynccontextmanager
-    async def using(self, token: str) -> AsyncIterator[TokenState]:
+    def using(self, token: str) -> Using:
         """The token's state, loaded, and kept loaded (never unloaded, its sidecar never closed)
         until the block ends. A read racing an unload once found the token emptied under it."""
-        state = self.register(token)
-        state.users += 1  # before any await: from here on no unload takes this token
-        self.embeddings.last_request = time.monotonic()  # background embedding makes way
-        try:
-            await self.ensure_loaded(state)
-            yield state
-        finally:
-            state.users -= 1
-            if not state.loaded and self.states.get(token) is state:
-                self._unloaded[token] = state  # its load failed: forgotten once nothing holds it
+        return Using(self, token)
+
+    def _let_go(self, state: TokenState) -> None:
+        """The end of a ``using`` block."""
+        state.users -= 1
+        if not state.loaded and self.states.get(state.token) is state:
+            self._unloaded[state.token] = state  # its load failed: forgotten once nothing holds it
 
     def register(self, token: str) -> TokenState:
         if not valid_token(token):
