@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import stat
 import time
 import weakref
 from collections import OrderedDict
@@ -31,7 +30,7 @@ from memvault import heap
 from memvault.config import Settings
 from memvault.disk.files import TEMP_MIN_AGE_SECONDS, unchanged
 from memvault.disk.markdown import Memory
-from memvault.disk.names import ARCHIVE, SESSIONS_DIR, STATE_DIR, key, valid_token
+from memvault.disk.names import key, valid_token
 from memvault.disk.vault import Vault, folder_lock
 from memvault.errors import InvalidName, LinkedFolder, MemvaultError
 from memvault.load import folderscan, loader, processes, snapshot
@@ -149,39 +148,8 @@ def _scan_in_helper(
     if not large or most == 0:
         return None
     if watch is not None:
-        _watch_all(state.dir, watch)
+        folderscan.watch_all(state.dir, watch)
     return folderscan.start(state.dir, where, most=most)
-
-
-# The folders a token's folder usually holds: memvault's own, and a git clone's.
-_KNOWN_FOLDERS = (STATE_DIR, ARCHIVE, SESSIONS_DIR, ".git")
-
-
-def _watch_all(folder: Path, watch: Callable[[Path, bool], None]) -> None:
-    """Watch ``folder`` and every folder below it, before a helper lists it. Finding its folders
-    took a listing of all its files here (100,000 entries, the GIL taken back after each, while
-    the server imports); a folder's link count (2 and one per folder in it, where the file system
-    keeps it so) tells when the usual names are all the folders there are: then only those are
-    walked. The token's folder itself is watched first, so a folder made meanwhile is seen."""
-    watch(folder, False)
-    try:
-        links = os.stat(folder).st_nlink
-    except OSError:
-        links = -1
-    found = [name for name in _KNOWN_FOLDERS if _is_folder(folder / name)]
-    if links != 2 + len(found):
-        watch(folder, True)  # folders of other names (or no count kept): found by a walk
-        return
-    for name in found:
-        if not name.startswith("."):  # never watched (memvault.disk.watcher)
-            watch(folder / name, True)
-
-
-def _is_folder(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
 
 
 def _in_use(state: TokenState) -> bool:
