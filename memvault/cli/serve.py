@@ -45,7 +45,6 @@ def _serve(settings: Settings, early: list[str]) -> int:
 
         from memvault.ops import service  # what a load needs: no SDK
         from memvault.server import limits
-    limits.favour_the_event_loop()
     _, now = limits.raise_open_file_limit(settings.max_connections + 1024)
     if now < settings.max_connections + 256:
         print(
@@ -88,12 +87,19 @@ async def _run(settings: Settings, service: Service, early: list[str]) -> int:
         if early:
             await service.begin(early)
         uvicorn, create_app = await anyio.to_thread.run_sync(_imported)
+        from memvault.server import limits
+
+        # Only now: while the imports and the early loads share the GIL, handing it over every
+        # half millisecond only added the switches' own cost.
+        limits.favour_the_event_loop()
         try:
             app = create_app(settings, service=service)
         except MemvaultError as exc:
             print(f"memvault: {exc}", file=sys.stderr)
             return 2
-        heap.keep()  # the imports' 100,000 objects (the SDK's models) live as long as the process
+        # The imports' 100,000 objects (the SDK's models) live as long as the process; no request
+        # has run yet to leave garbage worth a collection first.
+        heap.keep(collect=False)
         sock = listen(settings.host, settings.port)
         if sock is None:
             return 1
@@ -101,8 +107,6 @@ async def _run(settings: Settings, service: Service, early: list[str]) -> int:
             f"memvault {__version__}: serving {settings.root.resolve()} "
             f"on http://{settings.host}:{settings.port}/mcp/<token>"
         )
-        from memvault.server import limits
-
         config = uvicorn.Config(
             app,
             log_level=settings.log_level,

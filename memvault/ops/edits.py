@@ -40,7 +40,11 @@ _VERSIONS: dict[tuple[str, str], str] = {}
 
 def _version(memory: Memory) -> str:
     what = [memory.title, memory.content, memory.priority, sorted(memory.tags), memory.importance]
-    return hashlib.sha256(json.dumps(what, ensure_ascii=False).encode("utf-8")).hexdigest()[:12]
+    return hashlib.sha256(_to_json(what).encode("utf-8")).hexdigest()[:12]
+
+
+# json.dumps(what, ensure_ascii=False), without a new encoder for every call.
+_to_json = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def check_version(current: Memory, expected: str | None) -> None:

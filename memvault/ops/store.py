@@ -140,11 +140,13 @@ class Store:
         (at most SMALL_FOLDER memories at the top; beyond, the watcher's batch brings it). Our
         own writes change the folder too: their names are known, so only a stranger's file costs
         a worker thread."""
+        if len(state.hot.memories) > SMALL_FOLDER:
+            return  # (before the stat: a large token's folder is left to the watcher either way)
         try:
             mtime = os.stat(state.dir).st_mtime_ns
         except OSError:
             return
-        if mtime == state.folder_seen or len(state.hot.memories) > SMALL_FOLDER:
+        if mtime == state.folder_seen:
             return
         names: set[str] = set()
         try:
@@ -191,8 +193,11 @@ class Store:
         area = state.area(archived)
         with state.looking(where):
             hits, total = area.index.search(query, limit=limit or 10)
-        fresh = (state.fresh(h.id, archived, where) for h in hits)
-        memories = [m for m in fresh if m is not None]
+        memories = []
+        for hit in hits:
+            memory = state.fresh(hit.id, archived, where)
+            if memory is not None:
+                memories.append(memory)
         matched_all = bool(hits) and all(h.matched_all for h in hits)
         if not archived:
             self.note_search(state, bool(hits))

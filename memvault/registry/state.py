@@ -265,9 +265,9 @@ class TokenState:
         """The memory as it is on disk now (the watcher may not have caught up yet). ON_LOOP: it
         may stat the file but leaves any change to a worker thread (NeedsThread)."""
         with self.looking(where):
-            known = self.area(archived).memories.get(id)
+            known = (self.archive if archived else self.hot).memories.get(id)
         try:
-            st = os.stat(self.vault.file_name(id, archived))
+            st = os.stat(self.vault.file_name(id, archived))  # every read: see the file as it is now
         except OSError:
             if where is ON_LOOP:
                 raise NeedsThread from None

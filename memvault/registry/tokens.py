@@ -10,33 +10,31 @@ in batches and then serves its vectors; until then ``settled`` is False, and rec
 The lock order is written once, in memvault.registry.state.
 """
 
-import asyncio
 import contextlib
 import logging
 import os
+import stat
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
-from filelock import Timeout
 
 from memvault import heap
 from memvault.config import Settings
-from memvault.disk.files import TEMP_MIN_AGE_SECONDS, unchanged
+from memvault.disk.files import unchanged
 from memvault.disk.markdown import Memory
-from memvault.disk.names import key, valid_token
-from memvault.disk.vault import Vault, folder_lock
+from memvault.disk.names import ARCHIVE, SESSIONS_DIR, STATE_DIR, key, valid_token
 from memvault.errors import InvalidName, LinkedFolder, MemvaultError
 from memvault.load import folderscan, loader, processes, snapshot
 from memvault.logs import bookkeep
 from memvault.records.sidecar import FileStat, Sidecar
-from memvault.registry import reconcile
+from memvault.registry import leftovers, reconcile
 from memvault.registry.state import Phase, TokenState
 from memvault.search.area import Area
 from memvault.search.embeddings import Embeddings
@@ -81,57 +79,9 @@ def _record_and_close(state: TokenState, sidecar: Sidecar) -> None:
         sidecar.close()
 
 
-def _remove_leftovers_in(folder: Path, paths: list[Path]) -> int:
-    """Remove these temp files of ours, if old enough, under the token folder's lock (worker thread)."""
-    vault = Vault(folder)
-    vault.leftovers = paths
-    with folder_lock(folder):
-        return vault.remove_leftovers(time.time())
-
-
 def _still(state: TokenState, hot: Area, archive: Area) -> bool:
     """Whether the token is loaded with these areas (``mem_lock`` held)."""
     return state.loaded and state.hot is hot and state.archive is archive
-
-
-def _remove_leftovers(state: TokenState) -> None:
-    """Temp files of ours the load's scan saw, left by a crash mid-write: gone, under the lock.
-    Those too young to be sure of (a restart right after a SIGKILL) are kept in
-    ``young_leftovers``, and removed once they are old enough (see _remove_when_due)."""
-    seen = list(state.vault.leftovers)
-    if not seen:
-        return
-    try:
-        with state.file_lock():
-            removed = state.vault.remove_leftovers(time.time())
-    except (Timeout, OSError):
-        return  # another process holds the lock for long: the next load tries again
-    if removed:
-        log.info("removed %d temp file(s) left by an interrupted write", removed)
-    state.young_leftovers = [p for p in seen if os.path.lexists(p)]
-
-
-async def _remove_when_due(folder: Path, young: list[Path]) -> None:
-    """Remove temp files left by an interrupted write once they are old enough: they waited
-    for the token's next load, which may be days away (they sit in `git status` meanwhile)."""
-
-    def newest() -> float | None:
-        times = [p.lstat().st_mtime for p in young if os.path.lexists(p)]
-        return max(times) if times else None
-
-    while (latest := await anyio.to_thread.run_sync(newest)) is not None:
-        wait = TEMP_MIN_AGE_SECONDS - (time.time() - latest)
-        if wait > 0:
-            await asyncio.sleep(wait + 0.05)
-            continue
-
-        try:
-            removed = await anyio.to_thread.run_sync(_remove_leftovers_in, folder, list(young))
-        except (Timeout, OSError):
-            return  # the next load tries again
-        if removed:
-            log.info("removed %d temp file(s) left by an interrupted write", removed)
-        young = [p for p in young if os.path.lexists(p)]
 
 
 def _scan_in_helper(
@@ -148,8 +98,39 @@ def _scan_in_helper(
     if not large or most == 0:
         return None
     if watch is not None:
-        watch(state.dir, True)
+        _watch_all(state.dir, watch)
     return folderscan.start(state.dir, where, most=most)
+
+
+# The folders a token's folder usually holds: memvault's own, and a git clone's.
+_KNOWN_FOLDERS = (STATE_DIR, ARCHIVE, SESSIONS_DIR, ".git")
+
+
+def _watch_all(folder: Path, watch: Callable[[Path, bool], None]) -> None:
+    """Watch ``folder`` and every folder below it, before a helper lists it. Finding its folders
+    took a listing of all its files here (100,000 entries, the GIL taken back after each, while
+    the server imports); a folder's link count (2 and one per folder in it, where the file system
+    keeps it so) tells when the usual names are all the folders there are: then only those are
+    walked. The token's folder itself is watched first, so a folder made meanwhile is seen."""
+    watch(folder, False)
+    try:
+        links = os.stat(folder).st_nlink
+    except OSError:
+        links = -1
+    found = [name for name in _KNOWN_FOLDERS if _is_folder(folder / name)]
+    if links != 2 + len(found):
+        watch(folder, True)  # folders of other names (or no count kept): found by a walk
+        return
+    for name in found:
+        if not name.startswith("."):  # never watched (memvault.disk.watcher)
+            watch(folder / name, True)
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _in_use(state: TokenState) -> bool:
@@ -160,6 +141,38 @@ def _in_use(state: TokenState) -> bool:
 def _idle(state: TokenState, warming: set[str]) -> bool:
     """Nothing in flight holds the token: not in use, nor warming, nor with accesses queued."""
     return not (_in_use(state) or state.token in warming or not state.pending.empty())
+
+
+class Using:
+    """``async with tokens.using(token) as state``: a class, not a generator (every tool call
+    enters two or three of these; contextlib's cost four times the block's own work)."""
+
+    __slots__ = ("_state", "_token", "_tokens")
+
+    def __init__(self, tokens: "Tokens", token: str) -> None:
+        self._tokens = tokens
+        self._token = token
+        self._state: TokenState | None = None
+
+    async def __aenter__(self) -> TokenState:
+        tokens = self._tokens
+        state = tokens.register(self._token)
+        state.users += 1  # before any await: from here on no unload takes this token
+        self._state = state
+        tokens.embeddings.last_request = time.monotonic()  # background embedding makes way
+        if not state.loaded:
+            try:
+                await tokens.ensure_loaded(state)
+            except BaseException:
+                self._state = None
+                tokens._let_go(state)
+                raise
+        return state
+
+    async def __aexit__(self, *exc: object) -> None:
+        state, self._state = self._state, None
+        if state is not None:
+            self._tokens._let_go(state)
 
 
 class Tokens:
@@ -195,6 +208,7 @@ class Tokens:
         self._recency: OrderedDict[str, TokenState] = OrderedDict()
         self._unloaded: OrderedDict[str, TokenState] = OrderedDict()
         self._loads = Threads(LOAD_THREADS)
+        self.keep: Callable[[], None] = heap.keep  # at a load's end (Service.begin: not while importing)
 
     def warm(self, token: str) -> None:
         """Begin loading a token a request just addressed, without waiting for it. A client's
@@ -216,20 +230,16 @@ class Tokens:
         finally:
             self.warming.discard(token)
 
-    @contextlib.asynccontextmanager
-    async def using(self, token: str) -> AsyncIterator[TokenState]:
+    def using(self, token: str) -> Using:
         """The token's state, loaded, and kept loaded (never unloaded, its sidecar never closed)
         until the block ends. A read racing an unload once found the token emptied under it."""
-        state = self.register(token)
-        state.users += 1  # before any await: from here on no unload takes this token
-        self.embeddings.last_request = time.monotonic()  # background embedding makes way
-        try:
-            await self.ensure_loaded(state)
-            yield state
-        finally:
-            state.users -= 1
-            if not state.loaded and self.states.get(token) is state:
-                self._unloaded[token] = state  # its load failed: forgotten once nothing holds it
+        return Using(self, token)
+
+    def _let_go(self, state: TokenState) -> None:
+        """The end of a ``using`` block."""
+        state.users -= 1
+        if not state.loaded and self.states.get(state.token) is state:
+            self._unloaded[state.token] = state  # its load failed: forgotten once nothing holds it
 
     def register(self, token: str) -> TokenState:
         if not valid_token(token):
@@ -263,12 +273,12 @@ class Tokens:
                     if state.loaded:
                         self._loaded(state)
                     self.unload_idle()
-                    heap.keep()
+                    self.keep()
                     if not state.settled:
                         self.spawn(anyio.to_thread.run_sync(self.settle, state))
                     if state.young_leftovers:
                         young, state.young_leftovers = state.young_leftovers, []
-                        self.spawn(_remove_when_due(state.dir, young))
+                        self.spawn(leftovers.remove_when_due(state.dir, young))
                     if state.snapshot_stale:
                         self.spawn(anyio.to_thread.run_sync(state.save_snapshot))
                     elif state.large:
@@ -418,7 +428,7 @@ class Tokens:
         try:
             with heap.uncollected():
                 self._load_files(state, progress)
-            _remove_leftovers(state)
+            leftovers.remove(state)
         finally:
             state.vault.entering = None
             with state.mem_lock:

@@ -181,15 +181,21 @@ class Reply:
         if self.used + sep + len(part) > self.budget:
             if self.parts:
                 return False
-            # A single item larger than the whole budget is cut, and says so.
-            keep = max(0, self.budget - 200)
-            part = part[:keep] + f"\n[... cut: {len(part) - keep:,} more characters over the reply limit]\n"
+            part = cut_to(part, self.budget)  # a single item larger than the whole budget
         self.parts.append(part)
         self.used += sep + len(part)
         return True
 
     def text(self) -> str:
         return "\n".join(self.parts)
+
+
+def cut_to(part: str, budget: int) -> str:
+    """``part`` as it fits ``budget``: whole, or cut with a note that says how much is left out."""
+    if len(part) <= budget:
+        return part
+    keep = max(0, budget - 200)
+    return part[:keep] + f"\n[... cut: {len(part) - keep:,} more characters over the reply limit]\n"
 
 
 def fit_names(names: Sequence[str], room: int) -> str:
