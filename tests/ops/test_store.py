@@ -672,9 +672,11 @@ async def test_a_temp_file_left_by_a_crash_is_removed_when_the_token_loads(make_
     """Issue 9, 11: an orphan .tmp after SIGKILL stayed in the token folder and in `git status`."""
     folder = vault_root / "alice"
     (folder / "sub").mkdir(parents=True)
+    (folder / STATE_DIR).mkdir()
     _hand_write(folder, "note.md", "a memory")
     old = os.stat(folder / "note.md").st_mtime - 3600
     ours = [folder / ".memvault-ab12cd34.tmp", folder / "sub" / ".k3j4h5g6.tmp"]  # now, and before 0.2
+    ours.append(folder / STATE_DIR / ".memvault-0a1b2c3d.tmp")  # where a memory's temp file is made now
     theirs = [folder / ".notes.tmp", folder / ".memvault-mine.tmp", folder / "keep.tmp"]
     fresh = folder / ".memvault-zz99yy88.tmp"  # a write in progress elsewhere: too young to touch
     for path in [*ours, *theirs, fresh]:
@@ -686,7 +688,7 @@ async def test_a_temp_file_left_by_a_crash_is_removed_when_the_token_loads(make_
     try:
         found = await store.find("alice", query="memory")
         assert [m.id for m in found.memories] == ["note.md"]
-        assert [p.exists() for p in ours] == [False, False]
+        assert [p.exists() for p in ours] == [False, False, False]
         assert all(p.exists() for p in theirs) and fresh.exists()
     finally:
         await service.close()
