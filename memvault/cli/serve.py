@@ -6,7 +6,9 @@ import argparse
 import errno
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from memvault import __version__
 from memvault.cli.output import write_out
@@ -14,33 +16,35 @@ from memvault.config import SETTINGS, Settings
 from memvault.disk.names import valid_token
 from memvault.errors import MemvaultError
 
+if TYPE_CHECKING:
+    from memvault.ops.service import Service
+
 
 def serve(settings: Settings) -> int:
     from memvault.load import processes
 
-    # Before our imports: a restart's folder scan helper imports on the other core meanwhile.
-    if processes.scan_helpers(settings.load_processes) and processes.worth_a_spare(
-        settings.root, processes.HELPER_MIN_BYTES
+    # A restart: the token whose snapshot was written last is loaded while the server imports
+    # (see _run), and a large one's folder scan helper imports on the other core meanwhile.
+    saved = processes.snapshots(settings.root)
+    if processes.scan_helpers(settings.load_processes) and any(
+        size >= processes.HELPER_MIN_BYTES for _, size in saved
     ):
         processes.start_spare("folderscan")
     try:
-        return _serve(settings)
+        return _serve(settings, [token for token, _ in saved[:1]])
     finally:
         processes.drop_spare()
 
 
-def _serve(settings: Settings) -> int:
+def _serve(settings: Settings, early: list[str]) -> int:
     from memvault import heap
 
     heap.configure()  # before the first large allocation (see heap)
-    # The imports make the SDK's 100,000 long-lived objects: collector passes over them while
-    # importing found nothing and were a tenth of the start-up (uncollected also freezes them).
-    with heap.uncollected():
-        import uvicorn
+    with heap.uncollected():  # (see _imported)
+        import asyncio
 
+        from memvault.ops import service  # what a load needs: no SDK
         from memvault.server import limits
-        from memvault.server.app import create_app
-    limits.favour_the_event_loop()
     _, now = limits.raise_open_file_limit(settings.max_connections + 1024)
     if now < settings.max_connections + 256:
         print(
@@ -50,34 +54,72 @@ def _serve(settings: Settings) -> int:
             file=sys.stderr,
         )
     limits.quiet_accept_failures()
-
     try:
-        app = create_app(settings)
-    except MemvaultError as exc:
-        print(f"memvault: {exc}", file=sys.stderr)
-        return 2
-    heap.keep()  # the imports' 100,000 objects (the SDK's models) live as long as the process
-    sock = listen(settings.host, settings.port)
-    if sock is None:
-        return 1
-    print(
-        f"memvault {__version__}: serving {settings.root.resolve()} "
-        f"on http://{settings.host}:{settings.port}/mcp/<token>"
-    )
-    config = uvicorn.Config(
-        app,
-        log_level=settings.log_level,
-        lifespan="on",
-        loop="asyncio",  # not uvloop: it resets a refused connection before its 503 is read
-        http=limits.guarded_protocol(settings.max_connections, settings.header_timeout_seconds),
-    )
-    try:
-        uvicorn.Server(config).run(sockets=[sock])
+        return asyncio.run(_run(settings, service.Service(settings), early))
     except KeyboardInterrupt:
         # Ctrl-C: uvicorn has shut down cleanly, then raises the signal again; the traceback that
         # followed said nothing a person could act on.
-        pass
-    return 0
+        return 0
+
+
+def _imported() -> tuple[Any, Callable[..., Any]]:
+    """uvicorn and create_app, imported: the MCP SDK is most of a start's time (bench/RESULTS.md)."""
+    from memvault import heap
+
+    # The imports make the SDK's 100,000 long-lived objects: collector passes over them while
+    # importing found nothing and were a tenth of the start-up (uncollected also freezes them).
+    with heap.uncollected():
+        import uvicorn
+
+        from memvault.server import app
+    return uvicorn, app.create_app
+
+
+async def _run(settings: Settings, service: Service, early: list[str]) -> int:
+    """Serve until stopped. The ``early`` tokens' loads (a restart's) begin first and run while
+    the SDK is imported in a worker thread; the first request finds them loaded or loading."""
+    import anyio.to_thread
+
+    from memvault import heap
+
+    started = False
+    try:
+        if early:
+            await service.begin(early)
+        uvicorn, create_app = await anyio.to_thread.run_sync(_imported)
+        from memvault.server import limits
+
+        # Only now: while the imports and the early loads share the GIL, handing it over every
+        # half millisecond only added the switches' own cost.
+        limits.favour_the_event_loop()
+        try:
+            app = create_app(settings, service=service)
+        except MemvaultError as exc:
+            print(f"memvault: {exc}", file=sys.stderr)
+            return 2
+        # The imports' 100,000 objects (the SDK's models) live as long as the process; no request
+        # has run yet to leave garbage worth a collection first.
+        heap.keep(collect=False)
+        sock = listen(settings.host, settings.port)
+        if sock is None:
+            return 1
+        print(
+            f"memvault {__version__}: serving {settings.root.resolve()} "
+            f"on http://{settings.host}:{settings.port}/mcp/<token>"
+        )
+        config = uvicorn.Config(
+            app,
+            log_level=settings.log_level,
+            lifespan="on",
+            loop="asyncio",  # not uvloop: it resets a refused connection before its 503 is read
+            http=limits.guarded_protocol(settings.max_connections, settings.header_timeout_seconds),
+        )
+        started = True  # the app's lifespan starts the service and closes it
+        await uvicorn.Server(config).serve(sockets=[sock])
+        return 0
+    finally:
+        if not started:
+            await service.close()  # the early loads, the watcher
 
 
 def listen(host: str, port: int) -> socket.socket | None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import itertools
 import os
+import random
 import re
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,57 +99,106 @@ def _umask() -> int:
     return current
 
 
-_NEW_FILE_MODE = 0o666 & ~_umask()
+_UMASK = _umask()
+_NEW_FILE_MODE = 0o666 & ~_UMASK
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+_temp_names = random.Random()  # temp names need to be unlikely to collide, not unpredictable
 
 
 def atomic_write(
-    path: Path, data: bytes, *, overwrite: bool = True, sync_folder: bool = True, mode: int | None = None
-) -> None:
-    """Temp file in the same folder, fsync, then replace (or link, to never overwrite), fsync folder.
+    path: Path | str,
+    data: bytes,
+    *,
+    overwrite: bool = True,
+    sync_folder: bool = True,
+    mode: int | None = None,
+    temp_dir: str | None = None,
+) -> os.stat_result:
+    """Temp file, fsync, then replace (or link, to never overwrite), fsync the folder; the new
+    file's stat.
 
     With ``overwrite=False`` an existing file raises FileExistsError and is left untouched. With
     ``sync_folder=False`` the caller fsyncs the folder (once for a batch of files). ``mode`` sets
     the file's permissions (e.g. 0o600 for a file holding a key); by default an existing file keeps
-    its own and a new one gets the umask's default.
+    its own and a new one gets the umask's default. ``temp_dir``: a folder on the same file system
+    for the temp file, one nobody watches (a vault's ``.memvault/``): a write then makes one file
+    event where ``path`` is, not five, each of which the watcher's thread handled. Where the file
+    cannot be linked from there (another file system below the vault), the temp file is made
+    beside ``path`` instead.
     """
-    parent = path.parent
-    parent.mkdir(parents=True, exist_ok=True)
+    parent = os.path.dirname(path) or "."
     if mode is None:
-        try:
-            mode = stat.S_IMODE(path.stat().st_mode) if overwrite else _NEW_FILE_MODE
-        except FileNotFoundError:
-            mode = _NEW_FILE_MODE
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
+        mode = _NEW_FILE_MODE
+        if overwrite:
+            with contextlib.suppress(FileNotFoundError):
+                mode = stat.S_IMODE(os.stat(path).st_mode)
     try:
-        os.fchmod(fd, mode)  # mkstemp makes 0600; keep the file's mode, or the umask's default
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            _fsync(handle.fileno())
+        st = _write_through(path, data, overwrite, mode, temp_dir or parent)
+    except FileNotFoundError:
+        if temp_dir is not None and not os.path.isdir(temp_dir):
+            temp_dir = None  # gone (a person removed .memvault/): beside the file, as always
+        Path(parent).mkdir(parents=True, exist_ok=True)
+        st = _write_through(path, data, overwrite, mode, temp_dir or parent)
+    except OSError as exc:
+        if temp_dir is None or exc.errno != errno.EXDEV:
+            raise
+        st = _write_through(path, data, overwrite, mode, parent)
+    if sync_folder:
+        fsync_dir(parent)
+    return st
+
+
+def _write_through(path: Path | str, data: bytes, overwrite: bool, mode: int, folder: str) -> os.stat_result:
+    """atomic_write's file part: the temp file in ``folder``, its bytes fsynced, put in place."""
+    fd, tmp = _open_temp(folder, mode)
+    try:
+        if mode & (_UMASK | 0o7000):
+            os.fchmod(fd, mode)  # bits the umask (or open) does not give
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        _fsync(fd)
         if overwrite:
             os.replace(tmp, path)
         else:
-            _link_no_overwrite(Path(tmp), path)
-    finally:
+            _link_no_overwrite(tmp, path)
+            with contextlib.suppress(FileNotFoundError):  # (gone if the fallback renamed it)
+                os.unlink(tmp)  # before the stat: dropping a link moves the ctime too
+        return os.fstat(fd)  # the file now in place, without looking its name up again
+    except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    if sync_folder:
-        fsync_dir(parent)
+        raise
+    finally:
+        os.close(fd)
 
 
-def _link_no_overwrite(src: Path, dst: Path) -> None:
+def _open_temp(folder: str, mode: int) -> tuple[int, str]:
+    """A new temp file of ours in ``folder``, opened for writing (never through a link)."""
+    for _ in range(100):
+        tmp = f"{folder}{os.sep}{TEMP_PREFIX}{_temp_names.getrandbits(32):08x}{TEMP_SUFFIX}"
+        try:
+            return os.open(tmp, _TEMP_FLAGS, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temp file name", folder)
+
+
+def _link_no_overwrite(src: Path | str, dst: Path | str) -> None:
     try:
         os.link(src, dst)  # atomic and refuses an existing name, even across processes
-    except FileExistsError:
+    except (FileExistsError, FileNotFoundError):
         raise
-    except OSError:
+    except OSError as exc:
+        if exc.errno == errno.EXDEV:
+            raise
         # File systems without hard links: we hold the token's file lock, so check-then-rename is safe.
-        if dst.exists():
+        if os.path.exists(dst):
             raise FileExistsError(dst) from None
         os.replace(src, dst)
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path | str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -177,6 +227,20 @@ def move_no_overwrite(src: Path, dst: Path, *, sync: bool = True) -> Path:
             fsync_dir(src.parent)
         return candidate
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def numbered_ids(id: str) -> Iterator[str]:
+    """``numbered`` for a relative name: a/b.md, a/b-2.md, a/b-3.md, ..."""
+    yield id
+    stem, dot, suffix = id.rpartition(".")
+    if not dot or "/" in suffix:
+        stem, suffix = id, ""
+    else:
+        suffix = "." + suffix
+    n = 2
+    while True:
+        yield f"{stem}-{n}{suffix}"
+        n += 1
 
 
 def numbered(path: Path) -> Iterator[Path]:

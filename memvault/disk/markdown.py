@@ -475,10 +475,21 @@ def _yaml_scalar(value: Any) -> str:
     if isinstance(value, datetime):
         return format_time(value)
     if isinstance(value, list):
-        return _yaml_dump(tuple(value)) if all(isinstance(v, str) for v in value) else _dump(value)
+        if all(isinstance(v, str) for v in value):
+            return _plain_list(value) or _yaml_dump(tuple(value))
+        return _dump(value)
     if isinstance(value, str | int | float):
         return _yaml_dump(value)
     return _dump(value)
+
+
+def _plain_list(items: list[str]) -> str | None:
+    """A list of plain words (the parser's fast path, _FAST_LIST) as YAML dumps it; None for any
+    other. Each new tag list cost a YAML dump (a quarter of a millisecond)."""
+    for item in items:
+        if item not in _PLAIN_WORDS and (_FAST_WORD.fullmatch(item) is None or item.lower() in _YAML_SPECIAL):
+            return None
+    return f"[{', '.join(items)}]"
 
 
 @functools.lru_cache(maxsize=4096, typed=True)  # typed: True and 1 are different YAML

@@ -19,7 +19,7 @@ from memvault.disk.files import (
     fsync_dir,
     is_our_temp,
     move_no_overwrite,
-    numbered,
+    numbered_ids,
 )
 from memvault.disk.markdown import MAX_INDEXED_BYTES, Memory, parse_memory, render_new, rewrite, seal_markers
 from memvault.disk.names import ARCHIVE, LOCK_FILE, SESSIONS_DIR, STATE_DIR, check_id, slugify
@@ -33,6 +33,7 @@ class Vault:
         self.dir = token_dir
         self.archive_dir = token_dir / ARCHIVE
         self._area_names = (str(token_dir), str(self.archive_dir))
+        self._state_dir = f"{token_dir}{os.sep}{STATE_DIR}"
         self.leftovers: list[Path] = []  # temp files of ours the last scan saw (see remove_leftovers)
         # Told of each folder below the token's a scan meets, before it lists it: (folder, whether
         # the scan leaves it unlisted). A load watches them so (memvault.disk.watcher.watch_folder).
@@ -54,7 +55,7 @@ class Vault:
             raise InvalidName(id, "that is an archived memory; call restore_memory to bring it back first")
         self.check_folder()
         path = self.area(archived) / id
-        if self._through_link(path):
+        if "/" in id and self._through_link(path):  # (no folder between at the top)
             raise InvalidName(id, "a folder on its way is a symbolic link, which memvault does not follow")
         if not os.path.islink(path):
             return path  # no link from the token folder down to it: it is where its name says
@@ -264,22 +265,25 @@ class Vault:
 
     # ---- writing (callers hold the token lock)
 
+    def temp_dir(self) -> str | None:
+        """Where a memory's temp file is made: the token's ``.memvault/``, which the watcher does
+        not watch (a write's temp file made four of the five events the watcher's thread handled
+        for it); None (beside the file) if that is a link, which no write goes through."""
+        return None if os.path.islink(self._state_dir) else self._state_dir
+
     def create(self, title: str, content: str, fields: Mapping[str, Any], *, folder: str = "") -> Memory:
         """Write a new memory named after its title; never overwrites (adds -2, -3, ...)."""
         stem = slugify(title)
-        base = f"{folder.strip('/')}/{stem}.md" if folder else f"{stem}.md"
+        base = check_id(f"{folder.strip('/')}/{stem}.md" if folder else f"{stem}.md")
         data = seal_markers(render_new(title, content, fields)).encode("utf-8")
-        target = self.dir / check_id(base)
-        for candidate in numbered(target):
-            if candidate.is_symlink():
+        for id in numbered_ids(base):  # ids, not Paths: pathlib was a sixth of a write's own work
+            if os.path.islink(self.file_name(id, False)):
                 continue  # a hand-made link holds this name (maybe pointing out of the vault): next one
-            self.path_of(candidate.relative_to(self.dir).as_posix())  # still refuses folders leading out
+            path = self.path_of(id)  # still refuses folders leading out
             try:
-                atomic_write(candidate, data, overwrite=False)
+                st = atomic_write(path, data, overwrite=False, temp_dir=self.temp_dir())
             except FileExistsError:
                 continue
-            id = candidate.relative_to(self.dir).as_posix()
-            st = candidate.stat()
             return parse_memory(data, id, **file_stamp(st))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -320,8 +324,7 @@ class Vault:
         text = rewrite(raw.decode("utf-8", errors="replace"), fields, title=title, content=content)
         data = seal_markers(text).encode("utf-8")
         path = self.path_of(id, archived=archived)
-        atomic_write(path, data, sync_folder=sync_folder)
-        st = path.stat()
+        st = atomic_write(path, data, sync_folder=sync_folder, temp_dir=self.temp_dir())
         return parse_memory(data, id, archived=archived, **file_stamp(st))
 
     def delete(self, id: str, *, archived: bool = False) -> None:

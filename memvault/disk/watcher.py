@@ -53,6 +53,8 @@ ApplyFn = Callable[[str, set[Path], bool], int]
 # What a rescan of a token would read again (worker thread): its changed, new and gone memory files,
 # applied then in chunks like events; None when the token is not loaded (apply's rescan does it).
 StaleFn = Callable[[str], set[Path] | None]
+# Whether a token's paths are as its index holds them (on the loop; our own writes are): no thread.
+InLineFn = Callable[[str, set[Path]], bool]
 # Told on the loop after a token's batch is applied: (token, paths, listing, rescanned). "listing":
 # some path was created, deleted or moved: the list of files may differ, not only their contents.
 # A save by rename over an existing name counts too (nothing tells it from a new file without a
@@ -283,10 +285,11 @@ class Watcher:
         poll_interval: float = 2.0,
         announce: AnnounceFn | None = None,
         stale: StaleFn | None = None,
+        in_line: InLineFn | None = None,
     ) -> None:
         self.root = root
         self.apply = apply
-        self.stale = stale
+        self.stale, self.in_line = stale, in_line
         self.announce = announce
         self.enabled = enabled
         self.poll_interval = poll_interval
@@ -302,6 +305,7 @@ class Watcher:
         self.rescanning = 0  # tokens being rescanned now (shown in /healthz)
         self._listener = _OverflowListener(self)
         self._wake = asyncio.Event()
+        self._last_event = 0.0  # loop.time() of the latest event that queued work
         self._task: asyncio.Task[Any] | None = None
         self._busy = False
         self._wants = _Wants()
@@ -421,7 +425,7 @@ class Watcher:
             return
         self.mode = "polling"
         self.rescan.update(self._token_folders())
-        self._wake.set()
+        self._poke()
 
     def overflowed(self) -> None:
         """The kernel dropped events (a burst outran the queue). One queue serves every watch and
@@ -434,7 +438,7 @@ class Watcher:
         with self._wants.lock:
             watched = [os.fsdecode(token) for token in self._wants.tokens]
         self.rescan.update(token for token in watched if valid_token(token))
-        self._wake.set()
+        self._poke()
 
     def _token_folders(self) -> list[str]:
         try:
@@ -488,7 +492,11 @@ class Watcher:
         if queued:
             # Only real work restarts the quiet window: the sidecar's own writes under .memvault/
             # (every read records access) must not hold a hand edit back until the batch cap.
-            self._wake.set()
+            self._poke()
+
+    def _poke(self) -> None:  # work was queued (on the loop): a batch starts, or its quiet restarts
+        self._last_event = self.loop.time() if self.loop is not None else 0.0
+        self._wake.set()
 
     @property
     def idle(self) -> bool:
@@ -503,16 +511,11 @@ class Watcher:
                 await self._check()
                 continue
             started = loop.time()
-            # Coalesce: wait for a short silence (editor saves, a git pull's burst), bounded.
-            while True:
+            # Coalesce: a short silence (editor saves, a pull's burst), bounded; events only move _last_event.
+            self._wake.clear()
+            while (until := min(self._last_event + QUIET_SECONDS, started + MAX_BATCH_SECONDS)) > loop.time():
+                await asyncio.sleep(until - loop.time())
                 self._wake.clear()
-                remaining = MAX_BATCH_SECONDS - (loop.time() - started)
-                if remaining <= 0:
-                    break
-                try:
-                    await asyncio.wait_for(self._wake.wait(), min(QUIET_SECONDS, remaining))
-                except TimeoutError:
-                    break
             self._busy = True
             try:
                 await self._apply_all()
@@ -572,7 +575,8 @@ class Watcher:
                     work[token] -= paths
                 if paths or whole:
                     try:
-                        await anyio.to_thread.run_sync(self.apply, token, paths, whole)
+                        if whole or self.in_line is None or not self.in_line(token, paths):
+                            await anyio.to_thread.run_sync(self.apply, token, paths, whole)
                     except Exception:
                         log.exception("applying file changes failed; the next change or restart will retry")
                 if whole:

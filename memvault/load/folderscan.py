@@ -24,10 +24,11 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -36,12 +37,13 @@ import numpy as np
 import numpy.typing as npt
 
 from memvault.disk.files import file_change, is_our_temp
+from memvault.disk.names import ARCHIVE, SESSIONS_DIR, STATE_DIR
 from memvault.disk.vault import Vault
 from memvault.load import processes
 from memvault.load.pipes import Arrays, answer, run
 from memvault.search.columns import pack_strings, unpack_strings
 
-__all__ = ["FolderDiff", "Scan", "identity", "start"]
+__all__ = ["FolderDiff", "Scan", "identity", "start", "watch_all"]
 
 log = logging.getLogger("memvault")
 
@@ -156,6 +158,38 @@ def start(token_dir: Path, snapshot_file: Path, most: int) -> Scan | None:
         log.warning("could not start a folder scan process (%s)", type(exc).__name__)
         return None
     return Scan(helper.process, token_dir, snapshot_file, counted=True)
+
+
+# The folders a token's folder usually holds: memvault's own, and a git clone's.
+_KNOWN_FOLDERS = (STATE_DIR, ARCHIVE, SESSIONS_DIR, ".git")
+
+
+def watch_all(folder: Path, watch: Callable[[Path, bool], None]) -> None:
+    """Watch ``folder`` and every folder below it before a helper lists it (the server's watcher
+    cannot follow the helper's listing). Finding its folders took a listing of all its files in
+    the server (100,000 entries, the GIL taken back after each, while it imports); a folder's
+    link count (2 and one per folder in it, where the file system keeps it so) tells when the
+    usual names are all the folders there are: then only those are walked. The folder itself is
+    watched first, so a folder made meanwhile is seen."""
+    watch(folder, False)
+    try:
+        links = os.stat(folder).st_nlink
+    except OSError:
+        links = -1
+    found = [name for name in _KNOWN_FOLDERS if _is_folder(folder / name)]
+    if links != 2 + len(found):
+        watch(folder, True)  # folders of other names (or no count kept): found by a walk
+        return
+    for name in found:
+        if not name.startswith("."):  # never watched (memvault.disk.watcher)
+            watch(folder / name, True)
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 _lock = threading.Lock()

@@ -16,16 +16,17 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import stat
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from memvault.disk.names import SNAPSHOT_FILE, STATE_DIR
+from memvault.disk.names import SNAPSHOT_FILE, STATE_DIR, valid_token
 
 __all__ = [
-    "HELPER_MIN_BYTES", "SPARE_SECONDS", "Started", "command", "drop_spare", "scan_helpers", "start",
-    "start_spare", "take_spare", "usable_cpus", "worth_a_spare",
+    "HELPER_MIN_BYTES", "SPARE_SECONDS", "Started", "command", "drop_spare", "scan_helpers", "snapshots",
+    "start", "start_spare", "take_spare", "usable_cpus", "worth_a_spare",
 ]  # fmt: skip
 
 # A snapshot this large holds some 10,000 memories or more: below it, scanning them here costs
@@ -170,15 +171,26 @@ def drop_spare() -> None:
 def worth_a_spare(root: Path, min_bytes: int) -> bool:
     """Whether a folder of ``root`` (not a link) holds a snapshot of ``min_bytes`` or more: a
     restore that will use a folder scan helper. Looks at ``MOST_FOLDERS`` folders at most."""
+    return any(size >= min_bytes for _, size in snapshots(root))
+
+
+def snapshots(root: Path) -> list[tuple[str, int]]:
+    """The token folders of ``root`` (not links) that hold a snapshot, as (token, the snapshot's
+    size), the most recently written snapshot first: at a restart, the token a server saved last
+    (at its shutdown, or after it loaded the token) is the likeliest to be asked for first. Looks
+    at ``MOST_FOLDERS`` folders at most."""
+    found: list[tuple[int, str, int]] = []
     try:
         with os.scandir(root) as entries:
             for count, entry in enumerate(entries):
                 if count >= MOST_FOLDERS:
-                    return False
+                    break
                 with contextlib.suppress(OSError):
-                    if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
-                        if os.lstat(os.path.join(entry.path, STATE_DIR, SNAPSHOT_FILE)).st_size >= min_bytes:
-                            return True
+                    if entry.is_dir(follow_symlinks=False) and valid_token(entry.name):
+                        st = os.lstat(os.path.join(entry.path, STATE_DIR, SNAPSHOT_FILE))
+                        if stat.S_ISREG(st.st_mode):
+                            found.append((st.st_mtime_ns, entry.name, st.st_size))
     except OSError:
         pass
-    return False
+    found.sort(reverse=True)
+    return [(token, size) for _, token, size in found]

@@ -13,8 +13,10 @@ import dataclasses
 import json
 import logging
 import os
+import struct
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -282,14 +284,59 @@ def load(folder: Path) -> tuple[Area, Area] | None:
     if not where.is_file():
         return None
     try:
-        with np.load(where, allow_pickle=False) as data:
-            if data["version"].tolist() not in [[v] for v in READABLE]:  # another version of memvault
-                log.info("index snapshot in another format; reading the files once instead")
-                return None
-            return areas_from(data)
+        data = _arrays(where)
+        if data["version"].tolist() not in [[v] for v in READABLE]:  # another version of memvault
+            log.info("index snapshot in another format; reading the files once instead")
+            return None
+        return areas_from(data)
     except (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile) as exc:
         log.warning("index snapshot not usable (%s); reading the files instead", type(exc).__name__)
         return None
+
+
+def _arrays(where: Path) -> dict[str, npt.NDArray[Any]]:
+    """The arrays of a snapshot file (``np.savez``'s: a zip of uncompressed .npy members), each
+    read straight into an array of its own. ``np.load`` reads a member into bytes objects, then
+    copies them into the array: twice the memory written, most of it pages new to a restarting
+    process. Raises ValueError or zipfile.BadZipFile (OSError when unreadable) on a file that is
+    not as ``save`` writes it; each member's bytes are checked against its CRC-32."""
+    out: dict[str, npt.NDArray[Any]] = {}
+    with open(where, "rb") as handle, zipfile.ZipFile(handle) as archive:
+        for info in archive.infolist():
+            if info.compress_type != zipfile.ZIP_STORED or not info.filename.endswith(".npy"):
+                raise ValueError("not an uncompressed array")
+            handle.seek(info.header_offset)
+            local = handle.read(_LOCAL_HEADER.size)
+            if len(local) != _LOCAL_HEADER.size or not local.startswith(b"PK\x03\x04"):
+                raise zipfile.BadZipFile("bad local file header")
+            name_length, extra_length = _LOCAL_HEADER.unpack(local)[-2:]
+            start = info.header_offset + len(local) + name_length + extra_length
+            handle.seek(start)
+            version = np.lib.format.read_magic(handle)
+            if version == (1, 0):
+                shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(handle)
+            elif version == (2, 0):
+                shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(handle)
+            else:
+                raise ValueError("an array format this reader does not know")
+            if fortran_order or dtype.hasobject:
+                raise ValueError("an array save does not write")
+            array = np.empty(shape, dtype=dtype)
+            header = handle.tell() - start
+            if header + array.nbytes != info.file_size:
+                raise ValueError("an array of another size than its member")
+            handle.seek(start)
+            crc = zlib.crc32(handle.read(header))
+            data = array.reshape(-1).view(np.uint8)
+            if handle.readinto(data) != array.nbytes:
+                raise ValueError("an array cut short")
+            if zlib.crc32(data, crc) != info.CRC:
+                raise zipfile.BadZipFile(f"bad CRC-32 for {info.filename}")
+            out[info.filename[: -len(".npy")]] = array
+    return out
+
+
+_LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # a zip member's local file header, before its name
 
 
 def save(folder: Path, areas: dict[str, npt.NDArray[Any]]) -> None:

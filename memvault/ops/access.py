@@ -176,14 +176,16 @@ def _flush_unloaded(state: TokenState) -> None:
     closed after (the token's own, if a load opens one meanwhile, is left alone; SQLite serialises
     the two)."""
     records, searches = state.pending.take_records()
+    parses = state.pending.take_parses()
     try:
-        if (not records and not searches) or not state.dir.is_dir() or os.path.islink(state.dir):
+        if not (records or searches or parses) or not state.dir.is_dir() or os.path.islink(state.dir):
             return
 
         def record() -> None:
             sidecar = Sidecar.open(state.dir)
             try:
                 sidecar.record_batch(records, searches)
+                sidecar.put_file_stats(parses)
             finally:
                 sidecar.close()
 
@@ -193,9 +195,14 @@ def _flush_unloaded(state: TokenState) -> None:
 
 
 def flush_records(state: TokenState) -> None:
-    """Write the pending access rows and search counts in one transaction (worker thread)."""
+    """Write the pending access rows and search counts in one transaction, and the parses of the
+    server's writes to cache in another (worker thread)."""
     records, searches = state.pending.take_records()
     try:
+        parses = state.pending.take_parses()
+        if parses and state.sidecar is not None:
+            sidecar = state.sidecar
+            bookkeep("cache parses", lambda: sidecar.put_file_stats(parses))
         if not records and not searches:
             return
         if state.sidecar is None and not state.dir.is_dir():

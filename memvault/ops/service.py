@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from memvault import __version__
+from memvault import __version__, heap
 from memvault.clock import Clock, utcnow
 from memvault.config import Settings
 from memvault.disk.watcher import Watcher
@@ -35,6 +35,15 @@ from memvault.search.rerankers import Reranking
 
 __all__ = ["Service"]
 
+# A restarted server's background work (building the memories its early load left in their
+# stored form, a snapshot) waits at most this long after the start for a first call to end.
+HOLD_SECONDS = 1.0
+HOLD_POLL_SECONDS = 0.02  # how often the start looks whether that call ended
+
+
+def _nothing() -> None:
+    pass
+
 
 class Service:
     """One process's parts: the loaded tokens and what works beside them in the background."""
@@ -46,6 +55,9 @@ class Service:
         self.clock = clock
         self.started = time.monotonic()
         self._background: set[asyncio.Task[Any]] = set()
+        # Background work held back while the server is still starting (``begin``, ``start``).
+        self._held: list[Coroutine[Any, Any, Any]] | None = None
+        self._hold_timer: asyncio.TimerHandle | None = None
         self.embeddings = embeddings if embeddings is not None else embeddings_from_settings(settings)
         self.registry = Tokens(settings, self.embeddings, self._in_background)
         # Sweeps and access write-backs take turns, one piece at a time (memvault.ops.background).
@@ -71,6 +83,8 @@ class Service:
     def watcher(self) -> Watcher:
         """The watcher that brings outside edits of this vault to its loaded tokens and announces
         them (the HTTP server and stdio each make one; ``start`` starts it, ``close`` stops it)."""
+        if self._watcher is not None:
+            return self._watcher  # made already, before the server's imports (see begin)
         settings = self.settings
         self._watcher = Watcher(
             settings.root,
@@ -79,6 +93,7 @@ class Service:
             poll_interval=settings.poll_interval_seconds,
             announce=self.changes.announce,
             stale=self.stale_paths,
+            in_line=self.in_line,
         )
         for token in list(self.registry.states):
             if self.registry.loaded_or_loading(token) or self.changes.listening(token):
@@ -89,6 +104,11 @@ class Service:
         """Outside changes to a loaded token (worker thread; see memvault.registry.reconcile)."""
         state = self.registry.states.get(token)
         return 0 if state is None else reconcile.apply_changes(state, paths, rescan)
+
+    def in_line(self, token: str, paths: set[Path]) -> bool:
+        """Whether a loaded token holds these files as they are (the loop; reconcile.in_line)."""
+        state = self.registry.states.get(token)
+        return state is not None and reconcile.in_line(state, paths)
 
     def stale_paths(self, token: str) -> set[Path] | None:
         """A loaded token's files a rescan would read again (worker thread; reconcile.stale_paths)."""
@@ -113,12 +133,60 @@ class Service:
 
     # ------------------------------------------------------------------ life
 
+    async def begin(self, tokens: Iterable[str], *, force_polling: bool = False) -> None:
+        """Start the watcher (made here if it was not) and the loads of ``tokens``, while the
+        server is still starting: a restart's load (the snapshot's decode, the folder scan helper
+        on the other core) runs beside the server's imports instead of after its first request.
+        The watcher runs first, so an edit made after a load reads a file is caught as at any
+        load. What a load leaves to do in the background (building its memories, a snapshot)
+        waits (see ``start``): it would slow the imports down."""
+        self.watcher()
+        await self._start_watcher(force_polling)
+        # No heap.keep at a load's end: a collection then walked the SDK's half-made objects (50 ms
+        # of the GIL at a restart); the server freezes them all once its imports end.
+        self.registry.keep = _nothing
+        for token in tokens:
+            self.registry.warm(token)
+        if self._held is None:
+            self._held = []  # from here on (the loads' tasks are made already)
+
     async def start(self, *, force_polling: bool = False) -> None:
-        """Start the watcher (if one was made) and the embedding model's load, which nothing waits
-        for and which makes way for the first requests."""
-        if self._watcher is not None:
-            await self._watcher.start(force_polling=force_polling)
+        """Start the watcher (if one was made and ``begin`` did not) and the embedding model's
+        load, which nothing waits for and which makes way for the first requests. Background work
+        held back since ``begin`` waits on until a first call has come and gone (a restarted
+        server's: the memories built beside its handshake took the GIL from it), at most
+        HOLD_SECONDS."""
+        await self._start_watcher(force_polling)
+        self.registry.keep = heap.keep
         self.embeddings.preload()
+        if self._held is not None:  # begun: its loads may still be under way
+            self._release_after_a_call(time.monotonic(), time.monotonic() + HOLD_SECONDS)
+        else:
+            self._release()
+
+    def _release_after_a_call(self, started: float, until: float) -> None:
+        """Release the held work once an operation began after ``started`` and none is under way
+        (each sets Embeddings.last_request as it begins), or at ``until`` (event loop)."""
+        now = time.monotonic()
+        came = self.embeddings.last_request > started
+        if (came and not any(s.users for s in list(self.registry.states.values()))) or now >= until:
+            self._release()
+        else:
+            loop = asyncio.get_running_loop()
+            self._hold_timer = loop.call_later(HOLD_POLL_SECONDS, self._release_after_a_call, started, until)
+
+    def _release(self) -> None:
+        """Run the background work held back since ``begin`` (event loop)."""
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        held, self._held = self._held or [], None
+        for work in held:
+            self._in_background(work)
+
+    async def _start_watcher(self, force_polling: bool) -> None:
+        if self._watcher is not None and self._watcher.loop is None:
+            await self._watcher.start(force_polling=force_polling)
 
     def health(self) -> dict[str, Any]:
         """What /healthz tells of these parts; ``status`` is "degraded" while the watcher is not
@@ -156,6 +224,9 @@ class Service:
 
     def _in_background(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run work after the current request; close() cancels or awaits what is left."""
+        if self._held is not None:
+            self._held.append(work)
+            return
         task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -170,6 +241,12 @@ class Service:
         snapshots, stop the embedding worker and close every sidecar."""
         if self._watcher is not None:
             await self._watcher.stop()
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        for work in self._held or []:
+            work.close()  # never started
+        self._held = None
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*list(self._background), return_exceptions=True)

@@ -320,7 +320,7 @@ class Store:
                 "supersedes": [t.id for t in targets] or None,
             }
             memory = state.vault.create(title, content, fields)
-            state.remember(memory)
+            state.remember(memory, queued=True)  # its parse is cached with its access (_accessed)
             self._note_write(state, key, memory.id, now)
             # From here the memory exists: bookkeeping that fails (a full disk) is logged, not raised.
             self._accessed(state, memory.id, now)
@@ -367,10 +367,14 @@ class Store:
     ) -> Memory:
         if where is ON_LOOP and not files.fsync_is_fast():
             raise NeedsThread
-        self._hot(state, id)
+        if state.sidecar is None:
+            self._hot(state, id)  # before the file lock makes the token folder
         now = self.clock()
         with state.file_lock(where):
-            raw, current = state.vault.read_both(id)
+            try:
+                raw, current = state.vault.read_both(id)
+            except NotFound as exc:
+                raise _pointed(state, exc) from None
             if current.conflicted:
                 raise Conflict(id)
             check_version(current, edit.expected)
@@ -381,7 +385,7 @@ class Store:
             if not current.has_frontmatter:
                 fields = {"priority": current.priority, "createdAt": current.created_at or now, **fields}
             memory = state.vault.update(id, fields, title=title, content=content, read=(raw, current))
-            state.remember(memory)
+            state.remember(memory, queued=True)
             self._accessed(state, id, now)
         return memory
 
@@ -391,9 +395,7 @@ class Store:
         try:
             state.vault.existing(id)
         except NotFound as exc:
-            if not exc.archived and state.vault.path_of(id, archived=True).is_file():
-                raise NotFound(exc.id, in_archive=True) from None
-            raise
+            raise _pointed(state, exc) from None
 
     def _accessed(self, state: TokenState, id: str, now: datetime) -> None:
         """A write or update counts as an access: queued like a read's (the file says so already)."""
@@ -458,6 +460,13 @@ class Store:
     async def sweep(self, token: str, *, dry_run: bool = False) -> Sweep:
         """Archive what is stale, and say what stays that would have gone (memvault.ops.sweeps)."""
         return await self._sweeps.sweep(token, dry_run=dry_run)
+
+
+def _pointed(state: TokenState, exc: NotFound) -> NotFound:
+    """A hot memory not found: pointed to the archive if it holds one of that name."""
+    if not exc.archived and state.vault.path_of(exc.id, archived=True).is_file():
+        return NotFound(exc.id, in_archive=True)
+    return exc
 
 
 _EPOCH = datetime.fromtimestamp(0, UTC)

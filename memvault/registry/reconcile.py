@@ -8,7 +8,7 @@ one ``stat`` each; changed files are read again (parsed only if their bytes chan
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from memvault.disk.files import unchanged
@@ -16,6 +16,9 @@ from memvault.disk.names import ARCHIVE, is_memory_path
 from memvault.errors import InvalidName
 from memvault.load.folderscan import FolderDiff
 from memvault.registry.state import TokenState
+from memvault.threads import ON_LOOP, NeedsThread
+
+MAX_IN_LINE = 32  # paths in_line looks at on the event loop (a stat each); more go to a thread
 
 
 def apply_changes(state: TokenState, paths: Iterable[Path], rescan: bool) -> int:
@@ -56,6 +59,33 @@ def apply_changes(state: TokenState, paths: Iterable[Path], rescan: bool) -> int
         if before is not after:
             changed += 1
     return changed
+
+
+def in_line(state: TokenState, paths: Collection[Path]) -> bool:
+    """Whether each of these files is the one the loaded token holds, as the server's own writes
+    are: apply_changes would then change nothing, and need not take a worker thread. On the event
+    loop: a stat a path, at most MAX_IN_LINE of them; False when unsure (apply_changes decides)."""
+    if len(paths) > MAX_IN_LINE:
+        return False
+    parents: dict[str, bool] = {}
+    try:
+        with state.looking(ON_LOOP):
+            if not state.loaded:
+                return False
+        for path in paths:
+            located = _locate(state, path)
+            if located is None:
+                continue
+            id, archived = located
+            if not _plainly_inside(state, path, parents):
+                return False
+            with state.looking(ON_LOOP):
+                known = state.area(archived).memories.get(id)
+            if known is None or not unchanged(known, os.stat(state.vault.file_name(id, archived))):
+                return False
+    except (NeedsThread, OSError):
+        return False
+    return True
 
 
 def _plainly_inside(state: TokenState, path: Path, parents: dict[str, bool]) -> bool:

@@ -211,8 +211,10 @@ class TokenState:
         self.parses += 1
         return parse_memory(raw, id, archived=archived, keep_meta=False, **file_stamp(st))
 
-    def remember(self, memory: Memory) -> None:
-        """Index a memory the server just wrote or read, and cache its parse (small vaults)."""
+    def remember(self, memory: Memory, *, queued: bool = False) -> None:
+        """Index a memory the server just wrote or read, and cache its parse (small vaults).
+        ``queued``: the parse is cached with the write's access records, in the background (a
+        caller that queued those: a write on the event loop then makes no SQLite transaction)."""
         with self.mem_lock:
             area = self.area(memory.archived)
             area.put(memory)
@@ -221,6 +223,9 @@ class TokenState:
         # A large vault restarts from its snapshot (written at shutdown), not from this cache; one
         # SQLite transaction per file was most of the time a 1,000-file git pull took to apply.
         if self.sidecar is not None and not large:
+            if queued:
+                self.pending.cache(memory)
+                return
             sidecar = self.sidecar
             bookkeep("cache a parse", lambda: sidecar.put_file_stats([snapshot.file_stat(memory)]))
 
@@ -228,6 +233,7 @@ class TokenState:
         with self.mem_lock:
             self.area(archived).drop(id)
             large = self.large
+        self.pending.uncache(key(id, archived))  # a parse queued for the file goes with it
         self.vectors.dropped(key(id, archived))
         if self.sidecar is not None and not large:  # a large vault's cache is not read (snapshot)
             sidecar = self.sidecar
@@ -293,6 +299,7 @@ class Pending:
         self.records: list[tuple[tuple[str, ...], datetime, bool]] = []
         self.searches: list[bool] = []
         self.files: dict[str, tuple[Memory, datetime]] = {}
+        self.to_cache: dict[str, Memory] = {}  # the server's writes whose parse to cache, by key
         self.draining = False
         # Records taken but not yet committed: still counted by latest(), so a listing right after
         # a read never misses its access while the transaction runs.
@@ -308,10 +315,26 @@ class Pending:
         with self._lock:
             self.searches.append(found)
 
+    def cache(self, memory: Memory) -> None:
+        with self._lock:
+            self.to_cache[memory.path_id] = memory
+
+    def uncache(self, path_key: str) -> None:
+        if self.to_cache:
+            with self._lock:
+                self.to_cache.pop(path_key, None)
+
+    def take_parses(self) -> list[FileStat]:
+        """The queued parses to cache (the recorder puts them in with the access records)."""
+        with self._lock:
+            memories, self.to_cache = list(self.to_cache.values()), {}
+        return [snapshot.file_stat(memory) for memory in memories]
+
     def empty(self) -> bool:
         """Nothing queued, being recorded or being written back."""
         with self._lock:
-            return not (self.records or self.searches or self.files or self._flushing or self.draining)
+            queued = self.records or self.searches or self.files or self.to_cache
+            return not (queued or self._flushing or self.draining)
 
     def latest(self) -> dict[str, datetime]:
         """The latest queued access of each id (not yet in the sidecar)."""

@@ -10,7 +10,6 @@ in batches and then serves its vectors; until then ``settled`` is False, and rec
 The lock order is written once, in memvault.registry.state.
 """
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -24,19 +23,17 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from filelock import Timeout
 
 from memvault import heap
 from memvault.config import Settings
-from memvault.disk.files import TEMP_MIN_AGE_SECONDS, unchanged
+from memvault.disk.files import unchanged
 from memvault.disk.markdown import Memory
 from memvault.disk.names import key, valid_token
-from memvault.disk.vault import Vault, folder_lock
 from memvault.errors import InvalidName, LinkedFolder, MemvaultError
 from memvault.load import folderscan, loader, processes, snapshot
 from memvault.logs import bookkeep
 from memvault.records.sidecar import FileStat, Sidecar
-from memvault.registry import reconcile
+from memvault.registry import leftovers, reconcile
 from memvault.registry.state import Phase, TokenState
 from memvault.search.area import Area
 from memvault.search.embeddings import Embeddings
@@ -81,57 +78,9 @@ def _record_and_close(state: TokenState, sidecar: Sidecar) -> None:
         sidecar.close()
 
 
-def _remove_leftovers_in(folder: Path, paths: list[Path]) -> int:
-    """Remove these temp files of ours, if old enough, under the token folder's lock (worker thread)."""
-    vault = Vault(folder)
-    vault.leftovers = paths
-    with folder_lock(folder):
-        return vault.remove_leftovers(time.time())
-
-
 def _still(state: TokenState, hot: Area, archive: Area) -> bool:
     """Whether the token is loaded with these areas (``mem_lock`` held)."""
     return state.loaded and state.hot is hot and state.archive is archive
-
-
-def _remove_leftovers(state: TokenState) -> None:
-    """Temp files of ours the load's scan saw, left by a crash mid-write: gone, under the lock.
-    Those too young to be sure of (a restart right after a SIGKILL) are kept in
-    ``young_leftovers``, and removed once they are old enough (see _remove_when_due)."""
-    seen = list(state.vault.leftovers)
-    if not seen:
-        return
-    try:
-        with state.file_lock():
-            removed = state.vault.remove_leftovers(time.time())
-    except (Timeout, OSError):
-        return  # another process holds the lock for long: the next load tries again
-    if removed:
-        log.info("removed %d temp file(s) left by an interrupted write", removed)
-    state.young_leftovers = [p for p in seen if os.path.lexists(p)]
-
-
-async def _remove_when_due(folder: Path, young: list[Path]) -> None:
-    """Remove temp files left by an interrupted write once they are old enough: they waited
-    for the token's next load, which may be days away (they sit in `git status` meanwhile)."""
-
-    def newest() -> float | None:
-        times = [p.lstat().st_mtime for p in young if os.path.lexists(p)]
-        return max(times) if times else None
-
-    while (latest := await anyio.to_thread.run_sync(newest)) is not None:
-        wait = TEMP_MIN_AGE_SECONDS - (time.time() - latest)
-        if wait > 0:
-            await asyncio.sleep(wait + 0.05)
-            continue
-
-        try:
-            removed = await anyio.to_thread.run_sync(_remove_leftovers_in, folder, list(young))
-        except (Timeout, OSError):
-            return  # the next load tries again
-        if removed:
-            log.info("removed %d temp file(s) left by an interrupted write", removed)
-        young = [p for p in young if os.path.lexists(p)]
 
 
 def _scan_in_helper(
@@ -148,7 +97,7 @@ def _scan_in_helper(
     if not large or most == 0:
         return None
     if watch is not None:
-        watch(state.dir, True)
+        folderscan.watch_all(state.dir, watch)
     return folderscan.start(state.dir, where, most=most)
 
 
@@ -227,6 +176,7 @@ class Tokens:
         self._recency: OrderedDict[str, TokenState] = OrderedDict()
         self._unloaded: OrderedDict[str, TokenState] = OrderedDict()
         self._loads = Threads(LOAD_THREADS)
+        self.keep: Callable[[], None] = heap.keep  # at a load's end (Service.begin: not while importing)
 
     def warm(self, token: str) -> None:
         """Begin loading a token a request just addressed, without waiting for it. A client's
@@ -291,12 +241,12 @@ class Tokens:
                     if state.loaded:
                         self._loaded(state)
                     self.unload_idle()
-                    heap.keep()
+                    self.keep()
                     if not state.settled:
                         self.spawn(anyio.to_thread.run_sync(self.settle, state))
                     if state.young_leftovers:
                         young, state.young_leftovers = state.young_leftovers, []
-                        self.spawn(_remove_when_due(state.dir, young))
+                        self.spawn(leftovers.remove_when_due(state.dir, young))
                     if state.snapshot_stale:
                         self.spawn(anyio.to_thread.run_sync(state.save_snapshot))
                     elif state.large:
@@ -446,7 +396,7 @@ class Tokens:
         try:
             with heap.uncollected():
                 self._load_files(state, progress)
-            _remove_leftovers(state)
+            leftovers.remove(state)
         finally:
             state.vault.entering = None
             with state.mem_lock:

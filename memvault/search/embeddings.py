@@ -45,6 +45,9 @@ WORKER_DUTY_PAUSE = 1.0  # after each batch the worker rests as long as the batc
 # proportion to that gave the worker a quarter of the process's CPU (measured, bench_load).
 BUSY_DUTY_PAUSE = 19.0
 BUSY_SECONDS = 1.0  # a request within this long makes the process busy
+# While requests come, work found after a wait waits this long for more before it is taken: a busy
+# server's writes come one at a time, and each batch costs the sidecar's reads and transaction.
+GATHER_SECONDS = 0.25
 LOAD_PATIENCE = 3.0  # the longest a model's load waits for a pause in the requests
 HOLD_PATIENCE = 60.0  # ... and for the loads of tokens to end (a cold load of 100,000 files: 5-20 s)
 
@@ -91,6 +94,7 @@ class Embeddings:
         self._taken = 0  # memories taken by the batch in hand: pending() counts them until placed
         self._patient = False  # preloaded: the model's load waits for a pause in the requests
         self._hurry = False  # someone waits for the vectors (wait_idle): the model loads at once
+        self._waiters = 0  # wait_idle calls in progress: new work is taken at once
 
     # -- the embedder --------------------------------------------------------------------------
 
@@ -224,12 +228,16 @@ class Embeddings:
         self._start()
         with self._cond:
             self._hurry = True
+            self._waiters += 1
             self._cond.notify_all()
-            while self._busy or any(v.has_work for v in self._tokens):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.05))
+            try:
+                while self._busy or any(v.has_work for v in self._tokens):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(min(left, 0.05))
+            finally:
+                self._waiters -= 1
         return True
 
     def close(self) -> None:
@@ -267,15 +275,19 @@ class Embeddings:
                 heap.release()  # a backlog is done: give its free memory back
                 self._worked = 0
             with self._cond:
+                waited = False
                 while not self._closed and (self._holds or not any(v.has_work for v in self._tokens)):
                     self._busy = False
                     self._cond.notify_all()
                     self._cond.wait()
+                    waited = True
                 if self._closed:
                     self._busy = False
                     self._cond.notify_all()
                     return
-                self._busy = True
+                self._busy = True  # from here a new write's wake-up notifies nobody
+                if waited and self.busy():
+                    self._gather()
                 tokens = list(self._tokens)
             for vectors in tokens:
                 try:
@@ -295,6 +307,13 @@ class Embeddings:
                     if failures == 1 or failures % 10 == 0:
                         log.warning("embedding batch failed (%s); retrying", type(exc).__name__)
                     self._rest(min(60.0, 0.5 * 2**failures))
+
+    def _gather(self) -> None:
+        """Let more work come (GATHER_SECONDS), unless someone waits for the vectors or the
+        worker is closed. With ``_cond`` held."""
+        until = time.monotonic() + GATHER_SECONDS
+        while not self._closed and not self._waiters and (left := until - time.monotonic()) > 0:
+            self._cond.wait(left)
 
     def _rest(self, seconds: float) -> None:
         """Pause for ``seconds``, or until closed. New work notifies the condition; it must not cut

@@ -387,9 +387,12 @@ class TokenGuard:
         return wrapped
 
 
-def create_app(settings: Settings, *, clock: Clock = utcnow, force_polling: bool = False) -> Starlette:
-    """The whole server. Build a new one per test: the SDK's session manager runs only once."""
-    service = Service(settings, clock=clock)
+def create_app(
+    settings: Settings, *, clock: Clock = utcnow, force_polling: bool = False, service: Service | None = None
+) -> Starlette:
+    """The whole server. Build a new one per test: the SDK's session manager runs only once.
+    ``service``: one made (and begun) while the server imported, else a new one."""
+    service = service if service is not None else Service(settings, clock=clock)
     server = build_server(service, settings)
     security = transport_security(settings)
     # JSON responses to POSTs: our tools stream nothing mid-call, and a plain JSON body saves the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -344,7 +345,7 @@ def test_serve_hands_the_gil_over_sooner_than_pythons_default(monkeypatch: pytes
     from memvault.errors import MemvaultError
     from memvault.server import app, limits
 
-    def refuse(settings: Settings) -> None:
+    def refuse(settings: Settings, **kwargs: object) -> None:
         raise MemvaultError("stop here")
 
     monkeypatch.setattr(app, "create_app", refuse)  # serve stops right after its process setup
@@ -357,3 +358,74 @@ def test_serve_hands_the_gil_over_sooner_than_pythons_default(monkeypatch: pytes
         assert limits.SWITCH_INTERVAL < 0.005
     finally:
         sys.setswitchinterval(before)
+
+
+# ---------------------------------------------------------------------------- a restart
+
+
+async def _snapshotted(root: Path, token: str, count: int) -> Path:
+    """A vault of ``count`` memories that a server has loaded and closed: its snapshot written."""
+    from memvault.ops.service import Service
+
+    folder = root / token
+    for i in range(count):
+        write_memory_file(
+            folder / f"note-{i}.md", title=f"Note {i}", priority="P1", accessed=utc_now(), body=f"word{i}"
+        )
+
+    service = Service(Settings(root=root, embedder="hash"))
+    await service.store.state(token)
+    await service.close()
+    assert (folder / ".memvault" / "snapshot.npz").is_file()
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_restarted_server_loads_its_vault_unasked_and_misses_no_edit_made_meanwhile(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    """A restart begins loading the vault it saved last before any request (while it imports),
+    and an edit made while it starts is in its first answer."""
+    root = tmp_path / "vault"
+    folder = await _snapshotted(root, "alice", 600)
+    await _snapshotted(root, "bob", 600)
+    os.utime(folder / ".memvault" / "snapshot.npz")  # alice's written last
+    port = free_port()
+    argv = [str(MEMVAULT), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    env = clean_env(MEMVAULT_ROOT=str(root), MEMVAULT_EMBEDDER="hash")
+    with serving(tmp_path, argv, env, port) as server:
+        write_memory_file(
+            folder / "note-7.md", title="Note 7", priority="P1", accessed=utc_now(), body="now a heron"
+        )
+        server.wait_healthy()
+        health = wait_until(
+            lambda: (h := server.wait_healthy())["tokens_loaded"] == 1 and h, START_TIMEOUT, "alice loads"
+        )
+        assert health["memories_loaded"] == 600  # alice's alone: no request has come yet
+        async with streamable_http_client(f"{server.url}/mcp/alice") as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                found = await session.call_tool("read_memory", {"query": "heron"})
+        text = "\n".join(getattr(c, "text", "") for c in found.content)
+        assert not found.is_error and "now a heron" in text, text
+        assert server.stop() in (0, -signal.SIGTERM), server.logs()
+
+
+@pytest.mark.slow
+def test_a_restart_on_a_busy_port_fails_and_says_so(tmp_path: Path) -> None:
+    """The early load of a restart ends with the server that could not listen."""
+    root = tmp_path / "vault"
+    asyncio.run(_snapshotted(root, "alice", 600))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run(
+            [str(MEMVAULT), "serve", "--host", "127.0.0.1", "--port", str(port)],
+            clean_env(MEMVAULT_ROOT=str(root), MEMVAULT_EMBEDDER="hash"),
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}: another program" in result.stderr
+    assert "Traceback" not in result.stderr and "serving" not in result.stdout

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from conftest import hidden_files
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memvault.disk.files import atomic_write
 from memvault.disk.markdown import Memory
@@ -45,6 +49,116 @@ def test_atomic_write_without_overwrite_creates_a_new_file(tmp_path: Path) -> No
     atomic_write(target, b"fresh", overwrite=False)
     assert target.read_bytes() == b"fresh"
     assert os.listdir(tmp_path) == ["new.md"]
+
+
+def test_atomic_write_gives_the_stat_of_the_file_in_place(tmp_path: Path) -> None:
+    target = tmp_path / "note.md"
+    for overwrite in (False, True):
+        st = atomic_write(target, b"text " * (3 if overwrite else 1), overwrite=overwrite)
+        now = os.stat(target)
+        assert (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == (
+            now.st_ino,
+            now.st_size,
+            now.st_mtime_ns,
+            now.st_ctime_ns,
+        )
+
+
+def test_atomic_write_keeps_an_existing_file_s_mode_and_gives_a_new_one_the_umask_s(tmp_path: Path) -> None:
+    kept = tmp_path / "kept.md"
+    kept.write_bytes(b"old")
+    kept.chmod(0o664)  # a bit the usual umask (022) takes away
+    atomic_write(kept, b"new")
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o664
+    fresh = tmp_path / "fresh.md"
+    atomic_write(fresh, b"new", overwrite=False)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~umask
+    atomic_write(tmp_path / "key", b"secret", mode=0o600)
+    assert stat.S_IMODE((tmp_path / "key").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_atomic_write_makes_its_temp_file_in_the_temp_folder(tmp_path: Path, monkeypatch, overwrite) -> None:
+    """A vault's writes make their temp files in .memvault/, which the watcher does not watch."""
+    temps = tmp_path / ".memvault"
+    temps.mkdir()
+    target = tmp_path / "sub" / "note.md"
+    placed: list[Path] = []
+    real_link, real_replace = os.link, os.replace
+
+    def link(src, dst, *args, **kwargs):
+        placed.append(Path(src).parent)
+        return real_link(src, dst, *args, **kwargs)
+
+    def replace(src, dst, *args, **kwargs):
+        placed.append(Path(src).parent)
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "link", link)
+    monkeypatch.setattr(os, "replace", replace)
+    if overwrite:
+        target.parent.mkdir()
+        target.write_bytes(b"old")
+    atomic_write(target, b"new", overwrite=overwrite, temp_dir=str(temps))
+    assert target.read_bytes() == b"new"
+    assert set(placed) == {temps}
+    assert hidden_files(tmp_path) == [".memvault"]
+    assert os.listdir(temps) == []
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_atomic_write_from_a_temp_folder_on_another_file_system_writes_beside(
+    tmp_path: Path, monkeypatch, overwrite
+) -> None:
+    temps = tmp_path / ".memvault"
+    temps.mkdir()
+    target = tmp_path / "note.md"
+    real_link, real_replace = os.link, os.replace
+
+    def across(real):
+        def call(src, dst, *args, **kwargs):
+            if Path(src).parent == temps:
+                raise OSError(errno.EXDEV, "Invalid cross-device link")
+            return real(src, dst, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(os, "link", across(real_link))
+    monkeypatch.setattr(os, "replace", across(real_replace))
+    if overwrite:
+        target.write_bytes(b"old")
+    atomic_write(target, b"new", overwrite=overwrite, temp_dir=str(temps))
+    assert target.read_bytes() == b"new"
+    assert hidden_files(tmp_path) == [".memvault"]
+    assert os.listdir(temps) == []
+
+
+def test_atomic_write_with_its_temp_folder_gone_writes_beside(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "note.md"
+    atomic_write(target, b"new", overwrite=False, temp_dir=str(tmp_path / ".memvault"))
+    assert target.read_bytes() == b"new"
+    assert hidden_files(tmp_path) == []
+
+
+def test_atomic_write_of_a_bare_name_writes_in_the_working_folder(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    atomic_write(Path("out.json"), b"{}")
+    atomic_write("out.json", b"[]")
+    assert (tmp_path / "out.json").read_bytes() == b"[]"
+    assert os.listdir(tmp_path) == ["out.json"]
+
+
+@given(st.from_regex(r"([a-z0-9]{1,5}/){0,2}[a-z0-9-]{1,8}\.(md|MD)", fullmatch=True))
+def test_numbered_ids_are_numbered_paths_relative_to_the_folder(id: str) -> None:
+    from itertools import islice
+
+    from memvault.disk.files import numbered, numbered_ids
+
+    root = Path("/vault")
+    paths = [p.relative_to(root).as_posix() for p in islice(numbered(root / id), 4)]
+    assert list(islice(numbered_ids(id), 4)) == paths
 
 
 # ============================================================================ try_lock

@@ -541,6 +541,21 @@ def test_rendered_values_are_the_same_from_the_cache() -> None:
     assert vault_module._yaml_scalar(["x"]) == "[x]"
 
 
+@given(
+    st.lists(
+        st.one_of(
+            st.from_regex(r"[A-Za-z][A-Za-z0-9_-]{0,12}", fullmatch=True),
+            st.sampled_from(["yes", "No", "ON", "null", "y", "n", "nan", "inf", "a: b", "-x", "x y", "é"]),
+            st.text(max_size=6),
+        ),
+        max_size=5,
+    )
+)
+def test_a_tag_list_renders_as_yaml_dumps_it(tags: list[str]) -> None:
+    """Plain words skip the YAML dumper: the text is the dumper's own, and it reads back."""
+    assert vault_module._yaml_scalar(tags) == vault_module._dump(tags)
+
+
 def test_render_new_writes_mem_mcp_layout() -> None:
     t = datetime(2026, 1, 15, 12, tzinfo=UTC)
     text = render_new(

@@ -321,3 +321,44 @@ def test_list_files_lists_what_scan_does_without_a_stat(tmp_path: Path, monkeypa
     )
     assert list(vault.list_files()) == scanned
     assert vault.leftovers == leftovers
+
+
+def _placing_from(monkeypatch) -> list[Path]:
+    """The folders the files os.link and os.replace put in place came from, from now on."""
+    sources: list[Path] = []
+    for name in ("link", "replace"):
+        real = getattr(os, name)
+
+        def spy(src, dst, *args, _real=real, **kwargs):
+            sources.append(Path(src).parent)
+            return _real(src, dst, *args, **kwargs)
+
+        monkeypatch.setattr(os, name, spy)
+    return sources
+
+
+def test_create_and_update_make_their_temp_files_in_the_state_folder(tmp_path: Path, monkeypatch) -> None:
+    """.memvault/ is not watched: a write's temp file there costs the watcher no events."""
+    (tmp_path / ".memvault").mkdir()
+    vault = Vault(tmp_path)
+    sources = _placing_from(monkeypatch)
+    memory = vault.create("A note", "Body.", {"priority": "P1"})
+    vault.update(memory.id, {"priority": "P0"})
+    assert sources == [tmp_path / ".memvault"] * 2
+    assert vault.read(memory.id).priority == "P0"
+    assert hidden_files(tmp_path) == [".memvault"]
+    assert os.listdir(tmp_path / ".memvault") == []
+
+
+def test_a_linked_state_folder_takes_no_temp_file(tmp_path: Path, monkeypatch) -> None:
+    token, outside = tmp_path / "tok", tmp_path / "outside"
+    token.mkdir()
+    outside.mkdir()
+    (token / ".memvault").symlink_to(outside)
+    vault = Vault(token)
+    sources = _placing_from(monkeypatch)
+    memory = vault.create("A note", "Body.", {"priority": "P1"})
+    vault.update(memory.id, {"priority": "P0"})
+    assert sources == [token] * 2
+    assert os.listdir(outside) == []
+    assert vault.read(memory.id).priority == "P0"

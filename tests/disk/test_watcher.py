@@ -1085,8 +1085,15 @@ async def test_a_load_lists_its_folder_once_and_watches_every_folder_in_it(
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="reads inotify watches from /proc")
+@pytest.mark.parametrize(
+    ("folders", "late"),
+    [
+        (("archive", "projects", "projects/deep", "sessions"), "projects/deep/late.md"),  # found by a walk
+        (("archive", "archive/old", "sessions"), "late.md"),  # memvault's own: the link count tells
+    ],
+)
 async def test_a_restart_whose_folder_a_helper_lists_watches_every_folder_first(
-    server_factory, make_settings, vault_root, monkeypatch
+    server_factory, make_settings, vault_root, monkeypatch, folders, late
 ):
     """A restart's folder scan runs in a helper process, which this one cannot follow: every folder
     of the token is watched before the helper starts, and an edit made after its scan is seen."""
@@ -1094,7 +1101,7 @@ async def test_a_restart_whose_folder_a_helper_lists_watches_every_folder_first(
     from memvault.ops.service import Service
 
     folder = vault_root / TOKEN
-    for sub in ("", "archive", "projects/deep", "sessions"):
+    for sub in ("", *folders):
         put(folder / sub / "seed.md", note("Seed", f"in {sub or 'the top'}"))
     monkeypatch.setattr(snapshot, "MIN_MEMORIES", 1)
     service = Service(make_settings(watch=False))
@@ -1108,11 +1115,11 @@ async def test_a_restart_whose_folder_a_helper_lists_watches_every_folder_first(
     def then_edit(self: folderscan.Scan) -> Any:
         found = real_result(self)
         scanned.append(str(found is not None))
-        put(folder / "projects" / "deep" / "late.md", note("Late", "after the helper's scan: tapirsitar"))
+        put(folder / late, note("Late", "after the helper's scan: tapirsitar"))
         return found
 
     monkeypatch.setattr(folderscan.Scan, "result", then_edit)
     async with live(server_factory, seed=False) as (srv, _s, _folder):
         assert scanned == ["True"]  # the helper's scan was used
-        assert watched_folders(folder) == {".", "archive", "projects", "projects/deep", "sessions"}
-        await wait_for(lambda: hot_hits(srv, "tapirsitar") == {"projects/deep/late.md"}, DEADLINE)
+        assert watched_folders(folder) == {".", *folders}
+        await wait_for(lambda: hot_hits(srv, "tapirsitar") == {late}, DEADLINE)

@@ -138,3 +138,21 @@ def test_folder_scan_helpers_only_with_two_cpus_and_helpers_allowed(monkeypatch)
     assert processes.scan_helpers(0) == 0  # MEMVAULT_LOAD_PROCESSES=0: no helper processes at all
     monkeypatch.setattr(processes, "usable_cpus", lambda: 1)
     assert processes.scan_helpers(None) == 0
+
+
+def test_snapshots_lists_the_token_folders_with_one_the_last_written_first(tmp_path):
+    root = tmp_path / "vault"
+    assert processes.snapshots(root) == []  # no vault yet
+    for token, size, when in (("alice", 10, 100), ("bob", 30, 300), ("carol", 20, 200)):
+        (root / token / ".memvault").mkdir(parents=True)
+        snapshot = root / token / ".memvault" / "snapshot.npz"
+        snapshot.write_bytes(b"x" * size)
+        os.utime(snapshot, (when, when))
+    (root / "dave").mkdir()  # no snapshot
+    (root / "erin" / ".memvault" / "snapshot.npz").mkdir(parents=True)  # not a file
+    outside = tmp_path / "elsewhere"
+    (outside / ".memvault").mkdir(parents=True)
+    (outside / ".memvault" / "snapshot.npz").write_bytes(b"x")
+    (root / "linked").symlink_to(outside)  # not followed
+    (root / ".hidden").symlink_to(outside)
+    assert processes.snapshots(root) == [("bob", 30), ("carol", 20), ("alice", 10)]

@@ -205,3 +205,18 @@ def test_restored_memories_share_equal_times_and_sizes() -> None:
     assert back[0].updated_at is back[0].created_at and back[1].updated_at is back[1].created_at
     assert back[2].updated_at is not None and back[2].updated_at > back[2].created_at  # type: ignore[operator]
     assert back[0].size == back[1].size > 256 and back[0].size is back[1].size
+
+
+def test_a_snapshot_whose_bytes_changed_is_not_used(tmp_path: Path) -> None:
+    """Each array is checked against its member's CRC-32: a changed byte means the files are read."""
+    memories = [parse_memory(f"# Note {i}\n\nbody word{i}".encode(), f"n{i}.md") for i in range(12)]
+    (tmp_path / ".memvault").mkdir()
+    save(tmp_path, _hot_and_archive(memories))
+    assert load(tmp_path) is not None
+    raw = bytearray(snapshot_path(tmp_path).read_bytes())
+    at = raw.index(b"body word11")  # inside the contents' member
+    raw[at] ^= 0x20
+    snapshot_path(tmp_path).write_bytes(bytes(raw))
+    assert load(tmp_path) is None
+    snapshot_path(tmp_path).write_bytes(bytes(raw[: len(raw) // 2]))  # cut short
+    assert load(tmp_path) is None

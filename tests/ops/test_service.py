@@ -70,3 +70,70 @@ async def test_close_records_the_accesses_still_queued(
     await service.close()  # before the recorder's round: recorded all the same
     with Sidecar.open(vault_root / "alice") as sidecar:
         assert sidecar.access_counts()["note.md"][0] >= 2  # the write and the read
+
+
+def _note(folder: Path, name: str, body: str) -> None:
+    """A memory saved in place, as an editor may: the folder's listing does not change."""
+    (folder / name).write_text(f"---\npriority: P1\n---\n# {name[:-3]}\n\n{body}\n", encoding="utf-8")
+
+
+async def test_a_load_begun_while_the_server_starts_misses_no_edit_made_meanwhile(
+    make_settings: Callable[..., Settings], vault_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve begins a restart's load before its imports end (``begin``); an edit made after that
+    load read the folder and before the server started still reaches the index: the watcher ran
+    before the load began."""
+    monkeypatch.setattr("memvault.load.snapshot.MIN_MEMORIES", 0)  # a restart from the snapshot
+    folder = vault_root / "alice"
+    folder.mkdir()
+    for i in range(20):
+        _note(folder, f"note-{i}.md", f"ordinary words number{i}")
+    first = Service(make_settings(embedder="hash"))
+    await first.store.state("alice")
+    await first.close()  # writes the snapshot
+    assert (folder / ".memvault" / "snapshot.npz").is_file()
+
+    service = Service(make_settings(embedder="hash"))
+    try:
+        await service.begin(["alice"])  # (makes the watcher, as serve does not)
+        await wait_for(lambda: service.health()["tokens_loaded"] == 1, timeout=10)
+        _note(folder, "note-3.md", "changed to mention a zebra")
+        await service.start()
+
+        async def edited() -> bool:
+            found = await service.store.find("alice", query="zebra")
+            return [m.id for m in found.memories] == ["note-3.md"]
+
+        await wait_for(edited, timeout=10)
+    finally:
+        await service.close()
+
+
+@pytest.mark.slow
+async def test_what_an_early_load_leaves_to_the_background_runs_without_any_request(
+    make_settings: Callable[..., Settings], vault_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart's background work (building the memories its load left stored) waits for the
+    first call to end, and does not wait for ever when no call comes."""
+    monkeypatch.setattr("memvault.load.snapshot.MIN_MEMORIES", 0)
+    # The folder compared in a helper process, as for a large vault: the load builds no memory.
+    monkeypatch.setattr("memvault.load.processes.HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr("memvault.load.processes.usable_cpus", lambda: 2)
+    folder = vault_root / "alice"
+    folder.mkdir()
+    for i in range(20):
+        _note(folder, f"note-{i}.md", f"ordinary words number{i}")
+    first = Service(make_settings(embedder="hash"))
+    await first.store.state("alice")
+    await first.close()
+
+    service = Service(make_settings(embedder="hash"))
+    try:
+        await service.begin(["alice"])
+        await wait_for(lambda: service.health()["tokens_loaded"] == 1, timeout=10)
+        state = service.registry.states["alice"]
+        assert state.hot.memories.unbuilt == 20
+        await service.start()
+        await wait_for(lambda: state.hot.memories.unbuilt == 0, timeout=10)
+    finally:
+        await service.close()

@@ -304,6 +304,32 @@ async def test_restore_accepts_the_archive_path_as_seen_in_the_folder(make_setti
         await service.close()
 
 
+async def test_an_update_of_an_archived_or_missing_memory_says_which(make_settings, vault_root):
+    from memvault.errors import NotFound
+
+    folder = vault_root / "alice" / "archive"
+    folder.mkdir(parents=True)
+    _hand_write(folder, "old.md", "archived words")
+    service = Service(make_settings())
+    store = service.store
+    try:
+        for _ in range(2):  # before and after the token's sidecar is open
+            with pytest.raises(NotFound) as archived:
+                await store.update("alice", "old.md", tags=["x"])
+            assert archived.value.in_archive
+            with pytest.raises(NotFound) as missing:
+                await store.update("alice", "never.md", tags=["x"])
+            assert not missing.value.in_archive
+            await store.write("alice", title="Fresh", content="opens the sidecar")
+        assert (await store.update("alice", "fresh.md", tags=["x"])).tags == ("x",)
+        assert not (vault_root / "alice" / "old.md").exists()
+        with pytest.raises(NotFound):
+            await store.update("ghost", "never.md", tags=["x"])
+        assert not (vault_root / "ghost").exists()  # no folder made for a token with nothing
+    finally:
+        await service.close()
+
+
 async def test_reads_of_made_up_tokens_do_not_pile_up_state(make_settings, vault_root):
     service = Service(make_settings(max_loaded_tokens=2))
     store = service.store
@@ -646,9 +672,11 @@ async def test_a_temp_file_left_by_a_crash_is_removed_when_the_token_loads(make_
     """Issue 9, 11: an orphan .tmp after SIGKILL stayed in the token folder and in `git status`."""
     folder = vault_root / "alice"
     (folder / "sub").mkdir(parents=True)
+    (folder / STATE_DIR).mkdir()
     _hand_write(folder, "note.md", "a memory")
     old = os.stat(folder / "note.md").st_mtime - 3600
     ours = [folder / ".memvault-ab12cd34.tmp", folder / "sub" / ".k3j4h5g6.tmp"]  # now, and before 0.2
+    ours.append(folder / STATE_DIR / ".memvault-0a1b2c3d.tmp")  # where a memory's temp file is made now
     theirs = [folder / ".notes.tmp", folder / ".memvault-mine.tmp", folder / "keep.tmp"]
     fresh = folder / ".memvault-zz99yy88.tmp"  # a write in progress elsewhere: too young to touch
     for path in [*ours, *theirs, fresh]:
@@ -660,7 +688,7 @@ async def test_a_temp_file_left_by_a_crash_is_removed_when_the_token_loads(make_
     try:
         found = await store.find("alice", query="memory")
         assert [m.id for m in found.memories] == ["note.md"]
-        assert [p.exists() for p in ours] == [False, False]
+        assert [p.exists() for p in ours] == [False, False, False]
         assert all(p.exists() for p in theirs) and fresh.exists()
     finally:
         await service.close()

@@ -165,3 +165,43 @@ def test_write_backs_given_back_stay_queued_behind_newer_ones() -> None:
     pending.add(["a.md"], later, True, [a])  # type: ignore[list-item]  # read again meanwhile
     pending.requeue_files(taken)  # the batch gave way before writing either
     assert {id: when for id, (_, when) in pending.files.items()} == {"a.md": later, "b.md": at}
+
+
+async def test_a_write_caches_its_parse_in_the_background_not_on_the_event_loop(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small vault caches each file's parse for its restart: the server's writes queue theirs
+    with their access records (one transaction in a worker thread), and a delete drops the queued one."""
+    import threading
+
+    from memvault.records.sidecar import Sidecar
+
+    loop_thread = threading.get_ident()
+    on_loop: list[str] = []
+    real = Sidecar.put_file_stats
+
+    def put(self: Sidecar, stats) -> None:  # type: ignore[no-untyped-def]
+        if threading.get_ident() == loop_thread:
+            on_loop.extend(s.id for s in stats)
+        real(self, stats)
+
+    monkeypatch.setattr(Sidecar, "put_file_stats", put)
+    service = Service(make_settings(embedder="hash"))
+    store = service.store
+    try:
+        await store.write("alice", title="First", content="opens the token")
+        await service.idle()
+        await store.write("alice", title="Kept", content="cached after the reply")
+        await store.update("alice", "kept.md", tags=["later"])
+        await store.write("alice", title="Gone", content="deleted at once")
+        await store.delete("alice", "gone.md")
+        await service.idle()
+        assert on_loop == []
+        state = await store.state("alice")
+        assert state.sidecar is not None
+        cached = state.sidecar.file_stats()
+        assert {"first.md", "kept.md"} <= cached.keys() and "gone.md" not in cached
+        with state.mem_lock:
+            assert cached["kept.md"].hash == state.hot.memories["kept.md"].hash  # the update's
+    finally:
+        await service.close()

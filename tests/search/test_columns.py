@@ -49,3 +49,16 @@ def test_a_string_column_refuses_lengths_that_do_not_fit_the_blob() -> None:
             StringColumn(blob, bad)
     with pytest.raises(ValueError):  # not UTF-8
         StringColumn(np.frombuffer(b"\xff", dtype=np.uint8), np.array([1]))
+    with pytest.raises(ValueError):  # a character cut short at the end
+        StringColumn(np.frombuffer(b"ab\xc3", dtype=np.uint8), np.array([2]))
+
+
+def test_a_string_column_gives_back_characters_of_every_width_across_its_pieces() -> None:
+    """The bytes are checked a piece at a time: characters of two to four bytes (and a lone
+    surrogate, as pack_strings keeps it) straddle the pieces' edges at every offset."""
+    values = ["", "a" * 65_535 + "é" + "b", "東" * 30_000, "x\U0001f600" * 20_000, "\ud800 lone", "dé", ""]
+    for shift in range(4):
+        shifted = ["y" * shift, *values]
+        column = StringColumn(*pack_strings(shifted))
+        assert column.take(range(len(shifted))) == shifted
+        assert column.take([len(shifted) - 2, 1]) == [shifted[-2], shifted[1]]

@@ -283,6 +283,44 @@ def test_the_worker_waits_while_a_token_loads(tmp_path: Path):
     embeddings.close()
 
 
+def test_while_requests_come_writes_one_at_a_time_are_embedded_in_one_batch(monkeypatch: pytest.MonkeyPatch):
+    """A busy server's writes come one by one: the worker gathers them into one batch (each batch
+    costs the sidecar's reads and a transaction), and a caller waiting for the vectors ends the
+    gathering at once."""
+    import threading
+    import time
+
+    from memvault.disk.markdown import parse_memory
+    from memvault.search import embeddings as module
+
+    monkeypatch.setattr(module, "GATHER_SECONDS", 30.0)
+    batches: list[int] = []
+    embedded = threading.Event()
+
+    class Batches(Counting):
+        def embed(self, texts: Sequence[str]) -> FloatMatrix:
+            batches.append(len(texts))
+            embedded.set()
+            return super().embed(texts)
+
+    embeddings = Embeddings(loader=Batches)
+    vectors = TokenVectors()
+    embeddings.attach(vectors, lambda: None, [parse_memory(b"# Zero\n\nwords", "zero.md")])
+    assert embeddings.wait_idle(timeout=20)  # the worker is waiting for work now
+    embedded.clear()
+    embeddings.last_request = time.monotonic()  # a request just came
+    vectors.changed(parse_memory(b"# One\n\nfirst words", "one.md"))
+    assert not embedded.wait(0.3)  # gathering: not embedded alone
+    for name in ("two", "three"):
+        embeddings.last_request = time.monotonic()
+        vectors.changed(parse_memory(f"# {name}\n\nmore words".encode(), f"{name}.md"))
+    started = time.monotonic()
+    assert embeddings.wait_idle(timeout=20)
+    assert time.monotonic() - started < 20  # the gathering ended for the waiter, not by its time
+    assert batches == [1, 3]
+    embeddings.close()
+
+
 def test_a_preloaded_model_makes_way_for_requests_until_someone_waits_for_it():
     import threading
     import time
@@ -392,6 +430,7 @@ async def test_a_batch_of_a_token_unloaded_meanwhile_is_dropped_without_a_warnin
     try:
         await store.write("a", title="First", content="Embedded while its token unloads.")
         assert await asyncio.to_thread(embedder.entered.wait, 20)
+        await service.idle()  # the write's access is recorded: nothing else holds a
         await store.write("b", title="Second", content="Loads, and a goes: its sidecar is closed.")
         await service.idle()
         assert not service.registry.loaded_or_loading("a")

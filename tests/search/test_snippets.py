@@ -106,3 +106,11 @@ def test_snippet_finds_words_in_any_case_beside_underscores():
     text = "x " * 100 + "DEPLOYED to_deploy _Deploy redeploy Deploys" + " y" * 100
     assert snippet(text, {"deploy"}, 40) == plain_snippet(text, {"deploy"}, 40)
     assert "DEPLOYED" in snippet(text, {"deploy"}, 40)
+
+
+def test_snippet_passes_over_a_word_that_only_ends_like_a_query_word():
+    # "redeploy" holds "deploy" but does not begin with it: the snippet is centred on the word itself.
+    text = "x " * 60 + "redeploy" + " y" * 60 + " deploy" + " z" * 60
+    cut = snippet(text, {"deploy"}, 20)
+    assert cut == plain_snippet(text, {"deploy"}, 20)
+    assert "redeploy" not in cut and "deploy" in cut
