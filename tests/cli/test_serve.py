@@ -156,17 +156,19 @@ def test_invalid_port_exits_2_with_a_clear_message(
     assert not (tmp_path / "vault").exists()  # refused before touching anything
 
 
-@pytest.mark.slow
-def test_serve_on_a_busy_port_fails_and_says_so(tmp_path: Path) -> None:
+def _serve_on_a_busy_port(**env: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``memvault serve`` on a port another socket listens on; what it did, and the port."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = run(
-            [str(MEMVAULT), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            clean_env(MEMVAULT_ROOT=str(tmp_path / "vault")),
-            timeout=60,
-        )
+        cmd = [str(MEMVAULT), "serve", "--host", "127.0.0.1", "--port", str(port)]
+        return run(cmd, clean_env(**env), timeout=60), port
+
+
+@pytest.mark.slow
+def test_serve_on_a_busy_port_fails_and_says_so(tmp_path: Path) -> None:
+    result, port = _serve_on_a_busy_port(MEMVAULT_ROOT=str(tmp_path / "vault"))
     assert result.returncode == 1
     assert "serving" not in result.stdout  # bound before announcing (issue 13)
     assert (
@@ -417,15 +419,7 @@ def test_a_restart_on_a_busy_port_fails_and_says_so(tmp_path: Path) -> None:
     """The early load of a restart ends with the server that could not listen."""
     root = tmp_path / "vault"
     asyncio.run(_snapshotted(root, "alice", 600))
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        result = run(
-            [str(MEMVAULT), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            clean_env(MEMVAULT_ROOT=str(root), MEMVAULT_EMBEDDER="hash"),
-            timeout=60,
-        )
+    result, port = _serve_on_a_busy_port(MEMVAULT_ROOT=str(root), MEMVAULT_EMBEDDER="hash")
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}: another program" in result.stderr
     assert "Traceback" not in result.stderr and "serving" not in result.stdout

@@ -77,13 +77,8 @@ def _note(folder: Path, name: str, body: str) -> None:
     (folder / name).write_text(f"---\npriority: P1\n---\n# {name[:-3]}\n\n{body}\n", encoding="utf-8")
 
 
-async def test_a_load_begun_while_the_server_starts_misses_no_edit_made_meanwhile(
-    make_settings: Callable[..., Settings], vault_root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """serve begins a restart's load before its imports end (``begin``); an edit made after that
-    load read the folder and before the server started still reaches the index: the watcher ran
-    before the load began."""
-    monkeypatch.setattr("memvault.load.snapshot.MIN_MEMORIES", 0)  # a restart from the snapshot
+async def _saved_vault(vault_root: Path, make_settings: Callable[..., Settings]) -> Path:
+    """alice's folder of 20 notes, loaded once and closed: its snapshot written, as before a restart."""
     folder = vault_root / "alice"
     folder.mkdir()
     for i in range(20):
@@ -92,6 +87,17 @@ async def test_a_load_begun_while_the_server_starts_misses_no_edit_made_meanwhil
     await first.store.state("alice")
     await first.close()  # writes the snapshot
     assert (folder / ".memvault" / "snapshot.npz").is_file()
+    return folder
+
+
+async def test_a_load_begun_while_the_server_starts_misses_no_edit_made_meanwhile(
+    make_settings: Callable[..., Settings], vault_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve begins a restart's load before its imports end (``begin``); an edit made after that
+    load read the folder and before the server started still reaches the index: the watcher ran
+    before the load began."""
+    monkeypatch.setattr("memvault.load.snapshot.MIN_MEMORIES", 0)  # a restart from the snapshot
+    folder = await _saved_vault(vault_root, make_settings)
 
     service = Service(make_settings(embedder="hash"))
     try:
@@ -119,13 +125,7 @@ async def test_what_an_early_load_leaves_to_the_background_runs_without_any_requ
     # The folder compared in a helper process, as for a large vault: the load builds no memory.
     monkeypatch.setattr("memvault.load.processes.HELPER_MIN_BYTES", 0)
     monkeypatch.setattr("memvault.load.processes.usable_cpus", lambda: 2)
-    folder = vault_root / "alice"
-    folder.mkdir()
-    for i in range(20):
-        _note(folder, f"note-{i}.md", f"ordinary words number{i}")
-    first = Service(make_settings(embedder="hash"))
-    await first.store.state("alice")
-    await first.close()
+    await _saved_vault(vault_root, make_settings)
 
     service = Service(make_settings(embedder="hash"))
     try:
