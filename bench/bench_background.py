@@ -496,11 +496,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="memvault-background-"))
     try:
         n_docs = min(max(counts) * args.memories, 20_000)
-        docs = (
-            corpus.locomo_docs(args.locomo, n_docs)
-            if args.locomo
-            else corpus.synthetic_docs(n_docs, args.seed)
-        )
+        docs = corpus.docs(args.locomo, n_docs, args.seed)
         words = [w for d in docs[:2000] for w in d.content.split() if w.isalpha() and len(w) > 5][:5000]
         runs = {agents: run_size(args, versions, agents, docs, words, work) for agents in counts}
         summaries = {

@@ -199,11 +199,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="memvault-calls-"))
     try:
         n_docs = min(args.tokens * args.memories, 20_000)
-        docs = (
-            corpus.locomo_docs(args.locomo, n_docs)
-            if args.locomo
-            else corpus.synthetic_docs(n_docs, args.seed)
-        )
+        docs = corpus.docs(args.locomo, n_docs, args.seed)
         pristine = work / "pristine"
         names = write_tokens(pristine, args.tokens, docs, args.memories, args.seed)
         words = [w for d in docs[:2000] for w in d.content.split() if w.isalpha() and len(w) > 5][:5000]

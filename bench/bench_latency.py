@@ -200,11 +200,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="memvault-latency-"))
     floor = server = None
     try:
-        docs = (
-            corpus.locomo_docs(args.locomo, args.memories)
-            if args.locomo
-            else corpus.synthetic_docs(args.memories, args.seed)
-        )
+        docs = corpus.docs(args.locomo, args.memories, args.seed)
         root = work / "vault"
         names = write_tokens(root, 1, docs, args.memories, args.seed)[0]
         queries = [q for qs in corpus.pick_queries(docs, 100, args.seed).values() for q in qs]

@@ -543,11 +543,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="memvault-load-"))
     try:
         n_docs = min(args.tokens * args.memories, 20_000)
-        docs = (
-            corpus.locomo_docs(args.locomo, n_docs)
-            if args.locomo
-            else corpus.synthetic_docs(n_docs, args.seed)
-        )
+        docs = corpus.docs(args.locomo, n_docs, args.seed)
         root = work / "vault"
         t0 = time.monotonic()
         names = write_tokens(root, args.tokens, docs, args.memories, args.seed)

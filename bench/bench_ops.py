@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -121,36 +119,10 @@ def main() -> int:
     command = [sys.executable, __file__, "--worker", "x", "x"]  # x: the folders, unused by a worker
     command += ["--locomo", str(args.locomo.resolve())] if args.locomo else []
     command += ["--writes"] if args.writes else []
-    processes = [
-        subprocess.Popen(
-            command,
-            env={**os.environ, "PYTHONPATH": str(side)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=tempfile.gettempdir(),  # not the repository: PYTHONPATH alone decides the package
-        )
-        for side in sides
-    ]
-    results: list[dict[str, list[float]]] = [{}, {}]
-    try:
-        for process in processes:
-            assert process.stdin is not None and process.stdout is not None
-            if process.stdout.readline().strip() != "ready":
-                raise SystemExit("a worker did not start (see its error above)")
-        for _ in range(args.rounds):
-            for process, result in zip(processes, results, strict=True):
-                assert process.stdin is not None and process.stdout is not None
-                process.stdin.write("go\n")
-                process.stdin.flush()
-                for item in process.stdout.readline().strip().split("\t"):
-                    name, value = item.split("=")
-                    result.setdefault(name, []).append(float(value))
-    finally:
-        for process in processes:
-            if process.stdin is not None:
-                process.stdin.close()
-            process.wait(60)
+    sys.path.insert(0, str(HERE))
+    import workers
+
+    results = workers.rounds(command, sides, args.rounds)
     print(f"CPU ms per operation (calling thread), {args.rounds} rounds in turns")
     print(f"old: {sides[0].name}, new: {sides[1].name}")
     print("| operation | old min | old median | new min | new median | new / old (median of rounds) |")

@@ -77,11 +77,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     if not args.vault.exists():
-        docs = (
-            corpus.locomo_docs(args.locomo, args.memories)
-            if args.locomo
-            else corpus.synthetic_docs(args.memories, 1)
-        )
+        docs = corpus.docs(args.locomo, args.memories, 1)
         corpus.write_vault(args.vault, docs, seed=1)
     files = files_of(args.vault)
     versions: dict[str, Parse] = {

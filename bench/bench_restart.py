@@ -208,11 +208,7 @@ async def main_async(args: argparse.Namespace) -> int:
     folder = base / "vault" / TOKEN
     logs = base / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    docs = (
-        corpus.locomo_docs(args.locomo, args.memories)
-        if args.locomo
-        else corpus.synthetic_docs(args.memories, args.seed)
-    )
+    docs = corpus.docs(args.locomo, args.memories, args.seed)
     if not folder.is_dir():
         print(f"writing a vault of {len(docs):,} memories", file=sys.stderr, flush=True)
         corpus.write_vault(folder, docs, args.seed)

@@ -1141,11 +1141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     SERVER_TOOLS = args.tools
     PY_SPY_HELPERS = args.py_spy_helpers
     start = time.perf_counter()
-    docs = (
-        corpus.locomo_docs(args.locomo, args.memories)
-        if args.locomo
-        else corpus.synthetic_docs(args.memories, args.seed)
-    )
+    docs = corpus.docs(args.locomo, args.memories, args.seed)
     root = Path(tempfile.mkdtemp(prefix="memvault-scale-", dir=args.dir))
     try:
         corpus.write_vault(root / "vault" / TOKEN, docs, args.seed)

@@ -92,11 +92,7 @@ def main() -> int:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="memvault-sweep-"))
     try:
-        docs = (
-            corpus.locomo_docs(args.locomo, args.memories)
-            if args.locomo
-            else corpus.synthetic_docs(args.memories, args.seed)
-        )
+        docs = corpus.docs(args.locomo, args.memories, args.seed)
         write_old_vault(work / "vault" / TOKEN, docs, args.seed)
         words = [w for d in docs[:2000] for w in d.content.split() if w.isalpha() and len(w) > 5][:2000]
         result = asyncio.run(run(work / "vault", words, args.limit))

@@ -25,7 +25,6 @@ import os
 import pstats
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -175,34 +174,10 @@ def main() -> int:
     ]
     command += ["--pace", str(args.pace), "--embedder", args.embedder]
     command += ["--locomo", str(args.locomo)] if args.locomo else []
-    workers = [
-        subprocess.Popen(
-            command,
-            env={**os.environ, "PYTHONPATH": str(side.resolve())},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=tempfile.gettempdir(),  # not the repository: PYTHONPATH alone decides the package
-        )
-        for side in args.sides
-    ]
-    results: list[dict[str, list[float]]] = [{} for _ in workers]
-    for process in workers:
-        assert process.stdout is not None
-        if process.stdout.readline().strip() != "ready":
-            raise SystemExit("a worker did not start (see its error above)")
-    for _ in range(args.rounds):
-        for process, result in zip(workers, results, strict=True):
-            assert process.stdin is not None and process.stdout is not None
-            process.stdin.write("go\n")
-            process.stdin.flush()
-            for item in process.stdout.readline().strip().split("\t"):
-                name, value = item.split("=")
-                result.setdefault(name, []).append(float(value))
-    for process in workers:
-        assert process.stdin is not None
-        process.stdin.close()
-        process.wait(60)
+    sys.path.insert(0, str(HERE))
+    import workers
+
+    results = workers.rounds(command, list(args.sides), args.rounds)
     print(
         f"CPU ms per call (wall: median ms), medians of {args.rounds} rounds in turns, "
         f"load {os.getloadavg()[0]:.1f}"

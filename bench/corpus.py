@@ -125,6 +125,11 @@ def synthetic_docs(n: int, seed: int) -> list[Doc]:
     return docs
 
 
+def docs(locomo: Path | None, n: int, seed: int) -> list[Doc]:
+    """``n`` documents: LoCoMo turns from ``locomo`` (a folder or a file) if given, else synthetic prose."""
+    return locomo_docs(locomo, n) if locomo else synthetic_docs(n, seed)
+
+
 def write_vault(folder: Path, docs: Sequence[Doc], seed: int) -> None:
     """Files in mem-mcp's format, mostly P1, created in the last 60 days, accessed today."""
     rng = random.Random(seed + 1)
