@@ -135,6 +135,15 @@ def _hand_write(folder, name, body):
     (folder / name).write_text(f"---\npriority: P1\n---\n# {name[:-3]}\n\n{body}\n", encoding="utf-8")
 
 
+def _with_archived(make_settings, vault_root):
+    """A service, and its store, over token alice with one memory in its archive: old.md."""
+    folder = vault_root / "alice" / "archive"
+    folder.mkdir(parents=True)
+    _hand_write(folder, "old.md", "archived words")
+    service = Service(make_settings())
+    return service, service.store
+
+
 async def _alice_snapshotted(make_settings, vault_root, monkeypatch):
     """Token alice with 30 hand-written memories, loaded once and closed: its snapshot written."""
     monkeypatch.setattr("memvault.load.snapshot.MIN_MEMORIES", 0)
@@ -292,11 +301,7 @@ async def _found_by_reading_every_file(make_settings, query: str, expected: str)
 
 
 async def test_restore_accepts_the_archive_path_as_seen_in_the_folder(make_settings, vault_root):
-    folder = vault_root / "alice" / "archive"
-    folder.mkdir(parents=True)
-    _hand_write(folder, "old.md", "archived words")
-    service = Service(make_settings())
-    store = service.store
+    service, store = _with_archived(make_settings, vault_root)
     try:
         assert await store.restore("alice", "archive/old.md") == "old.md"
         assert (vault_root / "alice" / "old.md").is_file()
@@ -307,11 +312,7 @@ async def test_restore_accepts_the_archive_path_as_seen_in_the_folder(make_setti
 async def test_an_update_of_an_archived_or_missing_memory_says_which(make_settings, vault_root):
     from memvault.errors import NotFound
 
-    folder = vault_root / "alice" / "archive"
-    folder.mkdir(parents=True)
-    _hand_write(folder, "old.md", "archived words")
-    service = Service(make_settings())
-    store = service.store
+    service, store = _with_archived(make_settings, vault_root)
     try:
         for _ in range(2):  # before and after the token's sidecar is open
             with pytest.raises(NotFound) as archived:
