@@ -28,7 +28,7 @@ from memvault.search.indexarrays import (
     uint32s,
 )
 from memvault.search.lexicon import Lexicon
-from memvault.search.order import stable_order, top
+from memvault.search.order import stable_order
 from memvault.search.text import STOP_WORDS, name_text, normalize_title, terms_of
 
 __all__ = ["DOC_LIMIT", "F_NAME", "F_TAG", "F_TITLE", "TF_MAX", "Hit", "Index", "name_text"]
@@ -336,12 +336,12 @@ class Index:
         ranking = self._rank(query, limit)
         if ranking is None:
             return [], 0
-        ranked, total, matched_all, count = ranking
+        ranked, scores, matched_all, count = ranking
         hits = []
-        for docno in ranked:
+        for docno, score, all_terms in zip(ranked, scores.tolist(), matched_all.tolist(), strict=True):
             doc_id = self._ids_by_no[docno]
             assert doc_id is not None
-            hits.append(Hit(doc_id, float(total[docno]), bool(matched_all[docno])))
+            hits.append(Hit(doc_id, score, all_terms))
         return hits, count
 
     def scores(
@@ -358,9 +358,9 @@ class Index:
         ranking = self._rank(query, limit)
         if ranking is None:
             return [], np.zeros(0, dtype=np.float32)
-        ranked, total, _, _ = ranking
+        ranked, scores, _, _ = ranking
         ids = self._ids_by_no
-        return [cast("str", ids[docno]) for docno in ranked], total[ranked]
+        return [cast("str", ids[docno]) for docno in ranked], scores
 
     def _any_term(self, query: str, limit: int | None, near: str) -> tuple[list[str], _FloatArray]:
         terms = list(dict.fromkeys(terms_of(query)))
@@ -368,22 +368,31 @@ class Index:
         terms = (content or terms)[:_MAX_QUERY_TERMS]
         if not terms or not self._docno:
             return [], np.zeros(0, dtype=np.float32)
-        self._flush_postings()
-        ndocs = len(self._ids_by_no)
-        avgdl = max(self._total_len / len(self._docno), 1.0)
-        norm = _K1 * (1.0 - _B + _B * self._dl[:ndocs] / np.float32(avgdl))
-        total, matched = _term_scores(
-            self._lexicon, self._postings, terms, ndocs, len(self._docno), norm, fields=False, near=near
-        )
-        docs = np.flatnonzero(matched)
-        ranked = top(docs, total.astype(np.float64), len(docs) if limit is None else limit)
+        docs, total, _ = self._scored(terms, fields=False, near=near)
+        best = _best(docs, total.astype(np.float64), len(docs) if limit is None else limit)
         ids = self._ids_by_no
-        return [cast("str", ids[docno]) for docno in ranked], total[ranked]
+        return [cast("str", ids[docno]) for docno in docs[best].tolist()], total[best]
+
+    def _scored(
+        self, terms: list[str], *, fields: bool = True, near: str = NEAR_ALL
+    ) -> tuple[npt.NDArray[np.intp], _FloatArray, npt.NDArray[np.int16]]:
+        """The docnos that match any of ``terms``, ascending, with their scores and how many
+        terms each matches (see :func:`_term_scores`)."""
+        self._flush_postings()
+        ndocs, n_live = len(self._ids_by_no), len(self._docno)
+        avgdl = max(self._total_len / n_live, 1.0)
+        docs, total, matched = _term_scores(
+            self._lexicon, self._postings, terms, n_live, self._dl[:ndocs], avgdl, fields=fields, near=near
+        )
+        hit = matched > 0  # a posting may score 0: a title-only match without the field boosts
+        if hit.all():
+            return docs, total, matched
+        return docs[hit], total[hit], matched[hit]
 
     def _rank(
         self, query: str, limit: int | None
     ) -> tuple[list[int], _FloatArray, npt.NDArray[np.bool_], int] | None:
-        """(docnos best first, each docno's score, whether it matched every term, how many
+        """(docnos best first, their scores, whether each matched every term, how many
         documents match); None when nothing can match."""
         terms = list(dict.fromkeys(terms_of(query)))
         content = [t for t in terms if t not in STOP_WORDS]
@@ -392,44 +401,38 @@ class Index:
         del terms[_MAX_QUERY_TERMS:]  # a pasted document is not a query; bound the work
         if not terms or not self._docno:
             return None
-        self._flush_postings()
-
-        ndocs = len(self._ids_by_no)
-        n_live = len(self._docno)
-        avgdl = max(self._total_len / n_live, 1.0)
-        # BM25 length normalisation per docno, shared by all terms of this query.
-        norm = _K1 * (1.0 - _B + _B * self._dl[:ndocs] / np.float32(avgdl))
-        total, matched = _term_scores(self._lexicon, self._postings, terms, ndocs, n_live, norm)
-
-        nterms = len(terms)
-        any_docs = np.flatnonzero(matched)
-        if any_docs.size == 0:
+        # Only the documents some term matches are scored: positions below are into ``docs``.
+        docs, total, matched = self._scored(terms)
+        if docs.size == 0:
             return None
-        all_docs = np.flatnonzero(matched == nterms)
-        if all_docs.size:
-            chosen = all_docs
+        every = matched == len(terms)
+        all_at = np.flatnonzero(every)
+        if all_at.size:
+            chosen = all_at
             key = total.astype(np.float64)
         else:
-            chosen = any_docs
+            chosen = np.arange(docs.size)
             # More matched terms first, then score: count * (max score + 1) + score.
             key = matched.astype(np.float64) * (float(total.max()) + 1.0) + total
 
-        near = self._near_titles(query, any_docs, key)
+        near = self._near_titles(query, docs, key)
         near_set = set(near)
-        extra = sum(1 for docno in near if matched[docno] != nterms) if all_docs.size else 0
+        extra = sum(1 for at in near if not every[at]) if all_at.size else 0
         count = int(chosen.size) + extra
 
         want = count if limit is None else max(0, min(limit, count))
         ranked = near[:want]
         rest = want - len(ranked)
         if rest > 0:
-            ranked += [d for d in top(chosen, key, rest + len(near)) if d not in near_set][:rest]
-        return ranked, total, matched == nterms, count
+            best = chosen[_best(docs[chosen], key[chosen], rest + len(near))].tolist()
+            ranked += [at for at in best if at not in near_set][:rest]
+        return docs[ranked].tolist(), total[ranked], every[ranked], count
 
     def _near_titles(
         self, query: str, candidates: npt.NDArray[np.intp], key: npt.NDArray[np.float64]
     ) -> list[int]:
-        """Docnos among the best candidates whose whole title is nearly the query, best first."""
+        """Positions in ``candidates`` (docnos, ascending; ``key``: theirs) of the best ones whose
+        whole title is nearly the query, best first."""
         wanted = normalize_title(query)
         if not wanted:
             return []
@@ -444,83 +447,123 @@ class Index:
         low, high = size * (1 - slack) / (1 + slack) * 0.999, size * (1 + slack) / (1 - slack) * 1.001
         if not ((lengths >= low) & (lengths <= high)).any():
             return []
-        pool = top(candidates, key, _TITLE_POOL)
+        pool = _best(candidates, key, _TITLE_POOL)
         near = [
-            docno
-            for docno, length in zip(pool, self._title_len[pool].tolist(), strict=True)
+            at
+            for at, length in zip(pool.tolist(), lengths[pool].tolist(), strict=True)
             if length and abs(length - size) <= slack * (length + size)
         ]
         if not near:
             return []
         stored = self._stored_titles
-        titles = stored.take(near) if stored is not None else [self._titles[d] for d in near]
+        docnos = candidates[near].tolist()
+        titles = stored.take(docnos) if stored is not None else [self._titles[d] for d in docnos]
         # Each scorer over all of them in one call: a call per title cost more than the scoring.
         similarity: dict[int, float] = {}
         for scorer in (fuzz.ratio, fuzz.token_sort_ratio):
             found = process.extract(wanted, titles, scorer=scorer, score_cutoff=_TITLE_SIMILARITY, limit=None)
             for _, score, i in found:
                 similarity[i] = max(score, similarity.get(i, 0.0))
-        scored = sorted((-score, -float(key[near[i]]), near[i]) for i, score in similarity.items())
-        return [docno for _, _, docno in scored]
+        scored = sorted((-score, -float(key[near[i]]), docnos[i], near[i]) for i, score in similarity.items())
+        return [at for _, _, _, at in scored]
 
 
 def _term_scores(
     lexicon: Lexicon,
     postings: list[array[int]],
     terms: list[str],
-    ndocs: int,
     n_live: int,
-    norm: _FloatArray,
+    dl: _FloatArray,
+    avgdl: float,
     fields: bool = True,
     near: str = NEAR_ALL,
-) -> tuple[_FloatArray, npt.NDArray[np.int16]]:
-    """Per docno: the sum over the query terms of each term's score (its best matching
+) -> tuple[npt.NDArray[np.intp], _FloatArray, npt.NDArray[np.int16]]:
+    """The docnos in the postings of the vocabulary terms that match the query ``terms``
+    (ascending), and for each the sum over the query terms of each term's score (its best matching
     vocabulary term's), and how many terms match it; ``fields``: a term in the title, name or tags
-    earns its boost. The postings of all terms are scored in
-    one pass: a pass per term cost more in numpy's per-call overhead than in arithmetic on the
-    thousand-memory tokens agents mostly have."""
-    total = np.zeros(ndocs, dtype=np.float32)
-    matched = np.zeros(ndocs, dtype=np.int16)
+    earns its boost. ``dl``: body lengths by docno. The postings of all terms are scored in one
+    pass: a pass per term cost more in numpy's per-call overhead than in arithmetic on the
+    thousand-memory tokens agents mostly have; only the documents they hold are scored (a
+    query's terms mostly match a few dozen of a large token's memories)."""
+    lists: list[array[int]] = []
+    weights: list[float] = []
+    owners: list[int] = []
+    for i, term in enumerate(terms):
+        for tid, weight in _matches(lexicon, term, near):
+            lists.append(postings[tid])
+            weights.append(weight)
+            owners.append(i)
+    if not lists:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int16)
+    sizes = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    # idf (BM25, always > 0) times the match-kind weight, repeated over each list's postings.
+    idf = np.log1p((n_live - sizes + 0.5) / (sizes + 0.5))
+    factor = np.repeat((idf * np.array(weights)).astype(np.float32), sizes)
+    # concatenate copies, so no numpy view keeps exporting an array('I') buffer (which
+    # would stop the array from growing later).
+    packed = np.concatenate([np.frombuffer(p, dtype=np.uint32) for p in lists])
+    docs, column = _distinct_inverse(packed >> 8, len(dl))
+    ncols = len(docs)
+    # BM25 length normalisation of the matched documents, shared by all terms of this query.
+    norm = _K1 * (1.0 - _B + _B * dl[docs] / np.float32(avgdl))
+    tf = ((packed >> 3) & TF_MAX).astype(np.float32)
+    score = tf * np.float32(_K1 + 1.0) / (tf + norm[column])
+    if fields:
+        where = packed & 7
+        score += np.where(where & F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
+        score += np.where(where & (F_NAME | F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
+    score *= factor
+    total = np.zeros(ncols, dtype=np.float32)
+    matched = np.zeros(ncols, dtype=np.int16)
+    owner = np.array(owners, dtype=np.int64)
+    ends = np.cumsum(sizes)  # each list's postings end here in ``packed``
     # Rows of at most _SCORE_CELLS cells: a long query over a large token stays a few MB.
-    step = max(1, _SCORE_CELLS // max(ndocs, 1))
+    step = max(1, _SCORE_CELLS // max(ncols, 1))
     for first in range(0, len(terms), step):
-        chunk = terms[first : first + step]
-        lists: list[array[int]] = []
-        weights: list[float] = []
-        owners: list[int] = []
-        for i, term in enumerate(chunk):
-            for tid, weight in _matches(lexicon, term, near):
-                lists.append(postings[tid])
-                weights.append(weight)
-                owners.append(i)
-        if not lists:
+        nrows = min(step, len(terms) - first)
+        in_chunk = np.flatnonzero((owner >= first) & (owner < first + nrows))
+        if not in_chunk.size:
             continue
-        sizes = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-        # idf (BM25, always > 0) times the match-kind weight, repeated over each list's postings.
-        idf = np.log1p((n_live - sizes + 0.5) / (sizes + 0.5))
-        factor = np.repeat((idf * np.array(weights)).astype(np.float32), sizes)
-        # concatenate copies, so no numpy view keeps exporting an array('I') buffer (which
-        # would stop the array from growing later).
-        packed = np.concatenate([np.frombuffer(p, dtype=np.uint32) for p in lists])
-        docs = packed >> 8
-        tf = ((packed >> 3) & TF_MAX).astype(np.float32)
-        score = tf * np.float32(_K1 + 1.0) / (tf + norm[docs])
-        if fields:
-            where = packed & 7
-            score += np.where(where & F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
-            score += np.where(where & (F_NAME | F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
-        score *= factor
-        # Each (term, docno) cell keeps the best way the doc matches that term.
-        best = np.zeros(len(chunk) * ndocs, dtype=np.float32)
-        cells = docs if len(chunk) == 1 else np.repeat(np.array(owners, dtype=np.int64) * ndocs, sizes) + docs
-        if len(lists) == len(set(owners)):
-            best[cells] = score  # one list per term: docnos are unique within a list
+        lo, hi = int(ends[in_chunk[0]] - sizes[in_chunk[0]]), int(ends[in_chunk[-1]])
+        # Each (term, document) cell keeps the best way the doc matches that term.
+        best = np.zeros(nrows * ncols, dtype=np.float32)
+        cells = np.repeat((owner[in_chunk] - first) * ncols, sizes[in_chunk]) + column[lo:hi]
+        if in_chunk.size == len(set(owner[in_chunk].tolist())):
+            best[cells] = score[lo:hi]  # one list per term: docnos are unique within a list
         else:
-            np.maximum.at(best, cells, score)
-        for row in best.reshape(len(chunk), ndocs):  # term by term, in query order, as ever
+            np.maximum.at(best, cells, score[lo:hi])
+        for row in best.reshape(nrows, ncols):  # term by term, in query order, as ever
             total += row
             matched += row > 0
-    return total, matched
+    return docs, total, matched
+
+
+def _distinct_inverse(
+    values: npt.NDArray[np.uint32], bound: int
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """``values`` (each below ``bound``) sorted, each once, and where each value is in that:
+    np.unique's with ``return_inverse``, by a sort for a few values, by a table of ``bound``
+    places for many (where sorting cost more)."""
+    if values.size * 32 < bound:
+        docs, column = np.unique(values, return_inverse=True)
+        return docs.astype(np.intp), column.reshape(-1).astype(np.intp)
+    seen = np.zeros(bound, dtype=bool)
+    seen[values] = True
+    docs = np.flatnonzero(seen)
+    at = np.empty(bound, dtype=np.intp)
+    at[docs] = np.arange(docs.size)
+    return docs, at[values]
+
+
+def _best(docs: npt.NDArray[np.intp], values: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.intp]:
+    """Positions of the ``k`` highest of ``values`` (those of ``docs``), best first (ties: lower
+    docno): :func:`top` of docnos with their keys given, not looked up."""
+    if k <= 0 or docs.size == 0:
+        return np.zeros(0, dtype=np.intp)
+    if k >= docs.size:
+        return np.lexsort((docs, -values))
+    part = np.argpartition(-values, k - 1)[:k]
+    return part[np.lexsort((docs[part], -values[part]))]
 
 
 def _matches(lexicon: Lexicon, term: str, near: str) -> list[tuple[int, float]]:
