@@ -45,7 +45,7 @@ _NAME_TAG_BOOST = 1.5
 _TITLE_SIMILARITY = 90.0  # whole-title similarity (0-100) that puts a memory first
 _TITLE_POOL = 64  # best-scoring candidates whose titles are compared with the query
 _MAX_QUERY_TERMS = 64
-_SCORE_CELLS = 1 << 20  # (term, document) cells a query scores at once
+_TABLE_AT_MOST = 1 << 14  # docnos up to which a query's matched ones are found by a table, not a sort
 
 _FLUSH_AT = 1 << 20  # queued postings appended once this many are waiting
 
@@ -487,13 +487,17 @@ def _term_scores(
     query's terms mostly match a few dozen of a large token's memories)."""
     lists: list[array[int]] = []
     weights: list[float] = []
-    owners: list[int] = []
-    for i, term in enumerate(terms):
-        for tid, weight in _matches(lexicon, term, near):
+    spans: list[tuple[int, int, int]] = []  # per term: its postings' first, their end, its lists
+    end = 0
+    for term in terms:
+        found = _matches(lexicon, term, near)
+        start = end
+        for tid, weight in found:
             lists.append(postings[tid])
             weights.append(weight)
-            owners.append(i)
-    if not lists:
+            end += len(postings[tid])
+        spans.append((start, end, len(found)))
+    if not end:
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int16)
     sizes = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
     # idf (BM25, always > 0) times the match-kind weight, repeated over each list's postings.
@@ -503,7 +507,6 @@ def _term_scores(
     # would stop the array from growing later).
     packed = np.concatenate([np.frombuffer(p, dtype=np.uint32) for p in lists])
     docs, column = _distinct_inverse(packed >> 8, len(dl))
-    ncols = len(docs)
     # BM25 length normalisation of the matched documents, shared by all terms of this query.
     norm = _K1 * (1.0 - _B + _B * dl[docs] / np.float32(avgdl))
     tf = ((packed >> 3) & TF_MAX).astype(np.float32)
@@ -513,26 +516,18 @@ def _term_scores(
         score += np.where(where & F_TITLE, np.float32(_TITLE_BOOST), np.float32(0.0))
         score += np.where(where & (F_NAME | F_TAG), np.float32(_NAME_TAG_BOOST), np.float32(0.0))
     score *= factor
-    total = np.zeros(ncols, dtype=np.float32)
-    matched = np.zeros(ncols, dtype=np.int16)
-    owner = np.array(owners, dtype=np.int64)
-    ends = np.cumsum(sizes)  # each list's postings end here in ``packed``
-    # Rows of at most _SCORE_CELLS cells: a long query over a large token stays a few MB.
-    step = max(1, _SCORE_CELLS // max(ncols, 1))
-    for first in range(0, len(terms), step):
-        nrows = min(step, len(terms) - first)
-        in_chunk = np.flatnonzero((owner >= first) & (owner < first + nrows))
-        if not in_chunk.size:
+    total = np.zeros(len(docs), dtype=np.float32)
+    matched = np.zeros(len(docs), dtype=np.int16)
+    for start, end, count in spans:  # term by term, in query order, as ever (adding 0 changes nothing)
+        if start == end:
             continue
-        lo, hi = int(ends[in_chunk[0]] - sizes[in_chunk[0]]), int(ends[in_chunk[-1]])
-        # Each (term, document) cell keeps the best way the doc matches that term.
-        best = np.zeros(nrows * ncols, dtype=np.float32)
-        cells = np.repeat((owner[in_chunk] - first) * ncols, sizes[in_chunk]) + column[lo:hi]
-        if in_chunk.size == len(set(owner[in_chunk].tolist())):
-            best[cells] = score[lo:hi]  # one list per term: docnos are unique within a list
-        else:
-            np.maximum.at(best, cells, score[lo:hi])
-        for row in best.reshape(nrows, ncols):  # term by term, in query order, as ever
+        at, part = column[start:end], score[start:end]
+        if count == 1:  # a list holds each document once
+            total[at] += part
+            matched[at] += part > 0
+        else:  # each document by the best way it matches the term
+            row = np.zeros(len(docs), dtype=np.float32)
+            np.maximum.at(row, at, part)
             total += row
             matched += row > 0
     return docs, total, matched
@@ -542,9 +537,9 @@ def _distinct_inverse(
     values: npt.NDArray[np.uint32], bound: int
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """``values`` (each below ``bound``) sorted, each once, and where each value is in that:
-    np.unique's with ``return_inverse``, by a sort for a few values, by a table of ``bound``
-    places for many (where sorting cost more)."""
-    if values.size * 32 < bound:
+    np.unique's with ``return_inverse``, by a sort, or by a table of ``bound`` places when that
+    is small or the values many (it cost less there, and more than the sort on a large token)."""
+    if bound > _TABLE_AT_MOST and values.size * 8 < bound:
         docs, column = np.unique(values, return_inverse=True)
         return docs.astype(np.intp), column.reshape(-1).astype(np.intp)
     seen = np.zeros(bound, dtype=bool)

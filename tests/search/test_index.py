@@ -498,25 +498,6 @@ def test_memories_stay_searchable_across_batched_posting_flushes(monkeypatch: py
     assert sorted(found(ix, "replaced")) == sorted(f"n{i}.md" for i in range(0, 40, 3))
 
 
-def test_terms_scored_a_few_at_a_time_rank_as_all_at_once(
-    index: Index, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A long query over a large token is scored in slices of terms (bounded memory); the sums
-    # and the matched-term counts must not depend on where the slices fall.
-    queries = [
-        "postgres migration staging",
-        "migraton kubernets alice rust",  # typos: several vocabulary terms per query term
-        "deploy bread unknownword starter",  # one term matches nothing
-        "sta mig bre",  # prefixes
-    ]
-    whole = [[(h.id, h.score, h.matched_all) for h in index.search(q)[0]] for q in queries]
-    counts = [index.search(q)[1] for q in queries]
-    assert all(whole[:2]) and any(not h[2] for h in whole[2])
-    monkeypatch.setattr("memvault.search.index._SCORE_CELLS", 1)  # one term a slice
-    assert [[(h.id, h.score, h.matched_all) for h in index.search(q)[0]] for q in queries] == whole
-    assert [index.search(q)[1] for q in queries] == counts
-
-
 def _results(ix: Index, queries: list[str]) -> list[list[tuple[str, float, bool]]]:
     return [[(h.id, round(h.score, 6), h.matched_all) for h in ix.search(q)[0]] for q in queries]
 

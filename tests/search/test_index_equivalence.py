@@ -3,13 +3,10 @@ bit: the same hits in the same order, the same float32 scores, the same counts."
 
 from __future__ import annotations
 
-from unittest import mock
-
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-import memvault.search.index as index_module
 from memvault.search.index import NEAR_MODES, Index
 from tests.search.index_reference import ReferenceIndex
 from tests.strategies import PROPS
@@ -84,17 +81,15 @@ def check(new: Index, old: Index, query: str, limit: int | None) -> None:
     filler=st.sampled_from([0, 3, 400]),
     asked=st.lists(queries, min_size=1, max_size=5),
     limit=st.one_of(st.none(), st.integers(0, 12)),
-    cells=st.sampled_from([None, 1, 7]),
 )
 def test_scoring_equals_the_old_dense_scoring(
-    plan: list[object], filler: int, asked: list[str], limit: int | None, cells: int | None
+    plan: list[object], filler: int, asked: list[str], limit: int | None
 ) -> None:
     new, old = build(Index, plan, filler), build(ReferenceIndex, plan, filler)
     titles = [step[1] for step in plan if not isinstance(step, int)]  # type: ignore[index]
-    with mock.patch.object(index_module, "_SCORE_CELLS", cells or index_module._SCORE_CELLS):
-        for query in [*asked, *titles[:3]]:
-            check(new, old, query, limit)
-            check(new, old, f"{query} {query}", limit)  # every term twice
+    for query in [*asked, *titles[:3]]:
+        check(new, old, query, limit)
+        check(new, old, f"{query} {query}", limit)  # every term twice
 
 
 def test_scoring_equals_the_old_on_a_larger_vault() -> None:
