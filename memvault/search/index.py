@@ -534,14 +534,14 @@ def _term_scores(
 
 
 def _distinct_inverse(
-    values: npt.NDArray[np.uint32], bound: int
+    values: npt.NDArray[np.integer[Any]], bound: int
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """``values`` (each below ``bound``) sorted, each once, and where each value is in that:
     np.unique's with ``return_inverse``, by a sort, or by a table of ``bound`` places when that
     is small or the values many (it cost less there, and more than the sort on a large token)."""
     if bound > _TABLE_AT_MOST and values.size * 8 < bound:
-        docs, column = np.unique(values, return_inverse=True)
-        return docs.astype(np.intp), column.reshape(-1).astype(np.intp)
+        distinct, column = np.unique(values, return_inverse=True)
+        return distinct.astype(np.intp), column.reshape(-1).astype(np.intp)
     seen = np.zeros(bound, dtype=bool)
     seen[values] = True
     docs = np.flatnonzero(seen)
