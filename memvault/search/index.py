@@ -376,8 +376,7 @@ class Index:
     def _scored(
         self, terms: list[str], *, fields: bool = True, near: str = NEAR_ALL
     ) -> tuple[npt.NDArray[np.intp], _FloatArray, npt.NDArray[np.int16]]:
-        """The docnos that match any of ``terms``, ascending, with their scores and how many
-        terms each matches (see :func:`_term_scores`)."""
+        """Docnos matching any of ``terms`` (ascending), their scores, terms matched (_term_scores)."""
         self._flush_postings()
         ndocs, n_live = len(self._ids_by_no), len(self._docno)
         avgdl = max(self._total_len / n_live, 1.0)
