@@ -28,7 +28,7 @@ from memvault.search.indexarrays import (
     uint32s,
 )
 from memvault.search.lexicon import Lexicon
-from memvault.search.order import stable_order
+from memvault.search.order import best, stable_order
 from memvault.search.text import STOP_WORDS, name_text, normalize_title, terms_of
 
 __all__ = ["DOC_LIMIT", "F_NAME", "F_TAG", "F_TITLE", "TF_MAX", "Hit", "Index", "name_text"]
@@ -369,9 +369,9 @@ class Index:
         if not terms or not self._docno:
             return [], np.zeros(0, dtype=np.float32)
         docs, total, _ = self._scored(terms, fields=False, near=near)
-        best = _best(docs, total.astype(np.float64), len(docs) if limit is None else limit)
+        kept = best(docs, total.astype(np.float64), len(docs) if limit is None else limit)
         ids = self._ids_by_no
-        return [cast("str", ids[docno]) for docno in docs[best].tolist()], total[best]
+        return [cast("str", ids[docno]) for docno in docs[kept].tolist()], total[kept]
 
     def _scored(
         self, terms: list[str], *, fields: bool = True, near: str = NEAR_ALL
@@ -423,8 +423,8 @@ class Index:
         ranked = near[:want]
         rest = want - len(ranked)
         if rest > 0:
-            best = chosen[_best(docs[chosen], key[chosen], rest + len(near))].tolist()
-            ranked += [at for at in best if at not in near_set][:rest]
+            kept = chosen[best(docs[chosen], key[chosen], rest + len(near))].tolist()
+            ranked += [at for at in kept if at not in near_set][:rest]
         return docs[ranked].tolist(), total[ranked], every[ranked], count
 
     def _near_titles(
@@ -446,7 +446,7 @@ class Index:
         low, high = size * (1 - slack) / (1 + slack) * 0.999, size * (1 + slack) / (1 - slack) * 1.001
         if not ((lengths >= low) & (lengths <= high)).any():
             return []
-        pool = _best(candidates, key, _TITLE_POOL)
+        pool = best(candidates, key, _TITLE_POOL)
         near = [
             at
             for at, length in zip(pool.tolist(), lengths[pool].tolist(), strict=True)
@@ -547,17 +547,6 @@ def _distinct_inverse(
     at = np.empty(bound, dtype=np.intp)
     at[docs] = np.arange(docs.size)
     return docs, at[values]
-
-
-def _best(docs: npt.NDArray[np.intp], values: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.intp]:
-    """Positions of the ``k`` highest of ``values`` (those of ``docs``), best first (ties: lower
-    docno): :func:`top` of docnos with their keys given, not looked up."""
-    if k <= 0 or docs.size == 0:
-        return np.zeros(0, dtype=np.intp)
-    if k >= docs.size:
-        return np.lexsort((docs, -values))
-    part = np.argpartition(-values, k - 1)[:k]
-    return part[np.lexsort((docs[part], -values[part]))]
 
 
 def _matches(lexicon: Lexicon, term: str, near: str) -> list[tuple[int, float]]:

@@ -319,14 +319,12 @@ def stable_order(keys: npt.NDArray[np.uint32]) -> npt.NDArray[np.intp]:
     return low[np.argsort((keys[low] >> 16).astype(np.uint16), kind="stable")]
 
 
-def top(docs: npt.NDArray[np.intp], key: npt.NDArray[np.float64], k: int) -> list[int]:
-    """The ``k`` docnos of ``docs`` with the highest ``key``, best first (ties: lower docno)."""
+def best(docs: npt.NDArray[np.intp], values: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.intp]:
+    """Positions of the ``k`` highest of ``values`` (those of ``docs``), best first (ties: lower
+    docno)."""
     if k <= 0 or docs.size == 0:
-        return []
-    values = key[docs]
-    if k < docs.size:
-        part = np.argpartition(-values, k - 1)[:k]
-        docs, values = docs[part], values[part]
-    order = np.lexsort((docs, -values))
-    result: list[int] = docs[order].tolist()
-    return result
+        return np.zeros(0, dtype=np.intp)
+    if k >= docs.size:
+        return np.lexsort((docs, -values))
+    part = np.argpartition(-values, k - 1)[:k]
+    return part[np.lexsort((docs[part], -values[part]))]

@@ -17,7 +17,6 @@ from rapidfuzz import fuzz, process
 from memvault.search.index import NEAR_ALL, Hit, Index, _matches
 from memvault.search.indexarrays import F_NAME, F_TAG, F_TITLE, TF_MAX
 from memvault.search.lexicon import Lexicon
-from memvault.search.order import top
 from memvault.search.text import STOP_WORDS, normalize_title, terms_of
 
 _K1 = 1.2
@@ -230,3 +229,17 @@ def _term_scores(
             total += row
             matched += row > 0
     return total, matched
+
+
+# memvault.search.order.top as it was (order.best returns positions instead).
+def top(docs: npt.NDArray[np.intp], key: npt.NDArray[np.float64], k: int) -> list[int]:
+    """The ``k`` docnos of ``docs`` with the highest ``key``, best first (ties: lower docno)."""
+    if k <= 0 or docs.size == 0:
+        return []
+    values = key[docs]
+    if k < docs.size:
+        part = np.argpartition(-values, k - 1)[:k]
+        docs, values = docs[part], values[part]
+    order = np.lexsort((docs, -values))
+    result: list[int] = docs[order].tolist()
+    return result
