@@ -230,13 +230,11 @@ def move_no_overwrite(src: Path, dst: Path, *, sync: bool = True) -> Path:
 
 
 def numbered_ids(id: str) -> Iterator[str]:
-    """``numbered`` for a relative name: a/b.md, a/b-2.md, a/b-3.md, ..."""
+    """``id``, then with -2, -3, ... before its last component's suffix, as pathlib reads one (a
+    dot neither first nor last): a/b.md, a/b-2.md, a/b-3.md, ..."""
     yield id
-    stem, dot, suffix = id.rpartition(".")
-    if not dot or "/" in suffix:
-        stem, suffix = id, ""
-    else:
-        suffix = "." + suffix
+    dot = id.rfind(".")
+    stem, suffix = (id[:dot], id[dot:]) if id.rfind("/") + 1 < dot < len(id) - 1 else (id, "")
     n = 2
     while True:
         yield f"{stem}-{n}{suffix}"
@@ -244,12 +242,8 @@ def numbered_ids(id: str) -> Iterator[str]:
 
 
 def numbered(path: Path) -> Iterator[Path]:
-    yield path
-    stem, suffix = path.name[: -len(path.suffix)] if path.suffix else path.name, path.suffix
-    n = 2
-    while True:
-        yield path.with_name(f"{stem}-{n}{suffix}")
-        n += 1
+    """:func:`numbered_ids` of ``path``'s name, in its folder."""
+    return (path.parent / name for name in numbered_ids(path.name))
 
 
 class NotRegularFile(OSError):

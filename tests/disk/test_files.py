@@ -161,6 +161,23 @@ def test_numbered_ids_are_numbered_paths_relative_to_the_folder(id: str) -> None
     assert list(islice(numbered_ids(id), 4)) == paths
 
 
+def test_numbered_names_count_before_the_suffix_as_pathlib_reads_it() -> None:
+    from itertools import islice
+
+    from memvault.disk.files import numbered, numbered_ids
+
+    expected = {
+        "a/b.md": ["a/b.md", "a/b-2.md", "a/b-3.md"],
+        "x.tar.gz": ["x.tar.gz", "x.tar-2.gz", "x.tar-3.gz"],
+        ".hidden": [".hidden", ".hidden-2", ".hidden-3"],
+        "end.": ["end.", "end.-2", "end.-3"],
+        "a.b/c": ["a.b/c", "a.b/c-2", "a.b/c-3"],
+    }
+    for id, names in expected.items():
+        assert list(islice(numbered_ids(id), 3)) == names
+        assert [p.name for p in islice(numbered(Path("/v") / id), 3)] == [n.rsplit("/", 1)[-1] for n in names]
+
+
 # ============================================================================ try_lock
 
 
