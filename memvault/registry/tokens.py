@@ -456,7 +456,7 @@ class Tokens:
                 parts = pool.load(state.dir, [(i, a) for i, a, _ in todo]) if helpers else None
             if parts is not None:
                 state.parses += sum(int(part.pop("parsed")[0]) for part in parts)
-                merged = loader.merge_parts([*parts, loader.build_part(ready)])
+                merged = loader.merge_parts([*parts, loader.build_part(map(loader.fields_of, ready))])
                 del parts
                 hot, archive = snapshot.areas_from(merged)
                 state.snapshot_parts = merged  # what save_snapshot would encode; written in the background
