@@ -227,6 +227,7 @@ class Helpers:
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE,
+                        env=processes.environment(),
                     )
                 )
             except OSError as exc:
