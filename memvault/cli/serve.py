@@ -30,12 +30,8 @@ def serve(settings: Settings) -> int:
         size >= processes.HELPER_MIN_BYTES for _, size in saved
     ):
         processes.start_spare("folderscan")
-    # No snapshot (a first start, or `.memvault/` deleted): a root holding one vault loads it while
-    # the server imports all the same. At 100,000 memories its listing and loader helpers then
-    # run beside the SDK's import (a second of one core) instead of after the first request.
-    early = [token for token, _ in saved[:1]] or [t for t in [processes.only_token(settings.root)] if t]
     try:
-        return _serve(settings, early)
+        return _serve(settings, [token for token, _ in saved[:1]])
     finally:
         processes.drop_spare()
 

@@ -26,8 +26,7 @@ from memvault.disk.names import SNAPSHOT_FILE, STATE_DIR, valid_token
 
 __all__ = [
     "HELPER_MALLOC", "HELPER_MIN_BYTES", "SPARE_SECONDS", "Started", "command", "drop_spare", "environment",
-    "only_token", "scan_helpers", "snapshots", "start", "start_spare", "take_spare", "usable_cpus",
-    "worth_a_spare",
+    "scan_helpers", "snapshots", "start", "start_spare", "take_spare", "usable_cpus", "worth_a_spare",
 ]  # fmt: skip
 
 # A snapshot this large holds some 10,000 memories or more: below it, scanning them here costs
@@ -216,23 +215,3 @@ def snapshots(root: Path) -> list[tuple[str, int]]:
         pass
     found.sort(reverse=True)
     return [(token, size) for _, token, size in found]
-
-
-def only_token(root: Path) -> str | None:
-    """The token of ``root``'s one token folder (not a link), if it holds exactly one: a personal
-    server's vault, the one its first request will ask for. None if there are none or several, or
-    more than ``MOST_FOLDERS`` entries to look at."""
-    found: list[str] = []
-    try:
-        with os.scandir(root) as entries:
-            for count, entry in enumerate(entries):
-                if count >= MOST_FOLDERS:
-                    return None
-                with contextlib.suppress(OSError):
-                    if valid_token(entry.name) and entry.is_dir(follow_symlinks=False):
-                        found.append(entry.name)
-                        if len(found) > 1:
-                            return None
-    except OSError:
-        return None
-    return found[0] if found else None

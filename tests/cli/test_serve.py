@@ -415,37 +415,6 @@ async def test_a_restarted_server_loads_its_vault_unasked_and_misses_no_edit_mad
 
 
 @pytest.mark.slow
-@pytest.mark.anyio
-async def test_a_first_start_loads_the_roots_only_vault_unasked(tmp_path: Path, anyio_backend: str) -> None:
-    """Without any snapshot, a root holding one vault has it loaded before any request (while the
-    server imports), and an edit made while it starts is in its first answer."""
-    root = tmp_path / "vault"
-    folder = root / "alice"
-    for i in range(30):
-        write_memory_file(
-            folder / f"note-{i}.md", title=f"Note {i}", priority="P1", accessed=utc_now(), body=f"w{i}"
-        )
-    port = free_port()
-    argv = [str(MEMVAULT), "serve", "--host", "127.0.0.1", "--port", str(port)]
-    env = clean_env(MEMVAULT_ROOT=str(root), MEMVAULT_EMBEDDER="hash")
-    with serving(tmp_path, argv, env, port) as server:
-        write_memory_file(
-            folder / "note-70.md", title="Note 70", priority="P1", accessed=utc_now(), body="now a heron"
-        )
-        health = wait_until(
-            lambda: (h := server.wait_healthy())["tokens_loaded"] == 1 and h, START_TIMEOUT, "alice loads"
-        )
-        assert health["memories_loaded"] >= 30  # no request has come yet
-        async with streamable_http_client(f"{server.url}/mcp/alice") as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                found = await session.call_tool("read_memory", {"query": "heron"})
-        text = "\n".join(getattr(c, "text", "") for c in found.content)
-        assert not found.is_error and "now a heron" in text, text
-        assert server.stop() in (0, -signal.SIGTERM), server.logs()
-
-
-@pytest.mark.slow
 def test_a_restart_on_a_busy_port_fails_and_says_so(tmp_path: Path) -> None:
     """The early load of a restart ends with the server that could not listen."""
     root = tmp_path / "vault"

@@ -159,22 +159,6 @@ def test_snapshots_lists_the_token_folders_with_one_the_last_written_first(tmp_p
     assert processes.snapshots(root) == [("bob", 30), ("carol", 20), ("alice", 10)]
 
 
-def test_only_token_names_the_one_vault_of_a_root_and_none_for_several(tmp_path):
-    root = tmp_path / "vault"
-    assert processes.only_token(root) is None  # no root yet
-    root.mkdir()
-    assert processes.only_token(root) is None  # no vault
-    (root / "notes.txt").write_text("x", encoding="utf-8")  # not a folder
-    (root / "...").mkdir()  # not a token
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    (root / "linked").symlink_to(outside)  # a link is never a vault here
-    (root / "alice").mkdir()
-    assert processes.only_token(root) == "alice"
-    (root / "bob").mkdir()
-    assert processes.only_token(root) is None  # which one a client asks for first is unknown
-
-
 def test_a_started_helper_keeps_its_freed_heap_and_the_servers_environment(tmp_path, monkeypatch):
     """A helper's glibc keeps what it frees (HELPER_MALLOC): a loader helper's page faults halved.
     Everything else in its environment is the server's."""
