@@ -56,7 +56,13 @@ def text_of(result: object) -> str:
 
 
 async def one_start(
-    root: Path, token: str, package: Path | None, queries: Sequence[str], extra: dict[str, str], reads: int
+    root: Path,
+    token: str,
+    package: Path | None,
+    queries: Sequence[str],
+    extra: dict[str, str],
+    reads: int,
+    spy_to: Path | None = None,
 ) -> tuple[float, float, float, list[str], list[float]]:
     shutil.rmtree(root / token / ".memvault", ignore_errors=True)
     env = {
@@ -79,6 +85,15 @@ async def one_start(
         stdout=subprocess.DEVNULL,
         stderr=None if os.environ.get("BENCH_STDERR") else subprocess.DEVNULL,
     )
+    spy = None
+    if spy_to is not None:  # the server and its helpers; py-spy's own CPU makes the times slower
+        spy = subprocess.Popen(
+            ["py-spy", "record", "--pid", str(proc.pid), "--rate", "250", "--subprocesses", "--threads",
+             "--nonblocking",
+             "--format", "raw", "--output", str(spy_to)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
     try:
         while True:
             with contextlib.suppress(OSError):
@@ -106,6 +121,8 @@ async def one_start(
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        if spy is not None:
+            spy.wait(60)  # it writes its stacks once the server is gone
 
 
 read_times: dict[str, list[list[float]]] = {}  # per version, per round: the reads after the first answer
@@ -128,8 +145,9 @@ async def run(args: argparse.Namespace) -> dict[str, list[tuple[float, float, fl
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
+            spy_to = args.py_spy / f"py-spy-{name}-{r + 1}.txt" if args.py_spy else None
             wall, own, children, texts, times = await one_start(
-                args.root, args.token, versions[name], args.query, extra[name], args.reads
+                args.root, args.token, versions[name], args.query, extra[name], args.reads, spy_to
             )
             read_times[name].append(times)
             if answers.setdefault(name, texts) != texts:
@@ -196,6 +214,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reads", type=int, default=0, help="timed reads right after the first answer")
     parser.add_argument("--out", type=Path, help="append the table to this file")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="py-spy each start (server and helpers), collapsed stacks to DIR/py-spy-LABEL-ROUND.txt",
+    )
     args = parser.parse_args(argv)
     command = "python bench/bench_cold.py " + " ".join(
         a if not a.startswith("/") else ".../" + Path(a).name for a in (argv or sys.argv[1:])

@@ -21,7 +21,7 @@ tool errors in one place (``tools/common.py``) and to HTTP responses in one plac
 from __future__ import annotations
 
 import errno
-import sqlite3
+import sys
 
 _SQLITE_FULL = 13
 
@@ -143,7 +143,8 @@ def is_disk_full(exc: BaseException) -> bool:
     """True for the ways a full disk shows: ENOSPC/EDQUOT from the OS, SQLITE_FULL from SQLite."""
     if isinstance(exc, OSError):
         return exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    if isinstance(exc, sqlite3.OperationalError):
+    sqlite3 = sys.modules.get("sqlite3")  # not imported (a loader helper): no SQLite error to be
+    if sqlite3 is not None and isinstance(exc, sqlite3.OperationalError):
         return getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL or "disk is full" in str(exc)
     return False
 

@@ -30,16 +30,9 @@ MAX_INDEXED_BYTES = 8 * 1024 * 1024
 
 # Keys the server owns; every other frontmatter key is kept verbatim on rewrite.
 OWNED_KEYS = (
-    "priority",
-    "createdAt",
-    "updatedAt",
-    "lastAccessedAt",
-    "tags",
-    "importance",
-    "supersedes",
-    "supersededBy",
-    "literalMarkers",  # see seal_markers
-)
+    "priority", "createdAt", "updatedAt", "lastAccessedAt", "tags", "importance", "supersedes",
+    "supersededBy", "literalMarkers",  # literalMarkers: see seal_markers
+)  # fmt: skip
 LITERAL_MARKERS = "literalMarkers"
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # PyYAML's C loader when built with libyaml
@@ -102,6 +95,12 @@ class Memory:
  _set_importance, _set_archived, _set_meta, _set_has_frontmatter, _set_problem, _set_conflicted,
  _set_mtime_ns, _set_size, _set_change, _set_hash) = (
     getattr(Memory, f.name).__set__ for f in dataclasses.fields(Memory))  # fmt: skip
+
+
+Fields = tuple[  # a Memory's fields in declaration order: make_memory's arguments
+    str, str, str, str, datetime | None, datetime | None, datetime | None, tuple[str, ...], float | None,
+    bool, Mapping[str, Any], bool, str | None, bool, int, int, int, str,
+]  # fmt: skip
 
 
 def make_memory(
@@ -332,19 +331,20 @@ def _heading(content: str) -> tuple[str, int] | None:
 
 
 def parse_memory(
-    raw: bytes,
-    id: str,
-    *,
-    archived: bool = False,
-    mtime_ns: int = 0,
-    size: int | None = None,
-    change: int = 0,
-    keep_meta: bool = True,
-) -> Memory:
+    raw: bytes, id: str, *, archived: bool = False, mtime_ns: int = 0, size: int | None = None,
+    change: int = 0, keep_meta: bool = True,
+) -> Memory:  # fmt: skip
     """Parse a memory file tolerantly: never raises for bad content, records the problem instead.
 
     ``keep_meta=False`` leaves ``meta`` empty: the store holds every memory in memory and does not
     need the frontmatter mapping, which would cost about as much as the rest of the Memory."""
+    return make_memory(*memory_fields(raw, id, archived, mtime_ns, size, change, keep_meta))
+
+
+def memory_fields(
+    raw: bytes, id: str, archived: bool, mtime_ns: int, size: int | None, change: int, keep_meta: bool
+) -> Fields:
+    """parse_memory's Memory as its fields: a loader helper turns 50,000 into columns, no object needed."""
     text, valid = _normalise(raw)
     stem = id.rsplit("/", 1)[-1]
     stem = stem[:-3] if stem.lower().endswith(".md") else stem
@@ -388,7 +388,7 @@ def parse_memory(
         importance_value = None
     updated = _time(meta.get("updatedAt")) or created
     imported = meta.get("importedAt")
-    return make_memory(
+    return (
         id, title, content, priority, created,
         updated if imported is None else _later(updated, parse_time(imported)),
         _time(meta.get("lastAccessedAt")), _tags(meta.get("tags")), importance_value, archived,

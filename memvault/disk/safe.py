@@ -88,6 +88,26 @@ class Folder:
         """read_in's bytes and stat of ``rel`` in this folder."""
         return _read(self.open(rel), rel, limit)
 
+    def read_plain(self, name: str, limit: int) -> tuple[bytes, os.stat_result] | None:
+        """``read(name, limit)`` for a name right in this folder (no "/", not "." or ".."), in the
+        usual case alone: a regular file under ``limit`` bytes, whole in one read. None for
+        anything else (a link, an error, a file being written), which ``read`` then sorts out. A
+        cold load reads 100,000 files: the general path's layers were a fifth of reading one."""
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=self.fd)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size >= limit:
+                return None
+            data = os.read(fd, st.st_size + 1)  # one more byte: a file that grew is seen
+            return (data, st) if len(data) == st.st_size else None
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
 
 def open_in(folder: str, rel: str) -> int:
     """A read-only descriptor of ``rel`` ("a/b.md", "/"-separated) inside the token folder

@@ -6,9 +6,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, cast
-
-from filelock import FileLock
+from typing import TYPE_CHECKING, Any, cast
 
 from memvault.disk import safe
 from memvault.disk.files import (
@@ -24,6 +22,9 @@ from memvault.disk.files import (
 from memvault.disk.markdown import MAX_INDEXED_BYTES, Memory, parse_memory, render_new, rewrite, seal_markers
 from memvault.disk.names import ARCHIVE, LOCK_FILE, SESSIONS_DIR, STATE_DIR, check_id, slugify
 from memvault.errors import Conflict, InvalidArgument, InvalidName, LinkedFolder, MemvaultError, NotFound
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 
 class Vault:
@@ -239,6 +240,10 @@ class Vault:
     ) -> tuple[bytes, os.stat_result] | None:
         """Bytes and stat of a file ``scan`` listed (no name checks: the scan made them); None if
         it cannot be read now. ``folder``: the token folder, ``opened`` once for many files."""
+        if folder is not None and not archived and "/" not in id:  # the usual file, fast (None: not usual)
+            usual = folder.read_plain(id, MAX_INDEXED_BYTES)
+            if usual is not None:
+                return usual
         rel = f"{ARCHIVE}/{id}" if archived else id
         try:
             if folder is not None:
@@ -385,4 +390,6 @@ LOCK_TIMEOUT = 30.0  # seconds a command waits for another process's write befor
 def folder_lock(folder: Path) -> FileLock:
     """The cross-process lock of a token folder (.memvault/lock): the server, the CLI and a second
     server on the same vault take it around every change of the token's files."""
+    from filelock import FileLock  # here: a loader helper imports this module, and never locks
+
     return FileLock(str(folder / STATE_DIR / LOCK_FILE), timeout=LOCK_TIMEOUT)

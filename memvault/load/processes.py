@@ -25,8 +25,8 @@ from pathlib import Path
 from memvault.disk.names import SNAPSHOT_FILE, STATE_DIR, valid_token
 
 __all__ = [
-    "HELPER_MIN_BYTES", "SPARE_SECONDS", "Started", "command", "drop_spare", "scan_helpers", "snapshots",
-    "start", "start_spare", "take_spare", "usable_cpus", "worth_a_spare",
+    "HELPER_MALLOC", "HELPER_MIN_BYTES", "SPARE_SECONDS", "Started", "command", "drop_spare", "environment",
+    "scan_helpers", "snapshots", "start", "start_spare", "take_spare", "usable_cpus", "worth_a_spare",
 ]  # fmt: skip
 
 # A snapshot this large holds some 10,000 memories or more: below it, scanning them here costs
@@ -45,6 +45,23 @@ def command(module: str) -> list[str]:
         raise ValueError("not a module name")
     main = f"import gc; gc.disable(); from memvault.load.{module} import main; raise SystemExit(main())"
     return [sys.executable, "-c", main]
+
+
+# glibc's heap in a helper: what is freed stays for the next allocation (a loader helper's index
+# batches free and allocate tens of MB in turn), and large blocks come from the heap up to 32 MiB
+# (glibc's most) instead of being mapped and unmapped each time. Each page handed back was
+# faulted in again: a loader helper of 50,000 files took 85,000 page faults, 42,000 with these,
+# and a tenth less system time. The helper exits when done, which frees it all.
+HELPER_MALLOC = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+    "MALLOC_TOP_PAD_": str(64 << 20),
+}
+
+
+def environment() -> dict[str, str]:
+    """A helper's environment: this process's, with HELPER_MALLOC."""
+    return {**os.environ, **HELPER_MALLOC}
 
 
 def scan_helpers(load_processes: int | None) -> int:
@@ -80,7 +97,11 @@ class Started:
         read_end, self._job_fd = os.pipe()  # both ends close on exec: only the helper's stdin stays
         try:
             self.process = subprocess.Popen(
-                command(module), stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                command(module),
+                stdin=read_end,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=environment(),
             )
         except BaseException:
             os.close(self._job_fd)

@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from memvault import heap
 from memvault.disk.files import TEMP_PREFIX, TEMP_SUFFIX, file_stamp
-from memvault.disk.markdown import NO_META, PRIORITIES, Memory, make_memory
+from memvault.disk.markdown import NO_META, PRIORITIES, Fields, Memory, make_memory
 from memvault.disk.names import SNAPSHOT_FILE, STATE_DIR
 from memvault.search.columns import StringColumn, pack_strings, prefixed, unpack_strings
 from memvault.search.indexarrays import IndexSnapshot, add_postings
@@ -108,35 +108,63 @@ def memories_to_columns(memories: Sequence[Memory]) -> dict[str, npt.NDArray[Any
     """Memories as numpy columns (strings packed, times as POSIX seconds, NaN for none), for the
     index snapshot; meta is not kept. Inverse: memories_from_columns."""
     ms = memories
+    return _columns(
+        [m.id for m in ms], [m.title for m in ms], [m.content for m in ms], [m.priority for m in ms],
+        [m.created_at for m in ms], [m.updated_at for m in ms], [m.last_accessed_at for m in ms],
+        [m.tags for m in ms], [m.importance for m in ms], [m.has_frontmatter for m in ms],
+        [m.problem for m in ms], [m.conflicted for m in ms], [m.mtime_ns for m in ms], [m.size for m in ms],
+        [m.change for m in ms], [m.hash for m in ms],
+    )  # fmt: skip
+
+
+def fields_to_columns(rows: Sequence[Fields]) -> dict[str, npt.NDArray[Any]]:
+    """memories_to_columns of the Memories these fields make (memvault.disk.markdown.memory_fields),
+    without making them: a loader helper's 50,000 parses go straight into columns."""
+    if not rows:
+        return memories_to_columns(())
+    (id, title, content, priority, created, updated, accessed, tags, importance, _, _, has_frontmatter,
+     problem, conflicted, mtime_ns, size, change, hash) = zip(*rows, strict=True)  # fmt: skip
+    return _columns(
+        id, title, content, priority, created, updated, accessed, tags, importance, has_frontmatter, problem,
+        conflicted, mtime_ns, size, change, hash,
+    )  # fmt: skip
+
+
+def _columns(
+    id: Sequence[str], title: Sequence[str], content: Sequence[str], priority: Sequence[str],
+    created: Sequence[datetime | None], updated: Sequence[datetime | None],
+    accessed: Sequence[datetime | None], tags: Sequence[tuple[str, ...]], importance: Sequence[float | None],
+    has_frontmatter: Sequence[bool], problem: Sequence[str | None], conflicted: Sequence[bool],
+    mtime_ns: Sequence[int], size: Sequence[int], change: Sequence[int], hash: Sequence[str],
+) -> dict[str, npt.NDArray[Any]]:  # fmt: skip
+    n = len(id)
     out: dict[str, npt.NDArray[Any]] = {"version": np.array([PARSER_VERSION], dtype=np.int64)}
     strings = {
-        "id": [m.id for m in ms],
-        "title": [m.title for m in ms],
-        "content": [m.content for m in ms],
-        "hash": [m.hash for m in ms],
-        "problem": [m.problem or "" for m in ms],
-        "tags": [json.dumps(m.tags, ensure_ascii=False) if m.tags else "" for m in ms],
+        "id": id,
+        "title": title,
+        "content": content,
+        "hash": hash,
+        "problem": [p or "" for p in problem],
+        "tags": [json.dumps(t, ensure_ascii=False) if t else "" for t in tags],
     }
     for name, values in strings.items():
         out[f"{name}.blob"], out[f"{name}.len"] = pack_strings(values)
-    out["priority"] = np.fromiter((_PRIORITY_CODES[m.priority] for m in ms), np.uint8, len(ms))
-    for name, attr in zip(_TIME_COLUMNS, ("created_at", "updated_at", "last_accessed_at"), strict=True):
-        stamps = (getattr(m, attr) for m in ms)
-        out[name] = np.fromiter((t.timestamp() if t else np.nan for t in stamps), np.float64, len(ms))
-    importance = (np.nan if m.importance is None else m.importance for m in ms)
-    out["importance"] = np.fromiter(importance, np.float64, len(ms))
-    out["mtime_ns"] = np.fromiter((m.mtime_ns for m in ms), np.int64, len(ms))
-    out["size"] = np.fromiter((m.size for m in ms), np.int64, len(ms))
-    out["change"] = np.fromiter((m.change for m in ms), np.int64, len(ms))
+    out["priority"] = np.fromiter(map(_PRIORITY_CODES.__getitem__, priority), np.uint8, n)
+    for name, stamps in zip(_TIME_COLUMNS, (created, updated, accessed), strict=True):
+        out[name] = np.fromiter((t.timestamp() if t else np.nan for t in stamps), np.float64, n)
+    out["importance"] = np.fromiter((np.nan if i is None else i for i in importance), np.float64, n)
+    out["mtime_ns"] = np.fromiter(mtime_ns, np.int64, n)
+    out["size"] = np.fromiter(size, np.int64, n)
+    out["change"] = np.fromiter(change, np.int64, n)
     out["flags"] = np.fromiter(
         (
-            (_HAS_FRONTMATTER if m.has_frontmatter else 0)
-            | (_CONFLICTED if m.conflicted else 0)
-            | (_HAS_PROBLEM if m.problem is not None else 0)
-            for m in ms
+            (_HAS_FRONTMATTER if f else 0)
+            | (_CONFLICTED if c else 0)
+            | (_HAS_PROBLEM if p is not None else 0)
+            for f, c, p in zip(has_frontmatter, conflicted, problem, strict=True)
         ),
         np.uint8,
-        len(ms),
+        n,
     )
     return out
 

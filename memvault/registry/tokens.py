@@ -11,6 +11,7 @@ The lock order is written once, in memvault.registry.state.
 """
 
 import contextlib
+import itertools
 import logging
 import os
 import time
@@ -99,6 +100,41 @@ def _scan_in_helper(
     if watch is not None:
         folderscan.watch_all(state.dir, watch)
     return folderscan.start(state.dir, where, most=most)
+
+
+def _listed(state: TokenState, pool: loader.Helpers, setting: int | None) -> list[tuple[str, bool]]:
+    """The token's files, listed for a cold load; ``pool``'s helpers started as soon as there are
+    enough files to pay for them, so they import while the listing goes on."""
+    listing = state.vault.list_files()
+    files = list(itertools.islice(listing, loader.PARALLEL_MIN))
+    if len(files) == loader.PARALLEL_MIN:
+        pool.start(loader.helpers_for(len(files), setting))
+        files += listing
+    return files
+
+
+def _checked(
+    state: TokenState, cache: dict[str, FileStat], pool: loader.Helpers, setting: int | None
+) -> tuple[list[Memory], list[tuple[str, bool, FileStat | None]], set[str]]:
+    """The token's files against its parse cache: those unchanged since they were parsed (their
+    Memory), those to read (and parse unless unchanged), and every file's key. ``pool``'s helpers
+    start as soon as there are enough files to read to pay for them."""
+    ready: list[Memory] = []
+    todo: list[tuple[str, bool, FileStat | None]] = []
+    seen: set[str] = set()
+    for id, archived, st in state.vault.scan():
+        path_key = key(id, archived)
+        seen.add(path_key)
+        cached = cache.get(path_key)
+        if cached is not None and cached.parsed and unchanged(cached, st):
+            memory = snapshot.from_stat(cached, id, archived, st)
+            if memory is not None:
+                ready.append(memory)
+                continue
+        todo.append((id, archived, cached))
+        if len(todo) == loader.PARALLEL_MIN:  # helpers will pay: started while the scan goes on
+            pool.start(loader.helpers_for(len(todo), setting))
+    return ready, todo, seen
 
 
 def _in_use(state: TokenState) -> bool:
@@ -436,32 +472,26 @@ class Tokens:
             ready: list[Memory] = []  # from the parse cache
             todo: list[tuple[str, bool, FileStat | None]] = []  # to read (and parse unless unchanged)
             seen: set[str] = set()
-            # Without a parse cache to check files against, their stats are not needed here.
-            listing = state.vault.scan() if cache else ((*f, None) for f in state.vault.list_files())
             with loader.Helpers() as pool:
-                for id, archived, st in listing:
-                    path_key = key(id, archived)
-                    seen.add(path_key)
-                    cached = cache.get(path_key)
-                    if cached is not None and st is not None and cached.parsed and unchanged(cached, st):
-                        memory = snapshot.from_stat(cached, id, archived, st)
-                        if memory is not None:
-                            ready.append(memory)
-                            continue
-                    todo.append((id, archived, cached))
-                    if len(todo) == loader.PARALLEL_MIN:  # helpers will pay: started while the scan goes on
-                        pool.start(loader.helpers_for(len(todo), self.settings.load_processes))
-                helpers = loader.helpers_for(len(todo), self.settings.load_processes)
+                if cache:
+                    ready, todo, seen = _checked(state, cache, pool, self.settings.load_processes)
+                    files, listed = [(i, a) for i, a, _ in todo], len(seen)
+                else:  # nothing to check the files against, so no stat: a cold load lists them only
+                    files = _listed(state, pool, self.settings.load_processes)
+                    listed = len(files)
+                helpers = loader.helpers_for(len(files), self.settings.load_processes)
                 pool.start(helpers)
-                parts = pool.load(state.dir, [(i, a) for i, a, _ in todo]) if helpers else None
+                parts = pool.load(state.dir, files) if helpers else None
+            if parts is None and not cache:
+                todo = [(id, archived, None) for id, archived in files]
             if parts is not None:
                 state.parses += sum(int(part.pop("parsed")[0]) for part in parts)
-                merged = loader.merge_parts([*parts, loader.build_part(ready)])
+                merged = loader.merge_parts([*parts, loader.build_part(map(loader.fields_of, ready))])
                 del parts
                 hot, archive = snapshot.areas_from(merged)
                 state.snapshot_parts = merged  # what save_snapshot would encode; written in the background
                 if progress is not None:
-                    progress(len(ready) + len(todo))
+                    progress(len(ready) + len(files))
             else:
                 refreshed: list[Memory] = []
                 for memory in ready:
@@ -480,7 +510,7 @@ class Tokens:
                 finally:
                     if folder is not None:
                         folder.close()
-                if len(seen) < snapshot.MIN_MEMORIES:
+                if listed < snapshot.MIN_MEMORIES:
                     # Large vaults restart from the snapshot written after this load instead; serialising
                     # 100,000 parses into SQLite as well would add seconds to a cold start.
                     sidecar.put_file_stats([snapshot.file_stat(m) for m in refreshed])

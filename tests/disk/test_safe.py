@@ -57,3 +57,40 @@ def test_a_token_folder_that_is_a_link_is_not_opened(folder: Path, tmp_path: Pat
     with pytest.raises(safe.LinkRefused) as refused:
         safe.Folder(str(alias))
     assert refused.value.name == ""
+
+
+def test_the_plain_read_gives_reads_answer_or_leaves_the_file_to_it(folder: Path) -> None:
+    """The cold load's fast read: a regular file under the limit exactly as ``read`` gives it;
+    anything else (a link, a FIFO, a folder, a missing or large file) left to ``read``, which
+    refuses or reads it as always. No descriptor stays open."""
+    (folder / "empty.md").write_bytes(b"")
+    (folder / "big.md").write_bytes(b"x" * 64)
+    (folder / "dir.md").mkdir()
+    os.mkfifo(folder / "fifo.md")
+    before = len(os.listdir("/proc/self/fd"))
+    with safe.Folder(str(folder)) as opened:
+        for name in ("a.md", "empty.md", "big.md"):
+            got = opened.read_plain(name, limit=1 << 20)
+            assert got is not None
+            want = opened.read(name)
+            assert got[0] == want[0] and got[1].st_ino == want[1].st_ino and got[1].st_size == want[1].st_size
+        assert opened.read_plain("big.md", limit=64) is None  # at the limit: read cuts it
+        assert opened.read_plain("big.md", limit=65) is not None
+        for name in ("link.md", "dir.md", "fifo.md", "missing.md"):
+            assert opened.read_plain(name, limit=1 << 20) is None, name
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_vault_reads_scanned_files_as_before_with_the_plain_read(folder: Path) -> None:
+    from memvault.disk.vault import Vault
+
+    vault = Vault(folder)
+    opened = vault.opened()
+    assert opened is not None
+    try:
+        for id, archived, _ in vault.scan():
+            got, alone = vault.read_scanned(id, archived, opened), vault.read_scanned(id, archived)
+            assert got is not None and alone is not None, id
+            assert got[0] == alone[0] and got[1].st_ino == alone[1].st_ino, id
+    finally:
+        opened.close()

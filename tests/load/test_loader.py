@@ -15,7 +15,9 @@ from memvault.disk.vault import Vault
 from memvault.load import loader, processes
 from memvault.load.snapshot import areas_from as _areas_from
 from memvault.ops.service import Service
+from memvault.search.columns import prefixed
 from memvault.search.index import Index
+from memvault.search.indexarrays import add_postings
 
 pytestmark = pytest.mark.anyio
 
@@ -253,3 +255,24 @@ async def test_helpers_start_while_the_scan_goes_on_and_stop_if_it_fails(
         assert all(p.returncode is not None for p in spawned)  # stopped and reaped, not left behind
     finally:
         await service.close()
+
+
+@pytest.mark.parametrize("shares", [1, 2, 3, 7])
+def test_merged_parts_postings_are_the_ones_sorted_out_of_the_merged_term_lists(tmp_path, shares):
+    """The helpers sort their own parts' postings; joined, they are what sorting the merged index's
+    term lists gives (the server did that before), byte for byte."""
+    folder = tmp_path / "alice"
+    _fill(folder, 60)
+    vault = Vault(folder)
+    rows = loader.read_and_parse(vault, [(id, archived) for id, archived, _ in vault.scan()])
+    parts = [loader.build_part(rows[i::shares]) for i in range(shares)] + [loader.build_part(())]
+    merged = loader.merge_parts(parts)
+    unsorted = [{k: v for k, v in p.items() if not k.endswith("postings")} for p in parts]
+    bare = loader.merge_parts(unsorted)
+    for name in ("hot", "archive"):
+        want = add_postings(prefixed(bare, f"{name}.index."))
+        assert "postings" not in prefixed(bare, f"{name}.index.")  # a part without them: left to areas_from
+        for key in ("postings", "term_postings"):
+            got = merged[f"{name}.index.{key}"]
+            assert got.dtype == want[key].dtype and got.tobytes() == want[key].tobytes(), (name, key)
+    _same_areas(_areas_from(merged), _areas_from(bare))

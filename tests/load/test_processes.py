@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -156,3 +157,26 @@ def test_snapshots_lists_the_token_folders_with_one_the_last_written_first(tmp_p
     (root / "linked").symlink_to(outside)  # not followed
     (root / ".hidden").symlink_to(outside)
     assert processes.snapshots(root) == [("bob", 30), ("carol", 20), ("alice", 10)]
+
+
+def test_a_started_helper_keeps_its_freed_heap_and_the_servers_environment(tmp_path, monkeypatch):
+    """A helper's glibc keeps what it frees (HELPER_MALLOC): a loader helper's page faults halved.
+    Everything else in its environment is the server's."""
+    fake = tmp_path / "memvault" / "load"
+    fake.mkdir(parents=True)
+    (tmp_path / "memvault" / "__init__.py").write_text("", encoding="utf-8")
+    (fake / "__init__.py").write_text("", encoding="utf-8")
+    (fake / "envprobe.py").write_text(
+        "import json, os, sys\ndef main():\n    sys.stdin.read()\n    print(json.dumps(dict(os.environ)))\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("MEMVAULT_PROBE", "kept")
+    helper = processes.Started("envprobe")
+    assert helper.give(b"")
+    out, err = helper.process.communicate(timeout=60)
+    seen = json.loads(out)
+    assert seen["MEMVAULT_PROBE"] == "kept", err
+    assert {key: seen.get(key) for key in processes.HELPER_MALLOC} == processes.HELPER_MALLOC
+    assert "MALLOC_TRIM_THRESHOLD_" not in os.environ  # the server's own heap is left as it was

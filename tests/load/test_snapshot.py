@@ -10,15 +10,17 @@ import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from strategies import MEM_MCP, PROPS, contents, fm_ish, tags_st, titles
+from strategies import MEM_MCP, PROPS, contents, fm_ish, tags_st, times, titles
 
-from memvault.disk.markdown import PRIORITIES, Memory, parse_memory, render_new
+from memvault.disk.markdown import PRIORITIES, Memory, memory_fields, parse_memory, render_new
+from memvault.load.loader import fields_of
 from memvault.load.snapshot import (
     READABLE,
     VERSION,
     StoredRows,
     areas_from,
     encode_areas,
+    fields_to_columns,
     from_cache,
     load,
     memories_from_columns,
@@ -220,3 +222,64 @@ def test_a_snapshot_whose_bytes_changed_is_not_used(tmp_path: Path) -> None:
     assert load(tmp_path) is None
     snapshot_path(tmp_path).write_bytes(bytes(raw[: len(raw) // 2]))  # cut short
     assert load(tmp_path) is None
+
+
+# ============================================================================ a loader's columns
+
+ODD_FILES = [
+    MEM_MCP.encode(),
+    b"",
+    b"---\n---\n",
+    b"no frontmatter, no heading",
+    b"\xef\xbb\xbf---\r\npriority: P0\r\ntags: a, b\r\n---\r\n# Crlf\r\n\r\nbody\r\n",
+    b"---\npriority: [\n---\n# Broken yaml\n\nbody",
+    b"---\ncreatedAt: 2026-02-30T00:00:00Z\n---\n# Bad date",
+    b"---\npriority: P1\n# no closing fence",
+    b"<<<<<<< ours\na\n=======\nb\n>>>>>>> theirs\n",
+    b"---\nimportedAt: 2026-03-01T00:00:00Z\nupdatedAt: 2025-01-01T00:00:00Z\nimportance: 7\n---\nx",
+    b"---\ntitle: From meta\npriority: p0\nimportance: nope\n---\n# Heading\n\ntext",
+    b"\xff\xfe not utf-8 \x80",
+]
+written = st.builds(
+    lambda title, content, tags, created, accessed, priority: render_new(
+        title,
+        content,
+        {"priority": priority, "createdAt": created, "updatedAt": accessed, "lastAccessedAt": accessed,
+         "tags": tags, "importance": 0.25},
+    ).encode("utf-8"),
+    titles, contents, tags_st, times, times, st.sampled_from(PRIORITIES),
+)  # fmt: skip
+stamped_files = st.lists(
+    st.tuples(
+        st.sampled_from(ODD_FILES) | written | fm_ish.map(str.encode) | st.binary(max_size=120),
+        st.booleans(),  # archived
+        st.integers(0, 2**62),  # mtime_ns
+        st.none() | st.integers(0, 2**40),  # size
+        st.integers(0, 2**62),  # change
+    ),
+    max_size=6,
+)
+
+
+@PROPS
+@given(stamped_files)
+def test_a_loaders_fields_make_the_columns_its_memories_make(
+    files: list[tuple[bytes, bool, int, int | None, int]],
+):
+    """A loader helper encodes parse results without making Memory objects: the same columns,
+    byte for byte, and the same fields as parse_memory's Memory holds."""
+    rows, memories = [], []
+    for i, (raw, archived, mtime_ns, size, change) in enumerate(files):
+        id = f"n{i}.md"
+        rows.append(memory_fields(raw, id, archived, mtime_ns, size, change, False))
+        memories.append(
+            parse_memory(
+                raw, id, archived=archived, mtime_ns=mtime_ns, size=size, change=change, keep_meta=False
+            )
+        )
+    assert [fields_of(m) for m in memories] == rows
+    got, want = fields_to_columns(rows), memories_to_columns(memories)
+    assert list(got) == list(want)
+    for key in want:
+        assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape, key
+        assert got[key].tobytes() == want[key].tobytes(), key
