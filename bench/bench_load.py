@@ -395,12 +395,12 @@ def run_memvault(
     work: Path,
     names: list[list[str]],
     words: list[str],
-    routed: bool = False,
+    by_router: bool = False,
 ) -> tuple[dict[str, Any], float]:
-    """Start ``processes`` servers on the vault (behind nginx when more than one; with ``routed``,
+    """Start ``processes`` servers on the vault (behind nginx when more than one; with ``by_router``,
     one `memvault serve --processes N`), load every token, then drive the mix; returns the report
     and the seconds the loading took."""
-    ports = [free_port() for _ in range(1 if routed else processes)]
+    ports = [free_port() for _ in range(1 if by_router else processes)]
     servers = []
     proxy = None
     try:
@@ -411,13 +411,13 @@ def run_memvault(
                 "MEMVAULT_PORT": str(port),
                 "MEMVAULT_CAPACITY": "1000000000",
                 "MEMVAULT_LOG_LEVEL": "warning",
-                "MEMVAULT_PROCESSES": str(processes if routed else 1),
+                "MEMVAULT_PROCESSES": str(processes if by_router else 1),
             }
             cmd = [sys.executable, "-m", "memvault", "serve"]
-            log = work / f"memvault-{processes}-{n}{'-routed' if routed else ''}.log"
+            log = work / f"memvault-{processes}-{n}{'-routed' if by_router else ''}.log"
             servers.append(start(cmd, mv_env, port, log))
         front = ports[0]
-        if processes > 1 and not routed:
+        if processes > 1 and not by_router:
             front = free_port()
             proxy = start_nginx([f"127.0.0.1:{p}" for p in ports], front, work / f"nginx-{processes}")
         urls = [f"http://127.0.0.1:{front}/mcp/agent{t:02d}" for t in range(args.tokens)]
@@ -439,7 +439,8 @@ def run_memvault(
             ]
             spy_cmd += ["-o", str(args.spy), "--threads"] + (["--gil"] if args.gil else [])
             spy = subprocess.Popen(spy_cmd)
-        embed0 = [embedding_state(p) for p in ports]
+        probes = ports * processes if by_router else ports  # keyless: each process in turn
+        embed0 = [embedding_state(p) for p in probes]
         pids = [p for s in servers for p in (s.pid, *children_of(s.pid))]  # the router's processes too
         cpu0 = [cpu_seconds(p) for p in pids], time.process_time()
         sys0 = sum(cpu_seconds(p, system=True) for p in pids)
@@ -450,7 +451,7 @@ def run_memvault(
         server_cpu = sum(cpu_seconds(p) for p in pids) - sum(cpu0[0])
         result = report(tally, elapsed)
         result["server_cpu"] = server_cpu / elapsed
-        embed1 = [embedding_state(p) for p in ports]
+        embed1 = [embedding_state(p) for p in probes]
         result["vectors_pending"] = (sum(e[0] for e in embed0), sum(e[0] for e in embed1))
         result["embedding_cpu"] = (sum(e[1] for e in embed1) - sum(e[1] for e in embed0)) / elapsed
         result["server_loop"] = (sum(cpu_seconds(p, task=p) for p in pids) - main0) / elapsed

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -234,3 +236,12 @@ def test_a_setting_the_processes_refuse_ends_serve_with_status_2(tmp_path: Path)
         assert server.process.wait(START_TIMEOUT) == 2
         assert "MEMVAULT_TOKENS_FILE cannot be read" in server.logs()
         assert "serving" not in server.stdout.read_text()
+
+
+def test_the_router_imports_neither_the_sdk_nor_numpy() -> None:
+    code = (
+        "import sys; from memvault.cli import main, serve; from memvault.server import router; "
+        "print(sorted(m for m in ('mcp', 'numpy', 'uvicorn', 'starlette', 'pydantic') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr
