@@ -130,14 +130,15 @@ class Router:
                 self.children.append(self._start(index))
             while self.exit_code is None:
                 self._turn()
-            return self._stop(self.exit_code)
-        finally:
+        finally:  # also when the router itself fails: no server process is left behind
+            self._stop()
             signal.set_wakeup_fd(old_wakeup)
             for number, handler in previous.items():
                 signal.signal(number, handler)
             wake_read.close()
             wake_write.close()
             self.poll.close()
+        return self.exit_code
 
     def _turn(self) -> None:
         now = self.clock()
@@ -306,9 +307,10 @@ class Router:
         log.warning("server process %d exited (status %s); starting another", child.index, code)
         self.children[child.index] = self._start(child.index)
 
-    def _stop(self, code: int) -> int:
+    def _stop(self) -> None:
         self.stopping = True
-        self._unwatch(self.listener.fileno())
+        if self.listener.fileno() >= 0:
+            self._unwatch(self.listener.fileno())
         self.listener.close()
         for fd in list(self.waiting):
             self._drop(fd)
@@ -318,7 +320,6 @@ class Router:
         for child in self.children:
             child.process.wait()
             child.channel.close()
-        return code
 
 
 def _reap(process: subprocess.Popen[bytes]) -> int:
