@@ -348,6 +348,7 @@ def write_section(
     command = "python bench/bench_load.py"
     command += f" --tokens {args.tokens} --memories {args.memories} --seconds {args.seconds:g}"
     command += (" --locomo ../shared/data/locomo" if args.locomo else "") + (" --nginx" if args.nginx else "")
+    command += f" --processes {args.processes}" if args.processes else ""
     command += " --out bench/RESULTS.md"
     per_tool = [
         f"| {tool} | {n:,} | {ms(p50)} | {ms(p99)} |" for tool, (n, p50, p99) in mv["per_tool"].items()
@@ -394,10 +395,12 @@ def run_memvault(
     work: Path,
     names: list[list[str]],
     words: list[str],
+    by_router: bool = False,
 ) -> tuple[dict[str, Any], float]:
-    """Start ``processes`` servers on the vault (behind nginx when more than one), load every
-    token, then drive the mix; returns the report and the seconds the loading took."""
-    ports = [free_port() for _ in range(processes)]
+    """Start ``processes`` servers on the vault (behind nginx when more than one; with ``by_router``,
+    one `memvault serve --processes N`), load every token, then drive the mix; returns the report
+    and the seconds the loading took."""
+    ports = [free_port() for _ in range(1 if by_router else processes)]
     servers = []
     proxy = None
     try:
@@ -408,11 +411,13 @@ def run_memvault(
                 "MEMVAULT_PORT": str(port),
                 "MEMVAULT_CAPACITY": "1000000000",
                 "MEMVAULT_LOG_LEVEL": "warning",
+                "MEMVAULT_PROCESSES": str(processes if by_router else 1),
             }
             cmd = [sys.executable, "-m", "memvault", "serve"]
-            servers.append(start(cmd, mv_env, port, work / f"memvault-{processes}-{n}.log"))
+            log = work / f"memvault-{processes}-{n}{'-routed' if by_router else ''}.log"
+            servers.append(start(cmd, mv_env, port, log))
         front = ports[0]
-        if processes > 1:
+        if processes > 1 and not by_router:
             front = free_port()
             proxy = start_nginx([f"127.0.0.1:{p}" for p in ports], front, work / f"nginx-{processes}")
         urls = [f"http://127.0.0.1:{front}/mcp/agent{t:02d}" for t in range(args.tokens)]
@@ -434,21 +439,23 @@ def run_memvault(
             ]
             spy_cmd += ["-o", str(args.spy), "--threads"] + (["--gil"] if args.gil else [])
             spy = subprocess.Popen(spy_cmd)
-        embed0 = [embedding_state(p) for p in ports]
-        cpu0 = [cpu_seconds(s.pid) for s in servers], time.process_time()
-        sys0 = sum(cpu_seconds(s.pid, system=True) for s in servers)
-        main0 = sum(cpu_seconds(s.pid, task=s.pid) for s in servers)
+        probes = ports * processes if by_router else ports  # keyless: each process in turn
+        embed0 = [embedding_state(p) for p in probes]
+        pids = [p for s in servers for p in (s.pid, *children_of(s.pid))]  # the router's processes too
+        cpu0 = [cpu_seconds(p) for p in pids], time.process_time()
+        sys0 = sum(cpu_seconds(p, system=True) for p in pids)
+        main0 = sum(cpu_seconds(p, task=p) for p in pids)
         ticks = cpu_ticks()
         tally, elapsed = asyncio.run(drive(urls, args.seconds, memvault_plan(names, words, args.only)))
         steal = steal_share(ticks, cpu_ticks())
-        server_cpu = sum(cpu_seconds(s.pid) for s in servers) - sum(cpu0[0])
+        server_cpu = sum(cpu_seconds(p) for p in pids) - sum(cpu0[0])
         result = report(tally, elapsed)
         result["server_cpu"] = server_cpu / elapsed
-        embed1 = [embedding_state(p) for p in ports]
+        embed1 = [embedding_state(p) for p in probes]
         result["vectors_pending"] = (sum(e[0] for e in embed0), sum(e[0] for e in embed1))
         result["embedding_cpu"] = (sum(e[1] for e in embed1) - sum(e[1] for e in embed0)) / elapsed
-        result["server_loop"] = (sum(cpu_seconds(s.pid, task=s.pid) for s in servers) - main0) / elapsed
-        result["server_sys"] = (sum(cpu_seconds(s.pid, system=True) for s in servers) - sys0) / elapsed
+        result["server_loop"] = (sum(cpu_seconds(p, task=p) for p in pids) - main0) / elapsed
+        result["server_sys"] = (sum(cpu_seconds(p, system=True) for p in pids) - sys0) / elapsed
         result["client_cpu"] = (time.process_time() - cpu0[1]) / elapsed
         result["server_cpu_ms_per_call"] = 1000 * server_cpu / max(1, result["calls"])
         result["steal"] = steal
@@ -468,6 +475,19 @@ def embedding_state(port: int) -> tuple[int, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
         embeddings = json.loads(reply.read()).get("embeddings", {})
     return int(embeddings.get("pending", 0)), float(embeddings.get("cpu_seconds", 0.0))
+
+
+def children_of(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (Linux): `serve --processes N`'s server processes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split() if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if fields and int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
 
 
 def cpu_seconds(pid: int, *, system: bool = False, task: int | None = None) -> float:
@@ -528,6 +548,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--nginx", action="store_true", help="also two memvault processes behind nginx")
+    parser.add_argument("--processes", type=int, help="also `memvault serve --processes N`")
     parser.add_argument(
         "--spy", type=Path, help="py-spy the server during the load (collapsed stacks to this file)"
     )
@@ -564,16 +585,17 @@ def main() -> int:
             return 0
 
         pristine = work / "pristine"
-        if args.nginx:
-            shutil.copytree(root, pristine)  # the nginx phase starts from the same vault
+        if args.nginx or args.processes:
+            shutil.copytree(root, pristine)  # every phase starts from the same vault
         mv_result, loaded = run_memvault(args, env, root, 1, work, names, words)
         results = {"memvault, one process": mv_result}
-        if args.nginx:
+        routed = f"memvault, serve --processes {args.processes}"
+        phases = [(routed, args.processes, True)] if args.processes else []
+        phases += [("memvault, 2 processes behind nginx", 2, False)] if args.nginx else []
+        for name, processes, by_router in phases:
             shutil.rmtree(root)
-            pristine.rename(root)
-            results["memvault, 2 processes behind nginx"], _ = run_memvault(
-                args, env, root, 2, work, names, words
-            )
+            shutil.copytree(pristine, root)
+            results[name], _ = run_memvault(args, env, root, processes, work, names, words, by_router)
         floor_after = run_floor(args, env, here, work)  # the floor again (see floor_mean)
         floors = {"SDK floor, before": floor_result, "SDK floor, after": floor_after}
         reference = floor_mean(floors)

@@ -16,6 +16,7 @@ WRITEBACK_MODES = ("day", "always", "never")
 TOOL_GROUPS = ("memories", "recall", "sessions", "graph")
 SYNC_MODES = ("off", "git")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+MOST_PROCESSES = 64  # serve --processes: each a full server of its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,7 @@ class Settings:
     path_tokens: str = "auto"
     max_body_bytes: int = 1024 * 1024
     max_connections: int = 1000
+    processes: int = 1
     max_sessions_per_token: int = 100
     max_sessions_per_client: int = 1000
     header_timeout_seconds: float = 10.0
@@ -110,6 +112,8 @@ class Settings:
             raise InvalidArgument("MEMVAULT_LOAD_PROCESSES must be auto, 0 (no helpers) or more.")
         if self.graph_max_path_len < 0:
             raise InvalidArgument("MEMVAULT_GRAPH_MAX_PATH_LEN must be 0 (no connecting paths) or more.")
+        if self.processes > MOST_PROCESSES:
+            raise InvalidArgument(f"MEMVAULT_PROCESSES must be from 1 to {MOST_PROCESSES}.")
         if not 0 < self.port < 65536:
             raise InvalidArgument("MEMVAULT_PORT must be between 1 and 65535.")
         # Durations: 0 is meaningful (no TTL grace, sweep on every read, no dedupe); negative or nan is not.
@@ -157,6 +161,7 @@ _AT_LEAST_ONE = (  # counts and sizes where 0 would refuse everything
     "max_body_bytes",
     "max_import_line_bytes",
     "max_connections",
+    "processes",
     "max_sessions_per_token",
     "max_sessions_per_client",
     "max_content_chars",
@@ -200,6 +205,12 @@ SETTINGS: dict[str, Setting] = {
         "1000",
         "Most open HTTP connections (SSE streams included); the next one is answered 503 and closed. "
         "`serve` raises the open-file limit to fit.",
+    ),
+    "processes": Setting(
+        "MEMVAULT_PROCESSES",
+        "1",
+        "Server processes `serve` runs on the one root (about a core each): it accepts connections and "
+        "hands each to the process of its vault (the token in the path, else the bearer key).",
     ),
     "max_sessions_per_token": Setting(
         "MEMVAULT_MAX_SESSIONS_PER_TOKEN",

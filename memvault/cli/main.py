@@ -42,6 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help=f"address to listen on (env {SETTINGS['host'].env}, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help=f"port (env {SETTINGS['port'].env}, default 3000)")
+    serve.add_argument(
+        "--processes",
+        type=int,
+        help=f"server processes, each vault always served by the same one (env {SETTINGS['processes'].env}, "
+        "default 1)",
+    )
+    serve.add_argument("--child", help=argparse.SUPPRESS)  # a server process of --processes: FD:INDEX
 
     sub.add_parser(
         "stdio",
@@ -150,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hooks.watch(os.environ)  # a hook's deadline holds from here on, even while the rest imports
     args = _parser().parse_args(argv)
     try:
-        overrides = {k: getattr(args, k, None) for k in ("root", "host", "port")}
+        overrides = {k: getattr(args, k, None) for k in ("root", "host", "port", "processes")}
         settings = Settings.from_env(os.environ, **overrides)
     except MemvaultError as exc:
         print(f"memvault: {exc}", file=sys.stderr)
@@ -171,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("memvault: stdio serves one vault: pass --token NAME.", file=sys.stderr)
             return 2
         return {
-            "serve": lambda: serve.serve(settings),
+            "serve": lambda: serve.serve(settings, getattr(args, "child", None)),
             "stdio": lambda: serve.stdio(settings, args.token),
             "keys": lambda: serve.keys_command(settings, args),
             "nginx": lambda: serve.nginx_config(args.backends, args.listen, args.standalone, args.out),

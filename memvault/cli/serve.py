@@ -20,23 +20,63 @@ if TYPE_CHECKING:
     from memvault.ops.service import Service
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, child: str | None = None) -> int:
+    """``child``: this is one server process of ``--processes`` (``FD:INDEX``, from the router)."""
+    if child is None and settings.processes > 1:
+        return _route(settings)
     from memvault.load import processes
 
     # A restart: the token whose snapshot was written last is loaded while the server imports
     # (see _run), and a large one's folder scan helper imports on the other core meanwhile.
     saved = processes.snapshots(settings.root)
+    channel = None
+    if child is not None:  # only the tokens the router sends here
+        from memvault.server.shard import shard_of
+
+        fd, index = (int(part) for part in child.split(":"))
+        saved = [(t, size) for t, size in saved if shard_of(t, settings.processes) == index]
+        channel = socket.socket(fileno=fd)
     if processes.scan_helpers(settings.load_processes) and any(
         size >= processes.HELPER_MIN_BYTES for _, size in saved
     ):
         processes.start_spare("folderscan")
     try:
-        return _serve(settings, [token for token, _ in saved[:1]])
+        return _serve(settings, [token for token, _ in saved[:1]], channel)
     finally:
         processes.drop_spare()
 
 
-def _serve(settings: Settings, early: list[str]) -> int:
+def _route(settings: Settings) -> int:
+    """``--processes N``: bind, start N server processes and hand each connection to its vault's."""
+    from memvault.server import limits, router
+
+    if not router.supported():
+        print("memvault: --processes needs Linux (epoll, descriptor passing).", file=sys.stderr)
+        return 2
+    limits.raise_open_file_limit(settings.max_connections + 1024)
+    sock = listen(settings.host, settings.port)
+    if sock is None:
+        return 1
+
+    def command(index: int, fd: int) -> list[str]:
+        return [
+            sys.executable, "-m", "memvault", "serve", "--root", str(settings.root),
+            "--host", settings.host, "--port", str(settings.port),
+            "--processes", str(settings.processes), "--child", f"{fd}:{index}",
+        ]  # fmt: skip
+
+    def announce() -> None:
+        print(
+            f"memvault {__version__}: serving {settings.root.resolve()} on "
+            f"http://{settings.host}:{settings.port}/mcp/<token> ({settings.processes} processes)",
+            flush=True,
+        )
+
+    with sock:
+        return router.Router(settings, sock, command, announce).run()
+
+
+def _serve(settings: Settings, early: list[str], channel: socket.socket | None = None) -> int:
     from memvault import heap
 
     heap.configure()  # before the first large allocation (see heap)
@@ -55,7 +95,7 @@ def _serve(settings: Settings, early: list[str]) -> int:
         )
     limits.quiet_accept_failures()
     try:
-        return asyncio.run(_run(settings, service.Service(settings), early))
+        return asyncio.run(_run(settings, service.Service(settings), early, channel))
     except KeyboardInterrupt:
         # Ctrl-C: uvicorn has shut down cleanly, then raises the signal again; the traceback that
         # followed said nothing a person could act on.
@@ -75,9 +115,10 @@ def _imported() -> tuple[Any, Callable[..., Any]]:
     return uvicorn, app.create_app
 
 
-async def _run(settings: Settings, service: Service, early: list[str]) -> int:
+async def _run(settings: Settings, service: Service, early: list[str], channel: socket.socket | None) -> int:
     """Serve until stopped. The ``early`` tokens' loads (a restart's) begin first and run while
-    the SDK is imported in a worker thread; the first request finds them loaded or loading."""
+    the SDK is imported in a worker thread; the first request finds them loaded or loading.
+    With a ``channel`` this is a server process of ``--processes``: the router hands it connections."""
     import anyio.to_thread
 
     from memvault import heap
@@ -100,13 +141,14 @@ async def _run(settings: Settings, service: Service, early: list[str]) -> int:
         # The imports' 100,000 objects (the SDK's models) live as long as the process; no request
         # has run yet to leave garbage worth a collection first.
         heap.keep(collect=False)
-        sock = listen(settings.host, settings.port)
-        if sock is None:
-            return 1
-        print(
-            f"memvault {__version__}: serving {settings.root.resolve()} "
-            f"on http://{settings.host}:{settings.port}/mcp/<token>"
-        )
+        sock = listen(settings.host, settings.port) if channel is None else None
+        if channel is None:
+            if sock is None:
+                return 1
+            print(
+                f"memvault {__version__}: serving {settings.root.resolve()} "
+                f"on http://{settings.host}:{settings.port}/mcp/<token>"
+            )
         config = uvicorn.Config(
             app,
             log_level=settings.log_level,
@@ -115,7 +157,13 @@ async def _run(settings: Settings, service: Service, early: list[str]) -> int:
             http=limits.guarded_protocol(settings.max_connections, settings.header_timeout_seconds),
         )
         started = True  # the app's lifespan starts the service and closes it
-        await uvicorn.Server(config).serve(sockets=[sock])
+        if channel is not None:
+            from memvault.server.worker import HandedServer
+
+            await HandedServer(config, channel).serve()
+        else:
+            assert sock is not None
+            await uvicorn.Server(config).serve(sockets=[sock])
         return 0
     finally:
         if not started:

@@ -73,10 +73,14 @@ class Embeddings:
         model: str | None = None,
         loader: Callable[[], Embedder] | None = None,
         enabled: bool = True,
+        processes: int = 1,
     ) -> None:
         embedder_kind(spec)
         self.spec = spec
         self.enabled = enabled  # False when the recall tools are not offered: nothing is embedded
+        # `serve --processes N`: each process's worker takes 1/N of the busy share, so the whole
+        # server's stays BUSY_DUTY_PAUSE's (each process has about 1/N of the vaults to embed).
+        self._busy_pause = (BUSY_DUTY_PAUSE + 1) * processes - 1
         self._holds = 0  # loads in progress: the worker waits, so a load has the CPU to itself
         self._loader = loader or (lambda: load_embedder(spec, url=url, key=key, model=model))
         self._embedder: Embedder | None = None
@@ -300,7 +304,7 @@ class Embeddings:
                     used = time.thread_time() - cpu
                     self.cpu_seconds += used
                     took = time.monotonic() - started
-                    self._rest(used * BUSY_DUTY_PAUSE if self.busy() else took * WORKER_DUTY_PAUSE)
+                    self._rest(used * self._busy_pause if self.busy() else took * WORKER_DUTY_PAUSE)
                 except Exception as exc:
                     # A model endpoint that is down: retry with a growing pause, log now and then.
                     failures += 1
@@ -442,4 +446,5 @@ def from_settings(settings: Any) -> Embeddings:
         key=settings.embed_key,
         model=settings.embed_model,
         enabled="recall" in settings.tools,
+        processes=settings.processes,
     )

@@ -167,8 +167,9 @@ def _serve_on_a_busy_port(**env: str) -> tuple[subprocess.CompletedProcess[str],
 
 
 @pytest.mark.slow
-def test_serve_on_a_busy_port_fails_and_says_so(tmp_path: Path) -> None:
-    result, port = _serve_on_a_busy_port(MEMVAULT_ROOT=str(tmp_path / "vault"))
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_serve_on_a_busy_port_fails_and_says_so(tmp_path: Path, processes: str) -> None:
+    result, port = _serve_on_a_busy_port(MEMVAULT_ROOT=str(tmp_path / "vault"), MEMVAULT_PROCESSES=processes)
     assert result.returncode == 1
     assert "serving" not in result.stdout  # bound before announcing (issue 13)
     assert (
@@ -178,7 +179,10 @@ def test_serve_on_a_busy_port_fails_and_says_so(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_held_slow_connections_neither_exhaust_descriptors_nor_flood_the_log(tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_held_slow_connections_neither_exhaust_descriptors_nor_flood_the_log(
+    tmp_path: Path, processes: str
+) -> None:
     """Issue 9, 6: 21,000 held slow connections exhausted file descriptors, and the log took 450,000
     tracebacks in 15 s. Here the server may open only 256 files and 300 connections are held."""
     import resource
@@ -189,6 +193,7 @@ def test_held_slow_connections_neither_exhaust_descriptors_nor_flood_the_log(tmp
         MEMVAULT_ROOT=str(tmp_path / "vault"),
         MEMVAULT_MAX_CONNECTIONS="40",
         MEMVAULT_HEADER_TIMEOUT_SECONDS="1",
+        MEMVAULT_PROCESSES=processes,
     )
     out, err = tmp_path / "stdout", tmp_path / "stderr"
 
