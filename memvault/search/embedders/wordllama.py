@@ -168,7 +168,9 @@ class WordLlamaEmbedder:
         starts = np.zeros(len(have), dtype=np.intp)
         np.cumsum(sizes[have][:-1], out=starts[1:])
         best = np.maximum.reduceat(cosines[:, np.searchsorted(distinct, ids)], starts, axis=1)
-        out[have] = w @ best
+        # Row by row, not ``w @ best``: BLAS may round one column otherwise than another, and two
+        # memories with the same tokens must score the same (ties keep their order).
+        out[have] = (best * w[:, None]).sum(axis=0, dtype=np.float64)
         return out
 
     def _unit(self, ids: npt.NDArray[np.intp]) -> FloatMatrix:
