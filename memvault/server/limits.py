@@ -52,7 +52,14 @@ def raise_open_file_limit(wanted: int) -> tuple[int, int]:
 
 
 def _accept_failed(record: logging.LogRecord) -> bool:
-    return isinstance(record.msg, str) and record.msg.startswith(ACCEPT_FAILED)
+    """A refused accept, or one of the retries asyncio then schedules (one per connection waiting,
+    a second later) failing because the listening socket closed meanwhile: a shutdown under the
+    same flood logged a traceback for each."""
+    if not isinstance(record.msg, str):
+        return False
+    return record.msg.startswith(ACCEPT_FAILED) or (
+        record.msg.startswith("Exception in callback") and "._start_serving(" in record.msg
+    )
 
 
 def quiet_accept_failures() -> OncePer:
