@@ -18,14 +18,12 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 from commands import MEMVAULT, START_TIMEOUT, Server, clean_env, free_port, http, serving, wait_until
-from conftest import wait_for
+from conftest import keyed, wait_for
 from mcp.client.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
 
 from memvault.server import keys
 from memvault.server.shard import shard_of
@@ -92,15 +90,6 @@ async def tool(client: Client | ClientSession, name: str, **args: Any) -> str:
 
 
 @asynccontextmanager
-async def keyed_session(url: str, key: str) -> AsyncIterator[ClientSession]:
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
-        async with streamable_http_client(f"{url}/mcp", http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
-
-
-@asynccontextmanager
 async def sse_session(url: str, headers: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
     async with sse_client(url, headers=headers) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -136,7 +125,7 @@ async def test_two_processes_serve_every_transport_each_vault_on_one_process(tmp
             await tool(session, "write_memory", title="Reef", content="coral over sse")
         # Bearer keys, over streamable HTTP and SSE.
         for name, key in (("carol", carol_key), ("dave", dave_key)):
-            async with keyed_session(url, key) as session:
+            async with keyed(url, key) as session:
                 await tool(session, "write_memory", title="Via key", content=f"owl of {name}")
             bearer = {"Authorization": f"Bearer {key}"}
             async with sse_session(f"{url}/sse", headers=bearer) as session:
