@@ -117,9 +117,7 @@ def build_part(rows: Iterable[Fields]) -> Arrays:
         index["postings"], index["term_postings"] = postings_of(
             index["doc_terms"], index["doc_term_counts"], len(index["terms.len"])
         )
-        out.update({f"{name}.index.{key}": value for key, value in index.items()})
-        columns = snapshot.fields_to_columns(listed)
-        out.update({f"{name}.memories.{key}": value for key, value in columns.items()})
+        out.update(snapshot.area_arrays(name, index, snapshot.fields_to_columns(listed)))
     return out
 
 

@@ -288,16 +288,17 @@ def encode_areas(areas: Iterable[tuple[str, IndexSnapshot, Sequence[Memory]]]) -
         ordered = [by_id.get(id) for id in index.live_ids()]
         if len(ordered) == len(by_id) and None not in ordered:
             memories = cast("list[Memory]", ordered)
-        out.update(area_arrays(name, index.arrays(), memories))
+        out.update(area_arrays(name, index.arrays(), memories_to_columns(memories)))
     return out
 
 
 def area_arrays(
-    name: str, index: Mapping[str, npt.NDArray[Any]], memories: Sequence[Memory]
+    name: str, index: Mapping[str, npt.NDArray[Any]], columns: Mapping[str, npt.NDArray[Any]]
 ) -> dict[str, npt.NDArray[Any]]:
-    """One area in the snapshot's format, from its index's arrays and its memories."""
+    """One area in the snapshot's format, from its index's arrays and its memories' columns
+    (memories_to_columns, or fields_to_columns in a loader helper)."""
     out = {f"{name}.index.{key}": value for key, value in index.items()}
-    out.update({f"{name}.memories.{key}": value for key, value in memories_to_columns(memories).items()})
+    out.update({f"{name}.memories.{key}": value for key, value in columns.items()})
     return out
 
 
