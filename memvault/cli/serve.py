@@ -29,7 +29,7 @@ def serve(settings: Settings, child: str | None = None) -> int:
     # A restart: the token whose snapshot was written last is loaded while the server imports
     # (see _run), and a large one's folder scan helper imports on the other core meanwhile.
     saved = processes.snapshots(settings.root)
-    channel = None
+    channel, index = None, 0
     if child is not None:  # only the tokens the router sends here
         from memvault.server.shard import shard_of
 
@@ -41,7 +41,7 @@ def serve(settings: Settings, child: str | None = None) -> int:
     ):
         processes.start_spare("folderscan")
     try:
-        return _serve(settings, [token for token, _ in saved[:1]], channel)
+        return _serve(settings, [token for token, _ in saved[:1]], channel, index)
     finally:
         processes.drop_spare()
 
@@ -76,7 +76,7 @@ def _route(settings: Settings) -> int:
         return router.Router(settings, sock, command, announce).run()
 
 
-def _serve(settings: Settings, early: list[str], channel: socket.socket | None = None) -> int:
+def _serve(settings: Settings, early: list[str], channel: socket.socket | None = None, index: int = 0) -> int:
     from memvault import heap
 
     heap.configure()  # before the first large allocation (see heap)
@@ -95,7 +95,7 @@ def _serve(settings: Settings, early: list[str], channel: socket.socket | None =
         )
     limits.quiet_accept_failures()
     try:
-        return asyncio.run(_run(settings, service.Service(settings), early, channel))
+        return asyncio.run(_run(settings, service.Service(settings), early, channel, index))
     except KeyboardInterrupt:
         # Ctrl-C: uvicorn has shut down cleanly, then raises the signal again; the traceback that
         # followed said nothing a person could act on.
@@ -115,7 +115,9 @@ def _imported() -> tuple[Any, Callable[..., Any]]:
     return uvicorn, app.create_app
 
 
-async def _run(settings: Settings, service: Service, early: list[str], channel: socket.socket | None) -> int:
+async def _run(
+    settings: Settings, service: Service, early: list[str], channel: socket.socket | None, index: int = 0
+) -> int:
     """Serve until stopped. The ``early`` tokens' loads (a restart's) begin first and run while
     the SDK is imported in a worker thread; the first request finds them loaded or loading.
     With a ``channel`` this is a server process of ``--processes``: the router hands it connections."""
@@ -160,7 +162,7 @@ async def _run(settings: Settings, service: Service, early: list[str], channel: 
         if channel is not None:
             from memvault.server.worker import HandedServer
 
-            await HandedServer(config, channel).serve()
+            await HandedServer(config, channel, index, settings.processes).serve()
         else:
             assert sock is not None
             await uvicorn.Server(config).serve(sockets=[sock])

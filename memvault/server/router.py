@@ -8,11 +8,11 @@ with a hidden ``--child``) and accepts. For each connection it peeks at the firs
 socket pair (``SCM_RIGHTS``); the process serves it as if it had accepted it, and the router
 forgets it. No byte of a request or a reply passes through the router.
 
-A keep-alive connection stays with the process its first request chose. A later request on it for
-another vault is still served right (every process serves the whole root; the file locks keep
-the processes from losing each other's writes), as behind nginx; an MCP session id is known only
-to the process that made it, so a request carrying it to another process gets a 404 and the
-client initializes again, as the protocol expects.
+A keep-alive connection can carry requests for several vaults (a proxy's pooled connections, a
+client with two tokens on one server). A process that reads the head of a request for another
+process's vault hands the connection back (``SCM_RIGHTS`` again, with the bytes it read of it),
+and the router passes it on to that vault's process, which serves the request as the first one
+of the connection: an MCP session lives in one process, so all its requests must reach it.
 
 Hostile heads: the router waits for a head at most MEMVAULT_HEADER_TIMEOUT_SECONDS and reads at
 most :data:`~memvault.server.shard.MAX_HEAD` bytes of it, then hands over what it has (the process
@@ -48,16 +48,24 @@ from memvault.server.shard import MAX_HEAD, WAIT, key_of, shard_of
 
 log = logging.getLogger("memvault")
 
-__all__ = ["CLOSED", "READY", "Router", "channel_pair", "supported"]
+__all__ = ["CLOSED", "HANDED", "MOVED", "MOVED_MOST", "READY", "Router", "channel_pair", "supported"]
 
 READY = b"ready"  # a server process's first message: it serves
 CLOSED = 4  # then each message is a count (4 bytes, big-endian) of handed connections it closed
+HANDED = b"c"  # the router's message with a new connection's descriptor
+# A connection's descriptor with the bytes already read of it: a process hands back a request for
+# another process's vault, the router passes it on (see the module's docstring). More bytes than
+# this (a head is at most MAX_HEAD; the rest, the start of a body) and the process serves it itself:
+# a message of a socket pair must fit its send buffer (Linux: 208 KiB unless raised).
+MOVED = b"m"
+MOVED_MOST = 192 * 1024
 ACCEPT_BATCH = 128  # connections accepted per wake, so waiting heads are read in between
 QUICK_EXITS = 3  # processes exiting before they serve, in a row, before the router gives up
 SERVED_SECONDS = 10.0  # a process that served this long before it exited was not a failed start
 CONFIG_ERROR = 2  # a process's exit status for a setting it refused: no restart helps
 PAUSE_SECONDS = 0.1  # accepting rests this long when the router is out of descriptors
 
+_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)  # processes started later never inherit a client
 _HEAD = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET if hasattr(select, "epoll") else 0
 _GONE = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR if hasattr(select, "epoll") else 0
 
@@ -229,13 +237,27 @@ class Router:
             index, self.turn = self.turn, (self.turn + 1) % self.count
         else:
             index = shard_of(key, self.count)
-        child = self.children[index]
+        self._send(self.children[index], conn, HANDED)
+
+    def _send(self, child: Child, conn: socket.socket, message: bytes) -> None:
+        """``conn`` to ``child`` with ``message`` (HANDED, or MOVED and the bytes read of it)."""
         try:
-            socket.send_fds(child.channel, [b"c"], [fd])
+            socket.send_fds(child.channel, [message], [conn.fileno()])
             child.open += 1
         except OSError:  # its queue is full, or it has just exited
             _refuse(conn)
         conn.close()
+
+    def _moved(self, child: Child, message: bytes, fds: list[int]) -> None:
+        """A process handed back a connection whose next request is another process's (MOVED)."""
+        child.open = max(0, child.open - 1)
+        socks = [socket.socket(fileno=fd) for fd in fds]
+        for extra in socks[1:]:  # a process sends one; more would only leak here
+            extra.close()
+        read = message[len(MOVED) :]
+        key = key_of(read)
+        index = shard_of(key, self.count) if isinstance(key, str) else child.index
+        self._send(self.children[index], socks[0], MOVED + read)
 
     def _drop(self, fd: int) -> None:
         conn = self.waiting.pop(fd, None)
@@ -274,15 +296,17 @@ class Router:
     def _heard(self, child: Child, fd: int, events: int) -> None:
         while True:
             try:
-                message = child.channel.recv(16)
+                message, fds, _, _ = socket.recv_fds(child.channel, len(MOVED) + MOVED_MOST, 4, _CLOEXEC)
             except BlockingIOError:
                 return
             except OSError:
-                message = b""
-            if not message:
+                message, fds = b"", []
+            if fds:
+                self._moved(child, message, fds)
+            elif not message:
                 self._exited(child)
                 return
-            if message == READY:
+            elif message == READY:
                 child.ready = True
                 if not self.announced and all(c.ready for c in self.children):
                     self._open()

@@ -7,23 +7,30 @@ same lifespan state), so uvicorn's shutdown closes these connections as its own.
 router when it serves, and how many handed connections it has closed since it last said, so the
 router can bound the whole server's connections. The router's end closing (the router is gone)
 stops the process as a signal would.
+
+Between two requests of a connection the next head is read before the parser sees it: a request
+for another process's vault hands the connection back to the router with the bytes read of it
+(``MOVED``), so a connection that carries several vaults' requests reaches each vault's process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from typing import Any
 
 import uvicorn
 
-from memvault.server.router import READY
+from memvault.server.router import MOVED, MOVED_MOST, READY
+from memvault.server.shard import WAIT, key_of, shard_of
 
 __all__ = ["HandedServer"]
 
 # The router sends one descriptor a message; a few more fit, so nothing is ever truncated.
 _MOST_FDS = 16
+_MOST_BYTES = len(MOVED) + MOVED_MOST  # a message: HANDED, or MOVED and the bytes read
 _CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)  # helpers we start never inherit a client
 _RETRY_SECONDS = 0.05
 
@@ -31,9 +38,12 @@ _RETRY_SECONDS = 0.05
 class HandedServer(uvicorn.Server):
     """uvicorn's server, fed by the router's ``channel`` instead of a listener."""
 
-    def __init__(self, config: uvicorn.Config, channel: socket.socket) -> None:
+    def __init__(
+        self, config: uvicorn.Config, channel: socket.socket, index: int = 0, count: int = 1
+    ) -> None:
         super().__init__(config)
         self.channel = channel
+        self.index, self.count = index, count  # this process, of how many
         self.closed = 0  # handed connections closed and not yet reported
         self._flushing = False
         self._adopting: set[asyncio.Task[Any]] = set()
@@ -54,30 +64,118 @@ class HandedServer(uvicorn.Server):
             asyncio.get_running_loop().remove_reader(self.channel.fileno())
         await super().shutdown(sockets=None)
 
-    def _create_protocol(self) -> asyncio.Protocol:
-        """What uvicorn's ``startup`` gives its listener as the protocol factory."""
+    def _create_protocol(self, read: bytes = b"") -> asyncio.Protocol:
+        """What uvicorn's ``startup`` gives its listener as the protocol factory; ``read``: the
+        bytes another process read of the connection (it starts with them)."""
         assert self._protocol is not None
-        return self._protocol(  # type: ignore[call-arg]
+        protocol = self._protocol(  # type: ignore[call-arg]
             config=self.config, server_state=self.server_state, app_state=self.lifespan.state
         )
+        protocol.read_before = read
+        return protocol
+
+    def elsewhere(self, head: bytes) -> bool:
+        """Whether a request head names a vault another process serves."""
+        key = key_of(head)
+        return isinstance(key, str) and shard_of(key, self.count) != self.index
+
+    def hand_back(self, transport: asyncio.Transport, read: bytes) -> bool:
+        """Pass the connection, with the bytes read of it, to the router (which hands it to the
+        process of its request's vault); False if it cannot (this process then serves it)."""
+        sock = transport.get_extra_info("socket")
+        if len(read) > MOVED_MOST or sock is None:
+            return False
+        try:
+            fd = os.dup(sock.fileno())
+        except OSError:
+            return False
+        try:
+            socket.send_fds(self.channel, [MOVED + read], [fd])
+        except OSError:  # the router is busy or gone
+            return False
+        finally:
+            os.close(fd)
+        return True
 
     def _reporting(self, base: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+        counting, server = self._counting(base), self
+        if not hasattr(base, "on_message_begin"):  # pragma: no cover - h11 (httptools is a dependency)
+            return counting
+
+        class HandedProtocol(counting):  # type: ignore[valid-type,misc]
+            _head = b""  # the next request's head so far, between requests
+            _between = True  # the last request was read and answered: the next bytes start a head
+            _reading = False  # a request is being read (its head or body)
+
+            def start_with(self, read: bytes) -> None:
+                self._between = False
+                super().start_with(read)
+
+            def data_received(self, data: bytes) -> None:
+                if not self._between:
+                    super().data_received(data)
+                    return
+                head = self._head + data
+                if key_of(head) is WAIT:  # (at most MAX_HEAD; the keep-alive timeout still runs)
+                    self._head = head
+                    return
+                self._head, self._between = b"", False
+                if server.elsewhere(head) and server.hand_back(self.transport, head):
+                    self.moved = True
+                    self.transport.abort()  # the router holds the connection now: no FIN is sent
+                    return
+                super().data_received(head)
+
+            def on_message_begin(self) -> None:
+                self._reading = True
+                super().on_message_begin()
+
+            def on_message_complete(self) -> None:
+                self._reading = False
+                super().on_message_complete()
+                self._settle()
+
+            def on_response_complete(self) -> None:
+                super().on_response_complete()
+                self._settle()
+
+            def _settle(self) -> None:
+                answering = self.cycle is not None and not self.cycle.response_complete
+                self._between = not (self._reading or self.pipeline or answering)
+
+        return HandedProtocol
+
+    def _counting(self, base: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+        """``base`` starting with the bytes another process read, and reporting closed connections."""
         note = self._note_closed
 
-        class HandedProtocol(base):  # type: ignore[valid-type,misc]
+        class CountingProtocol(base):  # type: ignore[valid-type,misc]
+            read_before = b""  # bytes of the connection another process read (they come first)
+            moved = False  # handed back: still open, so not reported closed
+
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                super().connection_made(transport)
+                read, self.read_before = self.read_before, b""
+                if read and not transport.is_closing():  # (closing: refused, over the cap)
+                    self.start_with(read)
+
+            def start_with(self, read: bytes) -> None:
+                self.data_received(read)
+
             def connection_lost(self, exc: Exception | None) -> None:
                 try:
                     super().connection_lost(exc)
                 finally:
-                    note()
+                    if not self.moved:
+                        note()
 
-        return HandedProtocol
+        return CountingProtocol
 
     def _receive(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                message, fds, _, _ = socket.recv_fds(self.channel, 16, _MOST_FDS, _CLOEXEC)
+                message, fds, _, _ = socket.recv_fds(self.channel, _MOST_BYTES, _MOST_FDS, _CLOEXEC)
             except BlockingIOError:
                 return
             except OSError:
@@ -86,14 +184,16 @@ class HandedServer(uvicorn.Server):
                 loop.remove_reader(self.channel.fileno())
                 self.should_exit = True
                 return
+            read = message[len(MOVED) :] if message.startswith(MOVED) else b""
             for fd in fds:
-                task = loop.create_task(self._adopt(socket.socket(fileno=fd)))
+                task = loop.create_task(self._adopt(socket.socket(fileno=fd), read))
                 self._adopting.add(task)
                 task.add_done_callback(self._adopting.discard)
 
-    async def _adopt(self, sock: socket.socket) -> None:
+    async def _adopt(self, sock: socket.socket, read: bytes) -> None:
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(self._create_protocol, sock)
+            loop = asyncio.get_running_loop()
+            await loop.connect_accepted_socket(lambda: self._create_protocol(read), sock)
         except (OSError, ValueError):  # closed by the client meanwhile, or not a stream socket
             sock.close()
             self._note_closed()

@@ -7,6 +7,7 @@ read from /proc (the token folders a process has files open in), never from the 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +190,54 @@ def test_hostile_heads_neither_hang_nor_spin_the_router(tmp_path: Path) -> None:
         wait_until(lambda: http(f"{server.url}/healthz", timeout=2)[0] == 200, START_TIMEOUT, "healthz")
         for sock in [*partial, huge, busy]:
             sock.close()
+        assert server.stop() == 0, server.logs()[-3000:]
+
+
+def post(
+    conn: HTTPConnection, token: str, message: dict[str, Any], session: str | None = None
+) -> tuple[int, str, Any]:
+    """One JSON-RPC message over ``conn`` (kept alive): status, session id, reply."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if session is not None:
+        headers |= {"Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25"}
+    conn.request("POST", f"/mcp/{token}", json.dumps(message), headers)
+    response = conn.getresponse()
+    body = response.read()
+    return response.status, response.getheader("mcp-session-id") or "", json.loads(body) if body else None
+
+
+def test_a_connection_carrying_two_vaults_reaches_each_vaults_process(tmp_path: Path) -> None:
+    """A proxy's pooled connection, or one client with two tokens, sends several vaults' requests
+    over one connection: each reaches its vault's process, so a session works on any connection."""
+    alice, bob = split_pair("pooled")
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    with two_processes(tmp_path) as (server, root):
+        shared = HTTPConnection("127.0.0.1", server.port, timeout=30)
+        sessions = {}
+        for token in (alice, bob, alice):  # both sessions begin on the one connection
+            status, sessions[token], _ = post(
+                shared, token, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+            )
+            assert status == 200
+            post(shared, token, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sessions[token])
+        others = [HTTPConnection("127.0.0.1", server.port, timeout=30) for _ in range(2)]
+        for n in range(12):  # each session's calls over every connection, a body of 90 KB now and then
+            token, conn = (alice, bob)[n % 2], [shared, *others][n % 3]
+            words = "word " * (18_000 if n % 5 == 0 else 20)
+            call = {"name": "write_memory", "arguments": {"title": f"note {n} of {token}", "content": words}}
+            status, _, reply = post(
+                conn,
+                token,
+                {"jsonrpc": "2.0", "id": 10 + n, "method": "tools/call", "params": call},
+                sessions[token],
+            )
+            assert status == 200 and not reply["result"]["isError"], reply
+        for conn in [shared, *others]:
+            conn.close()
+        pids = children(server.process.pid)
+        for token in (alice, bob):  # each vault was served by one process only
+            assert len([pid for pid in pids if token in vaults_open_in(pid, root)]) == 1
+        assert len(list((root / alice).glob("note-*.md"))) == len(list((root / bob).glob("note-*.md"))) == 6
         assert server.stop() == 0, server.logs()[-3000:]
 
 
