@@ -251,24 +251,31 @@ def diversify(
     left: list[int] = rows.tolist()
     top = float(scores[left[0]]) or 1.0
     rel = scores[rows].astype(np.float64) / top
-    # Every pair's closeness at once (a few dozen candidates): the loop below reads rows of it.
-    close = None
+    # Every pair's penalty at once (a few dozen candidates): the loop below reads rows of it. A
+    # positive weight times the closest pick is the largest of the weighted closenesses, so the
+    # weight is applied once here rather than at each pick.
+    penalty = None
     if neighbour_penalty:
         positions, threads = where.position[rows], where.thread[rows]
         same = (threads[:, None] == threads[None, :]) & (threads >= 0)[:, None]
-        close = np.where(same, np.exp(-np.abs(positions[:, None] - positions[None, :]) / scale), 0.0)
+        penalty = np.where(same, np.exp(-np.abs(positions[:, None] - positions[None, :]) / scale), 0.0)
+        if neighbour_penalty > 0:
+            penalty *= neighbour_penalty
     near = np.zeros(len(left))
-    taken = np.zeros(len(left))  # -inf once picked
+    open_ = rel + near  # -inf once picked
     picked: list[tuple[int, float, float]] = []
     for k in range(min(limit, len(left))):
-        value = rel + taken
-        if k >= free:
-            value -= neighbour_penalty * near
-        i = int(np.argmax(value))
+        if k < free or penalty is None:
+            value = open_
+        elif neighbour_penalty > 0:
+            value = open_ - near
+        else:
+            value = open_ - neighbour_penalty * near
+        i = int(value.argmax())
         picked.append((left[i], float(value[i]), float(rel[i])))
-        taken[i] = -np.inf
-        if close is not None:
-            np.fmax(near, close[i], out=near)  # fmax: a NaN closeness (no position) leaves near as it is
+        open_[i] = -np.inf
+        if penalty is not None:
+            np.fmax(near, penalty[i], out=near)  # fmax: a NaN closeness (no position) leaves near as it is
     return picked
 
 
