@@ -63,7 +63,7 @@ class Layout:
             marks = np.zeros(self.n + 1, dtype=bool)
             marks[table[rows, : 2 * depth]] = True
             return np.flatnonzero(marks[: self.n])
-        found = _distinct(
+        found = distinct(
             np.concatenate(self._around(rows, [s for k in range(1, depth + 1) for s in (-k, k)]))
         )
         return found[: int(np.searchsorted(found, self.n))]  # without "no neighbour" (n, the largest)
@@ -105,7 +105,7 @@ class Layout:
         return sides
 
 
-def _distinct(values: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+def distinct(values: npt.NDArray[_T]) -> npt.NDArray[_T]:
     """``values`` sorted, each once: np.unique, without its overhead, which is most of its time on
     the few thousand values a query has."""
     if not values.size:
@@ -192,7 +192,7 @@ def _moved(
     named = _differing(since.keys, keys, m, most) if times.size <= most else None
     if named is None:
         return None
-    moved = _distinct(np.concatenate([times, named, np.arange(m, len(keys), dtype=np.intp)]))
+    moved = distinct(np.concatenate([times, named, np.arange(m, len(keys), dtype=np.intp)]))
     return moved if moved.size <= most else None
 
 

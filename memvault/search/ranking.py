@@ -194,7 +194,7 @@ def fuse(
         best = float(np.max(vector, where=eligible, initial=-np.inf))
         if best > 0 and best >= vector_floor:
             # In place, in the order of vector_weight * where(vector >= floor, clip(vector), 0) / best.
-            part = np.clip(vector, 0.0, None)
+            part = np.maximum(vector, 0.0)  # np.clip(vector, 0.0, None) without its wrappers
             if vector_floor > 0:  # else clip did it (a NaN row is left out below, or NaN is the best)
                 part[~(vector >= vector_floor)] = 0.0
             part *= vector_weight

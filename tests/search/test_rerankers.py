@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memvault.config import Settings
 from memvault.errors import InvalidArgument
@@ -21,6 +24,7 @@ from memvault.search.rerankers import (
     shown,
     token_reranker,
 )
+from memvault.search.rerankers.maxsim import maxsim as table_maxsim
 
 
 class Model:
@@ -132,3 +136,34 @@ def test_a_path_in_a_name_shows_as_its_folders_name():
         shown("cross-encoder:cross-encoder/ms-marco-MiniLM") == "cross-encoder:cross-encoder/ms-marco-MiniLM"
     )
     assert shown("maxsim") == "maxsim"
+
+
+@functools.cache
+def wordllama() -> WordLlamaEmbedder:
+    return WordLlamaEmbedder()
+
+
+WORDS = st.sampled_from(
+    "guitar Fender Stratocaster the cat eats salmon I bought a new car yesterday and "
+    "piano lessons on Tuesday with Mary , ? 2023 musical instruments café naïve".split()
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(WORDS, max_size=30).map(" ".join), max_size=12),
+    st.lists(WORDS, max_size=8).map(" ".join),
+    st.lists(st.integers(min_value=0, max_value=11), max_size=4),
+)
+def test_maxsim_gives_the_embedders_own_maxsim_to_the_last_bit(texts, query: str, pending: list[int]):
+    """The reranker's MaxSim over the embedder's token table scores each memory as the embedder's
+    maxsim (the reference) does, bit for bit: memories without tokens (pending) and queries of
+    stop words alone included."""
+    embedder = wordllama()
+    _, kept = embedder.embed_with_tokens(texts)
+    for i in pending:
+        if i < len(kept):
+            kept[i] = kept[i][:0]
+    got = table_maxsim(embedder.tokens, query, kept)
+    assert got.dtype == np.float64
+    assert got.tobytes() == embedder.maxsim(query, kept).tobytes()
