@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from memvault.search.embedders import TokenEmbedder, TokenIds
 from memvault.search.embedders.wordllama import BLOCK, MAX_QUERY_CHARS, TokenTable
@@ -27,21 +29,53 @@ class MaxSim:
     top = 40  # candidates it looks at (recall's whole pool at limit 10)
     weight = 0.3  # its min-max normalised score, added to the share of the best
 
+    def __init__(self) -> None:
+        self._wide: Widened | None = None  # the table in use, its rows widened as they are read
+        self._lock = threading.Lock()
+
     def score(self, query: str, texts: Sequence[str]) -> FloatArray:
         raise RerankerUnavailable("maxsim scores token ids, not texts")
 
     def score_tokens(self, embedder: TokenEmbedder, query: str, tokens: Sequence[TokenIds]) -> FloatArray:
         table = getattr(embedder, "tokens", None)
-        if isinstance(table, TokenTable):
-            return maxsim(table, query, tokens)
-        return embedder.maxsim(query, tokens)
+        if not isinstance(table, TokenTable):
+            return embedder.maxsim(query, tokens)
+        with self._lock:
+            wide = self._wide
+            if wide is None or wide.table is not table.table:
+                wide = self._wide = Widened(table.table)
+        return maxsim(table, query, tokens, wide)
 
 
-def maxsim(table: TokenTable, query: str, memories: Sequence[TokenIds]) -> FloatArray:
+class Widened:
+    """A token table's rows as float32, each widened once, the first time MaxSim reads it: widening
+    the candidates' rows (float16 as shipped) was the largest part of MaxSim's time. At most the
+    table at float32 (32 MB for WordLlama's 32,000 rows), of which only the rows read are ever
+    written (np.zeros: the pages no row was written to take no memory). Threads may widen the
+    same row at once: they write the same values, and a row counts as widened only after."""
+
+    def __init__(self, table: npt.NDArray[np.float16]) -> None:
+        self.table = table
+        self._rows = np.zeros(table.shape, dtype=np.float32)
+        self._done = np.zeros(len(table), dtype=bool)
+
+    def rows(self, ids: npt.NDArray[np.intp]) -> npt.NDArray[np.float32]:
+        """``table[ids].astype(np.float32)``."""
+        new = ids[~self._done[ids]]
+        if new.size:
+            self._rows[new] = self.table[new]
+            self._done[new] = True
+        return self._rows[ids]
+
+
+def maxsim(
+    table: TokenTable, query: str, memories: Sequence[TokenIds], wide: Widened | None = None
+) -> FloatArray:
     """``WordLlamaEmbedder.maxsim`` to the last bit, in fewer numpy calls: each query word token's
     best cosine with a memory's tokens, averaged with the tokens' row lengths as weights; 0 for a
     memory without tokens. Its distinct tokens are sorted, not np.unique'd, whose overhead was
-    most of its time on the few hundred ids of recall's candidates (and a fifth of MaxSim's)."""
+    most of its time on the few hundred ids of recall's candidates (and a fifth of MaxSim's);
+    ``wide``: the table's rows widened to float32 as they are read (else widened here)."""
     out = np.zeros(len(memories), dtype=np.float64)
     raw = table.tokenizer.encode(query[:MAX_QUERY_CHARS], add_special_tokens=False).ids
     last = table.table.shape[0] - 1
@@ -56,8 +90,9 @@ def maxsim(table: TokenTable, query: str, memories: Sequence[TokenIds]) -> Float
     ids = np.concatenate([memories[i] for i in have.tolist()])
     among = distinct(ids)
     rows = among.astype(np.intp)
-    unit = table.table[q].astype(np.float32) / np.maximum(table.norms[q], 1e-9)[:, None]
-    cosines = _products(unit, table.table[rows].astype(np.float32))
+    widen = wide.rows if wide is not None else lambda ids: table.table[ids].astype(np.float32)
+    unit = widen(q) / np.maximum(table.norms[q], 1e-9)[:, None]
+    cosines = _products(unit, widen(rows))
     cosines /= np.maximum(table.norms[rows], 1e-9)
     starts = np.zeros(len(have), dtype=np.intp)
     np.cumsum(sizes[have][:-1], out=starts[1:])
