@@ -257,8 +257,13 @@ def diversify(
     penalty = None
     if neighbour_penalty:
         positions, threads = where.position[rows], where.thread[rows]
-        same = (threads[:, None] == threads[None, :]) & (threads >= 0)[:, None]
-        penalty = np.where(same, np.exp(-np.abs(positions[:, None] - positions[None, :]) / scale), 0.0)
+        apart = (threads[:, None] != threads[None, :]) | (threads < 0)[:, None]
+        # Only a pair in one thread has a closeness: the others' distances are not taken to exp,
+        # whose underflow far apart (e^-1000) is numpy's slow path, most of this at 10,000 memories.
+        distance = np.abs(positions[:, None] - positions[None, :])
+        distance[apart] = 0.0
+        penalty = np.exp(-distance / scale)
+        penalty[apart] = 0.0
         if neighbour_penalty > 0:
             penalty *= neighbour_penalty
     near = np.zeros(len(left))
