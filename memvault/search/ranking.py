@@ -300,13 +300,22 @@ def blend(
     values = np.asarray(raw, dtype=np.float64)
     low, high = (float(values.min()), float(values.max())) if len(values) else (0.0, 0.0)
     spread = dict(
-        zip(scored, (values - low) / (high - low) if high > low else np.zeros(len(scored)), strict=True)
+        zip(
+            scored,
+            ((values - low) / (high - low)).tolist() if high > low else [0.0] * len(scored),
+            strict=True,
+        )
     )
     top = (float(weighted[rows[0]]) if rows else 0.0) or 1.0
-    for row in rows:
-        weighted[row] = weighted[row] / top + weight * spread.get(row, 0.0)
-    chosen = set(rows)
-    weighted[[r for r in candidates if r not in chosen]] /= top
+    # All at once, each row as ``weighted[row] / top + weight * spread.get(row, 0.0)``.
+    others = np.zeros(len(weighted), dtype=bool)
+    others[list(candidates)] = True
+    if rows:
+        at = list(rows)
+        others[at] = False
+        gained = np.array([spread.get(row, 0.0) for row in at], dtype=np.float64)
+        weighted[at] = weighted[at] / top + weight * gained
+    weighted[others] /= top
 
 
 # Words that say what kind of answer is wanted, not what it is about: a snippet is not centred on

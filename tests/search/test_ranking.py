@@ -291,3 +291,36 @@ def test_diversify_picks_what_the_plain_greedy_loop_picks(rows, limit: int, free
     assert [(r, np.float64(v).tobytes(), x) for r, v, x in got] == [
         (r, np.float64(v).tobytes(), x) for r, v, x in want
     ]
+
+
+def blend_reference(weighted, candidates, rows, scored, raw, weight):
+    """blend as it was, row by row: the reference."""
+    values = np.asarray(raw, dtype=np.float64)
+    low, high = (float(values.min()), float(values.max())) if len(values) else (0.0, 0.0)
+    spread = dict(
+        zip(scored, (values - low) / (high - low) if high > low else np.zeros(len(scored)), strict=True)
+    )
+    top = (float(weighted[rows[0]]) if rows else 0.0) or 1.0
+    for row in rows:
+        weighted[row] = weighted[row] / top + weight * spread.get(row, 0.0)
+    chosen = set(rows)
+    weighted[[r for r in candidates if r not in chosen]] /= top
+
+
+@given(
+    st.lists(st.floats(min_value=0.0, max_value=5.0), min_size=1, max_size=40),
+    st.data(),
+    st.sampled_from([0.3, 1.0, 0.0, -0.5]),
+)
+def test_blend_adds_what_the_row_by_row_loop_adds(scores: list[float], data, weight: float):
+    """Every candidate's score after blend, to the last bit, as the plain loop over the rows."""
+    n = len(scores)
+    candidates = data.draw(st.lists(st.integers(0, n - 1), unique=True))
+    best = sorted(candidates, key=lambda r: -scores[r])
+    rows = best[: data.draw(st.integers(0, len(best)))]
+    scored = [r for r in rows if data.draw(st.booleans())]
+    raw = data.draw(st.lists(st.floats(-10.0, 10.0), min_size=len(scored), max_size=len(scored)))
+    got, want = np.array(scores), np.array(scores)
+    blend(got, candidates, rows, scored, raw, weight)
+    blend_reference(want, candidates, rows, scored, raw, weight)
+    assert got.tobytes() == want.tobytes()
