@@ -24,7 +24,7 @@ from memvault.search.rerankers import (
     shown,
     token_reranker,
 )
-from memvault.search.rerankers.maxsim import MaxSim
+from memvault.search.rerankers.maxsim import MaxSim, Widened
 from memvault.search.rerankers.maxsim import maxsim as table_maxsim
 
 
@@ -171,3 +171,16 @@ def test_maxsim_gives_the_embedders_own_maxsim_to_the_last_bit(texts, query: str
     assert plain.dtype == np.float64 and plain.tobytes() == want
     # Through one reranker, whose widened rows outlive the call (those of earlier examples too).
     assert RERANKER.score_tokens(embedder, query, kept).tobytes() == want
+
+
+def test_widened_rows_are_the_tables_rows_as_float32_however_they_grow():
+    """Rows asked in batches (repeats, rows asked before, batches larger than the room kept) are
+    the float16 table's rows widened, bit for bit."""
+    rng = np.random.default_rng(11)
+    table = rng.normal(size=(5000, 8)).astype(np.float16)
+    table[7] = np.inf
+    wide = Widened(table)
+    for size in (3, 300, 1, 2000, 50, 4000):
+        ids = rng.integers(0, len(table), size=size).astype(np.intp)
+        got = wide.rows(ids)
+        assert got.dtype == np.float32 and got.tobytes() == table[ids].astype(np.float32).tobytes()

@@ -49,23 +49,38 @@ class MaxSim:
 
 class Widened:
     """A token table's rows as float32, each widened once, the first time MaxSim reads it: widening
-    the candidates' rows (float16 as shipped) was the largest part of MaxSim's time. At most the
-    table at float32 (32 MB for WordLlama's 32,000 rows), of which only the rows read are ever
-    written (np.zeros: the pages no row was written to take no memory). Threads may widen the
-    same row at once: they write the same values, and a row counts as widened only after."""
+    the candidates' rows (float16 as shipped) was the largest part of MaxSim's time. The rows read
+    so far, one after another (4,190 of WordLlama's 32,000 rows, 4 MB, for all of LoCoMo's turns;
+    at most the whole table at float32, 32 MB), and where each is. Readers take no lock: a row's
+    place is set only once the row is in every array a reader may hold."""
 
     def __init__(self, table: npt.NDArray[np.float16]) -> None:
         self.table = table
-        self._rows = np.zeros(table.shape, dtype=np.float32)
-        self._done = np.zeros(len(table), dtype=bool)
+        self._at = np.full(len(table), -1, dtype=np.intp)  # where each row is in _rows, -1: not yet
+        self._rows = np.empty((0, table.shape[1]), dtype=np.float32)
+        self._used = 0  # rows widened so far: _rows[:_used]
+        self._lock = threading.Lock()
 
     def rows(self, ids: npt.NDArray[np.intp]) -> npt.NDArray[np.float32]:
         """``table[ids].astype(np.float32)``."""
-        new = ids[~self._done[ids]]
-        if new.size:
-            self._rows[new] = self.table[new]
-            self._done[new] = True
-        return self._rows[ids]
+        at = self._at[ids]
+        if (at < 0).any():
+            self._widen(distinct(ids[at < 0]))
+            at = self._at[ids]
+        return self._rows[at]
+
+    def _widen(self, ids: npt.NDArray[np.intp]) -> None:
+        with self._lock:
+            ids = ids[self._at[ids] < 0]  # another thread may have widened some since
+            used = self._used
+            rows = self._rows
+            if used + ids.size > len(rows):  # grown by half at least: copies stay few
+                rows = np.empty((max(used + ids.size, len(rows) * 3 // 2, 256), rows.shape[1]), np.float32)
+                rows[:used] = self._rows[:used]
+                self._rows = rows
+            rows[used : used + ids.size] = self.table[ids]
+            self._at[ids] = np.arange(used, used + ids.size)
+            self._used = used + ids.size
 
 
 def maxsim(
