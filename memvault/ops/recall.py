@@ -352,7 +352,9 @@ class Recaller:
         (its vector is pending) is left out of the normalisation and gets nothing added."""
         count = getattr(reranker, "top", ranking.RERANK_TOP)
         weight = getattr(reranker, "weight", ranking.RERANK_WEIGHT)
-        rows = sorted(memories, key=lambda r: -weighted[r])[:count]
+        among = list(memories)
+        worth = (-weighted[among]).tolist()  # sorted as -weighted[r] sorts them: ties keep their order
+        rows = [among[i] for i in sorted(range(len(among)), key=worth.__getitem__)[:count]]
         scored = rows
         try:
             keeper = token_embedder(embedder)
@@ -360,7 +362,7 @@ class Recaller:
             if by_tokens is not None:
                 if keeper is None or view.name != keeper.name:
                     return
-                kept = [(r, view.tokens_of(r)) for r in rows]
+                kept = list(zip(rows, view.tokens_of_rows(rows), strict=True))
                 scored = [r for r, ids in kept if ids is not None]
                 raw = (
                     by_tokens.score_tokens(keeper, query, [ids for _, ids in kept if ids is not None])
@@ -504,22 +506,21 @@ def _weighed(
 ) -> tuple[dict[int, Memory], FloatArray]:
     """The candidates' memories by row, and their scores weighed by what each memory says of
     itself and when it was last used (ranking.factor); 0 for the other rows."""
-    recorded = (
-        state.sidecar.last_access([view.keys[r] or "" for r in candidates.tolist()], where)
-        if state.sidecar
-        else {}
-    )
+    rows = candidates.tolist()
+    keys = [view.keys[r] or "" for r in rows]
+    recorded = state.sidecar.last_access(keys, where) if state.sidecar else {}
     memories: dict[int, Memory] = {}
-    weighted = np.zeros(len(score), dtype=np.float64)
+    values: list[float] = []
     with state.looking(where):
-        for row in candidates.tolist():
-            path_key = view.keys[row] or ""
+        for row, path_key, value in zip(rows, keys, score[candidates].tolist(), strict=True):
             memory = state.memory(path_key)
             if memory is None:
                 continue
             memories[row] = memory
             last = last_access(memory, recorded.get(path_key))
-            weighted[row] = score[row] * factor(memory, last_access=last, now=now)
+            values.append(value * factor(memory, last_access=last, now=now))
+    weighted = np.zeros(len(score), dtype=np.float64)
+    weighted[list(memories)] = values  # the rows in the order their values came
     return memories, weighted
 
 

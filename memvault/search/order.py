@@ -9,12 +9,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
 _T = TypeVar("_T", bound=np.generic)
+_TABLED = 2  # neighbours this many places away are kept in a layout's table (ranking.CONTEXT's reach)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +38,18 @@ class Layout:
     # The arrays above are the heads of longer ones (live, archived, position, thread, order): the
     # room past their ends, which this layout never reads, is for the next one made from it, once.
     room: list[tuple[npt.NDArray[Any], ...]] = field(default_factory=list, repr=False, compare=False)
+    # Every row's neighbours up to _TABLED places away, once asked about as many rows as it has
+    # (_table): the rows asked so far, then the table. Filled once, never changed after.
+    steps: list[Any] = field(default_factory=lambda: [0, None], repr=False, compare=False)
 
     def neighbours(
         self, rows: npt.NDArray[np.intp], k: int
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
         """For each of ``rows``, the row written ``k`` places earlier and the one ``k`` places
         later in the same thread, or ``n`` where there is none."""
+        table = self._table(rows, k)
+        if table is not None:
+            return table[rows, 2 * k - 2], table[rows, 2 * k - 1]
         before, after = self._around(rows, (-k, k))
         return before, after
 
@@ -51,10 +58,33 @@ class Layout:
         counted unless they are one another's neighbours), ascending."""
         if depth < 1 or not len(rows):
             return np.zeros(0, dtype=np.intp)
-        found = _distinct(
+        table = self._table(rows, depth)
+        if table is not None:  # a mark per row, read back in order: no sort
+            marks = np.zeros(self.n + 1, dtype=bool)
+            marks[table[rows, : 2 * depth]] = True
+            return np.flatnonzero(marks[: self.n])
+        found = distinct(
             np.concatenate(self._around(rows, [s for k in range(1, depth + 1) for s in (-k, k)]))
         )
         return found[: int(np.searchsorted(found, self.n))]  # without "no neighbour" (n, the largest)
+
+    def _table(self, rows: npt.NDArray[np.intp], depth: int) -> npt.NDArray[np.intp] | None:
+        """Every row's neighbours (n rows, columns -1, 1, -2, 2, ... up to ``_TABLED`` places), once
+        this layout has been asked about at least as many rows as it has: from then on a recall
+        reads its rows' neighbours from it. A layout asked only once or twice (rows moving between
+        recalls) is never worth the table. None until then, or past ``_TABLED``. Two threads may
+        both make it: they make the same table."""
+        steps = self.steps
+        if depth > _TABLED:
+            return None
+        if steps[1] is None:
+            steps[0] += len(rows)
+            if steps[0] < self.n:
+                return None
+            every = np.arange(self.n, dtype=np.intp)
+            table = np.stack(self._around(every, [s for k in range(1, _TABLED + 1) for s in (-k, k)]), axis=1)
+            steps[1] = table
+        return cast("npt.NDArray[np.intp]", steps[1])
 
     def _around(self, rows: npt.NDArray[np.intp], steps: Sequence[int]) -> list[npt.NDArray[np.intp]]:
         """For each step, each row's neighbour that many places away in its thread, or ``n``."""
@@ -75,7 +105,7 @@ class Layout:
         return sides
 
 
-def _distinct(values: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+def distinct(values: npt.NDArray[_T]) -> npt.NDArray[_T]:
     """``values`` sorted, each once: np.unique, without its overhead, which is most of its time on
     the few thousand values a query has."""
     if not values.size:
@@ -162,7 +192,7 @@ def _moved(
     named = _differing(since.keys, keys, m, most) if times.size <= most else None
     if named is None:
         return None
-    moved = _distinct(np.concatenate([times, named, np.arange(m, len(keys), dtype=np.intp)]))
+    moved = distinct(np.concatenate([times, named, np.arange(m, len(keys), dtype=np.intp)]))
     return moved if moved.size <= most else None
 
 

@@ -194,7 +194,7 @@ def fuse(
         best = float(np.max(vector, where=eligible, initial=-np.inf))
         if best > 0 and best >= vector_floor:
             # In place, in the order of vector_weight * where(vector >= floor, clip(vector), 0) / best.
-            part = np.clip(vector, 0.0, None)
+            part = np.maximum(vector, 0.0)  # np.clip(vector, 0.0, None) without its wrappers
             if vector_floor > 0:  # else clip did it (a NaN row is left out below, or NaN is the best)
                 part[~(vector >= vector_floor)] = 0.0
             part *= vector_weight
@@ -251,24 +251,36 @@ def diversify(
     left: list[int] = rows.tolist()
     top = float(scores[left[0]]) or 1.0
     rel = scores[rows].astype(np.float64) / top
-    # Every pair's closeness at once (a few dozen candidates): the loop below reads rows of it.
-    close = None
+    # Every pair's penalty at once (a few dozen candidates): the loop below reads rows of it. A
+    # positive weight times the closest pick is the largest of the weighted closenesses, so the
+    # weight is applied once here rather than at each pick.
+    penalty = None
     if neighbour_penalty:
         positions, threads = where.position[rows], where.thread[rows]
-        same = (threads[:, None] == threads[None, :]) & (threads >= 0)[:, None]
-        close = np.where(same, np.exp(-np.abs(positions[:, None] - positions[None, :]) / scale), 0.0)
+        apart = (threads[:, None] != threads[None, :]) | (threads < 0)[:, None]
+        # Only a pair in one thread has a closeness: the others' distances are not taken to exp,
+        # whose underflow far apart (e^-1000) is numpy's slow path, most of this at 10,000 memories.
+        distance = np.abs(positions[:, None] - positions[None, :])
+        distance[apart] = 0.0
+        penalty = np.exp(-distance / scale)
+        penalty[apart] = 0.0
+        if neighbour_penalty > 0:
+            penalty *= neighbour_penalty
     near = np.zeros(len(left))
-    taken = np.zeros(len(left))  # -inf once picked
+    open_ = rel + near  # -inf once picked
     picked: list[tuple[int, float, float]] = []
     for k in range(min(limit, len(left))):
-        value = rel + taken
-        if k >= free:
-            value -= neighbour_penalty * near
-        i = int(np.argmax(value))
+        if k < free or penalty is None:
+            value = open_
+        elif neighbour_penalty > 0:
+            value = open_ - near
+        else:
+            value = open_ - neighbour_penalty * near
+        i = int(value.argmax())
         picked.append((left[i], float(value[i]), float(rel[i])))
-        taken[i] = -np.inf
-        if close is not None:
-            np.fmax(near, close[i], out=near)  # fmax: a NaN closeness (no position) leaves near as it is
+        open_[i] = -np.inf
+        if penalty is not None:
+            np.fmax(near, penalty[i], out=near)  # fmax: a NaN closeness (no position) leaves near as it is
     return picked
 
 
@@ -288,13 +300,22 @@ def blend(
     values = np.asarray(raw, dtype=np.float64)
     low, high = (float(values.min()), float(values.max())) if len(values) else (0.0, 0.0)
     spread = dict(
-        zip(scored, (values - low) / (high - low) if high > low else np.zeros(len(scored)), strict=True)
+        zip(
+            scored,
+            ((values - low) / (high - low)).tolist() if high > low else [0.0] * len(scored),
+            strict=True,
+        )
     )
     top = (float(weighted[rows[0]]) if rows else 0.0) or 1.0
-    for row in rows:
-        weighted[row] = weighted[row] / top + weight * spread.get(row, 0.0)
-    chosen = set(rows)
-    weighted[[r for r in candidates if r not in chosen]] /= top
+    # All at once, each row as ``weighted[row] / top + weight * spread.get(row, 0.0)``.
+    others = np.zeros(len(weighted), dtype=bool)
+    others[list(candidates)] = True
+    if rows:
+        at = list(rows)
+        others[at] = False
+        gained = np.array([spread.get(row, 0.0) for row in at], dtype=np.float64)
+        weighted[at] = weighted[at] / top + weight * gained
+    weighted[others] /= top
 
 
 # Words that say what kind of answer is wanted, not what it is about: a snippet is not centred on

@@ -175,6 +175,19 @@ class VectorView:
             return None
         return kept_tokens(self.tokens, self.token_starts, self.token_counts, row)
 
+    def tokens_of_rows(self, rows: Sequence[int]) -> list[TokenIds | None]:
+        """:meth:`tokens_of` each of ``rows``, their counts and starts read in one pass each."""
+        if self.tokens is None or self.token_counts is None or self.token_starts is None:
+            return [None] * len(rows)
+        size = len(self.token_counts)
+        inside = [r for r in rows if r < size]
+        counts = dict(
+            zip(inside, (self.token_counts[inside] * self.has_vector[inside]).tolist(), strict=True)
+        )
+        starts = dict(zip(inside, self.token_starts[inside].tolist(), strict=True))
+        ids = self.tokens
+        return [ids[starts[r] : starts[r] + counts[r] - 1] if counts.get(r) else None for r in rows]
+
     def similarity(self, query: FloatMatrix, n: int) -> npt.NDArray[np.float64] | None:
         """Dot products of the first ``n`` rows with ``query`` (0 where no vector yet); None
         without vectors of the query's dimension."""

@@ -166,13 +166,17 @@ def test_neighbours_and_near_are_those_of_the_sorted_rows(times: list[float], pi
             ranked[ranked.index(row) + step] if all(b - a <= 60.0 for a, b in itertools.pairwise(run)) else n
         )
 
-    rows = np.array([p for p in picked if p < n], dtype=np.intp)
-    for k in (1, 2):
-        before, after = where.neighbours(rows, k)
-        assert before.tolist() == [naive(r, -k) for r in rows.tolist()]
-        assert after.tolist() == [naive(r, k) for r in rows.tolist()]
-    expected = {naive(r, s) for r in rows.tolist() for s in (-2, -1, 1, 2)} - {n}
-    assert where.near(rows, 2).tolist() == sorted(expected)
+    # The few rows asked first, then every row, again and again (as recalls of one token ask a
+    # layout that stands): the same answers each time.
+    some = np.array([p for p in picked if p < n], dtype=np.intp)
+    for rows in [some, np.arange(n), some, np.arange(n)[::-1], some]:
+        for k in (1, 2):
+            before, after = where.neighbours(rows, k)
+            assert before.tolist() == [naive(r, -k) for r in rows.tolist()]
+            assert after.tolist() == [naive(r, k) for r in rows.tolist()]
+        for depth in (1, 2, 3):
+            expected = {naive(r, s) for r in rows.tolist() for k in range(1, depth + 1) for s in (-k, k)}
+            assert where.near(rows, depth).tolist() == sorted(expected - {n})
 
 
 @settings(max_examples=150, deadline=None)

@@ -234,3 +234,93 @@ def test_fuse_gives_every_row_what_reading_all_rows_gives(rows, floor: float):
     want_score[~eligible] = 0.0
     want_read[~eligible] = 0.0
     assert score.tolist() == want_score.tolist() and read.tolist() == want_read.tolist()
+
+
+def diversify_reference(candidates, scores, limit, where, *, neighbour_penalty, scale=10.0, free=0):
+    """diversify as it was before the weight went into the closeness table: the reference."""
+    given = np.asarray(candidates, dtype=np.intp)
+    if not given.size:
+        return []
+    rows = given[np.lexsort((given, -scores[given]))]
+    left = rows.tolist()
+    top = float(scores[left[0]]) or 1.0
+    rel = scores[rows].astype(np.float64) / top
+    close = None
+    if neighbour_penalty:
+        positions, threads = where.position[rows], where.thread[rows]
+        same = (threads[:, None] == threads[None, :]) & (threads >= 0)[:, None]
+        close = np.where(same, np.exp(-np.abs(positions[:, None] - positions[None, :]) / scale), 0.0)
+    near = np.zeros(len(left))
+    taken = np.zeros(len(left))
+    picked = []
+    for k in range(min(limit, len(left))):
+        value = rel + taken
+        if k >= free:
+            value -= neighbour_penalty * near
+        i = int(np.argmax(value))
+        picked.append((left[i], float(value[i]), float(rel[i])))
+        taken[i] = -np.inf
+        if close is not None:
+            np.fmax(near, close[i], out=near)
+    return picked
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.just(0.0), st.floats(min_value=0.0, max_value=10.0)),  # score
+            st.one_of(st.none(), st.integers(min_value=0, max_value=60)),  # minutes (None: unknown)
+        ),
+        min_size=0,
+        max_size=40,
+    ),
+    st.integers(min_value=1, max_value=40),
+    st.integers(min_value=0, max_value=40),
+    st.sampled_from([0.0, 0.2, 0.7, -0.3]),
+)
+def test_diversify_picks_what_the_plain_greedy_loop_picks(rows, limit: int, free: int, penalty: float):
+    """Every pick, its value and its relevance, to the last bit, as the plain loop that weighs
+    the closest pick at each step (the reference above)."""
+    n = len(rows)
+    created = np.array([np.nan if m is None else m * 60.0 for _, m in rows])
+    where = creation_order([f"m{i}.md" for i in range(n)], created, gap=600.0)
+    scores = np.array([s for s, _ in rows])
+    candidates = [i for i in range(n) if i % 7 != 3]
+    got = diversify(candidates, scores, limit, where, neighbour_penalty=penalty, free=free)
+    want = diversify_reference(candidates, scores, limit, where, neighbour_penalty=penalty, free=free)
+    assert [(r, np.float64(v).tobytes(), x) for r, v, x in got] == [
+        (r, np.float64(v).tobytes(), x) for r, v, x in want
+    ]
+
+
+def blend_reference(weighted, candidates, rows, scored, raw, weight):
+    """blend as it was, row by row: the reference."""
+    values = np.asarray(raw, dtype=np.float64)
+    low, high = (float(values.min()), float(values.max())) if len(values) else (0.0, 0.0)
+    spread = dict(
+        zip(scored, (values - low) / (high - low) if high > low else np.zeros(len(scored)), strict=True)
+    )
+    top = (float(weighted[rows[0]]) if rows else 0.0) or 1.0
+    for row in rows:
+        weighted[row] = weighted[row] / top + weight * spread.get(row, 0.0)
+    chosen = set(rows)
+    weighted[[r for r in candidates if r not in chosen]] /= top
+
+
+@given(
+    st.lists(st.floats(min_value=0.0, max_value=5.0), min_size=1, max_size=40),
+    st.data(),
+    st.sampled_from([0.3, 1.0, 0.0, -0.5]),
+)
+def test_blend_adds_what_the_row_by_row_loop_adds(scores: list[float], data, weight: float):
+    """Every candidate's score after blend, to the last bit, as the plain loop over the rows."""
+    n = len(scores)
+    candidates = data.draw(st.lists(st.integers(0, n - 1), unique=True))
+    best = sorted(candidates, key=lambda r: -scores[r])
+    rows = best[: data.draw(st.integers(0, len(best)))]
+    scored = [r for r in rows if data.draw(st.booleans())]
+    raw = data.draw(st.lists(st.floats(-10.0, 10.0), min_size=len(scored), max_size=len(scored)))
+    got, want = np.array(scores), np.array(scores)
+    blend(got, candidates, rows, scored, raw, weight)
+    blend_reference(want, candidates, rows, scored, raw, weight)
+    assert got.tobytes() == want.tobytes()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memvault.config import Settings
 from memvault.errors import InvalidArgument
@@ -21,6 +24,8 @@ from memvault.search.rerankers import (
     shown,
     token_reranker,
 )
+from memvault.search.rerankers.maxsim import MaxSim, Widened
+from memvault.search.rerankers.maxsim import maxsim as table_maxsim
 
 
 class Model:
@@ -132,3 +137,50 @@ def test_a_path_in_a_name_shows_as_its_folders_name():
         shown("cross-encoder:cross-encoder/ms-marco-MiniLM") == "cross-encoder:cross-encoder/ms-marco-MiniLM"
     )
     assert shown("maxsim") == "maxsim"
+
+
+@functools.cache
+def wordllama() -> WordLlamaEmbedder:
+    return WordLlamaEmbedder()
+
+
+RERANKER = MaxSim()
+WORDS = st.sampled_from(
+    "guitar Fender Stratocaster the cat eats salmon I bought a new car yesterday and "
+    "piano lessons on Tuesday with Mary , ? 2023 musical instruments café naïve".split()
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(WORDS, max_size=30).map(" ".join), max_size=12),
+    st.lists(WORDS, max_size=8).map(" ".join),
+    st.lists(st.integers(min_value=0, max_value=11), max_size=4),
+)
+def test_maxsim_gives_the_embedders_own_maxsim_to_the_last_bit(texts, query: str, pending: list[int]):
+    """The reranker's MaxSim over the embedder's token table scores each memory as the embedder's
+    maxsim (the reference) does, bit for bit: memories without tokens (pending) and queries of
+    stop words alone included."""
+    embedder = wordllama()
+    _, kept = embedder.embed_with_tokens(texts)
+    for i in pending:
+        if i < len(kept):
+            kept[i] = kept[i][:0]
+    want = embedder.maxsim(query, kept).tobytes()
+    plain = table_maxsim(embedder.tokens, query, kept)
+    assert plain.dtype == np.float64 and plain.tobytes() == want
+    # Through one reranker, whose widened rows outlive the call (those of earlier examples too).
+    assert RERANKER.score_tokens(embedder, query, kept).tobytes() == want
+
+
+def test_widened_rows_are_the_tables_rows_as_float32_however_they_grow():
+    """Rows asked in batches (repeats, rows asked before, batches larger than the room kept) are
+    the float16 table's rows widened, bit for bit."""
+    rng = np.random.default_rng(11)
+    table = rng.normal(size=(5000, 8)).astype(np.float16)
+    table[7] = np.inf
+    wide = Widened(table)
+    for size in (3, 300, 1, 2000, 50, 4000):
+        ids = rng.integers(0, len(table), size=size).astype(np.intp)
+        got = wide.rows(ids)
+        assert got.dtype == np.float32 and got.tobytes() == table[ids].astype(np.float32).tobytes()

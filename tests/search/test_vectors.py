@@ -139,3 +139,28 @@ def test_vectors_quantized_together_are_quantized_as_one_by_one():
                 assert np.array_equal(together[0][i], alone) and together[1][i] == scale
     assert quantize_rows([np.ones(4, np.float32), np.ones(5, np.float32)]) is None  # one shape only
     assert quantize_rows([np.ones(4, np.float32), np.ones(4, np.float64)]) is None  # one type only
+
+
+def test_token_ids_of_many_rows_are_those_of_each_row():
+    """tokens_of_rows gives what tokens_of gives row by row: ids, an empty list, or None (no ids
+    kept, no vector yet, a dropped row, a row past the end), in the order asked, repeats too."""
+    tv = TokenVectors()
+    rng = np.random.default_rng(3)
+    for i in range(200):
+        tv.changed(Memory(id=f"m{i}.md", title="t", content=f"c{i}"))
+    vector = np.ones(16, dtype=np.float32) / 4
+    work, _ = tv.take(150)  # the last 50 stay pending
+    ids = [
+        None if k % 9 == 0 else rng.integers(0, 60000, size=int(rng.integers(0, 20))).astype(np.uint16)
+        for k in range(len(work))
+    ]
+    tv.install("wordllama-l2-16", [(w, "h", vector) for w in work], ids)
+    tv.dropped("m3.md")
+    view = tv.snapshot()
+    rows = [int(r) for r in rng.integers(0, len(view.keys) + 20, size=300)]
+    many = view.tokens_of_rows(rows)
+    one = [view.tokens_of(r) for r in rows]
+    assert [None if t is None else t.tolist() for t in many] == [
+        None if t is None else t.tolist() for t in one
+    ]
+    assert sum(t is None for t in one) > 10 and sum(t is not None and t.size > 0 for t in one) > 100
