@@ -198,7 +198,8 @@ def fuse(
             if vector_floor > 0:  # else clip did it (a NaN row is left out below, or NaN is the best)
                 part[~(vector >= vector_floor)] = 0.0
             part *= vector_weight
-            part /= best
+            with np.errstate(over="ignore"):  # only a row left out (zeroed below) can pass the best
+                part /= best
             score += part
     score[~eligible] = 0.0
     return score, read

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -324,3 +325,16 @@ def test_blend_adds_what_the_row_by_row_loop_adds(scores: list[float], data, wei
     blend(got, candidates, rows, scored, raw, weight)
     blend_reference(want, candidates, rows, scored, raw, weight)
     assert got.tobytes() == want.tobytes()
+
+
+def test_a_tiny_best_cosine_with_a_larger_row_left_out_scores_without_overflow() -> None:
+    """The best eligible cosine can be far below an ineligible row's (float32 rows): dividing by it
+    overflowed for the row that is zeroed anyway, and warned."""
+    where = creation_order(["m0.md", "m1.md"], np.array([0.0, 60.0]), gap=600.0)
+    vector = np.array([1e-44, 1.0], dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        score, _ = fuse(
+            np.zeros(2), vector, np.array([True, False]), where, lengths=np.ones(2), vector_floor=0.0
+        )
+    assert score[1] == 0.0 and 0.0 < score[0] <= 1.0
