@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from memvault.disk import safe
+from memvault.disk import safe, written
 from memvault.disk.files import (
     TEMP_MIN_AGE_SECONDS,
     NotRegularFile,
@@ -280,16 +280,25 @@ class Vault:
         """Write a new memory named after its title; never overwrites (adds -2, -3, ...)."""
         stem = slugify(title)
         base = check_id(f"{folder.strip('/')}/{stem}.md" if folder else f"{stem}.md")
-        data = seal_markers(render_new(title, content, fields)).encode("utf-8")
+        text = seal_markers(render_new(title, content, fields))
+        data = text.encode("utf-8")
         for id in numbered_ids(base):  # ids, not Paths: pathlib was a sixth of a write's own work
-            if os.path.islink(self.file_name(id, False)):
+            name = self.file_name(id, False)
+            if os.path.islink(name):
                 continue  # a hand-made link holds this name (maybe pointing out of the vault): next one
-            path = self.path_of(id)  # still refuses folders leading out
+            path: Path | str = name
+            if "/" in id:
+                path = self.path_of(id)  # still refuses folders leading out
+            else:  # path_of's checks that a name at the top needs, the link one made just above
+                if id != base:
+                    check_id(id)  # a numbered name may be one character too long
+                self.check_folder()
             try:
                 st = atomic_write(path, data, overwrite=False, temp_dir=self.temp_dir())
             except FileExistsError:
                 continue
-            return parse_memory(data, id, **file_stamp(st))
+            stamp = file_stamp(st)
+            return written.created(id, title, content, text, data, stamp) or parse_memory(data, id, **stamp)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def update(
@@ -327,10 +336,16 @@ class Vault:
         if expect_hash is not None and current.hash != expect_hash:
             raise InvalidArgument(f"'{id}' changed on disk while being updated; read it again and retry.")
         text = rewrite(raw.decode("utf-8", errors="replace"), fields, title=title, content=content)
-        data = seal_markers(text).encode("utf-8")
+        text = seal_markers(text)
+        data = text.encode("utf-8")
         path = self.path_of(id, archived=archived)
         st = atomic_write(path, data, sync_folder=sync_folder, temp_dir=self.temp_dir())
-        return parse_memory(data, id, archived=archived, **file_stamp(st))
+        stamp = file_stamp(st)
+        if title is None and content is None and current.id == id and current.archived == archived:
+            memory = written.rewritten(current, text, data, stamp)
+            if memory is not None:
+                return memory
+        return parse_memory(data, id, archived=archived, **stamp)
 
     def delete(self, id: str, *, archived: bool = False) -> None:
         path = self.path_of(id, archived=archived)
