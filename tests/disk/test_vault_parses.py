@@ -1,4 +1,4 @@
-"""A write's Memory, built from what was written, is field for field the parse of the file's bytes."""
+"""What a write or an update returns, and the memory it starts from, equal the parse of the file."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from strategies import MEM_MCP, contents, tags_st, times, titles
 
 from memvault.disk.files import file_stamp
-from memvault.disk.markdown import Memory, parse_memory, render_new, seal_markers
-from memvault.disk.vault import Vault
+from memvault.disk.markdown import NO_META, Memory, parse_memory, render_new, seal_markers
+from memvault.disk.vault import Vault, is_parse_of
 
 CHECKS = settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -46,9 +46,11 @@ def old_parse(vault: Vault, id: str, archived: bool = False) -> Memory:
     return parse_memory(raw, id, archived=archived, **file_stamp(os.stat(path)))
 
 
-def same(got: Memory, want: Memory) -> None:
+def same(got: Memory, want: Memory, *, meta: bool = True) -> None:
     """Every field equal, of the same type and repr (1 against 1.0, a list against a tuple)."""
     for f in dataclasses.fields(Memory):
+        if f.name == "meta" and not meta:
+            continue
         a, b = getattr(got, f.name), getattr(want, f.name)
         assert type(a) is type(b), f.name
         assert repr(a) == repr(b), f.name
@@ -112,21 +114,44 @@ HAND_MADE = [
 
 
 @CHECKS
-@given(start=st.sampled_from(HAND_MADE), fields=update_st, again=st.booleans())
+@given(
+    start=st.sampled_from(HAND_MADE), fields=update_st, again=st.booleans(), touch=st.sampled_from([0, 1, 2])
+)
 def test_update_of_fields_returns_what_parsing_its_file_gives(
-    tmp_path: Path, start: str, fields: dict[str, Any], again: bool
+    tmp_path: Path, start: str, fields: dict[str, Any], again: bool, touch: int
 ) -> None:
     vault = Vault(tmp_path / "agent")
     vault.dir.mkdir(parents=True, exist_ok=True)
-    (vault.dir / "note.md").write_bytes(start.encode("utf-8"))
-    memory = vault.read("note.md")
-    if not memory.writable:
+    path = vault.dir / "note.md"
+    path.write_bytes(start.encode("utf-8"))
+    # As the server holds a memory: without its frontmatter mapping.
+    held = dataclasses.replace(vault.read("note.md"), meta=NO_META)
+    if not held.writable:
         return
-    raw, current = vault.read_both("note.md")
+    if touch == 1:  # the same bytes, a new time: the held memory is not the file's parse
+        os.utime(path, ns=(held.mtime_ns + 10**9, held.mtime_ns + 10**9))
+    elif touch == 2:  # other bytes
+        path.write_bytes(start.replace("Memory content", "Other content").encode("utf-8"))
+    raw, current = vault.read_both("note.md", known=held)
+    same(current, old_parse(vault, "note.md"), meta=False)
     updated = vault.update("note.md", fields, read=(raw, current))
     same(updated, old_parse(vault, "note.md"))
     if again:  # the access write-back's way: read and checked by the update itself
-        later = vault.update(
-            "note.md", {"lastAccessedAt": datetime(2027, 5, 6, tzinfo=UTC)}, expect_hash=updated.hash
-        )
+        known = dataclasses.replace(updated, meta=NO_META)
+        at = datetime(2027, 5, 6, tzinfo=UTC)
+        later = vault.update("note.md", {"lastAccessedAt": at}, expect_hash=updated.hash, known=known)
         same(later, old_parse(vault, "note.md"))
+
+
+def test_a_held_memory_stands_for_the_parse_only_of_its_own_bytes(tmp_path: Path) -> None:
+    vault = Vault(tmp_path / "agent")
+    vault.dir.mkdir(parents=True)
+    path = vault.dir / "note.md"
+    path.write_bytes(MEM_MCP.encode("utf-8"))
+    held = vault.read("note.md")
+    raw, st = path.read_bytes(), os.stat(path)
+    assert is_parse_of(held, raw, st, "note.md", False)
+    other = raw.replace(b"Memory content", b"Memory CONTENT")  # same size, same stat
+    assert not is_parse_of(held, other, st, "note.md", False)
+    assert not is_parse_of(held, raw, st, "note.md", True)
+    assert not is_parse_of(held, raw, st, "other.md", False)
