@@ -100,11 +100,26 @@ async def worker(args: argparse.Namespace) -> None:
     async def update() -> None:
         await store.update("agent00", rng.choice(names), tags=[rng.choice(words)[:20]])
 
+    unread = names[:]
+    random.Random(5).shuffle(unread)
+    state = await store.state("agent00")
+
+    async def read() -> None:  # a memory last read days ago: its lastAccessedAt is written back
+        found = await store.find("agent00", filenames=[unread.pop()])
+        await store.touch("agent00", found.memories)
+
+    async def written_back() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (state.pending.files or state.pending.draining):
+            await asyncio.sleep(0.01)
+        await settle(service, watcher)
+
+    ops = [("write_memory", write), ("update_memory", update), ("read_writeback", read)]
     print("ready", flush=True)
     for _ in sys.stdin:
         out = []
-        for name, op in (("write_memory", write), ("update_memory", update)):
-            await settle(service, watcher)
+        for name, op in ops[: 3 if args.writeback else 2]:
+            await written_back()
             threads, process, loop = thread_cpu(), time.process_time(), time.thread_time()
             walls = []
             for _ in range(args.calls):
@@ -113,7 +128,7 @@ async def worker(args: argparse.Namespace) -> None:
                 walls.append(time.perf_counter() - started)
                 await asyncio.sleep(args.pace)
             loop = time.thread_time() - loop
-            await settle(service, watcher)
+            await written_back()
             process, after = time.process_time() - process, thread_cpu()
             per = 1000 / args.calls
             out += [f"{name} process={process * per:.4f}", f"{name} loop={loop * per:.4f}"]
@@ -152,6 +167,9 @@ def main() -> int:
     parser.add_argument("--embedder", default="hash")
     parser.add_argument("--cprofile", type=Path, help="cProfile this version's calls instead")
     parser.add_argument("--op", choices=["write", "update"], default="write")
+    parser.add_argument(
+        "--writeback", action="store_true", help="also read_memory of memories last read days ago"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.locomo:
@@ -174,6 +192,7 @@ def main() -> int:
     ]
     command += ["--pace", str(args.pace), "--embedder", args.embedder]
     command += ["--locomo", str(args.locomo)] if args.locomo else []
+    command += ["--writeback"] if args.writeback else []
     sys.path.insert(0, str(HERE))
     import workers
 

@@ -18,8 +18,17 @@ from memvault.disk.files import (
     is_our_temp,
     move_no_overwrite,
     numbered_ids,
+    unchanged,
 )
-from memvault.disk.markdown import MAX_INDEXED_BYTES, Memory, parse_memory, render_new, rewrite, seal_markers
+from memvault.disk.markdown import (
+    MAX_INDEXED_BYTES,
+    Memory,
+    content_hash,
+    parse_memory,
+    render_new,
+    rewrite,
+    seal_markers,
+)
 from memvault.disk.names import ARCHIVE, LOCK_FILE, SESSIONS_DIR, STATE_DIR, check_id, slugify
 from memvault.errors import Conflict, InvalidArgument, InvalidName, LinkedFolder, MemvaultError, NotFound
 
@@ -51,6 +60,10 @@ class Vault:
 
     def path_of(self, id: str, *, archived: bool = False) -> Path:
         """The file for a validated id; refuses anything that resolves outside the token folder."""
+        return self._path_and_link(id, archived)[0]
+
+    def _path_and_link(self, id: str, archived: bool) -> tuple[Path, bool]:
+        """path_of, and whether the file is a link (one lstat, not one more in target_of)."""
         id = check_id(id)
         if not archived and id.split("/", 1)[0] == ARCHIVE:
             raise InvalidName(id, "that is an archived memory; call restore_memory to bring it back first")
@@ -59,7 +72,7 @@ class Vault:
         if "/" in id and self._through_link(path):  # (no folder between at the top)
             raise InvalidName(id, "a folder on its way is a symbolic link, which memvault does not follow")
         if not os.path.islink(path):
-            return path  # no link from the token folder down to it: it is where its name says
+            return path, False  # no link from the token folder down to it: it is where its name says
         root = self.dir.resolve()
         try:
             resolved = path.resolve()
@@ -69,15 +82,15 @@ class Vault:
             raise InvalidName(id, "it points outside your vault")
         if not archived and resolved.is_relative_to(self.archive_dir.resolve()):
             raise InvalidName(id, "it points into the archive; call restore_memory first")
-        return path
+        return path, True
 
     def target_of(self, id: str, *, archived: bool = False) -> Path:
         """The file to open for a memory: ``path_of``, or for a file link the file it leads to, if
         the scan would list it (inside the token folder, not in a dot-folder, from the hot set not
         into the archive). Open it with memvault.disk.safe, which follows no link at all, so a link
         swapped in since this check is refused, not read."""
-        path = self.path_of(id, archived=archived)
-        if not os.path.islink(path):
+        path, link = self._path_and_link(id, archived)
+        if not link:
             return path
         root = self.dir.resolve()
         if not self._link_inside(path, root, archived):
@@ -222,10 +235,16 @@ class Vault:
     def read(self, id: str, *, archived: bool = False) -> Memory:
         return self.read_both(id, archived=archived)[1]
 
-    def read_both(self, id: str, *, archived: bool = False) -> tuple[bytes, Memory]:
-        """The file's bytes and the memory they hold (to pass on to update: one read, one parse)."""
+    def read_both(
+        self, id: str, *, archived: bool = False, known: Memory | None = None
+    ) -> tuple[bytes, Memory]:
+        """The file's bytes and the memory they hold (to pass on to update: one read, one parse).
+        ``known``: the memory as the server holds it, taken for the parse if the bytes are the same."""
         raw, st = self.read_raw(id, archived=archived)
-        return raw, parse_memory(raw, check_id(id), archived=archived, **file_stamp(st))
+        id = check_id(id)
+        if known is not None and is_parse_of(known, raw, st, id, archived):
+            return raw, known
+        return raw, parse_memory(raw, id, archived=archived, **file_stamp(st))
 
     def opened(self) -> safe.Folder | None:
         """The token folder opened once for many read_scanned calls (close it); None if it cannot
@@ -282,9 +301,16 @@ class Vault:
         base = check_id(f"{folder.strip('/')}/{stem}.md" if folder else f"{stem}.md")
         data = seal_markers(render_new(title, content, fields)).encode("utf-8")
         for id in numbered_ids(base):  # ids, not Paths: pathlib was a sixth of a write's own work
-            if os.path.islink(self.file_name(id, False)):
+            name = self.file_name(id, False)
+            if os.path.islink(name):
                 continue  # a hand-made link holds this name (maybe pointing out of the vault): next one
-            path = self.path_of(id)  # still refuses folders leading out
+            path: Path | str = name
+            if "/" in id:
+                path = self.path_of(id)  # still refuses folders leading out
+            else:  # path_of's checks that a name at the top needs, the link one made just above
+                if id != base:
+                    check_id(id)  # a numbered name may be one character too long
+                self.check_folder()
             try:
                 st = atomic_write(path, data, overwrite=False, temp_dir=self.temp_dir())
             except FileExistsError:
@@ -303,15 +329,23 @@ class Vault:
         expect_hash: str | None = None,
         sync_folder: bool = True,
         read: tuple[bytes, Memory] | None = None,
+        known: Memory | None = None,
     ) -> Memory:
         """Rewrite owned fields (and title/content) in place, preserving everything else.
 
         ``sync_folder=False`` leaves the folder's fsync to the caller (one for a batch of files).
-        ``read``: what read_both gave the caller under the file lock it still holds (not read again)."""
+        ``read``: what read_both gave the caller under the file lock it still holds (not read again).
+        ``known``: the memory as the server holds it, taken for the file's parse if its bytes are
+        the ones it was parsed from."""
         id = check_id(id)
         if read is None:
-            raw, _ = self.read_raw(id, archived=archived)
-            current = parse_memory(raw, id, archived=archived) if len(raw) <= MAX_INDEXED_BYTES else None
+            raw, st = self.read_raw(id, archived=archived)
+            current: Memory | None = None
+            if len(raw) <= MAX_INDEXED_BYTES:
+                if known is not None and is_parse_of(known, raw, st, id, archived):
+                    current = known
+                else:
+                    current = parse_memory(raw, id, archived=archived)
         else:
             raw, current = read
         if len(raw) > MAX_INDEXED_BYTES or current is None:
@@ -373,6 +407,18 @@ class Vault:
             except OSError:
                 return
             folder = folder.parent
+
+
+def is_parse_of(known: Memory, raw: bytes, st: os.stat_result, id: str, archived: bool) -> bool:
+    """Whether ``known`` was parsed from this file as it is now (its name, stat and bytes): then
+    it is what parsing ``raw`` gives, but for ``meta``, which the server's memories leave out."""
+    return (
+        known.id == id
+        and known.archived == archived
+        and len(raw) < MAX_INDEXED_BYTES
+        and unchanged(known, st)
+        and known.hash == content_hash(raw)
+    )
 
 
 def refuse_unwritable(memory: Memory, consequence: str) -> None:

@@ -312,7 +312,11 @@ def _update_each(
             handled += 1
             try:
                 updated = state.vault.update(
-                    memory.id, fields_for(memory), expect_hash=memory.hash, sync_folder=sync_folder
+                    memory.id,
+                    fields_for(memory),
+                    expect_hash=memory.hash,
+                    sync_folder=sync_folder,
+                    known=memory,
                 )
             except (NotFound, Conflict, InvalidArgument, InvalidName):
                 continue  # changed or removed under us; the watcher will catch up

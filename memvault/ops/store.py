@@ -372,7 +372,7 @@ class Store:
         now = self.clock()
         with state.file_lock(where):
             try:
-                raw, current = state.vault.read_both(id)
+                raw, current = state.vault.read_both(id, known=_held(state, id, where))
             except NotFound as exc:
                 raise _pointed(state, exc) from None
             if current.conflicted:
@@ -460,6 +460,12 @@ class Store:
     async def sweep(self, token: str, *, dry_run: bool = False) -> Sweep:
         """Archive what is stale, and say what stays that would have gone (memvault.ops.sweeps)."""
         return await self._sweeps.sweep(token, dry_run=dry_run)
+
+
+def _held(state: TokenState, id: str, where: Where) -> Memory | None:
+    """The hot memory as the server holds it: the file's parse, if the file is still the one read."""
+    with state.looking(where):
+        return state.hot.memories.get(id)
 
 
 def _pointed(state: TokenState, exc: NotFound) -> NotFound:
