@@ -6,7 +6,7 @@ Nothing is downloaded. It also keeps each text's most telling token ids, for rec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,6 +22,7 @@ from memvault.search.embedders.base import (
     Traits,
     normalise_rows,
 )
+from memvault.search.order import distinct
 from memvault.search.text import STOP_WORDS
 
 WORDLLAMA_TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
@@ -142,40 +143,50 @@ class WordLlamaEmbedder:
         return normalise_rows(out)
 
     def maxsim(self, query: str, memories: Sequence[TokenIds]) -> npt.NDArray[np.float64]:
-        """Late interaction (ColBERT's MaxSim) over the table: for each of the query's word tokens,
-        the best cosine with any of a memory's kept tokens, averaged with the tokens' row lengths
-        as weights; 0 for a memory without tokens. The query is tokenized here (at most
-        MAX_QUERY_CHARS); the memories' tokens come from :meth:`embed_with_tokens`.
+        """Late interaction (ColBERT's MaxSim) over the table (:func:`table_maxsim`). The query is
+        tokenized here (at most MAX_QUERY_CHARS); the memories' tokens come from
+        :meth:`embed_with_tokens`."""
+        return table_maxsim(self.tokens, query, memories)
 
-        All the memories at once: each distinct token among them is widened and compared with the
-        query once (the candidates of one recall share many), then each memory takes the best of
-        its own tokens' columns."""
-        out = np.zeros(len(memories), dtype=np.float64)
-        raw = self._tokenizer.encode(query[:MAX_QUERY_CHARS], add_special_tokens=False).ids
-        q = np.unique(np.clip(np.asarray(raw, dtype=np.intp), 0, self._table.shape[0] - 1))
-        q = q[~self._skip[q]]
-        sizes = np.fromiter(map(len, memories), dtype=np.intp, count=len(memories))
-        have = np.flatnonzero(sizes)
-        if not q.size or not have.size:
-            return out
-        w = self._norms[q]
-        w = w / w.sum()
-        ids = np.concatenate([memories[i] for i in have.tolist()])
-        distinct = np.unique(ids)
-        rows = distinct.astype(np.intp)
-        cosines = _products(self._unit(q), self._table[rows].astype(np.float32))
-        cosines /= np.maximum(self._norms[rows], 1e-9)
-        starts = np.zeros(len(have), dtype=np.intp)
-        np.cumsum(sizes[have][:-1], out=starts[1:])
-        best = np.maximum.reduceat(cosines[:, np.searchsorted(distinct, ids)], starts, axis=1)
-        # Row by row, not ``w @ best``: BLAS may round one column otherwise than another, and two
-        # memories with the same tokens must score the same (ties keep their order).
-        out[have] = (best * w[:, None]).sum(axis=0, dtype=np.float64)
+
+def table_maxsim(
+    table: TokenTable,
+    query: str,
+    memories: Sequence[TokenIds],
+    widen: Callable[[npt.NDArray[np.intp]], FloatMatrix] | None = None,
+) -> npt.NDArray[np.float64]:
+    """MaxSim over a token table: for each of the query's word tokens, the best cosine with any of
+    a memory's kept tokens, averaged with the tokens' row lengths as weights; 0 for a memory
+    without tokens. All the memories at once: each distinct token among them is widened and
+    compared with the query once (the candidates of one recall share many), then each memory
+    takes the best of its own tokens' columns. Distinct ids are sorted, not np.unique'd, whose
+    overhead was most of its time on recall's few hundred ids. ``widen``: the table's rows as
+    float32 (MaxSim's reranker keeps them widened; else widened here)."""
+    out = np.zeros(len(memories), dtype=np.float64)
+    raw = table.tokenizer.encode(query[:MAX_QUERY_CHARS], add_special_tokens=False).ids
+    last = table.table.shape[0] - 1
+    q = np.array(sorted({min(max(i, 0), last) for i in raw}), dtype=np.intp)
+    q = q[~table.skip[q]]
+    sizes = np.fromiter(map(len, memories), dtype=np.intp, count=len(memories))
+    have = np.flatnonzero(sizes)
+    if not q.size or not have.size:
         return out
-
-    def _unit(self, ids: npt.NDArray[np.intp]) -> FloatMatrix:
-        rows: FloatMatrix = self._table[ids].astype(np.float32) / np.maximum(self._norms[ids], 1e-9)[:, None]
-        return rows
+    w = table.norms[q]
+    w = w / w.sum()
+    ids = np.concatenate([memories[i] for i in have.tolist()])
+    among = distinct(ids)
+    rows = among.astype(np.intp)
+    rows_of = widen if widen is not None else lambda ids: table.table[ids].astype(np.float32)
+    unit = rows_of(q) / np.maximum(table.norms[q], 1e-9)[:, None]
+    cosines = _products(unit, rows_of(rows))
+    cosines /= np.maximum(table.norms[rows], 1e-9)
+    starts = np.zeros(len(have), dtype=np.intp)
+    np.cumsum(sizes[have][:-1], out=starts[1:])
+    best = np.maximum.reduceat(cosines[:, among.searchsorted(ids)], starts, axis=1)
+    # Row by row, not ``w @ best``: BLAS may round one column otherwise than another, and two
+    # memories with the same tokens must score the same (ties keep their order).
+    out[have] = (best * w[:, None]).sum(axis=0, dtype=np.float64)
+    return out
 
 
 def _products(a: FloatMatrix, b: FloatMatrix) -> FloatMatrix:

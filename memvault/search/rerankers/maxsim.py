@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memvault.search.embedders import TokenEmbedder, TokenIds
-from memvault.search.embedders.wordllama import BLOCK, MAX_QUERY_CHARS, TokenTable
+from memvault.search.embedders.wordllama import TokenTable, table_maxsim
 from memvault.search.order import distinct
 from memvault.search.rerankers.base import FloatArray, RerankerUnavailable
 
@@ -44,7 +44,7 @@ class MaxSim:
             wide = self._wide
             if wide is None or wide.table is not table.table:
                 wide = self._wide = Widened(table.table)
-        return maxsim(table, query, tokens, wide)
+        return table_maxsim(table, query, tokens, wide.rows)
 
 
 class Widened:
@@ -81,52 +81,6 @@ class Widened:
             rows[used : used + ids.size] = self.table[ids]
             self._at[ids] = np.arange(used, used + ids.size)
             self._used = used + ids.size
-
-
-def maxsim(
-    table: TokenTable, query: str, memories: Sequence[TokenIds], wide: Widened | None = None
-) -> FloatArray:
-    """``WordLlamaEmbedder.maxsim`` to the last bit, in fewer numpy calls: each query word token's
-    best cosine with a memory's tokens, averaged with the tokens' row lengths as weights; 0 for a
-    memory without tokens. Its distinct tokens are sorted, not np.unique'd, whose overhead was
-    most of its time on the few hundred ids of recall's candidates (and a fifth of MaxSim's);
-    ``wide``: the table's rows widened to float32 as they are read (else widened here)."""
-    out = np.zeros(len(memories), dtype=np.float64)
-    raw = table.tokenizer.encode(query[:MAX_QUERY_CHARS], add_special_tokens=False).ids
-    last = table.table.shape[0] - 1
-    q = np.array(sorted({min(max(i, 0), last) for i in raw}), dtype=np.intp)
-    q = q[~table.skip[q]]
-    sizes = np.fromiter(map(len, memories), dtype=np.intp, count=len(memories))
-    have = np.flatnonzero(sizes)
-    if not q.size or not have.size:
-        return out
-    w = table.norms[q]
-    w = w / w.sum()
-    ids = np.concatenate([memories[i] for i in have.tolist()])
-    among = distinct(ids)
-    rows = among.astype(np.intp)
-    widen = wide.rows if wide is not None else lambda ids: table.table[ids].astype(np.float32)
-    unit = widen(q) / np.maximum(table.norms[q], 1e-9)[:, None]
-    cosines = _products(unit, widen(rows))
-    cosines /= np.maximum(table.norms[rows], 1e-9)
-    starts = np.zeros(len(have), dtype=np.intp)
-    np.cumsum(sizes[have][:-1], out=starts[1:])
-    best = np.maximum.reduceat(cosines[:, among.searchsorted(ids)], starts, axis=1)
-    # Row by row, not ``w @ best``: BLAS may round one column otherwise than another, and two
-    # memories with the same tokens must score the same (ties keep their order).
-    out[have] = (best * w[:, None]).sum(axis=0, dtype=np.float64)
-    return out
-
-
-def _products(a: FloatArray, b: FloatArray) -> FloatArray:
-    """``a @ b.T`` in blocks of ``b``'s rows, each under BLOCK multiply-adds, as WordLlama's MaxSim
-    multiplies them (a threaded product waits for a free core on a busy machine; the same blocks
-    give the same sums)."""
-    out = np.empty((len(a), len(b)), dtype=np.float32)
-    step = max(1, BLOCK // max(1, a.size))
-    for start in range(0, len(b), step):
-        np.matmul(a, b[start : start + step].T, out=out[:, start : start + step])
-    return out
 
 
 def load(target: str) -> MaxSim:
