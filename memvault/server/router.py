@@ -48,7 +48,10 @@ from memvault.server.shard import MAX_HEAD, WAIT, key_of, shard_of
 
 log = logging.getLogger("memvault")
 
-__all__ = ["CLOSED", "HANDED", "MOVED", "MOVED_MOST", "READY", "Router", "channel_pair", "supported"]
+__all__ = [
+    "CLOEXEC", "CLOSED", "HANDED", "MESSAGE_MOST", "MOVED", "MOVED_MOST", "READY", "Router", "channel_pair",
+    "supported",
+]  # fmt: skip
 
 READY = b"ready"  # a server process's first message: it serves
 CLOSED = 4  # then each message is a count (4 bytes, big-endian) of handed connections it closed
@@ -59,13 +62,15 @@ HANDED = b"c"  # the router's message with a new connection's descriptor
 # a message of a socket pair must fit its send buffer (Linux: 208 KiB unless raised).
 MOVED = b"m"
 MOVED_MOST = 192 * 1024
+MESSAGE_MOST = len(MOVED) + MOVED_MOST  # the longest message on a channel, either way
 ACCEPT_BATCH = 128  # connections accepted per wake, so waiting heads are read in between
 QUICK_EXITS = 3  # processes exiting before they serve, in a row, before the router gives up
 SERVED_SECONDS = 10.0  # a process that served this long before it exited was not a failed start
 CONFIG_ERROR = 2  # a process's exit status for a setting it refused: no restart helps
 PAUSE_SECONDS = 0.1  # accepting rests this long when the router is out of descriptors
 
-_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)  # processes started later never inherit a client
+# Descriptors received on a channel close on exec: no process started later inherits a client.
+CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 _HEAD = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET if hasattr(select, "epoll") else 0
 _GONE = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR if hasattr(select, "epoll") else 0
 
@@ -296,7 +301,7 @@ class Router:
     def _heard(self, child: Child, fd: int, events: int) -> None:
         while True:
             try:
-                message, fds, _, _ = socket.recv_fds(child.channel, len(MOVED) + MOVED_MOST, 4, _CLOEXEC)
+                message, fds, _, _ = socket.recv_fds(child.channel, MESSAGE_MOST, 4, CLOEXEC)
             except BlockingIOError:
                 return
             except OSError:

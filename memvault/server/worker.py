@@ -23,15 +23,13 @@ from typing import Any
 
 import uvicorn
 
-from memvault.server.router import MOVED, MOVED_MOST, READY
+from memvault.server.router import CLOEXEC, MESSAGE_MOST, MOVED, MOVED_MOST, READY
 from memvault.server.shard import WAIT, key_of, shard_of
 
 __all__ = ["HandedServer"]
 
 # The router sends one descriptor a message; a few more fit, so nothing is ever truncated.
 _MOST_FDS = 16
-_MOST_BYTES = len(MOVED) + MOVED_MOST  # a message: HANDED, or MOVED and the bytes read
-_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)  # helpers we start never inherit a client
 _RETRY_SECONDS = 0.05
 
 
@@ -74,9 +72,8 @@ class HandedServer(uvicorn.Server):
         protocol.read_before = read
         return protocol
 
-    def elsewhere(self, head: bytes) -> bool:
-        """Whether a request head names a vault another process serves."""
-        key = key_of(head)
+    def elsewhere(self, key: str | object | None) -> bool:
+        """Whether a request head's shard key (``key_of``) names a vault another process serves."""
         return isinstance(key, str) and shard_of(key, self.count) != self.index
 
     def hand_back(self, transport: asyncio.Transport, read: bytes) -> bool:
@@ -116,11 +113,12 @@ class HandedServer(uvicorn.Server):
                     super().data_received(data)
                     return
                 head = self._head + data
-                if key_of(head) is WAIT:  # (at most MAX_HEAD; the keep-alive timeout still runs)
+                key = key_of(head)
+                if key is WAIT:  # (at most MAX_HEAD; the keep-alive timeout still runs)
                     self._head = head
                     return
                 self._head, self._between = b"", False
-                if server.elsewhere(head) and server.hand_back(self.transport, head):
+                if server.elsewhere(key) and server.hand_back(self.transport, head):
                     self.moved = True
                     self.transport.abort()  # the router holds the connection now: no FIN is sent
                     return
@@ -175,7 +173,7 @@ class HandedServer(uvicorn.Server):
         loop = asyncio.get_running_loop()
         while True:
             try:
-                message, fds, _, _ = socket.recv_fds(self.channel, _MOST_BYTES, _MOST_FDS, _CLOEXEC)
+                message, fds, _, _ = socket.recv_fds(self.channel, MESSAGE_MOST, _MOST_FDS, CLOEXEC)
             except BlockingIOError:
                 return
             except OSError:

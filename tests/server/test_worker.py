@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 
 from memvault.server import limits
-from memvault.server.router import HANDED, MOVED, MOVED_MOST, READY, channel_pair
+from memvault.server.router import HANDED, MESSAGE_MOST, MOVED, MOVED_MOST, READY, channel_pair
 from memvault.server.shard import shard_of
 from memvault.server.worker import HandedServer
 
@@ -91,7 +91,7 @@ async def handed_back(channel: socket.socket) -> tuple[bytes, socket.socket]:
     deadline = asyncio.get_running_loop().time() + 30
     while True:
         try:
-            message, fds, _, _ = socket.recv_fds(channel, len(MOVED) + MOVED_MOST, 4)
+            message, fds, _, _ = socket.recv_fds(channel, MESSAGE_MOST, 4)
         except BlockingIOError:
             assert asyncio.get_running_loop().time() < deadline, "nothing was handed back"
             await asyncio.sleep(0.01)
@@ -154,5 +154,5 @@ async def test_requests_without_a_vault_or_too_large_to_hand_back_are_served_her
         client.sendall(big)
         assert (await reply(client)).endswith(f"/mcp/{other} {MOVED_MOST + 10}".encode())
         with pytest.raises(BlockingIOError):  # nothing was handed back
-            socket.recv_fds(channel, len(MOVED) + MOVED_MOST, 4)
+            socket.recv_fds(channel, MESSAGE_MOST, 4)
         client.close()
