@@ -301,16 +301,9 @@ class Vault:
         base = check_id(f"{folder.strip('/')}/{stem}.md" if folder else f"{stem}.md")
         data = seal_markers(render_new(title, content, fields)).encode("utf-8")
         for id in numbered_ids(base):  # ids, not Paths: pathlib was a sixth of a write's own work
-            name = self.file_name(id, False)
-            if os.path.islink(name):
+            if os.path.islink(self.file_name(id, False)):
                 continue  # a hand-made link holds this name (maybe pointing out of the vault): next one
-            path: Path | str = name
-            if "/" in id:
-                path = self.path_of(id)  # still refuses folders leading out
-            else:  # path_of's checks that a name at the top needs, the link one made just above
-                if id != base:
-                    check_id(id)  # a numbered name may be one character too long
-                self.check_folder()
+            path = self.path_of(id)  # still refuses folders leading out
             try:
                 st = atomic_write(path, data, overwrite=False, temp_dir=self.temp_dir())
             except FileExistsError:
