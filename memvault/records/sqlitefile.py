@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -211,7 +212,7 @@ def connect(db: Path) -> sqlite3.Connection:
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _wal(conn)
         if str(mode).lower() != "wal":
             logger.warning("sidecar %s: journal_mode is %s, not WAL; concurrent use will be slower", db, mode)
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -220,6 +221,20 @@ def connect(db: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _wal(conn: sqlite3.Connection) -> str:
+    """Switch to WAL; the journal mode now. SQLite answers "database is locked" at once, without
+    its busy handler, while another process opens the same new file and switches it too (a stdio
+    and an HTTP server's first writes to one vault): retried until BUSY_TIMEOUT_MS."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 def migrate(conn: sqlite3.Connection, db: Path) -> None:

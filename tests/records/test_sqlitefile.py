@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from memvault.records import sqlitefile
 from memvault.records.sidecar import DB_NAME, SIDECAR_DIR, Sidecar, StoredVector, sidecar_path
 from memvault.records.sqlitefile import MIGRATIONS, SCHEMA_VERSION
 from tests.oldsidecar import migrate_to
@@ -159,3 +160,31 @@ def test_an_unopenable_database_raises_and_is_not_moved_aside(token_dir: Path) -
         Sidecar.open(token_dir)
     assert (token_dir / SIDECAR_DIR / DB_NAME).is_dir()
     assert not [p for p in (token_dir / SIDECAR_DIR).iterdir() if ".corrupt-" in p.name]
+
+
+def test_a_new_file_another_process_switches_to_wal_meanwhile_is_opened(tmp_path, monkeypatch):
+    """SQLite answers "database is locked" at once (no busy handler) to a journal mode switch while
+    another process switches the same new file: connect tries again instead of failing the write."""
+    real = sqlite3.connect
+    refusals = []
+
+    class Racing:
+        def __init__(self, conn):
+            self._conn = conn
+
+        def execute(self, sql, *args):
+            if sql.startswith("PRAGMA journal_mode") and len(refusals) < 3:
+                refusals.append(sql)
+                raise sqlite3.OperationalError("database is locked")
+            return self._conn.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self._conn, name)
+
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: Racing(real(*a, **k)))
+    conn = sqlitefile.connect(tmp_path / "side.db")
+    try:
+        assert len(refusals) == 3
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        conn.close()
